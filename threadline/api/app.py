@@ -1,0 +1,54 @@
+"""`create_app(settings)`: a pure factory. Everything live is wired in the lifespan."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI
+
+from threadline import __version__
+from threadline.api import agents, assistants, errors, runs, store, system, threads
+from threadline.api.limits import BodyLimit
+from threadline.core.runtime import Runtime
+from threadline.settings import Settings
+
+log = logging.getLogger("threadline")
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings.resolve()
+    project, graphs = Runtime.load_project(settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        runtime = await Runtime.open(settings, project, graphs)
+        app.state.runtime = runtime
+        try:
+            await runtime.start()
+            yield
+        finally:
+            await runtime.close()
+
+    app = FastAPI(
+        title="Threadline", version=__version__, lifespan=lifespan,
+        description="An open-source Agent Protocol server for LangGraph agents.",
+    )
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.state.project = project
+    errors.install(app)
+    for module in (system, assistants, agents, threads, runs, store):
+        app.include_router(module.router)
+    if project.http_app:
+        _mount_user_app(app, project)
+    return app
+
+
+def _mount_user_app(app: FastAPI, project: Any) -> None:
+    """The project's own Starlette/FastAPI app (`http.app`), served for paths we do not."""
+    from threadline.core.graphs import _import
+
+    user_app = _import(project.http_app, project)
+    app.mount("/", user_app)

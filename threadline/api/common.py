@@ -1,0 +1,69 @@
+"""What every route module shares: the runtime, JSON responses, and the public shape of each resource."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Request
+from starlette.responses import Response
+
+from threadline.core.runtime import Runtime
+from threadline.serde import dumps
+
+
+def runtime(request: Request) -> Runtime:
+    return request.app.state.runtime
+
+
+class JSON(Response):
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return dumps(content)
+
+
+def no_content() -> Response:
+    return Response(status_code=204)
+
+
+def select(row: dict[str, Any], fields: list[str] | None) -> dict[str, Any]:
+    return {k: v for k, v in row.items() if k in fields} if fields else row
+
+
+ASSISTANT_FIELDS = ("assistant_id", "graph_id", "config", "context", "created_at", "updated_at", "metadata",
+                    "version", "name", "description")
+THREAD_FIELDS = ("thread_id", "created_at", "updated_at", "metadata", "status", "config", "values",
+                 "interrupts", "error")
+RUN_FIELDS = ("run_id", "thread_id", "assistant_id", "created_at", "updated_at", "status", "metadata", "kwargs",
+              "multitask_strategy")
+
+
+def assistant_out(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: row.get(k) for k in ASSISTANT_FIELDS}
+
+
+def version_out(row: dict[str, Any]) -> dict[str, Any]:
+    out = {k: row.get(k) for k in ASSISTANT_FIELDS if k != "updated_at"}
+    return out
+
+
+def thread_out(row: dict[str, Any]) -> dict[str, Any]:
+    out = {k: row.get(k) for k in THREAD_FIELDS}
+    if out["values"] is None:
+        out["values"] = {}
+    return out
+
+
+def run_out(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: row.get(k) for k in RUN_FIELDS}
+
+
+def spec_run_out(row: dict[str, Any]) -> dict[str, Any]:
+    """The Agent Protocol's Run: LangGraph's fields plus `agent_id` and the request's fields at the top level."""
+    out = run_out(row)
+    kwargs = row.get("kwargs") or {}
+    out["agent_id"] = row.get("assistant_id")
+    for key in ("input", "config", "webhook", "on_completion", "on_disconnect", "stream_mode"):
+        if key in kwargs:
+            out[key] = kwargs[key]
+    return out

@@ -1,0 +1,63 @@
+"""Every error becomes an HTTP response here, and only here."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse
+
+from threadline import errors
+
+log = logging.getLogger("threadline.api")
+
+STATUS = {
+    errors.NotFound: 404,
+    errors.Conflict: 409,
+    errors.InvalidInput: 422,
+    errors.BadRequest: 400,
+    errors.PayloadTooLarge: 413,
+    errors.ConfigError: 500,
+    errors.Unavailable: 503,
+}
+
+
+def error_body(status: int, message: str, code: str, **extra: Any) -> JSONResponse:
+    """`detail` is what langgraph-sdk shows users; `code` and `message` are the Agent Protocol's."""
+    return JSONResponse({"detail": message, "code": code, "message": message, **extra}, status_code=status)
+
+
+def _field(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc if p not in ("body",)]
+    return ".".join(parts) or "body"
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(errors.ThreadlineError)
+    async def _domain(_: Request, exc: errors.ThreadlineError) -> JSONResponse:
+        status = next((s for cls, s in STATUS.items() if isinstance(exc, cls)), 500)
+        extra = {"metadata": exc.metadata} if exc.metadata else {}
+        return error_body(status, exc.message, exc.code, **extra)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = [
+            {"field": _field(tuple(e.get("loc", ()))), "message": e.get("msg", ""), "type": e.get("type", "")}
+            for e in exc.errors()
+        ]
+        summary = "; ".join(f"{p['field']}: {p['message']}" for p in problems) or "Invalid request"
+        return error_body(422, summary, "invalid_input", errors=problems)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}.get(exc.status_code, "error")
+        message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        return error_body(exc.status_code, message, code)
+
+    @app.exception_handler(Exception)
+    async def _crash(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error")
+        return error_body(500, f"Internal server error: {type(exc).__name__}", "internal_error")

@@ -1,0 +1,60 @@
+"""Refusing oversized request bodies with 413 before they are read into memory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from threadline.errors import PayloadTooLarge
+
+
+class BodyLimit:
+    """ASGI middleware: a body over `max_bytes` (declared or streamed) gets 413 with a JSON error."""
+
+    def __init__(self, app: Any, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self._refuse(send)
+            return
+        seen = 0
+        started = False
+
+        async def limited_receive() -> Any:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _TooLarge
+            return message
+
+        async def tracking_send(message: Any) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except _TooLarge:
+            if not started:
+                await self._refuse(send)
+
+    async def _refuse(self, send: Any) -> None:
+        message = f"Request body exceeds {self.max_bytes} bytes"
+        body = orjson.dumps({"detail": message, "code": "payload_too_large", "message": message})
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+class _TooLarge(PayloadTooLarge):
+    """Request body too large."""

@@ -1,0 +1,235 @@
+"""Request bodies, validated at the edge. Unknown fields are refused (422 naming them), never dropped."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+StreamMode = Literal["values", "updates", "messages", "messages-tuple", "custom", "events", "debug", "tasks",
+                     "checkpoints"]
+SortOrder = Literal["asc", "desc"]
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AssistantCreate(Body):
+    graph_id: str
+    assistant_id: str | None = None
+    config: dict[str, Any] | None = None
+    context: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    name: str | None = None
+    description: str | None = None
+    if_exists: Literal["raise", "do_nothing"] = "raise"
+
+
+class AssistantPatch(Body):
+    graph_id: str | None = None
+    config: dict[str, Any] | None = None
+    context: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    name: str | None = None
+    description: str | None = None
+
+
+class AssistantSearch(Body):
+    graph_id: str | None = None
+    name: str | None = None
+    metadata: dict[str, Any] | None = None
+    limit: int = Field(10, ge=1, le=1000)
+    offset: int = Field(0, ge=0)
+    sort_by: Literal["assistant_id", "graph_id", "name", "created_at", "updated_at"] | None = None
+    sort_order: SortOrder | None = None
+    select: list[str] | None = None
+
+
+class AssistantCount(Body):
+    graph_id: str | None = None
+    name: str | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class AssistantVersions(Body):
+    metadata: dict[str, Any] | None = None
+    limit: int = Field(10, ge=1, le=1000)
+    offset: int = Field(0, ge=0)
+
+
+class SetLatest(Body):
+    version: int = Field(ge=1)
+
+
+class AgentSearch(Body):
+    name: str | None = None
+    metadata: dict[str, Any] | None = None
+    limit: int = Field(10, ge=1, le=1000)
+    offset: int = Field(0, ge=0)
+
+
+class StateUpdateItem(Body):
+    values: Any = None
+    as_node: str | None = None
+    command: dict[str, Any] | None = None
+
+
+class Superstep(Body):
+    updates: list[StateUpdateItem]
+
+
+class ThreadCreate(Body):
+    thread_id: str | None = None
+    metadata: dict[str, Any] | None = None
+    if_exists: Literal["raise", "do_nothing"] = "raise"
+    supersteps: list[Superstep] | None = None
+    ttl: dict[str, Any] | None = None
+    graph_id: str | None = None
+
+
+class ThreadPatch(Body):
+    metadata: dict[str, Any] | None = None
+    values: dict[str, Any] | None = None
+    checkpoint: dict[str, Any] | None = None
+    messages: list[dict[str, Any]] | None = None
+    ttl: dict[str, Any] | None = None
+
+
+class ThreadSearch(Body):
+    ids: list[str] | None = None
+    metadata: dict[str, Any] | None = None
+    values: dict[str, Any] | None = None
+    status: Literal["idle", "busy", "interrupted", "error"] | None = None
+    limit: int = Field(10, ge=1, le=1000)
+    offset: int = Field(0, ge=0)
+    sort_by: Literal["thread_id", "status", "created_at", "updated_at"] | None = None
+    sort_order: SortOrder | None = None
+    select: list[str] | None = None
+
+
+class ThreadCount(Body):
+    metadata: dict[str, Any] | None = None
+    values: dict[str, Any] | None = None
+    status: Literal["idle", "busy", "interrupted", "error"] | None = None
+
+
+class ThreadPrune(Body):
+    thread_ids: list[str]
+    strategy: Literal["delete", "keep_latest"] = "delete"
+
+
+class StateUpdate(Body):
+    values: Any = None
+    as_node: str | None = None
+    checkpoint: dict[str, Any] | None = None
+    checkpoint_id: str | None = None
+
+
+class CheckpointRef(Body):
+    model_config = ConfigDict(extra="allow")
+    checkpoint_id: str | None = None
+    checkpoint_ns: str | None = None
+    checkpoint_map: dict[str, Any] | None = None
+    thread_id: str | None = None
+
+
+class StateAtCheckpoint(Body):
+    checkpoint: CheckpointRef
+    subgraphs: bool = False
+
+
+class HistoryQuery(Body):
+    limit: int = Field(10, ge=1, le=1000)
+    before: str | dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    checkpoint: dict[str, Any] | None = None
+
+
+class Command(Body):
+    resume: Any = None
+    update: Any = None
+    goto: Any = None
+
+
+class RunCreate(Body):
+    """A run request: LangGraph's fields, plus the Agent Protocol's `agent_id` and `thread_id`."""
+
+    assistant_id: str | None = None
+    agent_id: str | None = None
+    thread_id: str | None = None
+    input: Any = None
+    command: Command | None = None
+    metadata: dict[str, Any] | None = None
+    config: dict[str, Any] | None = None
+    context: dict[str, Any] | None = None
+    checkpoint: dict[str, Any] | None = None
+    checkpoint_id: str | None = None
+    checkpoint_during: bool | None = None
+    interrupt_before: Literal["*"] | list[str] | None = None
+    interrupt_after: Literal["*"] | list[str] | None = None
+    stream_mode: StreamMode | list[StreamMode] | None = None
+    stream_subgraphs: bool | None = None
+    stream_resumable: bool | None = None
+    on_disconnect: Literal["cancel", "continue"] | None = None
+    on_completion: Literal["delete", "keep"] | None = None
+    multitask_strategy: Literal["reject", "interrupt", "rollback", "enqueue"] | None = None
+    if_not_exists: Literal["create", "reject"] | None = None
+    after_seconds: float | None = Field(None, ge=0)
+    webhook: str | None = Field(None, min_length=1, max_length=65536)
+    durability: Literal["sync", "async", "exit"] | None = None
+    feedback_keys: list[str] | None = None
+    strict_resume: bool | None = None
+    messages: list[dict[str, Any]] | None = None
+
+    def core_body(self) -> dict[str, Any]:
+        body = self.model_dump(exclude_none=True)
+        if "agent_id" in body:
+            body.setdefault("assistant_id", body.pop("agent_id"))
+        return body
+
+
+class RunSearch(Body):
+    thread_id: str | None = None
+    agent_id: str | None = None
+    assistant_id: str | None = None
+    status: Literal["pending", "running", "error", "success", "timeout", "interrupted"] | None = None
+    metadata: dict[str, Any] | None = None
+    limit: int = Field(10, ge=1, le=1000)
+    offset: int = Field(0, ge=0)
+
+
+class RunCancelMany(Body):
+    thread_id: str | None = None
+    run_ids: list[str] | None = None
+    status: Literal["pending", "running", "all"] | None = None
+
+
+class StorePut(Body):
+    namespace: list[str]
+    key: str
+    value: dict[str, Any]
+    index: Literal[False] | list[str] | None = None
+    ttl: float | None = None
+
+
+class StoreDelete(Body):
+    namespace: list[str] | None = None
+    key: str
+
+
+class StoreSearch(Body):
+    namespace_prefix: list[str] | None = None
+    filter: dict[str, Any] | None = None
+    limit: int = Field(10, ge=1, le=1000)
+    offset: int = Field(0, ge=0)
+    query: str | None = None
+    refresh_ttl: bool | None = None
+
+
+class StoreNamespaces(Body):
+    prefix: list[str] | None = None
+    suffix: list[str] | None = None
+    max_depth: int | None = Field(None, ge=1)
+    limit: int = Field(100, ge=1, le=1000)
+    offset: int = Field(0, ge=0)

@@ -1,0 +1,231 @@
+"""Runs on both path families: LangGraph's thread-scoped paths and the Agent Protocol's `/runs` paths."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Literal
+from uuid import UUID
+
+from fastapi import APIRouter, Header, Request
+from starlette.responses import Response
+
+from threadline.api.common import JSON, no_content, run_out, runtime, select, spec_run_out
+from threadline.api.models import RunCancelMany, RunCreate, RunSearch
+from threadline.api.sse import event_response
+from threadline.core.runtime import Runtime
+from threadline.errors import InvalidInput
+
+router = APIRouter(tags=["Runs"])
+CancelAction = Literal["interrupt", "rollback"]
+
+
+def _run_path(run: dict[str, Any]) -> str:
+    return f"/threads/{run['thread_id']}/runs/{run['run_id']}"
+
+
+async def _create(rt: Runtime, thread_id: str | None, body: RunCreate) -> dict[str, Any]:
+    data = body.core_body()
+    if thread_id is None and data.get("thread_id"):
+        thread_id = data.pop("thread_id")
+    data.pop("thread_id", None)
+    if data.get("strict_resume") and data.get("command", {}).get("resume") is not None and thread_id:
+        thread = await rt.threads.get(thread_id)
+        if not thread.get("interrupts"):
+            raise InvalidInput("strict_resume: the thread has no interrupt waiting for an answer")
+    return await rt.runs.create(thread_id, data)
+
+
+def _stream(rt: Runtime, run: dict[str, Any], *, last_event_id: str | None = None, replay: bool = True,
+            cancel_on_disconnect: bool = False) -> Response:
+    async def disconnect() -> None:
+        await rt.runs.cancel(run["run_id"], action="interrupt")
+
+    return event_response(
+        rt.runs.stream(run["run_id"], last_event_id=last_event_id, replay=replay),
+        heartbeat=rt.settings.heartbeat_seconds,
+        headers={"Location": f"{_run_path(run)}/stream", "Content-Location": _run_path(run)},
+        on_disconnect=disconnect if cancel_on_disconnect else None,
+    )
+
+
+async def _wait_output(rt: Runtime, run: dict[str, Any], *, cancel_on_disconnect: bool) -> Any:
+    try:
+        done = await rt.runs.wait(run["run_id"])
+    except asyncio.CancelledError:
+        if cancel_on_disconnect:
+            await asyncio.shield(rt.runs.cancel(run["run_id"], action="interrupt"))
+        raise
+    return done
+
+
+def _disconnect_cancels(body: RunCreate, default: str = "cancel") -> bool:
+    return (body.on_disconnect or default) == "cancel"
+
+
+# --- LangGraph's thread-scoped paths ----------------------------------------------------------
+
+@router.post("/threads/{thread_id}/runs")
+async def create_thread_run(request: Request, thread_id: UUID, body: RunCreate) -> JSON:
+    rt = runtime(request)
+    run = await _create(rt, str(thread_id), body)
+    return JSON(run_out(run), headers={"Content-Location": _run_path(run)})
+
+
+@router.post("/threads/{thread_id}/runs/stream")
+async def stream_thread_run(request: Request, thread_id: UUID, body: RunCreate) -> Response:
+    rt = runtime(request)
+    run = await _create(rt, str(thread_id), body)
+    return _stream(rt, run, cancel_on_disconnect=_disconnect_cancels(body))
+
+
+@router.post("/threads/{thread_id}/runs/wait")
+async def wait_thread_run(request: Request, thread_id: UUID, body: RunCreate) -> JSON:
+    rt = runtime(request)
+    run = await _create(rt, str(thread_id), body)
+    done = await _wait_output(rt, run, cancel_on_disconnect=_disconnect_cancels(body))
+    return JSON(await rt.runs.output(done), headers={"Content-Location": _run_path(run),
+                                                     "Location": f"{_run_path(run)}/join"})
+
+
+@router.get("/threads/{thread_id}/runs")
+async def list_thread_runs(request: Request, thread_id: UUID, limit: int = 10, offset: int = 0,
+                           status: str | None = None, select_: list[str] | None = None) -> JSON:
+    rt = runtime(request)
+    await rt.threads.get(str(thread_id))
+    if limit < 1 or offset < 0:
+        raise InvalidInput("limit must be >= 1 and offset >= 0")
+    rows = await rt.runs.search(thread_id=str(thread_id), assistant_id=None, status=status, metadata=None,
+                                limit=limit, offset=offset)
+    fields = request.query_params.getlist("select") or None
+    return JSON([select(run_out(r), fields) for r in rows])
+
+
+@router.get("/threads/{thread_id}/runs/{run_id}")
+async def get_thread_run(request: Request, thread_id: UUID, run_id: UUID) -> JSON:
+    return JSON(run_out(await runtime(request).runs.get(str(run_id), str(thread_id))))
+
+
+@router.delete("/threads/{thread_id}/runs/{run_id}", status_code=204)
+async def delete_thread_run(request: Request, thread_id: UUID, run_id: UUID):  # type: ignore[no-untyped-def]
+    await runtime(request).runs.delete(str(run_id), str(thread_id))
+    return no_content()
+
+
+@router.get("/threads/{thread_id}/runs/{run_id}/join")
+async def join_thread_run(request: Request, thread_id: UUID, run_id: UUID, cancel_on_disconnect: bool = False) -> JSON:
+    rt = runtime(request)
+    run = await rt.runs.get(str(run_id), str(thread_id))
+    done = await _wait_output(rt, run, cancel_on_disconnect=cancel_on_disconnect)
+    return JSON(await rt.runs.output(done))
+
+
+@router.get("/threads/{thread_id}/runs/{run_id}/wait")
+async def wait_existing_thread_run(request: Request, thread_id: UUID, run_id: UUID) -> JSON:
+    """The journeys' wait: the run's fields (status at the top level) with its output in `values`."""
+    rt = runtime(request)
+    run = await rt.runs.get(str(run_id), str(thread_id))
+    done = await _wait_output(rt, run, cancel_on_disconnect=False)
+    return JSON({**spec_run_out(done), "values": await rt.runs.output(done)})
+
+
+@router.get("/threads/{thread_id}/runs/{run_id}/stream")
+async def join_thread_run_stream(request: Request, thread_id: UUID, run_id: UUID,
+                                 cancel_on_disconnect: bool = False,
+                                 last_event_id: str | None = Header(None)) -> Response:
+    rt = runtime(request)
+    run = await rt.runs.get(str(run_id), str(thread_id))
+    return _stream(rt, run, last_event_id=last_event_id, replay=False,
+                   cancel_on_disconnect=cancel_on_disconnect)
+
+
+@router.post("/threads/{thread_id}/runs/{run_id}/cancel")
+async def cancel_thread_run(request: Request, thread_id: UUID, run_id: UUID, wait: bool = False,
+                            action: CancelAction = "interrupt") -> Response:
+    await runtime(request).runs.cancel(str(run_id), str(thread_id), wait=wait, action=action)
+    return no_content() if wait else Response(status_code=202)
+
+
+# --- stateless runs and the Agent Protocol's /runs paths ----------------------------------------
+
+@router.post("/runs")
+async def create_run(request: Request, body: RunCreate) -> JSON:
+    rt = runtime(request)
+    run = await _create(rt, None, body)
+    return JSON(spec_run_out(run), headers={"Content-Location": _run_path(run)})
+
+
+@router.post("/runs/stream")
+async def stream_run(request: Request, body: RunCreate) -> Response:
+    rt = runtime(request)
+    run = await _create(rt, None, body)
+    return _stream(rt, run, cancel_on_disconnect=_disconnect_cancels(body))
+
+
+@router.post("/runs/wait")
+async def wait_run(request: Request, body: RunCreate) -> JSON:
+    """LangGraph's shape (the output itself) by default; the Agent Protocol's RunWaitResponse when the
+    request names its agent with the protocol's `agent_id`."""
+    rt = runtime(request)
+    run = await _create(rt, None, body)
+    done = await _wait_output(rt, run, cancel_on_disconnect=_disconnect_cancels(body))
+    output = await rt.runs.output(done)
+    if body.agent_id is not None:
+        return JSON({"run": spec_run_out(done), "values": output})
+    return JSON(output, headers={"Content-Location": _run_path(run)})
+
+
+@router.post("/runs/batch")
+async def create_runs_batch(request: Request, bodies: list[RunCreate]) -> JSON:
+    rt = runtime(request)
+    return JSON([spec_run_out(await _create(rt, None, b)) for b in bodies])
+
+
+@router.post("/runs/cancel")
+async def cancel_runs(request: Request, body: RunCancelMany, action: CancelAction = "interrupt") -> Response:
+    if not body.run_ids and not body.thread_id and not body.status:
+        raise InvalidInput("Give run_ids, thread_id or status to choose the runs to cancel")
+    await runtime(request).runs.cancel_many(run_ids=body.run_ids, thread_id=body.thread_id, status=body.status,
+                                            action=action)
+    return no_content()
+
+
+@router.post("/runs/search")
+async def search_runs(request: Request, body: RunSearch) -> JSON:
+    rows = await runtime(request).runs.search(
+        thread_id=body.thread_id, assistant_id=body.agent_id or body.assistant_id, status=body.status,
+        metadata=body.metadata, limit=body.limit, offset=body.offset,
+    )
+    return JSON([spec_run_out(r) for r in rows])
+
+
+@router.get("/runs/{run_id}")
+async def get_run(request: Request, run_id: UUID) -> JSON:
+    return JSON(spec_run_out(await runtime(request).runs.get(str(run_id))))
+
+
+@router.delete("/runs/{run_id}", status_code=204)
+async def delete_run(request: Request, run_id: UUID):  # type: ignore[no-untyped-def]
+    await runtime(request).runs.delete(str(run_id))
+    return no_content()
+
+
+@router.get("/runs/{run_id}/wait")
+async def wait_existing_run(request: Request, run_id: UUID) -> JSON:
+    rt = runtime(request)
+    run = await rt.runs.get(str(run_id))
+    done = await _wait_output(rt, run, cancel_on_disconnect=False)
+    return JSON({"run": spec_run_out(done), "values": await rt.runs.output(done)})
+
+
+@router.get("/runs/{run_id}/stream")
+async def join_run_stream(request: Request, run_id: UUID, last_event_id: str | None = Header(None)) -> Response:
+    rt = runtime(request)
+    run = await rt.runs.get(str(run_id))
+    return _stream(rt, run, last_event_id=last_event_id, replay=False)
+
+
+@router.post("/runs/{run_id}/cancel", status_code=204)
+async def cancel_run(request: Request, run_id: UUID, wait: bool = False,
+                     action: CancelAction = "interrupt"):  # type: ignore[no-untyped-def]
+    await runtime(request).runs.cancel(str(run_id), wait=wait, action=action)
+    return no_content()

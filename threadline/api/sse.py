@@ -1,0 +1,37 @@
+"""Server-sent event responses for run streams, framed as LangGraph's server frames them."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from threadline.broker.base import StreamEvent
+
+log = logging.getLogger("threadline.api")
+
+
+def event_response(
+    events: AsyncIterator[StreamEvent], *, heartbeat: float, headers: dict[str, str] | None = None,
+    on_disconnect: Callable[[], Awaitable[Any]] | None = None,
+) -> EventSourceResponse:
+    """Relay `events`; `on_disconnect` runs when the client leaves before the stream ends."""
+
+    async def frames() -> AsyncIterator[ServerSentEvent]:
+        finished = False
+        try:
+            async for ev in events:
+                yield ServerSentEvent(data=ev.data.decode(), event=ev.event, id=ev.id)
+            finished = True
+        finally:
+            if not finished and on_disconnect is not None:
+                # The client went away mid-run: shielded so the cancel survives our own cancellation.
+                try:
+                    await asyncio.shield(on_disconnect())
+                except Exception:
+                    log.exception("on_disconnect handler failed")
+
+    return EventSourceResponse(frames(), ping=heartbeat, headers=headers, sep="\n")

@@ -1,0 +1,84 @@
+"""The long-term store: namespaced items, search (semantic when `store.index` is configured), namespaces."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from threadline.api.common import JSON, no_content, runtime
+from threadline.api.models import StoreDelete, StoreNamespaces, StorePut, StoreSearch
+from threadline.errors import InvalidInput, NotFound
+
+router = APIRouter(prefix="/store", tags=["Store"])
+
+
+def _namespace(labels: list[str] | None, *, allow_empty: bool = False) -> tuple[str, ...]:
+    labels = labels or []
+    if not labels and not allow_empty:
+        raise InvalidInput("namespace: must not be empty")
+    for label in labels:
+        if not label:
+            raise InvalidInput("namespace: labels must be non-empty strings")
+        if "." in label:
+            raise InvalidInput(f"namespace: label {label!r} must not contain '.'")
+    return tuple(labels)
+
+
+def item_out(item: Any) -> dict[str, Any]:
+    out = {
+        "namespace": list(item.namespace), "key": item.key, "value": item.value,
+        "created_at": item.created_at.isoformat(), "updated_at": item.updated_at.isoformat(),
+    }
+    if hasattr(item, "score"):
+        out["score"] = item.score
+    return out
+
+
+@router.put("/items", status_code=204)
+async def put_item(request: Request, body: StorePut) -> Response:
+    store = runtime(request).storage.store
+    index: Any = body.index if body.index is not None else None
+    kwargs: dict[str, Any] = {}
+    if body.ttl is not None:
+        kwargs["ttl"] = body.ttl
+    await store.aput(_namespace(body.namespace), body.key, body.value, index=index, **kwargs)
+    return no_content()
+
+
+@router.get("/items")
+async def get_item(request: Request, key: str, namespace: str = "", refresh_ttl: bool | None = None) -> JSON:
+    labels = namespace.split(".") if namespace else []
+    ns = _namespace(labels)
+    kwargs = {"refresh_ttl": refresh_ttl} if refresh_ttl is not None else {}
+    item = await runtime(request).storage.store.aget(ns, key, **kwargs)
+    if item is None:
+        raise NotFound(f"Item {key!r} not found in namespace {list(ns)}")
+    return JSON(item_out(item))
+
+
+@router.delete("/items", status_code=204)
+async def delete_item(request: Request, body: StoreDelete) -> Response:
+    await runtime(request).storage.store.adelete(_namespace(body.namespace), body.key)
+    return no_content()
+
+
+@router.post("/items/search")
+async def search_items(request: Request, body: StoreSearch) -> JSON:
+    kwargs = {"refresh_ttl": body.refresh_ttl} if body.refresh_ttl is not None else {}
+    items = await runtime(request).storage.store.asearch(
+        _namespace(body.namespace_prefix, allow_empty=True), query=body.query, filter=body.filter,
+        limit=body.limit, offset=body.offset, **kwargs,
+    )
+    return JSON({"items": [item_out(i) for i in items]})
+
+
+@router.post("/namespaces")
+async def list_namespaces(request: Request, body: StoreNamespaces) -> JSON:
+    namespaces = await runtime(request).storage.store.alist_namespaces(
+        prefix=_namespace(body.prefix, allow_empty=True) or None,
+        suffix=_namespace(body.suffix, allow_empty=True) or None,
+        max_depth=body.max_depth, limit=body.limit, offset=body.offset,
+    )
+    return JSON({"namespaces": [list(ns) for ns in namespaces]})

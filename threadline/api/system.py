@@ -1,0 +1,45 @@
+"""System endpoints: liveness, readiness, and what this server is."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from threadline import __version__
+from threadline.api.common import JSON, runtime
+
+router = APIRouter(tags=["System"])
+
+
+@router.get("/ok")
+async def ok(request: Request, check_db: int = 0) -> JSON:
+    """Liveness; with `check_db=1`, readiness: the database answers a real query (503 if not)."""
+    if check_db:
+        await runtime(request).storage.ping()
+    return JSON({"ok": True})
+
+
+@router.get("/info")
+async def info(request: Request) -> JSON:
+    rt = runtime(request)
+    stats = await rt.storage.queue_stats()
+    return JSON({
+        "version": __version__,
+        "server": "threadline",
+        "langgraph_py_version": _version("langgraph"),
+        "flags": {"assistants": True, "crons": False, "langsmith": False, "agent_protocol": True,
+                  "a2a": False, "mcp": False, "streaming_protocol": False, "metrics": False},
+        "storage": {"backend": rt.storage.url.split(":", 1)[0], **rt.storage.capabilities},
+        "graphs": rt.graphs.ids(),
+        "default_agent": rt.graphs.default_agent,
+        "workers": {"size": rt.workers.size if rt.workers else 0, "busy": rt.workers.busy if rt.workers else 0},
+        "queue": stats,
+    })
+
+
+def _version(package: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None

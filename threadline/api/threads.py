@@ -1,0 +1,131 @@
+"""Threads and their state: LangGraph's paths and the Agent Protocol's (which differ only in history)."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from fastapi import APIRouter, Request
+
+from threadline.api.common import JSON, no_content, runtime, select, thread_out
+from threadline.api.models import (
+    HistoryQuery, StateAtCheckpoint, StateUpdate, ThreadCount, ThreadCreate, ThreadPatch, ThreadPrune, ThreadSearch,
+)
+from threadline.errors import InvalidInput
+
+router = APIRouter(prefix="/threads", tags=["Threads"])
+
+
+@router.post("")
+async def create_thread(request: Request, body: ThreadCreate) -> JSON:
+    if body.thread_id is not None:
+        _uuid(body.thread_id, "thread_id")
+    row = await runtime(request).threads.create(
+        thread_id=body.thread_id, metadata=body.metadata, if_exists=body.if_exists, graph_id=body.graph_id,
+        supersteps=[s.model_dump() for s in body.supersteps] if body.supersteps else None,
+    )
+    return JSON(thread_out(row))
+
+
+@router.post("/search")
+async def search_threads(request: Request, body: ThreadSearch) -> JSON:
+    rows = await runtime(request).threads.search(
+        ids=body.ids, metadata=body.metadata, values=body.values, status=body.status, limit=body.limit,
+        offset=body.offset, sort_by=body.sort_by or "created_at", sort_order=body.sort_order or "desc",
+    )
+    return JSON([select(thread_out(r), body.select) for r in rows])
+
+
+@router.post("/count")
+async def count_threads(request: Request, body: ThreadCount) -> JSON:
+    return JSON(await runtime(request).threads.count(metadata=body.metadata, values=body.values,
+                                                     status=body.status))
+
+
+@router.post("/prune")
+async def prune_threads(request: Request, body: ThreadPrune) -> JSON:
+    pruned = await runtime(request).threads.prune(body.thread_ids, body.strategy)
+    return JSON({"pruned_count": pruned})
+
+
+@router.get("/{thread_id}")
+async def get_thread(request: Request, thread_id: UUID) -> JSON:
+    return JSON(thread_out(await runtime(request).threads.get(str(thread_id))))
+
+
+@router.patch("/{thread_id}")
+async def patch_thread(request: Request, thread_id: UUID, body: ThreadPatch) -> JSON:
+    """Metadata is merged; the Agent Protocol's `values` (and `checkpoint`) write a new state revision."""
+    threads = runtime(request).threads
+    tid = str(thread_id)
+    await threads.get(tid)
+    if body.values is not None or body.messages is not None:
+        values = dict(body.values or {})
+        if body.messages is not None:
+            values["messages"] = body.messages
+        await threads.update_state(tid, values=values, checkpoint=body.checkpoint)
+    row = await threads.patch(tid, metadata=body.metadata)
+    return JSON(thread_out(row))
+
+
+@router.delete("/{thread_id}", status_code=204)
+async def delete_thread(request: Request, thread_id: UUID):  # type: ignore[no-untyped-def]
+    rt = runtime(request)
+    await rt.threads.get(str(thread_id))
+    await rt.runs.cancel_thread_runs(str(thread_id))
+    await rt.threads.delete(str(thread_id))
+    return no_content()
+
+
+@router.post("/{thread_id}/copy")
+async def copy_thread(request: Request, thread_id: UUID) -> JSON:
+    return JSON(thread_out(await runtime(request).threads.copy(str(thread_id))))
+
+
+@router.get("/{thread_id}/state")
+async def get_state(request: Request, thread_id: UUID, subgraphs: bool = False) -> JSON:
+    return JSON(await runtime(request).threads.get_state(str(thread_id), subgraphs=subgraphs))
+
+
+@router.post("/{thread_id}/state")
+async def update_state(request: Request, thread_id: UUID, body: StateUpdate) -> JSON:
+    checkpoint = dict(body.checkpoint or {})
+    if body.checkpoint_id:
+        checkpoint["checkpoint_id"] = body.checkpoint_id
+    result = await runtime(request).threads.update_state(
+        str(thread_id), values=body.values, as_node=body.as_node, checkpoint=checkpoint or None,
+    )
+    return JSON(result)
+
+
+@router.get("/{thread_id}/state/{checkpoint_id}")
+async def get_state_at(request: Request, thread_id: UUID, checkpoint_id: str, subgraphs: bool = False) -> JSON:
+    return JSON(await runtime(request).threads.get_state(
+        str(thread_id), checkpoint={"checkpoint_id": checkpoint_id}, subgraphs=subgraphs))
+
+
+@router.post("/{thread_id}/state/checkpoint")
+async def get_state_at_checkpoint(request: Request, thread_id: UUID, body: StateAtCheckpoint) -> JSON:
+    checkpoint = body.checkpoint.model_dump(exclude_none=True)
+    return JSON(await runtime(request).threads.get_state(str(thread_id), checkpoint=checkpoint,
+                                                         subgraphs=body.subgraphs))
+
+
+@router.get("/{thread_id}/history")
+async def get_history(request: Request, thread_id: UUID, limit: int = 10, before: str | None = None) -> JSON:
+    if limit < 1 or limit > 1000:
+        raise InvalidInput("limit: must be between 1 and 1000")
+    return JSON(await runtime(request).threads.history(str(thread_id), limit=limit, before=before))
+
+
+@router.post("/{thread_id}/history")
+async def post_history(request: Request, thread_id: UUID, body: HistoryQuery) -> JSON:
+    return JSON(await runtime(request).threads.history(
+        str(thread_id), limit=body.limit, before=body.before, metadata=body.metadata, checkpoint=body.checkpoint,
+    ))
+
+
+def _uuid(value: str, field: str) -> str:
+    try:
+        return str(UUID(value))
+    except ValueError:
+        raise InvalidInput(f"{field}: must be a UUID, got {value!r}") from None

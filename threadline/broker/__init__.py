@@ -1,0 +1,20 @@
+"""Moving stream events, wake-ups and cancel signals between the parts of a deployment.
+
+The broker carries nothing durable: a lost wake-up costs latency, never a stuck run.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from threadline.broker.base import Broker
+
+
+def open_broker(url: str | None, *, buffer_events: int = 10_000) -> Broker:
+    """The broker `url` names; None means in-process (the embedded default)."""
+    if url is None or url.startswith("memory:"):
+        from threadline.broker.memory import MemoryBroker
+
+        return MemoryBroker(buffer_events=buffer_events)
+    raise ValueError(f"unsupported broker URL {url!r} (redis:// is not built yet)")

@@ -1,0 +1,64 @@
+"""The broker contract."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    """One event of a run's output stream; `id` orders events within the run."""
+
+    id: str
+    event: str
+    data: bytes  # JSON
+
+
+class Broker(abc.ABC):
+    """Per-run event streams with a bounded replay buffer, worker wake-ups, run-done and cancel signals."""
+
+    @abc.abstractmethod
+    async def publish(self, run_id: str, event: str, data: bytes) -> str:
+        """Append an event to the run's stream; return its id."""
+
+    @abc.abstractmethod
+    async def end_stream(self, run_id: str) -> None:
+        """Mark the run's stream finished: subscribers drain what is buffered, then stop."""
+
+    @abc.abstractmethod
+    def subscribe(self, run_id: str, *, after: str | None = None, replay: bool = False) -> AsyncIterator[StreamEvent]:
+        """Events of a run: those after `after` (or all buffered when `replay`), then live ones, until the end."""
+
+    @abc.abstractmethod
+    async def stream_started(self, run_id: str) -> bool:
+        """Whether the run has published anything (its stream exists)."""
+
+    @abc.abstractmethod
+    async def wake_workers(self) -> None: ...
+
+    @abc.abstractmethod
+    async def wait_for_work(self, timeout: float) -> None:
+        """Return when woken or after `timeout` seconds, whichever comes first."""
+
+    @abc.abstractmethod
+    async def notify_run_done(self, run_id: str) -> None: ...
+
+    @abc.abstractmethod
+    def listen_run_done(self, run_id: str) -> Any:
+        """Start listening for `notify_run_done(run_id)` now; return `async wait(timeout) -> bool`.
+
+        Listen first, then check storage, then wait: a notification in between is not lost.
+        """
+
+    @abc.abstractmethod
+    async def send_cancel(self, run_id: str, action: str) -> None: ...
+
+    @abc.abstractmethod
+    def on_cancel(self, run_id: str, callback: Any) -> Any:
+        """Register `callback(action)` for cancel signals to `run_id`; returns an unregister function."""
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,1 @@
+"""Domain logic. Never imports the web framework, a database driver or redis."""

@@ -1,0 +1,133 @@
+"""Assistants: a graph plus a saved configuration, versioned on every change."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Literal
+
+from threadline.core.graphs import GraphRegistry, describe_schemas, draw, subgraph_schemas
+from threadline.errors import NotFound
+from threadline.storage.base import Row, Storage
+from threadline.storage.sql import now_iso
+
+# LangGraph's server derives each system assistant's id from its graph id this way, so ids that
+# clients stored against it stay valid here.
+SYSTEM_NAMESPACE = uuid.NAMESPACE_URL
+
+
+def system_assistant_id(graph_id: str) -> str:
+    return str(uuid.uuid5(SYSTEM_NAMESPACE, graph_id))
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+        return True
+    except ValueError:
+        return False
+
+
+class Assistants:
+    """Assistant operations over storage and the graph registry."""
+
+    def __init__(self, storage: Storage, graphs: GraphRegistry) -> None:
+        self.storage = storage
+        self.graphs = graphs
+
+    async def ensure_system_assistants(self) -> list[Row]:
+        """One assistant per configured graph, with the reference server's deterministic id."""
+        made = []
+        for graph_id in self.graphs.ids():
+            made.append(await self.storage.create_assistant(
+                self._new_row(system_assistant_id(graph_id), graph_id, name=graph_id,
+                              metadata={"created_by": "system"}),
+                if_exists="do_nothing",
+            ))
+        return made
+
+    def _new_row(self, assistant_id: str, graph_id: str, *, name: str | None = None, description: str | None = None,
+                 config: dict | None = None, context: dict | None = None, metadata: dict | None = None) -> Row:
+        now = now_iso()
+        return {
+            "assistant_id": assistant_id, "graph_id": graph_id, "name": name or "Untitled",
+            "description": description, "config": config or {}, "context": context or {},
+            "metadata": metadata or {}, "version": 1, "created_at": now, "updated_at": now,
+        }
+
+    async def create(self, *, graph_id: str, assistant_id: str | None = None, config: dict | None = None,
+                     context: dict | None = None, metadata: dict | None = None, name: str | None = None,
+                     description: str | None = None, if_exists: Literal["raise", "do_nothing"] = "raise") -> Row:
+        self.graphs.entry(graph_id)  # 404 for an unknown graph
+        row = self._new_row(assistant_id or str(uuid.uuid4()), graph_id, name=name, description=description,
+                            config=config, context=context, metadata=metadata)
+        return await self.storage.create_assistant(row, if_exists=if_exists)
+
+    async def get(self, assistant_id: str) -> Row:
+        """By id, or by graph id (which names the graph's system assistant), as LangGraph allows."""
+        found = await self.storage.get_assistant(assistant_id) if _is_uuid(assistant_id) else None
+        if found is None and assistant_id in self.graphs.entries:
+            found = await self.storage.get_assistant(system_assistant_id(assistant_id))
+        if found is None:
+            raise NotFound(f"Assistant {assistant_id} not found")
+        return found
+
+    async def search(self, *, graph_id: str | None = None, name: str | None = None,
+                     metadata: dict | None = None, limit: int = 10, offset: int = 0,
+                     sort_by: str = "created_at", sort_order: Literal["asc", "desc"] = "desc") -> list[Row]:
+        return await self.storage.search_assistants(graph_id=graph_id, name=name, metadata=metadata, limit=limit,
+                                                    offset=offset, sort_by=sort_by, sort_order=sort_order)
+
+    async def count(self, *, graph_id: str | None = None, name: str | None = None, metadata: dict | None = None) -> int:
+        return await self.storage.count_assistants(graph_id=graph_id, name=name, metadata=metadata)
+
+    async def patch(self, assistant_id: str, *, graph_id: str | None = None, config: dict | None = None,
+                    context: dict | None = None, metadata: dict | None = None, name: str | None = None,
+                    description: str | None = None) -> Row:
+        current = await self.get(assistant_id)
+        changes: dict[str, Any] = {}
+        if graph_id is not None:
+            self.graphs.entry(graph_id)
+            changes["graph_id"] = graph_id
+        if config is not None:
+            changes["config"] = config
+        if context is not None:
+            changes["context"] = context
+        if metadata is not None:
+            changes["metadata"] = {**current["metadata"], **metadata}
+        if name is not None:
+            changes["name"] = name
+        if description is not None:
+            changes["description"] = description
+        return await self.storage.update_assistant(current["assistant_id"], changes)
+
+    async def delete(self, assistant_id: str) -> None:
+        current = await self.get(assistant_id)
+        await self.storage.delete_assistant(current["assistant_id"])
+
+    async def versions(self, assistant_id: str, *, metadata: dict | None = None, limit: int = 10,
+                       offset: int = 0) -> list[Row]:
+        current = await self.get(assistant_id)
+        return await self.storage.list_assistant_versions(current["assistant_id"], metadata=metadata,
+                                                          limit=limit, offset=offset)
+
+    async def set_latest(self, assistant_id: str, version: int) -> Row:
+        current = await self.get(assistant_id)
+        found = await self.storage.set_assistant_version(current["assistant_id"], version)
+        if found is None:
+            raise NotFound(f"Assistant {assistant_id} has no version {version}")
+        return found
+
+    async def schemas(self, assistant_id: str) -> dict[str, Any]:
+        assistant = await self.get(assistant_id)
+        async with self.graphs.graph(assistant["graph_id"], {"configurable": {}}) as graph:
+            return describe_schemas(graph, assistant["graph_id"])
+
+    async def drawing(self, assistant_id: str, xray: int | bool = False) -> dict[str, Any]:
+        assistant = await self.get(assistant_id)
+        async with self.graphs.graph(assistant["graph_id"], {"configurable": {}}) as graph:
+            return draw(graph, xray)
+
+    async def subgraphs(self, assistant_id: str, namespace: str | None = None, recurse: bool = False) -> dict[str, Any]:
+        assistant = await self.get(assistant_id)
+        async with self.graphs.graph(assistant["graph_id"], {"configurable": {}}) as graph:
+            return subgraph_schemas(graph, namespace, recurse)

@@ -1,0 +1,222 @@
+"""Executing one claimed run: the graph with the thread's checkpointer, its events onto the broker."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from langgraph.types import Command
+
+from threadline.broker.base import Broker
+from threadline.core.graphs import GraphRegistry
+from threadline.core.messages import MessageStreamer
+from threadline.core.state import bind, interrupt_json, pending_interrupts, snapshot_json, thread_config
+from threadline.serde import dumps, to_jsonable
+from threadline.storage.base import Row, Storage
+
+log = logging.getLogger("threadline.executor")
+
+# Stream modes a client may ask for, and the LangGraph stream mode that feeds each.
+STREAM_MODES = {
+    "values": "values", "updates": "updates", "custom": "custom", "debug": "debug", "tasks": "tasks",
+    "checkpoints": "checkpoints", "messages": "messages", "messages-tuple": "messages", "events": None,
+}
+
+
+class StopSignal:
+    """Set by the worker before it cancels a run's task, so the task knows why it was cancelled."""
+
+    def __init__(self) -> None:
+        self.action: str | None = None
+
+
+def requested_modes(kwargs: dict[str, Any]) -> list[str]:
+    modes = kwargs.get("stream_mode") or ["values"]
+    return [modes] if isinstance(modes, str) else list(modes)
+
+
+def build_config(run: Row, assistant: Row, thread_id: str) -> dict[str, Any]:
+    kwargs = run["kwargs"]
+    base = assistant.get("config") or {}
+    given = kwargs.get("config") or {}
+    config: dict[str, Any] = {**base, **{k: v for k, v in given.items() if k != "configurable"}}
+    config["tags"] = list(dict.fromkeys([*(base.get("tags") or []), *(given.get("tags") or [])]))
+    configurable = {**(base.get("configurable") or {}), **(given.get("configurable") or {})}
+    configurable.update({
+        "thread_id": thread_id, "run_id": run["run_id"], "assistant_id": assistant["assistant_id"],
+        "graph_id": assistant["graph_id"], "run_attempt": run.get("attempt", 1),
+    })
+    checkpoint = dict(kwargs.get("checkpoint") or {})
+    if kwargs.get("checkpoint_id"):
+        checkpoint["checkpoint_id"] = kwargs["checkpoint_id"]
+    for key in ("checkpoint_id", "checkpoint_ns", "checkpoint_map"):
+        if checkpoint.get(key) is not None:
+            configurable[key] = checkpoint[key]
+    configurable.setdefault("checkpoint_ns", "")
+    config["configurable"] = configurable
+    config["metadata"] = {**(base.get("metadata") or {}), **(given.get("metadata") or {}), **run["metadata"],
+                          "run_id": run["run_id"], "thread_id": thread_id,
+                          "assistant_id": assistant["assistant_id"], "graph_id": assistant["graph_id"]}
+    config["run_id"] = run["run_id"]
+    return config
+
+
+def graph_input(kwargs: dict[str, Any]) -> Any:
+    command = kwargs.get("command")
+    if command:
+        goto = command.get("goto")
+        if isinstance(goto, dict) or (isinstance(goto, list) and goto and isinstance(goto[0], dict)):
+            from langgraph.types import Send
+
+            sends = [goto] if isinstance(goto, dict) else goto
+            goto = [Send(s["node"], s.get("input")) if isinstance(s, dict) else s for s in sends]
+        return Command(resume=command.get("resume"), update=command.get("update"), goto=goto or ())
+    return kwargs.get("input")
+
+
+class Executor:
+    """Runs one run to its end and records the outcome. Used by the worker pool."""
+
+    def __init__(self, storage: Storage, broker: Broker, graphs: GraphRegistry) -> None:
+        self.storage = storage
+        self.broker = broker
+        self.graphs = graphs
+
+    async def execute(self, run: Row, worker_id: str, stop: StopSignal) -> str:
+        """Execute `run`; returns its final status.
+
+        A cancel arrives as CancelledError with `stop.action` set; without it (shutdown) the error propagates
+        and the run stays `running` for recovery to requeue.
+        """
+        run_id, thread_id = run["run_id"], run["thread_id"]
+        status, error, output, action = "success", None, None, None
+        try:
+            if stop.action is not None:
+                raise asyncio.CancelledError
+            await self.broker.publish(run_id, "metadata", dumps({"run_id": run_id, "attempt": run.get("attempt", 1)}))
+            assistant = await self.storage.get_assistant(run["assistant_id"])
+            if assistant is None:
+                raise LookupError(f"Assistant {run['assistant_id']} no longer exists")
+            config = build_config(run, assistant, thread_id)
+            async with self.graphs.graph(assistant["graph_id"], config) as graph:
+                bound = bind(graph, self.storage.checkpointer, self.storage.store)
+                await self._stream(bound, run, config, assistant)
+                snap = await bound.aget_state(thread_config(thread_id))
+            state = snapshot_json(snap)
+            output = state["values"]
+            interrupts = pending_interrupts(state)
+            if interrupts:
+                flat = [i for group in interrupts.values() for i in group]
+                output = {**output, "__interrupt__": flat} if isinstance(output, dict) else output
+            thread_changes: dict[str, Any] = {"values": state["values"], "interrupts": interrupts,
+                                              "status": "interrupted" if interrupts else "idle", "error": None}
+        except asyncio.CancelledError:
+            action = stop.action
+            if action is None:
+                raise
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()
+            status = "interrupted"
+            thread_changes = await self._thread_after_stop(thread_id)
+        except Exception as exc:  # the agent's own failure: recorded on the run, shown to the client
+            status = "error"
+            error = {"error": type(exc).__name__, "message": str(exc)}
+            log.info("run %s failed: %s: %s", run_id, type(exc).__name__, exc)
+            await self.broker.publish(run_id, "error", dumps(error))
+            thread_changes = {"status": "error", "error": error}
+            try:
+                thread_changes.update(await self._thread_after_stop(thread_id))
+                thread_changes["status"] = "error"
+            except Exception:
+                log.exception("could not read state of thread %s after a failed run", thread_id)
+        await self._finish(run, worker_id, status, error, output, thread_changes, action)
+        return status
+
+    async def _thread_after_stop(self, thread_id: str) -> dict[str, Any]:
+        thread = await self.storage.get_thread(thread_id)
+        meta = (thread or {}).get("metadata") or {}
+        graph_id = meta.get("graph_id")
+        if not graph_id or graph_id not in self.graphs.entries:
+            return {"status": "idle"}
+        async with self.graphs.graph(graph_id, thread_config(thread_id)) as graph:
+            bound = bind(graph, self.storage.checkpointer, self.storage.store)
+            state = snapshot_json(await bound.aget_state(thread_config(thread_id)))
+        interrupts = pending_interrupts(state)
+        return {"values": state["values"] if state["checkpoint"] else None, "interrupts": interrupts,
+                "status": "interrupted" if interrupts else "idle"}
+
+    async def _finish(self, run: Row, worker_id: str, status: str, error: Any, output: Any,
+                      thread_changes: dict[str, Any], action: str | None) -> None:
+        run_id, thread_id = run["run_id"], run["thread_id"]
+        if action == "rollback":
+            await self.storage.delete_checkpoints_for_run(thread_id, run_id)
+            thread_changes = await self._thread_after_stop(thread_id)
+        finished = await self.storage.finish_run(run_id, status, error=error, output=output,
+                                                 thread_changes=thread_changes, worker_id=worker_id)
+        if finished is None:
+            log.warning("run %s was no longer held by %s; its result was discarded", run_id, worker_id)
+        if action == "rollback":
+            await self.storage.delete_run(run_id)
+        if (run["kwargs"] or {}).get("temporary"):
+            await self.storage.delete_thread(thread_id, keep_runs=True)
+        await self.broker.end_stream(run_id)
+        await self.broker.notify_run_done(run_id)
+        if finished is not None and run["kwargs"].get("webhook"):
+            asyncio.create_task(_post_webhook(run["kwargs"]["webhook"], finished))
+
+    async def _stream(self, graph: Any, run: Row, config: dict[str, Any], assistant: Row) -> None:
+        kwargs = run["kwargs"]
+        modes = requested_modes(kwargs)
+        run_id = run["run_id"]
+        lg_modes = sorted({STREAM_MODES[m] for m in modes if STREAM_MODES.get(m)})
+        subgraphs = bool(kwargs.get("stream_subgraphs"))
+        context = {**(assistant.get("context") or {}), **(kwargs.get("context") or {})} or None
+        options: dict[str, Any] = {
+            "stream_mode": lg_modes or ["values"], "subgraphs": True,
+            "interrupt_before": kwargs.get("interrupt_before"), "interrupt_after": kwargs.get("interrupt_after"),
+        }
+        if context is not None:
+            options["context"] = context
+        if kwargs.get("durability"):
+            options["durability"] = kwargs["durability"]
+        messages = MessageStreamer(legacy="messages" in modes, tuples="messages-tuple" in modes)
+        publish = self.broker.publish
+        if "events" in modes:
+            await self._stream_events(graph, run, config, options, modes, subgraphs)
+            return
+        async for ns, mode, chunk in graph.astream(graph_input(kwargs), config, **options):
+            if ns and not subgraphs:
+                continue
+            suffix = "|" + "|".join(ns) if ns else ""
+            if mode == "messages":
+                for event, data in messages.feed(chunk):
+                    await publish(run_id, event + suffix, dumps(data))
+            elif mode in modes:
+                await publish(run_id, mode + suffix, dumps(_mode_payload(mode, chunk)))
+
+    async def _stream_events(self, graph: Any, run: Row, config: dict[str, Any], options: dict[str, Any],
+                             modes: list[str], subgraphs: bool) -> None:
+        run_id = run["run_id"]
+        options = {k: v for k, v in options.items() if k not in ("stream_mode", "subgraphs")}
+        async for event in graph.astream_events(graph_input(run["kwargs"]), config, version="v2", **options):
+            await self.broker.publish(run_id, "events", dumps(to_jsonable(event)))
+
+
+def _mode_payload(mode: str, chunk: Any) -> Any:
+    if mode == "updates" and isinstance(chunk, dict) and "__interrupt__" in chunk:
+        return {**chunk, "__interrupt__": [interrupt_json(i) for i in chunk["__interrupt__"]]}
+    if mode == "values" and isinstance(chunk, dict) and "__interrupt__" in chunk:
+        return {**chunk, "__interrupt__": [interrupt_json(i) for i in chunk["__interrupt__"]]}
+    return to_jsonable(chunk)
+
+
+async def _post_webhook(url: str, run: Row) -> None:
+    import httpx
+
+    try:
+        async with httpx.AsyncClient(timeout=10) as client:
+            await client.post(url, content=dumps(run), headers={"content-type": "application/json"})
+    except Exception as exc:  # a webhook failure never fails the run
+        log.warning("webhook %s failed: %s", url, exc)

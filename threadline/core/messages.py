@@ -1,0 +1,39 @@
+"""The two shapes of message streaming: `messages-tuple` and LangGraph's `messages/*` events."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from langchain_core.messages import BaseMessage, BaseMessageChunk
+
+from threadline.serde import to_jsonable
+
+
+class MessageStreamer:
+    """Turns LangGraph `messages` chunks `(message, metadata)` into the events a client asked for."""
+
+    def __init__(self, *, legacy: bool, tuples: bool) -> None:
+        self.legacy = legacy
+        self.tuples = tuples
+        self._seen: dict[str, BaseMessage] = {}
+
+    def feed(self, chunk: tuple[Any, dict[str, Any]]) -> Iterator[tuple[str, Any]]:
+        message, metadata = chunk
+        if self.tuples:
+            yield "messages", [to_jsonable(message), to_jsonable(metadata)]
+        if not self.legacy:
+            return
+        msg_id = getattr(message, "id", None) or ""
+        if msg_id not in self._seen:
+            yield "messages/metadata", {msg_id: {"metadata": to_jsonable(metadata)}}
+            self._seen[msg_id] = message
+        else:
+            prev = self._seen[msg_id]
+            if isinstance(prev, BaseMessageChunk) and isinstance(message, BaseMessageChunk):
+                self._seen[msg_id] = prev + message
+            else:
+                self._seen[msg_id] = message
+        current = self._seen[msg_id]
+        kind = "messages/partial" if isinstance(message, BaseMessageChunk) else "messages/complete"
+        yield kind, [to_jsonable(current)]

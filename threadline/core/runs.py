@@ -1,0 +1,187 @@
+"""Runs: creating them (with multitask strategies), reading, waiting, joining and cancelling."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta, timezone
+from typing import Any, Literal
+
+from threadline.broker.base import Broker, StreamEvent
+from threadline.core.assistants import Assistants
+from threadline.core.threads import Threads
+from threadline.errors import Conflict, InvalidInput, NotFound
+from threadline.storage.base import Row, Storage
+from threadline.storage.sql import now_iso
+
+TERMINAL = ("success", "error", "timeout", "interrupted")
+MultitaskStrategy = Literal["reject", "interrupt", "rollback", "enqueue"]
+
+# Keys of a run request kept in the run's `kwargs` and read by the executor.
+KWARG_KEYS = (
+    "input", "command", "config", "context", "stream_mode", "stream_subgraphs", "stream_resumable",
+    "interrupt_before", "interrupt_after", "checkpoint", "checkpoint_id", "webhook", "on_completion",
+    "on_disconnect", "after_seconds", "durability", "feedback_keys", "checkpoint_during",
+)
+
+
+class Runs:
+    """Run operations. Execution itself is the worker's (see `threadline.core.worker`)."""
+
+    def __init__(self, storage: Storage, broker: Broker, assistants: Assistants, threads: Threads) -> None:
+        self.storage = storage
+        self.broker = broker
+        self.assistants = assistants
+        self.threads = threads
+
+    async def _resolve_assistant(self, assistant_id: str | None) -> Row:
+        if assistant_id:
+            return await self.assistants.get(assistant_id)
+        graphs = self.assistants.graphs
+        default = graphs.default_agent or (graphs.ids()[0] if len(graphs.ids()) == 1 else None)
+        if default is None:
+            raise InvalidInput(
+                f"assistant_id is required: this server serves several agents ({', '.join(graphs.ids())}) "
+                "and its config names no default (threadline.default_agent in langgraph.json)",
+                choices=graphs.ids(),
+            )
+        return await self.assistants.get(default)
+
+    async def create(self, thread_id: str | None, body: dict[str, Any], *, stateless: bool = False) -> Row:
+        """Validate, apply the multitask strategy and enqueue; returns the pending run."""
+        assistant = await self._resolve_assistant(body.get("assistant_id"))
+        if body.get("input") is not None and body.get("command") is not None:
+            raise InvalidInput("Give either input or command, not both")
+        kwargs = {k: body[k] for k in KWARG_KEYS if body.get(k) is not None}
+        create_thread: Row | None = None
+        if thread_id is None:
+            stateless = True
+            thread_id = str(uuid.uuid4())
+            create_thread = {"thread_id": thread_id}
+            kwargs.setdefault("on_completion", "delete")
+            kwargs["temporary"] = kwargs["on_completion"] == "delete"
+        else:
+            if await self.storage.get_thread(thread_id) is None:
+                if body.get("if_not_exists") != "create":
+                    raise NotFound(f"Thread {thread_id} not found")
+                create_thread = {"thread_id": thread_id}
+        thread_meta = {"graph_id": assistant["graph_id"], "assistant_id": assistant["assistant_id"]}
+        if create_thread is not None:
+            create_thread["metadata"] = thread_meta
+        strategy: MultitaskStrategy = body.get("multitask_strategy") or "reject"
+        if create_thread is None and strategy in ("interrupt", "rollback"):
+            for active in await self.storage.active_runs(thread_id):
+                await self.cancel(active["run_id"], action=strategy, wait=False)
+        now = datetime.now(timezone.utc)
+        available = now + timedelta(seconds=float(body.get("after_seconds") or 0))
+        run = {
+            "run_id": str(uuid.uuid4()), "thread_id": thread_id, "assistant_id": assistant["assistant_id"],
+            "status": "pending", "metadata": body.get("metadata") or {}, "kwargs": kwargs,
+            "multitask_strategy": strategy, "available_at": available.isoformat(),
+            "created_at": now.isoformat(), "updated_at": now.isoformat(),
+        }
+        created = await self.storage.enqueue_run(run, create_thread=create_thread,
+                                                 reject_if_active=strategy == "reject")
+        if create_thread is None:
+            await self.storage.update_thread(thread_id, {}, merge_metadata=thread_meta)
+        await self.broker.wake_workers()
+        return created
+
+    async def get(self, run_id: str, thread_id: str | None = None) -> Row:
+        run = await self.storage.get_run(run_id)
+        if run is None or (thread_id is not None and run["thread_id"] != thread_id):
+            raise NotFound(f"Run {run_id} not found")
+        return run
+
+    async def search(self, **filters: Any) -> list[Row]:
+        return await self.storage.search_runs(**filters)
+
+    async def delete(self, run_id: str, thread_id: str | None = None) -> None:
+        run = await self.get(run_id, thread_id)
+        if run["status"] not in TERMINAL:
+            raise Conflict(f"Run {run_id} is {run['status']}: cancel it before deleting it")
+        await self.storage.delete_run(run_id)
+
+    async def wait(self, run_id: str, thread_id: str | None = None, timeout: float | None = None) -> Row:
+        """Return the run once it is terminal; woken by the run ending, not by polling."""
+        while True:
+            listen = self.broker.listen_run_done(run_id)
+            run = await self.get(run_id, thread_id)
+            if run["status"] in TERMINAL:
+                return run
+            # The timeout is a backstop against a lost wake-up, not the way waiting works.
+            await listen(30.0 if timeout is None else timeout)
+
+    async def cancel(self, run_id: str, thread_id: str | None = None, *, wait: bool = False,
+                     action: Literal["interrupt", "rollback"] = "interrupt") -> Row | None:
+        """Cancel a run: pending runs never start; running ones are cancelled at their next await."""
+        run = await self.get(run_id, thread_id)
+        if run["status"] in TERMINAL:
+            return run
+        if await self.storage.cancel_pending_runs([run_id], "interrupted"):
+            await self._after_stop(run, action)
+            return None if action == "rollback" else await self.storage.get_run(run_id)
+        await self.broker.send_cancel(run_id, action)
+        if wait:
+            await self.wait(run_id) if action != "rollback" else await self._wait_gone(run_id)
+        return await self.storage.get_run(run_id)
+
+    async def _wait_gone(self, run_id: str) -> None:
+        while True:
+            listen = self.broker.listen_run_done(run_id)
+            run = await self.storage.get_run(run_id)
+            if run is None or run["status"] in TERMINAL:
+                return
+            await listen(30.0)
+
+    async def _after_stop(self, run: Row, action: str) -> None:
+        """Bookkeeping for a run that ended without a worker: rollback, signals, stream end."""
+        if action == "rollback":
+            await self.storage.delete_run(run["run_id"])
+        await self.broker.end_stream(run["run_id"])
+        await self.broker.notify_run_done(run["run_id"])
+
+    async def cancel_many(self, *, run_ids: list[str] | None = None, thread_id: str | None = None,
+                          status: str | None = None, action: Literal["interrupt", "rollback"] = "interrupt") -> int:
+        targets: list[Row] = []
+        if run_ids:
+            for rid in run_ids:
+                run = await self.storage.get_run(rid)
+                if run is None or (thread_id and run["thread_id"] != thread_id):
+                    raise NotFound(f"Run {rid} not found")
+                targets.append(run)
+        else:
+            statuses = ["pending", "running"] if status in (None, "all") else [status]
+            for st in statuses:
+                targets += await self.storage.search_runs(thread_id=thread_id, assistant_id=None, status=st,
+                                                          metadata=None, limit=10_000, offset=0)
+        for run in targets:
+            await self.cancel(run["run_id"], action=action)
+        return len(targets)
+
+    async def cancel_thread_runs(self, thread_id: str) -> None:
+        for run in await self.storage.active_runs(thread_id):
+            await self.cancel(run["run_id"], action="interrupt", wait=True)
+
+    def stream(self, run_id: str, *, last_event_id: str | None = None, replay: bool = False) -> AsyncIterator[StreamEvent]:
+        return self.broker.subscribe(run_id, after=last_event_id, replay=replay)
+
+    async def output(self, run: Row) -> Any:
+        """What /wait answers for a finished run: the thread's values, an error object, or interrupts."""
+        if run["status"] == "error":
+            return {"__error__": run.get("error") or {"error": "Error", "message": "run failed"}}
+        return run.get("output") if run.get("output") is not None else {}
+
+
+def now() -> str:
+    return now_iso()
+
+
+async def first_done(*aws: Any) -> None:
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            t.cancel()

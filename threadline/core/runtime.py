@@ -1,0 +1,82 @@
+"""One deployment's live objects, wired together at startup and closed at shutdown."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from threadline.broker import open_broker
+from threadline.broker.base import Broker
+from threadline.config import ProjectConfig, find_config, load_config
+from threadline.core.assistants import Assistants
+from threadline.core.executor import Executor
+from threadline.core.graphs import GraphRegistry
+from threadline.core.runs import Runs
+from threadline.core.threads import Threads
+from threadline.core.worker import WorkerPool
+from threadline.settings import Settings
+from threadline.storage import open_storage
+from threadline.storage.base import Storage
+
+log = logging.getLogger("threadline")
+
+
+def default_database_url() -> str:
+    return f"sqlite:///{Path.cwd() / '.threadline' / 'threadline.db'}"
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    project: ProjectConfig
+    graphs: GraphRegistry
+    storage: Storage
+    broker: Broker
+    assistants: Assistants
+    threads: Threads
+    runs: Runs
+    workers: WorkerPool | None
+    started: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def load_project(cls, settings: Settings) -> tuple[ProjectConfig, GraphRegistry]:
+        project = load_config(find_config(settings.config))
+        for key, value in project.env.items():
+            os.environ.setdefault(key, value)
+        return project, GraphRegistry.load(project)
+
+    @classmethod
+    async def open(cls, settings: Settings, project: ProjectConfig | None = None,
+                   graphs: GraphRegistry | None = None) -> Runtime:
+        if project is None or graphs is None:
+            project, graphs = cls.load_project(settings)
+        for key in project.unsupported:
+            log.warning("langgraph.json key %r is not supported by Threadline yet and has no effect", key)
+        url = settings.database_url or default_database_url()
+        storage = await open_storage(url, store_index=project.store_index, store_ttl=project.store_ttl)
+        broker = open_broker(None, buffer_events=settings.stream_buffer_events)
+        assistants = Assistants(storage, graphs)
+        threads = Threads(storage, graphs)
+        runs = Runs(storage, broker, assistants, threads)
+        workers = None
+        if settings.workers > 0:
+            workers = WorkerPool(storage, broker, Executor(storage, broker, graphs), settings.workers)
+        return cls(settings, project, graphs, storage, broker, assistants, threads, runs, workers)
+
+    async def start(self) -> None:
+        await self.assistants.ensure_system_assistants()
+        requeued, failed = await self.storage.recover_runs(self.settings.run_retries)
+        if requeued or failed:
+            log.warning("recovered runs after restart: %d requeued, %d failed", len(requeued), len(failed))
+        self.started = {"requeued": requeued, "failed": failed}
+        if self.workers is not None:
+            await self.workers.start()
+
+    async def close(self) -> None:
+        if self.workers is not None:
+            await self.workers.stop()
+        await self.broker.close()
+        await self.storage.close()

@@ -1,0 +1,75 @@
+"""Reading and writing a thread's checkpointed state through LangGraph, shaped as LangGraph's server shows it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langgraph.pregel import Pregel
+from langgraph.types import StateSnapshot
+
+from threadline.serde import to_jsonable
+
+
+def bind(graph: Pregel, checkpointer: Any, store: Any) -> Pregel:
+    """The graph wired to our checkpointer and store."""
+    return graph.copy(update={"checkpointer": checkpointer, "store": store})
+
+
+def thread_config(thread_id: str, checkpoint: dict[str, Any] | None = None) -> dict[str, Any]:
+    configurable: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ""}
+    for key, value in (checkpoint or {}).items():
+        if value is not None and key in ("checkpoint_id", "checkpoint_ns", "checkpoint_map"):
+            configurable[key] = value
+    return {"configurable": configurable}
+
+
+def checkpoint_ref(config: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not config:
+        return None
+    c = config.get("configurable", {})
+    return {
+        "thread_id": c.get("thread_id"),
+        "checkpoint_ns": c.get("checkpoint_ns", ""),
+        "checkpoint_id": c.get("checkpoint_id"),
+        "checkpoint_map": c.get("checkpoint_map"),
+    }
+
+
+def snapshot_json(snap: StateSnapshot) -> dict[str, Any]:
+    tasks = []
+    for t in snap.tasks:
+        state = t.state
+        tasks.append({
+            "id": t.id,
+            "name": t.name,
+            "path": to_jsonable(t.path),
+            "error": to_jsonable(t.error) if t.error is not None else None,
+            "interrupts": [interrupt_json(i) for i in t.interrupts],
+            "checkpoint": checkpoint_ref(state) if isinstance(state, dict) else None,
+            "state": snapshot_json(state) if isinstance(state, StateSnapshot) else None,
+            "result": to_jsonable(getattr(t, "result", None)),
+        })
+    return {
+        "values": to_jsonable(snap.values),
+        "next": list(snap.next),
+        "tasks": tasks,
+        "metadata": to_jsonable(snap.metadata or {}),
+        "created_at": snap.created_at,
+        "checkpoint": checkpoint_ref(snap.config),
+        "parent_checkpoint": checkpoint_ref(snap.parent_config),
+        "interrupts": [interrupt_json(i) for i in getattr(snap, "interrupts", ())],
+    }
+
+
+def interrupt_json(interrupt: Any) -> dict[str, Any]:
+    return {"value": to_jsonable(interrupt.value), "id": getattr(interrupt, "id", None)}
+
+
+def empty_state() -> dict[str, Any]:
+    return {"values": {}, "next": [], "tasks": [], "metadata": {}, "created_at": None,
+            "checkpoint": None, "parent_checkpoint": None, "interrupts": []}
+
+
+def pending_interrupts(state: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Interrupts awaiting an answer, keyed by task id, as the thread's `interrupts` field shows them."""
+    return {t["id"]: t["interrupts"] for t in state.get("tasks", []) if t.get("interrupts")}

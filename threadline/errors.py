@@ -1,0 +1,61 @@
+"""The exception hierarchy. `threadline.api.errors` maps each class to one HTTP status.
+
+Each class's docstring is its default message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ThreadlineError(Exception):
+    """Internal error."""
+
+    code = "internal_error"
+
+    def __init__(self, message: str | None = None, **metadata: Any) -> None:
+        self.message = message or (self.__doc__ or "").strip()
+        self.metadata = metadata
+        super().__init__(self.message)
+
+
+class NotFound(ThreadlineError):
+    """Not found."""
+
+    code = "not_found"
+
+
+class Conflict(ThreadlineError):
+    """Conflict."""
+
+    code = "conflict"
+
+
+class InvalidInput(ThreadlineError):
+    """Invalid input."""
+
+    code = "invalid_input"
+
+
+class BadRequest(ThreadlineError):
+    """Bad request."""
+
+    code = "bad_request"
+
+
+class PayloadTooLarge(ThreadlineError):
+    """Request body too large."""
+
+    code = "payload_too_large"
+
+
+class ConfigError(ThreadlineError):
+    """The project configuration is invalid."""
+
+    code = "config_error"
+
+
+class Unavailable(ThreadlineError):
+    """A backing service is unavailable."""
+
+    code = "unavailable"

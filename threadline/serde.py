@@ -1,0 +1,49 @@
+"""Turning LangGraph values (messages, interrupts, pydantic models, Sends) into JSON-ready data."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import enum
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Recursively convert `obj` into plain JSON types the way LangGraph's server shows them."""
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return obj
+    if isinstance(obj, Mapping):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [to_jsonable(v) for v in obj]
+    if hasattr(obj, "model_dump") and callable(obj.model_dump):
+        return to_jsonable(obj.model_dump())
+    if hasattr(obj, "_asdict"):
+        return to_jsonable(obj._asdict())
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return to_jsonable({f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)})
+    if isinstance(obj, (dt.datetime, dt.date)):
+        return obj.isoformat()
+    if isinstance(obj, uuid.UUID):
+        return str(obj)
+    if isinstance(obj, enum.Enum):
+        return to_jsonable(obj.value)
+    if isinstance(obj, bytes):
+        return obj.decode("utf-8", errors="replace")
+    if isinstance(obj, BaseException):
+        return {"error": type(obj).__name__, "message": str(obj)}
+    if hasattr(obj, "__dict__") and type(obj).__name__ in ("Interrupt", "Send", "Command"):
+        return to_jsonable(vars(obj))
+    return repr(obj)
+
+
+def dumps(obj: Any) -> bytes:
+    return orjson.dumps(obj, default=to_jsonable, option=orjson.OPT_NON_STR_KEYS)
+
+
+def loads(data: bytes | str) -> Any:
+    return orjson.loads(data)

@@ -1,0 +1,76 @@
+"""Every setting Threadline reads, declared once.
+
+Precedence: CLI flag > environment variable `THREADLINE_<NAME>` > default.
+`docs/configuration.md` documents each one; a test fails when one is missing there.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+def _setting(default: Any, help: str, *, flag: bool = True) -> Any:
+    return field(default=default, metadata={"help": help, "flag": flag})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved settings for one Threadline process."""
+
+    config: str | None = _setting(
+        None, "Path to a langgraph.json. Defaults to ./langgraph.json when it exists, else the bundled example project."
+    )
+    host: str = _setting("127.0.0.1", "Interface the HTTP server binds to.")
+    port: int = _setting(8000, "Port the HTTP server listens on.")
+    database_url: str | None = _setting(
+        None, "Where durable state lives: sqlite:///path/to/file.db. Defaults to ./.threadline/threadline.db."
+    )
+    workers: int = _setting(10, "How many runs this process executes at once (in-process workers). 0 serves the API only.")
+    run_retries: int = _setting(
+        1, "How many times a run that was running when its process died is retried before it ends as error."
+    )
+    max_body_bytes: int = _setting(10 * 1024 * 1024, "Largest request body accepted; larger ones get 413.")
+    heartbeat_seconds: float = _setting(15.0, "Interval between keep-alive comments on open event streams.")
+    stream_buffer_events: int = _setting(
+        10_000, "Events kept per run for joins and Last-Event-ID resumption while the process lives."
+    )
+    log_level: str = _setting("info", "Log level: debug, info, warning, error.")
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    @classmethod
+    def help(cls, name: str) -> str:
+        return {f.name: f.metadata["help"] for f in fields(cls)}[name]
+
+    @classmethod
+    def resolve(cls, overrides: dict[str, Any] | None = None, environ: dict[str, str] | None = None) -> Settings:
+        """Merge CLI overrides (None means unset) over `THREADLINE_*` env vars over defaults."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            given = (overrides or {}).get(f.name)
+            if given is None:
+                raw = env.get(f"THREADLINE_{f.name.upper()}")
+                if raw is None:
+                    continue
+                given = _coerce(raw, type(f.default) if f.default is not None else str, f.name)
+            values[f.name] = given
+        return cls(**values)
+
+    def with_(self, **changes: Any) -> Settings:
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data.update(changes)
+        return Settings(**data)
+
+
+def _coerce(raw: str, kind: type, name: str) -> Any:
+    try:
+        if kind is bool:
+            return raw.lower() in ("1", "true", "yes", "on")
+        return kind(raw)
+    except ValueError as exc:
+        raise SystemExit(f"THREADLINE_{name.upper()}={raw!r} is not a valid {kind.__name__}") from exc

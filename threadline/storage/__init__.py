@@ -1,0 +1,20 @@
+"""Durable state: our tables, LangGraph's checkpointer and store, and the run queue.
+
+Backends are chosen by URL and imported lazily. Storage never imports core or api.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from threadline.storage.base import Storage
+
+
+async def open_storage(url: str, *, store_index: dict | None = None, store_ttl: dict | None = None) -> Storage:
+    """Open the backend `url` names (sqlite:///path)."""
+    if url.startswith("sqlite:"):
+        from threadline.storage.sqlite import SQLiteStorage
+
+        return await SQLiteStorage.open(url, store_index=store_index, store_ttl=store_ttl)
+    raise ValueError(f"unsupported database URL {url!r}: use sqlite:///path (postgresql:// is not built yet)")

@@ -1,0 +1,158 @@
+"""The storage contract every backend implements.
+
+Rows are plain dicts of JSON-ready values. Timestamps are ISO-8601 strings in UTC.
+The run queue is the runs table: creating a run and enqueuing it are one transaction.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Literal
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.store.base import BaseStore
+
+Row = dict[str, Any]
+SortOrder = Literal["asc", "desc"]
+ACTIVE_RUN_STATUSES = ("pending", "running")
+
+
+class Storage(abc.ABC):
+    """Durable state for one deployment: assistants, threads, runs, checkpoints and the store."""
+
+    checkpointer: BaseCheckpointSaver
+    store: BaseStore
+    #: What this backend can do, declared up front (shown in /info).
+    capabilities: dict[str, bool] = {}
+    url: str
+
+    # --- lifecycle ---------------------------------------------------------
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    @abc.abstractmethod
+    async def ping(self) -> None:
+        """Run a real query; raise if the database cannot answer."""
+
+    # --- assistants ----------------------------------------------------------
+    @abc.abstractmethod
+    async def create_assistant(self, row: Row, *, if_exists: Literal["raise", "do_nothing"]) -> Row:
+        """Insert an assistant and its version 1; on a duplicate id raise Conflict or return the existing one."""
+
+    @abc.abstractmethod
+    async def get_assistant(self, assistant_id: str) -> Row | None: ...
+
+    @abc.abstractmethod
+    async def search_assistants(
+        self, *, graph_id: str | None, name: str | None, metadata: dict[str, Any] | None,
+        limit: int, offset: int, sort_by: str, sort_order: SortOrder,
+    ) -> list[Row]: ...
+
+    @abc.abstractmethod
+    async def count_assistants(
+        self, *, graph_id: str | None, name: str | None, metadata: dict[str, Any] | None
+    ) -> int: ...
+
+    @abc.abstractmethod
+    async def update_assistant(self, assistant_id: str, changes: Row) -> Row:
+        """Write a new version with `changes` applied and make it the latest."""
+
+    @abc.abstractmethod
+    async def delete_assistant(self, assistant_id: str) -> bool: ...
+
+    @abc.abstractmethod
+    async def list_assistant_versions(
+        self, assistant_id: str, *, metadata: dict[str, Any] | None, limit: int, offset: int
+    ) -> list[Row]: ...
+
+    @abc.abstractmethod
+    async def set_assistant_version(self, assistant_id: str, version: int) -> Row | None: ...
+
+    # --- threads -------------------------------------------------------------
+    @abc.abstractmethod
+    async def create_thread(self, row: Row, *, if_exists: Literal["raise", "do_nothing"]) -> Row: ...
+
+    @abc.abstractmethod
+    async def get_thread(self, thread_id: str) -> Row | None: ...
+
+    @abc.abstractmethod
+    async def update_thread(self, thread_id: str, changes: Row, *, merge_metadata: dict[str, Any] | None = None) -> Row | None:
+        """Set columns in `changes` and shallow-merge `merge_metadata` into metadata."""
+
+    @abc.abstractmethod
+    async def delete_thread(self, thread_id: str, *, keep_runs: bool = False) -> bool:
+        """Delete the thread and its checkpoints, and its runs unless `keep_runs`."""
+
+    @abc.abstractmethod
+    async def search_threads(
+        self, *, ids: list[str] | None, metadata: dict[str, Any] | None, values: dict[str, Any] | None,
+        status: str | None, limit: int, offset: int, sort_by: str, sort_order: SortOrder,
+    ) -> list[Row]: ...
+
+    @abc.abstractmethod
+    async def count_threads(
+        self, *, metadata: dict[str, Any] | None, values: dict[str, Any] | None, status: str | None
+    ) -> int: ...
+
+    # --- runs and the queue ----------------------------------------------------
+    @abc.abstractmethod
+    async def enqueue_run(self, run: Row, *, create_thread: Row | None, reject_if_active: bool) -> Row:
+        """Insert a pending run (and its thread, when given) and mark the thread busy, atomically.
+
+        Raises Conflict when `reject_if_active` and the thread has a pending or running run.
+        """
+
+    @abc.abstractmethod
+    async def claim_run(self, worker_id: str, now: str) -> Row | None:
+        """Atomically take the oldest pending, available run whose thread has no running run."""
+
+    @abc.abstractmethod
+    async def finish_run(
+        self, run_id: str, status: str, *, error: Any = None, output: Any = None, thread_changes: Row | None = None,
+        worker_id: str | None = None,
+    ) -> Row | None:
+        """End a run and reconcile its thread: busy while it has other active runs, else `thread_changes`.
+
+        When `worker_id` is given, only the worker holding the run may end it (returns None otherwise).
+        """
+
+    @abc.abstractmethod
+    async def cancel_pending_runs(self, run_ids: list[str], status: str) -> list[str]:
+        """End runs that are still pending (no worker has them); return the ids that were."""
+
+    @abc.abstractmethod
+    async def get_run(self, run_id: str) -> Row | None: ...
+
+    @abc.abstractmethod
+    async def search_runs(
+        self, *, thread_id: str | None, assistant_id: str | None, status: str | None,
+        metadata: dict[str, Any] | None, limit: int, offset: int,
+    ) -> list[Row]: ...
+
+    @abc.abstractmethod
+    async def delete_run(self, run_id: str) -> bool: ...
+
+    @abc.abstractmethod
+    async def active_runs(self, thread_id: str) -> list[Row]:
+        """Pending and running runs of a thread, oldest first."""
+
+    @abc.abstractmethod
+    async def recover_runs(self, max_attempts: int) -> tuple[list[str], list[str]]:
+        """After a crash: put runs left running back in the queue (up to `max_attempts`) or fail them.
+
+        Returns (requeued ids, failed ids). Threads of failed runs are reconciled.
+        """
+
+    @abc.abstractmethod
+    async def queue_stats(self) -> Row:
+        """Pending count, running count and the age in seconds of the oldest pending run."""
+
+    # --- checkpoints helpers not in LangGraph's saver contract ---------------
+    @abc.abstractmethod
+    async def delete_checkpoints_for_run(self, thread_id: str, run_id: str) -> None: ...
+
+    @abc.abstractmethod
+    async def copy_checkpoints(self, source_thread_id: str, target_thread_id: str) -> None: ...
+
+    @abc.abstractmethod
+    async def prune_checkpoints(self, thread_id: str, strategy: Literal["delete", "keep_latest"]) -> None: ...

@@ -1,0 +1,48 @@
+"""Small SQL helpers shared by the SQL backends: JSON columns, filters, migrations, timestamps."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from importlib import resources
+from typing import Any
+
+JSON_COLUMNS = {"config", "context", "metadata", "values", "interrupts", "error", "kwargs", "output"}
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def where(clauses: list[tuple[str, list]], *, metadata: dict | None = None, values: dict | None = None) -> tuple[str, list]:
+    """AND together clauses, plus top-level key equality on JSON columns (`metadata`, `values`)."""
+    parts = [c for c, _ in clauses]
+    params = [p for _, ps in clauses for p in ps]
+    for column, wanted in (("metadata", metadata), ("values", values)):
+        for key, value in (wanted or {}).items():
+            parts.append(f"(\"{column}\" -> ?) = json(?)")
+            params += [f'$."{key}"', dumps(value)]
+    return ("WHERE " + " AND ".join(parts) if parts else ""), params
+
+
+async def apply_migrations(conn: Any, dialect: str) -> list[str]:
+    """Apply numbered `.sql` files under migrations/<dialect> not yet recorded; return those applied."""
+    await conn.execute("CREATE TABLE IF NOT EXISTS threadline_migrations (name TEXT PRIMARY KEY, applied_at TEXT)")
+    async with conn.execute("SELECT name FROM threadline_migrations") as cur:
+        done = {r[0] for r in await cur.fetchall()}
+    folder = resources.files("threadline.storage") / "migrations" / dialect
+    applied = []
+    for entry in sorted(folder.iterdir(), key=lambda p: p.name):
+        if not entry.name.endswith(".sql") or entry.name in done:
+            continue
+        await conn.executescript(entry.read_text()) if hasattr(conn, "executescript") else await conn.execute(
+            entry.read_text()
+        )
+        await conn.execute("INSERT INTO threadline_migrations (name, applied_at) VALUES (?, ?)",
+                           (entry.name, now_iso()))
+        applied.append(entry.name)
+    return applied

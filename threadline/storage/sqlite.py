@@ -1,0 +1,496 @@
+"""The embedded default: one SQLite file (WAL), one writer, LangGraph's SQLite saver and store."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, Literal
+
+import aiosqlite
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from langgraph.store.sqlite.aio import AsyncSqliteStore
+
+from threadline.errors import Conflict, NotFound, Unavailable
+from threadline.storage.base import Row, SortOrder, Storage
+from threadline.storage.sql import JSON_COLUMNS, apply_migrations, dumps, now_iso, where
+
+_ASSISTANT_SORT = {"assistant_id", "graph_id", "name", "created_at", "updated_at"}
+_THREAD_SORT = {"thread_id", "status", "created_at", "updated_at"}
+
+
+class SQLiteStorage(Storage):
+    """Storage in one SQLite file. Our writes are serialized through one connection and a lock."""
+
+    capabilities = {"vector_search": True, "ttl": True, "multi_process": False}
+
+    def __init__(self, url: str, conn: aiosqlite.Connection, saver_conn: aiosqlite.Connection,
+                 store_conn: aiosqlite.Connection, store: AsyncSqliteStore) -> None:
+        self.url = url
+        self._conn = conn
+        self._saver_conn = saver_conn
+        self._store_conn = store_conn
+        self.checkpointer = AsyncSqliteSaver(saver_conn)
+        self.store = store
+        import asyncio
+
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    async def open(cls, url: str, *, store_index: dict | None = None, store_ttl: dict | None = None) -> SQLiteStorage:
+        path = url.removeprefix("sqlite:").removeprefix("///") if url != "sqlite:///:memory:" else ":memory:"
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        conns = []
+        for _ in range(3):
+            conn = await aiosqlite.connect(path, isolation_level=None)
+            await conn.execute("PRAGMA journal_mode=WAL")
+            await conn.execute("PRAGMA busy_timeout=30000")
+            await conn.execute("PRAGMA synchronous=NORMAL")
+            conn.row_factory = aiosqlite.Row
+            conns.append(conn)
+        conn, saver_conn, store_conn = conns
+        await apply_migrations(conn, "sqlite")
+        conns[1].row_factory = None
+        conns[2].row_factory = None
+        store = AsyncSqliteStore(store_conn, index=store_index, ttl=store_ttl)  # type: ignore[arg-type]
+        await store.setup()
+        self = cls(url, conn, saver_conn, store_conn, store)
+        await self.checkpointer.setup()
+        if store_ttl and store_ttl.get("sweep_interval_minutes"):
+            await store.start_ttl_sweeper()
+        return self
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.store.stop_ttl_sweeper(timeout=1)
+        for conn in (self._conn, self._saver_conn, self._store_conn):
+            with contextlib.suppress(Exception):
+                await conn.close()
+
+    async def ping(self) -> None:
+        try:
+            await self._fetchone("SELECT 1 AS ok")
+        except (sqlite3.Error, ValueError) as exc:
+            raise Unavailable(f"database unavailable: {exc}") from exc
+
+    # --- helpers -------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def _tx(self) -> AsyncIterator[aiosqlite.Connection]:
+        async with self._lock:
+            await self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                await self._conn.execute("ROLLBACK")
+                raise
+            await self._conn.execute("COMMIT")
+
+    async def _fetchall(self, sql: str, params: tuple | list = ()) -> list[Row]:
+        async with self._conn.execute(sql, params) as cur:
+            return [_row(r) for r in await cur.fetchall()]
+
+    async def _fetchone(self, sql: str, params: tuple | list = ()) -> Row | None:
+        async with self._conn.execute(sql, params) as cur:
+            r = await cur.fetchone()
+        return _row(r) if r is not None else None
+
+    # --- assistants ----------------------------------------------------------
+    async def create_assistant(self, row: Row, *, if_exists: Literal["raise", "do_nothing"]) -> Row:
+        async with self._tx() as db:
+            async with db.execute("SELECT 1 FROM assistants WHERE assistant_id = ?", (row["assistant_id"],)) as cur:
+                exists = await cur.fetchone()
+            if exists is None:
+                await _insert(db, "assistants", row)
+                version = {k: row[k] for k in ("assistant_id", "version", "graph_id", "name", "description",
+                                               "config", "context", "metadata", "created_at")}
+                await _insert(db, "assistant_versions", version)
+            elif if_exists == "raise":
+                raise Conflict(f"Assistant {row['assistant_id']} already exists")
+        found = await self.get_assistant(row["assistant_id"])
+        assert found is not None
+        return found
+
+    async def get_assistant(self, assistant_id: str) -> Row | None:
+        return await self._fetchone("SELECT * FROM assistants WHERE assistant_id = ?", (assistant_id,))
+
+    def _assistant_filter(self, graph_id: str | None, name: str | None, metadata: dict | None) -> tuple[str, list]:
+        clauses: list[tuple[str, list]] = []
+        if graph_id is not None:
+            clauses.append(("graph_id = ?", [graph_id]))
+        if name is not None:
+            clauses.append(("name LIKE ? ESCAPE '\\'", [f"%{_like(name)}%"]))
+        return where(clauses, metadata=metadata)
+
+    async def search_assistants(self, *, graph_id, name, metadata, limit, offset, sort_by, sort_order) -> list[Row]:
+        cond, params = self._assistant_filter(graph_id, name, metadata)
+        order = _order(sort_by, sort_order, _ASSISTANT_SORT, "created_at")
+        return await self._fetchall(
+            f"SELECT * FROM assistants {cond} ORDER BY {order} LIMIT ? OFFSET ?", [*params, limit, offset]
+        )
+
+    async def count_assistants(self, *, graph_id, name, metadata) -> int:
+        cond, params = self._assistant_filter(graph_id, name, metadata)
+        row = await self._fetchone(f"SELECT COUNT(*) AS n FROM assistants {cond}", params)
+        return int(row["n"]) if row else 0
+
+    async def update_assistant(self, assistant_id: str, changes: Row) -> Row:
+        async with self._tx() as db:
+            async with db.execute("SELECT * FROM assistants WHERE assistant_id = ?", (assistant_id,)) as cur:
+                current = await cur.fetchone()
+            if current is None:
+                raise NotFound(f"Assistant {assistant_id} not found")
+            cur_row = _row(current)
+            async with db.execute(
+                "SELECT MAX(version) AS v FROM assistant_versions WHERE assistant_id = ?", (assistant_id,)
+            ) as cur:
+                latest = (await cur.fetchone())["v"] or 0
+            new = {**cur_row, **changes, "version": latest + 1, "updated_at": now_iso()}
+            version = {k: new[k] for k in ("assistant_id", "version", "graph_id", "name", "description",
+                                           "config", "context", "metadata")}
+            version["created_at"] = new["updated_at"]
+            await _insert(db, "assistant_versions", version)
+            sets = ", ".join(f"{_q(k)} = ?" for k in new if k != "assistant_id")
+            await db.execute(f"UPDATE assistants SET {sets} WHERE assistant_id = ?",
+                             [_param(k, new[k]) for k in new if k != "assistant_id"] + [assistant_id])
+        found = await self.get_assistant(assistant_id)
+        assert found is not None
+        return found
+
+    async def delete_assistant(self, assistant_id: str) -> bool:
+        async with self._tx() as db:
+            await db.execute("DELETE FROM assistant_versions WHERE assistant_id = ?", (assistant_id,))
+            cur = await db.execute("DELETE FROM assistants WHERE assistant_id = ?", (assistant_id,))
+            return cur.rowcount > 0
+
+    async def list_assistant_versions(self, assistant_id, *, metadata, limit, offset) -> list[Row]:
+        cond, params = where([("assistant_id = ?", [assistant_id])], metadata=metadata)
+        return await self._fetchall(
+            f"SELECT * FROM assistant_versions {cond} ORDER BY version DESC LIMIT ? OFFSET ?",
+            [*params, limit, offset],
+        )
+
+    async def set_assistant_version(self, assistant_id: str, version: int) -> Row | None:
+        async with self._tx() as db:
+            async with db.execute(
+                "SELECT * FROM assistant_versions WHERE assistant_id = ? AND version = ?", (assistant_id, version)
+            ) as cur:
+                found = await cur.fetchone()
+            if found is None:
+                return None
+            v = _row(found)
+            await db.execute(
+                "UPDATE assistants SET graph_id = ?, name = ?, description = ?, config = ?, context = ?, "
+                "metadata = ?, version = ?, updated_at = ? WHERE assistant_id = ?",
+                (v["graph_id"], v["name"], v["description"], dumps(v["config"]), dumps(v["context"]),
+                 dumps(v["metadata"]), version, now_iso(), assistant_id),
+            )
+        return await self.get_assistant(assistant_id)
+
+    # --- threads -------------------------------------------------------------
+    async def create_thread(self, row: Row, *, if_exists: Literal["raise", "do_nothing"]) -> Row:
+        async with self._tx() as db:
+            async with db.execute("SELECT 1 FROM threads WHERE thread_id = ?", (row["thread_id"],)) as cur:
+                exists = await cur.fetchone()
+            if exists is None:
+                await _insert(db, "threads", row)
+            elif if_exists == "raise":
+                raise Conflict(f"Thread {row['thread_id']} already exists")
+        found = await self.get_thread(row["thread_id"])
+        assert found is not None
+        return found
+
+    async def get_thread(self, thread_id: str) -> Row | None:
+        return await self._fetchone("SELECT * FROM threads WHERE thread_id = ?", (thread_id,))
+
+    async def update_thread(self, thread_id: str, changes: Row, *, merge_metadata: dict | None = None) -> Row | None:
+        async with self._tx() as db:
+            async with db.execute("SELECT metadata FROM threads WHERE thread_id = ?", (thread_id,)) as cur:
+                current = await cur.fetchone()
+            if current is None:
+                return None
+            changes = {**changes, "updated_at": now_iso()}
+            if merge_metadata:
+                changes["metadata"] = {**json.loads(current["metadata"]), **merge_metadata}
+            sets = ", ".join(f"{_q(k)} = ?" for k in changes)
+            await db.execute(f"UPDATE threads SET {sets} WHERE thread_id = ?",
+                             [_param(k, v) for k, v in changes.items()] + [thread_id])
+        return await self.get_thread(thread_id)
+
+    async def delete_thread(self, thread_id: str, *, keep_runs: bool = False) -> bool:
+        async with self._tx() as db:
+            if not keep_runs:
+                await db.execute("DELETE FROM runs WHERE thread_id = ?", (thread_id,))
+            cur = await db.execute("DELETE FROM threads WHERE thread_id = ?", (thread_id,))
+            deleted = cur.rowcount > 0
+        await self.checkpointer.adelete_thread(thread_id)
+        return deleted
+
+    def _thread_filter(self, ids, metadata, values, status) -> tuple[str, list]:
+        clauses: list[tuple[str, list]] = []
+        if ids:
+            clauses.append((f"thread_id IN ({', '.join('?' for _ in ids)})", list(ids)))
+        if status is not None:
+            clauses.append(("status = ?", [status]))
+        return where(clauses, metadata=metadata, values=values)
+
+    async def search_threads(self, *, ids, metadata, values, status, limit, offset, sort_by, sort_order) -> list[Row]:
+        cond, params = self._thread_filter(ids, metadata, values, status)
+        order = _order(sort_by, sort_order, _THREAD_SORT, "created_at")
+        return await self._fetchall(
+            f"SELECT * FROM threads {cond} ORDER BY {order} LIMIT ? OFFSET ?", [*params, limit, offset]
+        )
+
+    async def count_threads(self, *, metadata, values, status) -> int:
+        cond, params = self._thread_filter(None, metadata, values, status)
+        row = await self._fetchone(f"SELECT COUNT(*) AS n FROM threads {cond}", params)
+        return int(row["n"]) if row else 0
+
+    # --- runs and the queue ----------------------------------------------------
+    async def enqueue_run(self, run: Row, *, create_thread: Row | None, reject_if_active: bool) -> Row:
+        async with self._tx() as db:
+            if create_thread is not None:
+                await db.execute(
+                    "INSERT INTO threads (thread_id, status, metadata, config, interrupts, created_at, updated_at) "
+                    "VALUES (?, 'idle', ?, ?, '{}', ?, ?) ON CONFLICT (thread_id) DO NOTHING",
+                    (create_thread["thread_id"], dumps(create_thread.get("metadata") or {}),
+                     dumps(create_thread.get("config") or {}), run["created_at"], run["created_at"]),
+                )
+            if reject_if_active:
+                async with db.execute(
+                    "SELECT run_id FROM runs WHERE thread_id = ? AND status IN ('pending', 'running') LIMIT 1",
+                    (run["thread_id"],),
+                ) as cur:
+                    if await cur.fetchone() is not None:
+                        raise Conflict("Thread is already running a task. Wait for it to finish or choose a "
+                                       "different multitask strategy.")
+            await _insert(db, "runs", run)
+            await db.execute("UPDATE threads SET status = 'busy', updated_at = ? WHERE thread_id = ?",
+                             (run["created_at"], run["thread_id"]))
+        found = await self.get_run(run["run_id"])
+        assert found is not None
+        return found
+
+    async def claim_run(self, worker_id: str, now: str) -> Row | None:
+        async with self._tx() as db:
+            async with db.execute(
+                "SELECT run_id FROM runs r WHERE status = 'pending' AND available_at <= ? "
+                "AND NOT EXISTS (SELECT 1 FROM runs o WHERE o.thread_id = r.thread_id AND o.status = 'running') "
+                "AND NOT EXISTS (SELECT 1 FROM runs e WHERE e.thread_id = r.thread_id "
+                "               AND e.status = 'pending' AND e.seq < r.seq) "
+                "ORDER BY seq LIMIT 1",
+                (now,),
+            ) as cur:
+                found = await cur.fetchone()
+            if found is None:
+                return None
+            await db.execute(
+                "UPDATE runs SET status = 'running', worker_id = ?, attempt = attempt + 1, updated_at = ? "
+                "WHERE run_id = ?",
+                (worker_id, now, found["run_id"]),
+            )
+        return await self.get_run(found["run_id"])
+
+    async def finish_run(self, run_id, status, *, error=None, output=None, thread_changes=None,
+                         worker_id=None) -> Row | None:
+        now = now_iso()
+        async with self._tx() as db:
+            guard = " AND worker_id = ? AND status = 'running'" if worker_id is not None else ""
+            params: list[Any] = [status, dumps(error) if error is not None else None,
+                                 dumps(output) if output is not None else None, now, run_id]
+            if worker_id is not None:
+                params.append(worker_id)
+            cur = await db.execute(
+                f"UPDATE runs SET status = ?, error = ?, output = ?, updated_at = ? WHERE run_id = ?{guard}", params
+            )
+            if cur.rowcount == 0:
+                return None
+            async with db.execute("SELECT thread_id FROM runs WHERE run_id = ?", (run_id,)) as c:
+                thread_id = (await c.fetchone())["thread_id"]
+            await _reconcile_thread(db, thread_id, thread_changes or {}, now)
+        return await self.get_run(run_id)
+
+    async def cancel_pending_runs(self, run_ids: list[str], status: str) -> list[str]:
+        if not run_ids:
+            return []
+        now = now_iso()
+        marks = ", ".join("?" for _ in run_ids)
+        async with self._tx() as db:
+            async with db.execute(
+                f"SELECT run_id, thread_id FROM runs WHERE status = 'pending' AND run_id IN ({marks})", run_ids
+            ) as cur:
+                rows = [dict(r) for r in await cur.fetchall()]
+            for r in rows:
+                await db.execute("UPDATE runs SET status = ?, updated_at = ? WHERE run_id = ?",
+                                 (status, now, r["run_id"]))
+            for thread_id in {r["thread_id"] for r in rows}:
+                await _reconcile_thread(db, thread_id, {}, now)
+        return [r["run_id"] for r in rows]
+
+    async def get_run(self, run_id: str) -> Row | None:
+        return await self._fetchone("SELECT * FROM runs WHERE run_id = ?", (run_id,))
+
+    async def search_runs(self, *, thread_id, assistant_id, status, metadata, limit, offset) -> list[Row]:
+        clauses: list[tuple[str, list]] = []
+        for col, val in (("thread_id", thread_id), ("assistant_id", assistant_id), ("status", status)):
+            if val is not None:
+                clauses.append((f"{col} = ?", [val]))
+        cond, params = where(clauses, metadata=metadata)
+        return await self._fetchall(
+            f"SELECT * FROM runs {cond} ORDER BY seq DESC LIMIT ? OFFSET ?", [*params, limit, offset]
+        )
+
+    async def delete_run(self, run_id: str) -> bool:
+        async with self._tx() as db:
+            async with db.execute("SELECT thread_id FROM runs WHERE run_id = ?", (run_id,)) as cur:
+                found = await cur.fetchone()
+            if found is None:
+                return False
+            await db.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
+            await _reconcile_thread(db, found["thread_id"], {}, now_iso(), only_if_busy=True)
+        return True
+
+    async def active_runs(self, thread_id: str) -> list[Row]:
+        return await self._fetchall(
+            "SELECT * FROM runs WHERE thread_id = ? AND status IN ('pending', 'running') ORDER BY seq", (thread_id,)
+        )
+
+    async def recover_runs(self, max_attempts: int) -> tuple[list[str], list[str]]:
+        now = now_iso()
+        async with self._tx() as db:
+            async with db.execute("SELECT run_id, thread_id, attempt FROM runs WHERE status = 'running'") as cur:
+                rows = [dict(r) for r in await cur.fetchall()]
+            requeued, failed = [], []
+            for r in rows:
+                if r["attempt"] <= max_attempts:
+                    await db.execute("UPDATE runs SET status = 'pending', worker_id = NULL, updated_at = ? "
+                                     "WHERE run_id = ?", (now, r["run_id"]))
+                    requeued.append(r["run_id"])
+                else:
+                    err = {"error": "WorkerLost", "message": "The process running this run stopped; "
+                                                             f"no retries left after {r['attempt']} attempts."}
+                    await db.execute("UPDATE runs SET status = 'error', error = ?, worker_id = NULL, "
+                                     "updated_at = ? WHERE run_id = ?", (dumps(err), now, r["run_id"]))
+                    failed.append(r["run_id"])
+                    await _reconcile_thread(db, r["thread_id"], {"status": "error", "error": err}, now)
+            # A thread marked busy with no active run (e.g. a crash between writes) is reconciled too.
+            await db.execute(
+                "UPDATE threads SET status = 'idle', updated_at = ? WHERE status = 'busy' AND NOT EXISTS "
+                "(SELECT 1 FROM runs WHERE runs.thread_id = threads.thread_id AND runs.status IN "
+                "('pending', 'running'))", (now,),
+            )
+        return requeued, failed
+
+    async def queue_stats(self) -> Row:
+        row = await self._fetchone(
+            "SELECT SUM(status = 'pending') AS pending, SUM(status = 'running') AS running, "
+            "MIN(CASE WHEN status = 'pending' THEN available_at END) AS oldest FROM runs"
+        )
+        return {"pending": int(row["pending"] or 0), "running": int(row["running"] or 0),
+                "oldest_pending_at": row["oldest"]} if row else {"pending": 0, "running": 0, "oldest_pending_at": None}
+
+    # --- checkpoint helpers ----------------------------------------------------
+    async def delete_checkpoints_for_run(self, thread_id: str, run_id: str) -> None:
+        async with self.checkpointer.lock:
+            db = self._saver_conn
+            await db.execute(
+                "DELETE FROM writes WHERE thread_id = ? AND checkpoint_id IN (SELECT checkpoint_id FROM checkpoints "
+                "WHERE thread_id = ? AND json_extract(CAST(metadata AS TEXT), '$.run_id') = ?)",
+                (thread_id, thread_id, run_id),
+            )
+            await db.execute(
+                "DELETE FROM checkpoints WHERE thread_id = ? AND json_extract(CAST(metadata AS TEXT), '$.run_id') = ?",
+                (thread_id, run_id),
+            )
+            await db.commit()
+
+    async def copy_checkpoints(self, source_thread_id: str, target_thread_id: str) -> None:
+        async with self.checkpointer.lock:
+            db = self._saver_conn
+            await db.execute(
+                "INSERT OR REPLACE INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, "
+                "type, checkpoint, metadata) SELECT ?, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, "
+                "checkpoint, metadata FROM checkpoints WHERE thread_id = ?", (target_thread_id, source_thread_id),
+            )
+            await db.execute(
+                "INSERT OR REPLACE INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, "
+                "channel, type, value) SELECT ?, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, "
+                "type, value FROM writes WHERE thread_id = ?", (target_thread_id, source_thread_id),
+            )
+            await db.commit()
+
+    async def prune_checkpoints(self, thread_id: str, strategy: Literal["delete", "keep_latest"]) -> None:
+        if strategy == "delete":
+            await self.checkpointer.adelete_thread(thread_id)
+            return
+        async with self.checkpointer.lock:
+            db = self._saver_conn
+            keep = ("SELECT checkpoint_ns, MAX(checkpoint_id) FROM checkpoints WHERE thread_id = ? "
+                    "GROUP BY checkpoint_ns")
+            await db.execute(
+                f"DELETE FROM writes WHERE thread_id = ? AND (checkpoint_ns, checkpoint_id) NOT IN ({keep})",
+                (thread_id, thread_id),
+            )
+            await db.execute(
+                f"DELETE FROM checkpoints WHERE thread_id = ? AND (checkpoint_ns, checkpoint_id) NOT IN ({keep})",
+                (thread_id, thread_id),
+            )
+            await db.commit()
+
+
+async def _reconcile_thread(db: aiosqlite.Connection, thread_id: str, changes: Row, now: str,
+                            only_if_busy: bool = False) -> None:
+    """A thread is busy while it has an active run; otherwise it takes the status the finisher computed."""
+    async with db.execute(
+        "SELECT 1 FROM runs WHERE thread_id = ? AND status IN ('pending', 'running') LIMIT 1", (thread_id,)
+    ) as cur:
+        active = await cur.fetchone() is not None
+    changes = dict(changes)
+    if active:
+        changes["status"] = "busy"
+    elif "status" not in changes:
+        if only_if_busy:
+            await db.execute("UPDATE threads SET status = 'idle', updated_at = ? WHERE thread_id = ? "
+                             "AND status = 'busy'", (now, thread_id))
+            return
+        changes["status"] = "idle"
+    changes["updated_at"] = now
+    sets = ", ".join(f"{_q(k)} = ?" for k in changes)
+    await db.execute(f"UPDATE threads SET {sets} WHERE thread_id = ?",
+                     [_param(k, v) for k, v in changes.items()] + [thread_id])
+
+
+async def _insert(db: aiosqlite.Connection, table: str, row: Row) -> None:
+    cols = list(row)
+    await db.execute(
+        f"INSERT INTO {table} ({', '.join(_q(c) for c in cols)}) VALUES ({', '.join('?' for _ in cols)})",
+        [_param(c, row[c]) for c in cols],
+    )
+
+
+def _q(col: str) -> str:
+    return f'"{col}"'
+
+
+def _param(col: str, value: Any) -> Any:
+    return dumps(value) if col in JSON_COLUMNS and value is not None else value
+
+
+def _row(r: Any) -> Row:
+    out = dict(r)
+    for col in JSON_COLUMNS:
+        if col in out and isinstance(out[col], str):
+            out[col] = json.loads(out[col])
+    return out
+
+
+def _order(sort_by: str, sort_order: SortOrder, allowed: set[str], default: str) -> str:
+    col = sort_by if sort_by in allowed else default
+    direction = "ASC" if sort_order == "asc" else "DESC"
+    return f"{_q(col)} {direction}, rowid {direction}"
+
+
+def _like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
