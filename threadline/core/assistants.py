@@ -12,7 +12,7 @@ from threadline.storage.sql import now_iso
 
 # LangGraph's server derives each system assistant's id from its graph id this way, so ids that
 # clients stored against it stay valid here.
-SYSTEM_NAMESPACE = uuid.NAMESPACE_URL
+SYSTEM_NAMESPACE = uuid.UUID("6ba7b821-9dad-11d1-80b4-00c04fd430c8")
 
 
 def system_assistant_id(graph_id: str) -> str:

@@ -9,6 +9,7 @@ import inspect
 import logging
 import sys
 import traceback
+import warnings
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,7 +131,9 @@ def describe_schemas(graph: Pregel, graph_id: str) -> dict[str, Any]:
 
     def safe(fn: Any) -> Any:
         try:
-            return fn()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # config schemas are deprecated in LangGraph 1.x, still served
+                return fn()
         except Exception:  # a schema we cannot render is reported as absent, not a 500
             log.debug("schema generation failed for %s", graph_id, exc_info=True)
             return None

@@ -1,0 +1,86 @@
+"""Agents used only by the test suite."""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+from typing import Annotated, Any
+
+from langgraph.config import get_stream_writer
+from langgraph.graph import END, START, StateGraph
+from typing_extensions import TypedDict
+
+#: Every unit of work the `slow` agent does, by tag: lets a test prove a cancelled agent stopped.
+WORK_LOG: list[str] = []
+
+
+class SlowState(TypedDict, total=False):
+    tag: str
+    steps: int
+    delay: float
+    done: Annotated[list[str], operator.add]
+
+
+async def _work(state: SlowState) -> dict[str, Any]:
+    writer = get_stream_writer()
+    tag = state.get("tag", "")
+    for i in range(int(state.get("steps") or 3)):
+        await asyncio.sleep(float(state.get("delay") or 0.05))
+        WORK_LOG.append(f"{tag}:{i}")
+        writer({"tag": tag, "step": i})
+    return {"done": [tag]}
+
+
+_slow = StateGraph(SlowState)
+_slow.add_node("work", _work)
+_slow.add_edge(START, "work")
+_slow.add_edge("work", END)
+slow = _slow.compile()
+
+
+class FailState(TypedDict, total=False):
+    reason: str
+
+
+def _fail(state: FailState) -> dict[str, Any]:
+    raise ValueError(state.get("reason") or "boom")
+
+
+_failing = StateGraph(FailState)
+_failing.add_node("fail", _fail)
+_failing.add_edge(START, "fail")
+_failing.add_edge("fail", END)
+failing = _failing.compile()
+
+
+class NestState(TypedDict, total=False):
+    items: Annotated[list[str], operator.add]
+
+
+def _child_step(state: NestState) -> dict[str, Any]:
+    return {"items": ["child"]}
+
+
+_child = StateGraph(NestState)
+_child.add_node("child_step", _child_step)
+_child.add_edge(START, "child_step")
+_child.add_edge("child_step", END)
+child = _child.compile()
+
+
+def _parent_step(state: NestState) -> dict[str, Any]:
+    return {"items": ["parent"]}
+
+
+_nested = StateGraph(NestState)
+_nested.add_node("parent_step", _parent_step)
+_nested.add_node("child", child)
+_nested.add_edge(START, "parent_step")
+_nested.add_edge("parent_step", "child")
+_nested.add_edge("child", END)
+nested = _nested.compile()
+
+
+def make_factory_graph(config: dict[str, Any]) -> Any:
+    """A graph factory taking the run config, as langgraph.json allows."""
+    return _nested

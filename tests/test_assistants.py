@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+import uuid
+
+import httpx
+import pytest
+from langgraph_sdk.client import LangGraphClient
+
+
+def system_id(graph_id: str) -> str:
+    return str(uuid.uuid5(uuid.UUID("6ba7b821-9dad-11d1-80b4-00c04fd430c8"), graph_id))
+
+
+async def test_system_assistants_have_deterministic_ids(sdk: LangGraphClient) -> None:
+    found = await sdk.assistants.search(graph_id="echo")
+    assert [a["assistant_id"] for a in found] == [system_id("echo")]
+    assert found[0]["metadata"] == {"created_by": "system"}
+    assert found[0]["name"] == "echo" and found[0]["version"] == 1
+
+
+async def test_get_by_graph_id_and_by_uuid(sdk: LangGraphClient) -> None:
+    by_graph = await sdk.assistants.get("counter")
+    by_id = await sdk.assistants.get(system_id("counter"))
+    assert by_graph == by_id
+
+
+async def test_create_patch_versions_latest_delete(sdk: LangGraphClient) -> None:
+    a = await sdk.assistants.create("echo", config={"tags": ["x"]}, context={"k": 1}, metadata={"team": "a"},
+                                    name="mine", description="d")
+    assert a["graph_id"] == "echo" and a["name"] == "mine" and a["description"] == "d"
+    assert a["config"] == {"tags": ["x"]} and a["context"] == {"k": 1} and a["version"] == 1
+    p = await sdk.assistants.update(a["assistant_id"], metadata={"more": True}, name="renamed")
+    assert p["version"] == 2 and p["name"] == "renamed" and p["metadata"] == {"team": "a", "more": True}
+    versions = await sdk.assistants.get_versions(a["assistant_id"])
+    assert [v["version"] for v in versions] == [2, 1]
+    back = await sdk.assistants.set_latest(a["assistant_id"], 1)
+    assert back["version"] == 1 and back["name"] == "mine"
+    await sdk.assistants.delete(a["assistant_id"])
+    with pytest.raises(httpx.HTTPStatusError) as err:
+        await sdk.assistants.get(a["assistant_id"])
+    assert err.value.response.status_code == 404
+
+
+async def test_create_if_exists(sdk: LangGraphClient) -> None:
+    aid = str(uuid.uuid4())
+    await sdk.assistants.create("echo", assistant_id=aid, name="one")
+    with pytest.raises(httpx.HTTPStatusError) as err:
+        await sdk.assistants.create("echo", assistant_id=aid)
+    assert err.value.response.status_code == 409
+    same = await sdk.assistants.create("echo", assistant_id=aid, if_exists="do_nothing", name="two")
+    assert same["name"] == "one"
+
+
+async def test_create_unknown_graph_404(http: httpx.AsyncClient) -> None:
+    r = await http.post("/assistants", json={"graph_id": "nope"})
+    assert r.status_code == 404 and "nope" in r.json()["detail"]
+
+
+async def test_search_filters_sort_select_count(sdk: LangGraphClient) -> None:
+    for i in range(3):
+        await sdk.assistants.create("counter", metadata={"group": "g", "i": i}, name=f"c{i}")
+    found = await sdk.assistants.search(metadata={"group": "g"}, sort_by="name", sort_order="asc")
+    assert [a["name"] for a in found] == ["c0", "c1", "c2"]
+    page = await sdk.assistants.search(metadata={"group": "g"}, limit=1, offset=1, sort_by="name",
+                                       sort_order="asc", select=["assistant_id", "name"])
+    assert page == [{"assistant_id": page[0]["assistant_id"], "name": "c1"}]
+    assert await sdk.assistants.count(metadata={"group": "g"}) == 3
+    assert await sdk.assistants.count(graph_id="counter") == 4
+
+
+async def test_schemas_graph_subgraphs(sdk: LangGraphClient) -> None:
+    schemas = await sdk.assistants.get_schemas("counter")
+    assert schemas["graph_id"] == "counter"
+    assert "increment" in schemas["input_schema"]["properties"]
+    assert "count" in schemas["state_schema"]["properties"]
+    drawing = await sdk.assistants.get_graph("counter")
+    assert {n["id"] for n in drawing["nodes"]} >= {"__start__", "count", "__end__"}
+    subs = await sdk.assistants.get_subgraphs("nested")
+    assert "child" in subs
+    xray = await sdk.assistants.get_graph("nested", xray=True)
+    assert any("child_step" in n["id"] for n in xray["nodes"])
+
+
+async def test_factory_graph(sdk: LangGraphClient) -> None:
+    schemas = await sdk.assistants.get_schemas("factory")
+    assert "items" in schemas["state_schema"]["properties"]
+
+
+async def test_bad_bodies_are_422_naming_the_field(http: httpx.AsyncClient) -> None:
+    r = await http.post("/assistants/search", json={"limit": -1})
+    assert r.status_code == 422 and "limit" in r.json()["detail"]
+    r = await http.post("/assistants", json={"graph_id": "echo", "bogus": 1})
+    assert r.status_code == 422 and "bogus" in r.json()["detail"]
+    r = await http.post("/assistants", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 422
+
+
+async def test_agents_paths(http: httpx.AsyncClient) -> None:
+    agents = (await http.post("/agents/search", json={})).json()
+    assert {a["name"] for a in agents} >= {"echo", "counter"}
+    one = (await http.get(f"/agents/{system_id('echo')}")).json()
+    assert one["agent_id"] == system_id("echo") and one["name"] == "echo"
+    schemas = (await http.get(f"/agents/{system_id('counter')}/schemas")).json()
+    assert schemas["agent_id"] == system_id("counter") and "properties" in schemas["input_schema"]
+    assert (await http.get("/agents/missing")).status_code == 404

@@ -1,0 +1,188 @@
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import httpx
+import pytest
+from langgraph_sdk.client import LangGraphClient
+
+
+async def test_background_run_join_get_list(sdk: LangGraphClient) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    run = await sdk.runs.create(tid, "echo", input={"messages": [{"role": "user", "content": "hi"}]},
+                                metadata={"m": 1})
+    assert run["status"] == "pending" and run["thread_id"] == tid and run["metadata"] == {"m": 1}
+    assert run["multitask_strategy"] == "reject"
+    out = await sdk.runs.join(tid, run["run_id"])
+    assert out["messages"][-1]["content"] == "You said: hi"
+    assert out["messages"][-1]["type"] == "ai"
+    got = await sdk.runs.get(tid, run["run_id"])
+    assert got["status"] == "success"
+    listed = await sdk.runs.list(tid)
+    assert [r["run_id"] for r in listed] == [run["run_id"]]
+    assert (await sdk.threads.get(tid))["status"] == "idle"
+
+
+async def test_wait_returns_values(sdk: LangGraphClient) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    out = await sdk.runs.wait(tid, "counter", input={"increment": 4, "tag": "x"})
+    assert out["count"] == 4 and out["log"] == ["x"]
+
+
+async def test_default_assistant_when_omitted(http: httpx.AsyncClient) -> None:
+    tid = (await http.post("/threads", json={})).json()["thread_id"]
+    r = await http.post(f"/threads/{tid}/runs/wait", json={"input": {"message": "yo"}})
+    assert r.status_code == 200 and r.json()["messages"][-1]["content"] == "You said: yo"
+
+
+async def test_stateless_wait_and_stream(sdk: LangGraphClient) -> None:
+    out = await sdk.runs.wait(None, "counter", input={"increment": 2})
+    assert out["count"] == 2
+    parts = [p async for p in sdk.runs.stream(None, "counter", input={"increment": 1}, stream_mode="updates")]
+    assert parts[0].event == "metadata"
+    assert any(p.event == "updates" and p.data == {"count": {"count": 1, "log": [""]}} for p in parts)
+    assert await sdk.threads.count() == 0  # temporary threads are gone
+
+
+async def test_stream_modes(sdk: LangGraphClient) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    modes = ["values", "updates", "custom", "debug", "tasks", "checkpoints", "messages-tuple"]
+    parts = [p async for p in sdk.runs.stream(tid, "counter", input={"increment": 1, "steps": 2, "tag": "t"},
+                                              stream_mode=modes)]
+    events = [p.event for p in parts]
+    assert events[0] == "metadata" and "run_id" in parts[0].data
+    for mode in ("values", "updates", "custom", "debug", "tasks", "checkpoints"):
+        assert mode in events, mode
+    custom = [p.data for p in parts if p.event == "custom"]
+    assert custom == [{"step": 0, "tag": "t"}, {"step": 1, "tag": "t"}]
+    assert [p.data for p in parts if p.event == "values"][-1]["count"] == 1
+
+
+async def test_stream_messages(sdk: LangGraphClient) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    parts = [p async for p in sdk.runs.stream(tid, "echo", input={"message": "hello world"},
+                                              stream_mode="messages-tuple")]
+    chunks = [p.data for p in parts if p.event == "messages"]
+    assert chunks and all(isinstance(c, list) and len(c) == 2 for c in chunks)
+    text = "".join(c[0]["content"] for c in chunks if c[0]["type"] == "AIMessageChunk")
+    assert text == "You said: hello world"
+    assert chunks[0][1]["langgraph_node"] in ("incoming", "reply")
+    legacy = [p async for p in sdk.runs.stream(tid, "echo", input={"message": "again"}, stream_mode="messages")]
+    kinds = {p.event for p in legacy}
+    assert "messages/metadata" in kinds and "messages/partial" in kinds
+
+
+async def test_stream_subgraphs(sdk: LangGraphClient) -> None:
+    parts = [p async for p in sdk.runs.stream(None, "nested", input={}, stream_mode="updates",
+                                              stream_subgraphs=True)]
+    names = [p.event for p in parts]
+    assert "updates" in names
+    assert any(n.startswith("updates|child:") for n in names), names
+
+
+async def test_stream_events_mode(sdk: LangGraphClient) -> None:
+    parts = [p async for p in sdk.runs.stream(None, "counter", input={}, stream_mode="events")]
+    kinds = {p.data["event"] for p in parts if p.event == "events"}
+    assert "on_chain_start" in kinds and "on_chain_end" in kinds
+
+
+async def test_error_run(sdk: LangGraphClient) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    parts = [p async for p in sdk.runs.stream(tid, "failing", input={"reason": "kaput"})]
+    err = [p for p in parts if p.event == "error"]
+    assert err and err[0].data["error"] == "ValueError" and err[0].data["message"] == "kaput"
+    runs = await sdk.runs.list(tid)
+    assert runs[0]["status"] == "error"
+    assert (await sdk.threads.get(tid))["status"] == "error"
+
+
+async def test_interrupt_and_resume(sdk: LangGraphClient) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    out = await sdk.runs.wait(tid, "approval", input={"request": "deploy"})
+    assert out["__interrupt__"][0]["value"] == {"question": "Approve 'deploy'?"}
+    thread = await sdk.threads.get(tid)
+    assert thread["status"] == "interrupted"
+    assert list(thread["interrupts"].values())[0][0]["value"]["question"] == "Approve 'deploy'?"
+    state = await sdk.threads.get_state(tid)
+    assert state["next"] == ["ask"] and state["tasks"][0]["interrupts"]
+    out = await sdk.runs.wait(tid, "approval", command={"resume": True})
+    assert out["outcome"] == "done: deploy"
+    assert (await sdk.threads.get(tid))["status"] == "idle"
+
+
+async def test_interrupt_before(sdk: LangGraphClient) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(tid, "counter", input={"increment": 1}, interrupt_before=["count"])
+    state = await sdk.threads.get_state(tid)
+    assert state["next"] == ["count"]
+    out = await sdk.runs.wait(tid, "counter", input=None)
+    assert out["count"] == 1
+
+
+async def test_unknown_assistant_and_thread(http: httpx.AsyncClient) -> None:
+    tid = (await http.post("/threads", json={})).json()["thread_id"]
+    r = await http.post(f"/threads/{tid}/runs", json={"assistant_id": "nope", "input": {}})
+    assert r.status_code == 404
+    missing = uuid.uuid4()
+    r = await http.post(f"/threads/{missing}/runs", json={"assistant_id": "echo", "input": {}})
+    assert r.status_code == 404
+    r = await http.post(f"/threads/{missing}/runs/wait", json={"assistant_id": "counter", "input": {},
+                                                               "if_not_exists": "create"})
+    assert r.status_code == 200 and r.json()["count"] == 1
+    r = await http.post(f"/threads/{tid}/runs", json={"assistant_id": "echo", "stream_mode": "bogus"})
+    assert r.status_code == 422 and "stream_mode" in r.json()["detail"]
+    r = await http.post(f"/threads/{tid}/runs", json={"assistant_id": "echo", "langsmith_tracer": {}})
+    assert r.status_code == 422 and "langsmith_tracer" in r.json()["detail"]
+
+
+async def test_cancel_really_stops_the_agent(sdk: LangGraphClient) -> None:
+    from tests.project.agents import WORK_LOG
+
+    tid = (await sdk.threads.create())["thread_id"]
+    tag = uuid.uuid4().hex
+    run = await sdk.runs.create(tid, "slow", input={"tag": tag, "steps": 100, "delay": 0.02})
+    while not any(w.startswith(tag) for w in WORK_LOG):
+        await asyncio.sleep(0.01)
+    await sdk.runs.cancel(tid, run["run_id"], wait=True)
+    done_at_cancel = len([w for w in WORK_LOG if w.startswith(tag)])
+    assert (await sdk.runs.get(tid, run["run_id"]))["status"] == "interrupted"
+    await asyncio.sleep(0.2)
+    assert len([w for w in WORK_LOG if w.startswith(tag)]) == done_at_cancel < 100
+    assert (await sdk.threads.get(tid))["status"] == "idle"
+
+
+async def test_cancel_pending_run_never_starts(sdk: LangGraphClient) -> None:
+    from tests.project.agents import WORK_LOG
+
+    tid = (await sdk.threads.create())["thread_id"]
+    tag = uuid.uuid4().hex
+    run = await sdk.runs.create(tid, "slow", input={"tag": tag, "steps": 1}, after_seconds=5)
+    await sdk.runs.cancel(tid, run["run_id"])
+    assert (await sdk.runs.get(tid, run["run_id"]))["status"] == "interrupted"
+    assert not any(w.startswith(tag) for w in WORK_LOG)
+    assert (await sdk.threads.get(tid))["status"] == "idle"
+
+
+async def test_cancel_rollback_deletes_run_and_checkpoints(sdk: LangGraphClient) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(tid, "slow", input={"tag": "first", "steps": 1})
+    before = await sdk.threads.get_history(tid, limit=100)
+    run = await sdk.runs.create(tid, "slow", input={"tag": "second", "steps": 100, "delay": 0.02})
+    await asyncio.sleep(0.2)
+    await sdk.runs.cancel(tid, run["run_id"], wait=True, action="rollback")
+    with pytest.raises(httpx.HTTPStatusError):
+        await sdk.runs.get(tid, run["run_id"])
+    after = await sdk.threads.get_history(tid, limit=100)
+    assert [h["checkpoint"]["checkpoint_id"] for h in after] == [h["checkpoint"]["checkpoint_id"] for h in before]
+    assert (await sdk.threads.get_state(tid))["values"]["done"] == ["first"]
+
+
+async def test_delete_run(sdk: LangGraphClient, http: httpx.AsyncClient) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    run = await sdk.runs.create(tid, "slow", input={"steps": 50, "delay": 0.02})
+    r = await http.delete(f"/threads/{tid}/runs/{run['run_id']}")
+    assert r.status_code == 409
+    await sdk.runs.cancel(tid, run["run_id"], wait=True)
+    await sdk.runs.delete(tid, run["run_id"])
+    assert await sdk.runs.list(tid) == []

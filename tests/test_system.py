@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+import httpx
+
+
+async def test_ok_and_readiness(http: httpx.AsyncClient) -> None:
+    assert (await http.get("/ok")).json() == {"ok": True}
+    r = await http.get("/ok", params={"check_db": 1})
+    assert r.status_code == 200 and r.json() == {"ok": True}
+
+
+async def test_info_lists_graphs_and_storage(http: httpx.AsyncClient) -> None:
+    info = (await http.get("/info")).json()
+    assert "echo" in info["graphs"] and info["default_agent"] == "echo"
+    assert info["storage"]["backend"] == "sqlite"
+    assert info["flags"]["assistants"] is True
+
+
+async def test_openapi_describes_routes(http: httpx.AsyncClient) -> None:
+    spec = (await http.get("/openapi.json")).json()
+    for path in ("/threads", "/threads/{thread_id}/runs/wait", "/runs/search", "/store/items", "/agents/search",
+                 "/assistants/search"):
+        assert path in spec["paths"], path
+    docs = await http.get("/docs")
+    assert docs.status_code == 200 and "text/html" in docs.headers["content-type"]
+
+
+async def test_unknown_route_is_json_404(http: httpx.AsyncClient) -> None:
+    r = await http.get("/nope")
+    assert r.status_code == 404
+    assert r.json()["detail"]
+
+
+async def test_oversized_body_is_413(http: httpx.AsyncClient) -> None:
+    r = await http.post("/threads", content=b"{" + b" " * (11 * 1024 * 1024) + b"}",
+                        headers={"content-type": "application/json"})
+    assert r.status_code == 413
+    assert "exceeds" in r.json()["detail"]

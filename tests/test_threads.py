@@ -1,0 +1,118 @@
+from __future__ import annotations
+
+import uuid
+
+import httpx
+import pytest
+from langgraph_sdk.client import LangGraphClient
+
+
+async def test_create_get_patch_delete(sdk: LangGraphClient) -> None:
+    tid = str(uuid.uuid4())
+    t = await sdk.threads.create(thread_id=tid, metadata={"purpose": "x"})
+    assert t["thread_id"] == tid and t["status"] == "idle" and t["metadata"] == {"purpose": "x"}
+    assert t["values"] == {} and t["interrupts"] == {}
+    got = await sdk.threads.get(tid)
+    assert got["thread_id"] == tid
+    patched = await sdk.threads.update(tid, metadata={"more": 1})
+    assert patched["metadata"] == {"purpose": "x", "more": 1}
+    await sdk.threads.delete(tid)
+    with pytest.raises(httpx.HTTPStatusError) as err:
+        await sdk.threads.get(tid)
+    assert err.value.response.status_code == 404
+
+
+async def test_if_exists(sdk: LangGraphClient) -> None:
+    tid = str(uuid.uuid4())
+    await sdk.threads.create(thread_id=tid, metadata={"n": 1})
+    with pytest.raises(httpx.HTTPStatusError) as err:
+        await sdk.threads.create(thread_id=tid)
+    assert err.value.response.status_code == 409
+    same = await sdk.threads.create(thread_id=tid, if_exists="do_nothing", metadata={"n": 2})
+    assert same["metadata"] == {"n": 1}
+
+
+async def test_search_and_count(sdk: LangGraphClient) -> None:
+    ids = [(await sdk.threads.create(metadata={"kind": "s", "i": i}))["thread_id"] for i in range(3)]
+    found = await sdk.threads.search(metadata={"kind": "s"}, sort_by="created_at", sort_order="asc")
+    assert [t["thread_id"] for t in found] == ids
+    assert len(await sdk.threads.search(metadata={"kind": "s"}, limit=2)) == 2
+    assert [t["thread_id"] for t in await sdk.threads.search(ids=[ids[1]])] == [ids[1]]
+    sel = await sdk.threads.search(ids=[ids[0]], select=["thread_id", "status"])
+    assert sel == [{"thread_id": ids[0], "status": "idle"}]
+    assert await sdk.threads.count(metadata={"kind": "s"}) == 3
+    assert await sdk.threads.count(status="busy") == 0
+    assert [t["thread_id"] for t in await sdk.threads.search(metadata={"kind": "s"}, status="idle",
+                                                             sort_order="asc")] == ids
+
+
+async def test_state_history_update_and_copy(sdk: LangGraphClient) -> None:
+    t = await sdk.threads.create()
+    tid = t["thread_id"]
+    empty = await sdk.threads.get_state(tid)
+    assert empty["values"] == {} and empty["next"] == [] and empty["checkpoint"] is None
+    await sdk.runs.wait(tid, "counter", input={"increment": 2, "tag": "a"})
+    await sdk.runs.wait(tid, "counter", input={"increment": 3, "tag": "b"})
+    state = await sdk.threads.get_state(tid)
+    assert state["values"]["count"] == 5 and state["values"]["log"] == ["a", "b"]
+    thread = await sdk.threads.get(tid)
+    assert thread["values"]["count"] == 5 and thread["status"] == "idle"
+    assert thread["metadata"]["graph_id"] == "counter"
+    history = await sdk.threads.get_history(tid)
+    assert len(history) >= 4 and history[0]["checkpoint"]["checkpoint_id"] == state["checkpoint"]["checkpoint_id"]
+    limited = await sdk.threads.get_history(tid, limit=2)
+    assert len(limited) == 2
+    before = await sdk.threads.get_history(tid, before=history[0]["checkpoint"], limit=1)
+    assert before[0]["checkpoint"]["checkpoint_id"] == history[1]["checkpoint"]["checkpoint_id"]
+    # An earlier checkpoint is readable by id.
+    old = await sdk.threads.get_state(tid, checkpoint_id=history[-1]["checkpoint"]["checkpoint_id"])
+    assert old["checkpoint"]["checkpoint_id"] == history[-1]["checkpoint"]["checkpoint_id"]
+    # Update writes a new revision.
+    updated = await sdk.threads.update_state(tid, {"count": 10}, as_node="count")
+    assert updated["checkpoint"]["checkpoint_id"]
+    assert (await sdk.threads.get_state(tid))["values"]["count"] == 15
+    assert (await sdk.threads.get(tid))["values"]["count"] == 15
+    # Copy carries state and history.
+    copy = await sdk.threads.copy(tid)
+    assert copy["thread_id"] != tid
+    assert (await sdk.threads.get_state(copy["thread_id"]))["values"]["count"] == 15
+    assert len(await sdk.threads.get_history(copy["thread_id"], limit=100)) == len(
+        await sdk.threads.get_history(tid, limit=100))
+
+
+async def test_spec_history_and_patch_values(http: httpx.AsyncClient, sdk: LangGraphClient) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(tid, "counter", input={"increment": 1, "tag": "a"})
+    r = await http.get(f"/threads/{tid}/history", params={"limit": 2})
+    assert r.status_code == 200 and len(r.json()) == 2 and r.json()[0]["checkpoint"]["checkpoint_id"]
+    r = await http.patch(f"/threads/{tid}", json={"values": {"count": 4}, "metadata": {"m": 1}})
+    assert r.status_code == 200 and r.json()["metadata"]["m"] == 1
+    assert r.json()["values"]["count"] == 5
+
+
+async def test_prune(sdk: LangGraphClient, http: httpx.AsyncClient) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    for tag in "ab":
+        await sdk.runs.wait(tid, "counter", input={"tag": tag})
+    assert len(await sdk.threads.get_history(tid, limit=100)) > 1
+    r = await http.post("/threads/prune", json={"thread_ids": [tid], "strategy": "keep_latest"})
+    assert r.status_code == 200 and r.json() == {"pruned_count": 1}
+    assert len(await sdk.threads.get_history(tid, limit=100)) == 1
+    assert (await sdk.threads.get_state(tid))["values"]["log"] == ["a", "b"]
+
+
+async def test_errors(http: httpx.AsyncClient) -> None:
+    missing = uuid.uuid4()
+    r = await http.get(f"/threads/{missing}")
+    assert r.status_code == 404 and r.json()["code"] == "not_found" and r.json()["message"]
+    assert (await http.get("/threads/not-a-uuid")).status_code == 422
+    assert (await http.post("/threads", json={"thread_id": "nope"})).status_code == 422
+    assert (await http.post("/threads/search", json={"limit": 0})).status_code == 422
+    assert (await http.post("/threads/search", json={"status": "weird"})).status_code == 422
+    assert (await http.delete(f"/threads/{missing}")).status_code == 404
+    assert (await http.post(f"/threads/{missing}/copy")).status_code == 404
+    assert (await http.get(f"/threads/{missing}/state")).status_code == 404
+    r = await http.post("/threads", json={})
+    tid = r.json()["thread_id"]
+    r = await http.post(f"/threads/{tid}/state", json={"values": {"a": 1}})
+    assert r.status_code == 400 and "graph" in r.json()["detail"]
