@@ -28,7 +28,8 @@ async def test_create_patch_versions_latest_delete(sdk: LangGraphClient) -> None
     a = await sdk.assistants.create("echo", config={"tags": ["x"]}, context={"k": 1}, metadata={"team": "a"},
                                     name="mine", description="d")
     assert a["graph_id"] == "echo" and a["name"] == "mine" and a["description"] == "d"
-    assert a["config"] == {"tags": ["x"]} and a["context"] == {"k": 1} and a["version"] == 1
+    assert a["config"] == {"tags": ["x"], "configurable": {"k": 1}} and a["context"] == {"k": 1}
+    assert a["version"] == 1
     p = await sdk.assistants.update(a["assistant_id"], metadata={"more": True}, name="renamed")
     assert p["version"] == 2 and p["name"] == "renamed" and p["metadata"] == {"team": "a", "more": True}
     versions = await sdk.assistants.get_versions(a["assistant_id"])
@@ -103,3 +104,13 @@ async def test_agents_paths(http: httpx.AsyncClient) -> None:
     schemas = (await http.get(f"/agents/{system_id('counter')}/schemas")).json()
     assert schemas["agent_id"] == system_id("counter") and "properties" in schemas["input_schema"]
     assert (await http.get("/agents/missing")).status_code == 404
+
+
+async def test_context_and_configurable_mirror(sdk: LangGraphClient, http: httpx.AsyncClient) -> None:
+    a = await sdk.assistants.create("echo", context={"a": 1}, config={"tags": ["t"]})
+    assert a["context"] == {"a": 1} and a["config"] == {"tags": ["t"], "configurable": {"a": 1}}
+    b = await sdk.assistants.create("echo", config={"configurable": {"q": 2}})
+    assert b["context"] == {"q": 2}
+    r = await http.post("/assistants", json={"graph_id": "echo", "context": {"a": 1},
+                                             "config": {"configurable": {"b": 2}}})
+    assert r.status_code == 400 and "context" in r.json()["detail"]

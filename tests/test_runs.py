@@ -13,7 +13,7 @@ async def test_background_run_join_get_list(sdk: LangGraphClient) -> None:
     run = await sdk.runs.create(tid, "echo", input={"messages": [{"role": "user", "content": "hi"}]},
                                 metadata={"m": 1})
     assert run["status"] == "pending" and run["thread_id"] == tid and run["metadata"] == {"m": 1}
-    assert run["multitask_strategy"] == "reject"
+    assert run["multitask_strategy"] == "enqueue"  # the reference server's default
     out = await sdk.runs.join(tid, run["run_id"])
     assert out["messages"][-1]["content"] == "You said: hi"
     assert out["messages"][-1]["type"] == "ai"
@@ -123,6 +123,8 @@ async def test_interrupt_before(sdk: LangGraphClient) -> None:
 async def test_unknown_assistant_and_thread(http: httpx.AsyncClient) -> None:
     tid = (await http.post("/threads", json={})).json()["thread_id"]
     r = await http.post(f"/threads/{tid}/runs", json={"assistant_id": "nope", "input": {}})
+    assert r.status_code == 422 and "echo" in r.json()["detail"]
+    r = await http.post(f"/threads/{tid}/runs", json={"assistant_id": str(uuid.uuid4()), "input": {}})
     assert r.status_code == 404
     missing = uuid.uuid4()
     r = await http.post(f"/threads/{missing}/runs", json={"assistant_id": "echo", "input": {}})
@@ -134,6 +136,8 @@ async def test_unknown_assistant_and_thread(http: httpx.AsyncClient) -> None:
     assert r.status_code == 422 and "stream_mode" in r.json()["detail"]
     r = await http.post(f"/threads/{tid}/runs", json={"assistant_id": "echo", "langsmith_tracer": {}})
     assert r.status_code == 422 and "langsmith_tracer" in r.json()["detail"]
+    r = await http.post(f"/threads/{tid}/runs/{uuid.uuid4()}/cancel")
+    assert r.status_code == 404
 
 
 async def test_cancel_really_stops_the_agent(sdk: LangGraphClient) -> None:
@@ -149,7 +153,8 @@ async def test_cancel_really_stops_the_agent(sdk: LangGraphClient) -> None:
     assert (await sdk.runs.get(tid, run["run_id"]))["status"] == "interrupted"
     await asyncio.sleep(0.2)
     assert len([w for w in WORK_LOG if w.startswith(tag)]) == done_at_cancel < 100
-    assert (await sdk.threads.get(tid))["status"] == "idle"
+    thread = await sdk.threads.get(tid)
+    assert thread["status"] == "interrupted" and thread["error"]["error"] == "UserInterrupt"
 
 
 async def test_cancel_pending_run_never_starts(sdk: LangGraphClient) -> None:
@@ -176,6 +181,7 @@ async def test_cancel_rollback_deletes_run_and_checkpoints(sdk: LangGraphClient)
     after = await sdk.threads.get_history(tid, limit=100)
     assert [h["checkpoint"]["checkpoint_id"] for h in after] == [h["checkpoint"]["checkpoint_id"] for h in before]
     assert (await sdk.threads.get_state(tid))["values"]["done"] == ["first"]
+    assert (await sdk.threads.get(tid))["status"] == "idle"
 
 
 async def test_delete_run(sdk: LangGraphClient, http: httpx.AsyncClient) -> None:

@@ -11,7 +11,7 @@ async def test_create_get_patch_delete(sdk: LangGraphClient) -> None:
     tid = str(uuid.uuid4())
     t = await sdk.threads.create(thread_id=tid, metadata={"purpose": "x"})
     assert t["thread_id"] == tid and t["status"] == "idle" and t["metadata"] == {"purpose": "x"}
-    assert t["values"] == {} and t["interrupts"] == {}
+    assert t["values"] is None and t["interrupts"] == {}
     got = await sdk.threads.get(tid)
     assert got["thread_id"] == tid
     patched = await sdk.threads.update(tid, metadata={"more": 1})
@@ -62,6 +62,11 @@ async def test_state_history_update_and_copy(sdk: LangGraphClient) -> None:
     assert len(history) >= 4 and history[0]["checkpoint"]["checkpoint_id"] == state["checkpoint"]["checkpoint_id"]
     limited = await sdk.threads.get_history(tid, limit=2)
     assert len(limited) == 2
+    # `before` as LangGraph's history returns it (a RunnableConfig), and as a bare id.
+    as_config = await sdk.threads.get_history(tid, before={"configurable": history[0]["checkpoint"]}, limit=1)
+    assert as_config[0]["checkpoint"]["checkpoint_id"] == history[1]["checkpoint"]["checkpoint_id"]
+    as_str = await sdk.threads.get_history(tid, before=history[0]["checkpoint"]["checkpoint_id"], limit=1)
+    assert as_str == as_config
     before = await sdk.threads.get_history(tid, before=history[0]["checkpoint"], limit=1)
     assert before[0]["checkpoint"]["checkpoint_id"] == history[1]["checkpoint"]["checkpoint_id"]
     # An earlier checkpoint is readable by id.

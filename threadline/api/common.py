@@ -48,10 +48,7 @@ def version_out(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def thread_out(row: dict[str, Any]) -> dict[str, Any]:
-    out = {k: row.get(k) for k in THREAD_FIELDS}
-    if out["values"] is None:
-        out["values"] = {}
-    return out
+    return {k: row.get(k) for k in THREAD_FIELDS}
 
 
 def run_out(row: dict[str, Any]) -> dict[str, Any]:

@@ -142,7 +142,9 @@ async def join_thread_run_stream(request: Request, thread_id: UUID, run_id: UUID
 async def cancel_thread_run(request: Request, thread_id: UUID, run_id: UUID, wait: bool = False,
                             action: CancelAction = "interrupt") -> Response:
     await runtime(request).runs.cancel(str(run_id), str(thread_id), wait=wait, action=action)
-    return no_content() if wait else Response(status_code=202)
+    if wait:
+        return JSON({}, headers={"Location": f"/threads/{thread_id}/runs/{run_id}/join"})
+    return Response(status_code=202)
 
 
 # --- stateless runs and the Agent Protocol's /runs paths ----------------------------------------

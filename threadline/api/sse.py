@@ -34,4 +34,4 @@ def event_response(
                 except Exception:
                     log.exception("on_disconnect handler failed")
 
-    return EventSourceResponse(frames(), ping=heartbeat, headers=headers, sep="\n")
+    return EventSourceResponse(frames(), ping=heartbeat, headers=headers)

@@ -6,7 +6,7 @@ import uuid
 from typing import Any, Literal
 
 from threadline.core.graphs import GraphRegistry, describe_schemas, draw, subgraph_schemas
-from threadline.errors import NotFound
+from threadline.errors import BadRequest, InvalidInput, NotFound
 from threadline.storage.base import Row, Storage
 from threadline.storage.sql import now_iso
 
@@ -58,6 +58,7 @@ class Assistants:
                      context: dict | None = None, metadata: dict | None = None, name: str | None = None,
                      description: str | None = None, if_exists: Literal["raise", "do_nothing"] = "raise") -> Row:
         self.graphs.entry(graph_id)  # 404 for an unknown graph
+        config, context = _mirror_context(config, context)
         row = self._new_row(assistant_id or str(uuid.uuid4()), graph_id, name=name, description=description,
                             config=config, context=context, metadata=metadata)
         return await self.storage.create_assistant(row, if_exists=if_exists)
@@ -70,6 +71,14 @@ class Assistants:
         if found is None:
             raise NotFound(f"Assistant {assistant_id} not found")
         return found
+
+    async def resolve(self, assistant_id: str) -> Row:
+        """An assistant named in a run request: a UUID, or a graph id naming its system assistant."""
+        if not _is_uuid(assistant_id) and assistant_id not in self.graphs.entries:
+            raise InvalidInput(
+                f"Invalid assistant: '{assistant_id}'. Must be either a valid assistant UUID or one of the "
+                f"registered graphs: {', '.join(self.graphs.ids())}", choices=self.graphs.ids())
+        return await self.get(assistant_id)
 
     async def search(self, *, graph_id: str | None = None, name: str | None = None,
                      metadata: dict | None = None, limit: int = 10, offset: int = 0,
@@ -88,9 +97,9 @@ class Assistants:
         if graph_id is not None:
             self.graphs.entry(graph_id)
             changes["graph_id"] = graph_id
-        if config is not None:
+        if config is not None or context is not None:
+            config, context = _mirror_context(config, context)
             changes["config"] = config
-        if context is not None:
             changes["context"] = context
         if metadata is not None:
             changes["metadata"] = {**current["metadata"], **metadata}
@@ -131,3 +140,17 @@ class Assistants:
         assistant = await self.get(assistant_id)
         async with self.graphs.graph(assistant["graph_id"], {"configurable": {}}) as graph:
             return subgraph_schemas(graph, namespace, recurse)
+
+
+def _mirror_context(config: dict | None, context: dict | None) -> tuple[dict, dict]:
+    """LangGraph keeps `context` and `config.configurable` as mirrors of each other; giving both is an error."""
+    config = dict(config or {})
+    configurable = config.get("configurable")
+    if configurable and context:
+        raise BadRequest("Cannot specify both configurable and context. Prefer setting context alone.")
+    if context:
+        config["configurable"] = dict(context)
+        return config, dict(context)
+    if configurable:
+        return config, dict(configurable)
+    return config, {}

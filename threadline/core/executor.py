@@ -120,6 +120,10 @@ class Executor:
                 current.uncancel()
             status = "interrupted"
             thread_changes = await self._thread_after_stop(thread_id)
+            if action == "interrupt":
+                # As LangGraph's server does: the thread shows it was stopped by the user.
+                thread_changes.update(status="interrupted", error={
+                    "error": "UserInterrupt", "message": f"interrupt requested for run {run_id}"})
         except Exception as exc:  # the agent's own failure: recorded on the run, shown to the client
             status = "error"
             error = {"error": type(exc).__name__, "message": str(exc)}
@@ -152,7 +156,8 @@ class Executor:
         run_id, thread_id = run["run_id"], run["thread_id"]
         if action == "rollback":
             await self.storage.delete_checkpoints_for_run(thread_id, run_id)
-            thread_changes = await self._thread_after_stop(thread_id)
+            thread_changes = {**await self._thread_after_stop(thread_id), "error": {
+                "error": "UserRollback", "message": f"rollback requested for run {run_id}"}}
         finished = await self.storage.finish_run(run_id, status, error=error, output=output,
                                                  thread_changes=thread_changes, worker_id=worker_id)
         if finished is None:

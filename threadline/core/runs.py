@@ -37,7 +37,7 @@ class Runs:
 
     async def _resolve_assistant(self, assistant_id: str | None) -> Row:
         if assistant_id:
-            return await self.assistants.get(assistant_id)
+            return await self.assistants.resolve(assistant_id)
         graphs = self.assistants.graphs
         default = graphs.default_agent or (graphs.ids()[0] if len(graphs.ids()) == 1 else None)
         if default is None:
@@ -69,10 +69,14 @@ class Runs:
         thread_meta = {"graph_id": assistant["graph_id"], "assistant_id": assistant["assistant_id"]}
         if create_thread is not None:
             create_thread["metadata"] = thread_meta
-        strategy: MultitaskStrategy = body.get("multitask_strategy") or "reject"
+        # LangGraph's server defaults to enqueue; clients written against it rely on that.
+        strategy: MultitaskStrategy = body.get("multitask_strategy") or "enqueue"
         if create_thread is None and strategy in ("interrupt", "rollback"):
             for active in await self.storage.active_runs(thread_id):
-                await self.cancel(active["run_id"], action=strategy, wait=False)
+                try:
+                    await self.cancel(active["run_id"], action=strategy, wait=False)
+                except NotFound:  # it finished meanwhile
+                    pass
         now = datetime.now(timezone.utc)
         available = now + timedelta(seconds=float(body.get("after_seconds") or 0))
         run = {
@@ -118,7 +122,7 @@ class Runs:
         """Cancel a run: pending runs never start; running ones are cancelled at their next await."""
         run = await self.get(run_id, thread_id)
         if run["status"] in TERMINAL:
-            return run
+            raise NotFound("No matching runs to cancel: the run has already finished")
         if await self.storage.cancel_pending_runs([run_id], "interrupted"):
             await self._after_stop(run, action)
             return None if action == "rollback" else await self.storage.get_run(run_id)
@@ -156,16 +160,28 @@ class Runs:
             for st in statuses:
                 targets += await self.storage.search_runs(thread_id=thread_id, assistant_id=None, status=st,
                                                           metadata=None, limit=10_000, offset=0)
+        targets = [r for r in targets if r["status"] not in TERMINAL]
+        if not targets:
+            raise NotFound("No runs found to cancel.")
         for run in targets:
             await self.cancel(run["run_id"], action=action)
         return len(targets)
 
     async def cancel_thread_runs(self, thread_id: str) -> None:
         for run in await self.storage.active_runs(thread_id):
-            await self.cancel(run["run_id"], action="interrupt", wait=True)
+            try:
+                await self.cancel(run["run_id"], action="interrupt", wait=True)
+            except NotFound:  # it finished meanwhile
+                pass
 
-    def stream(self, run_id: str, *, last_event_id: str | None = None, replay: bool = False) -> AsyncIterator[StreamEvent]:
-        return self.broker.subscribe(run_id, after=last_event_id, replay=replay)
+    async def stream(self, run_id: str, *, last_event_id: str | None = None,
+                     replay: bool = False) -> AsyncIterator[StreamEvent]:
+        """The run's events. A finished run whose events are no longer buffered has an empty stream."""
+        run = await self.storage.get_run(run_id)
+        if run is not None and run["status"] in TERMINAL and not await self.broker.stream_started(run_id):
+            return
+        async for event in self.broker.subscribe(run_id, after=last_event_id, replay=replay):
+            yield event
 
     async def output(self, run: Row) -> Any:
         """What /wait answers for a finished run: the thread's values, an error object, or interrupts."""

@@ -129,6 +129,8 @@ class Threads:
             return []
         if isinstance(before, str):
             before = {"checkpoint_id": before}
+        elif isinstance(before, dict) and isinstance(before.get("configurable"), dict):
+            before = before["configurable"]  # a RunnableConfig, as LangGraph's own history returns
         out = []
         async with self.graphs.graph(graph_id, thread_config(thread_id)) as graph:
             bound = bind(graph, self.storage.checkpointer, self.storage.store)
