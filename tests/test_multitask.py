@@ -1,0 +1,76 @@
+"""Two runs on one thread under each multitask strategy: no lost or mixed updates."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+from langgraph_sdk.client import LangGraphClient
+
+
+async def _start_slow(sdk: LangGraphClient, tid: str, tag: str) -> dict:
+    from tests.project.agents import WORK_LOG
+
+    run = await sdk.runs.create(tid, "slow", input={"tag": tag, "steps": 40, "delay": 0.02})
+    while not any(w.startswith(f"{tag}:") for w in WORK_LOG):
+        await asyncio.sleep(0.01)
+    return run
+
+
+async def test_reject(sdk: LangGraphClient) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    first = await _start_slow(sdk, tid, "rej-a")
+    with pytest.raises(httpx.HTTPStatusError) as err:
+        await sdk.runs.create(tid, "slow", input={"tag": "rej-b", "steps": 1}, multitask_strategy="reject")
+    assert err.value.response.status_code == 409
+    await sdk.runs.join(tid, first["run_id"])
+    assert (await sdk.threads.get_state(tid))["values"]["done"] == ["rej-a"]
+    assert len(await sdk.runs.list(tid)) == 1
+
+
+async def test_enqueue(sdk: LangGraphClient) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    first = await _start_slow(sdk, tid, "enq-a")
+    second = await sdk.runs.create(tid, "slow", input={"tag": "enq-b", "steps": 1}, multitask_strategy="enqueue")
+    assert second["status"] == "pending"
+    await sdk.runs.join(tid, second["run_id"])
+    assert (await sdk.runs.get(tid, first["run_id"]))["status"] == "success"
+    assert (await sdk.runs.get(tid, second["run_id"]))["status"] == "success"
+    assert (await sdk.threads.get_state(tid))["values"]["done"] == ["enq-a", "enq-b"]
+
+
+async def test_interrupt(sdk: LangGraphClient) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    first = await _start_slow(sdk, tid, "int-a")
+    second = await sdk.runs.create(tid, "slow", input={"tag": "int-b", "steps": 1}, multitask_strategy="interrupt")
+    await sdk.runs.join(tid, second["run_id"])
+    assert (await sdk.runs.get(tid, first["run_id"]))["status"] == "interrupted"
+    assert (await sdk.runs.get(tid, second["run_id"]))["status"] == "success"
+    # The interrupted run never finished its node, so only the second run's update is in the state.
+    assert (await sdk.threads.get_state(tid))["values"]["done"] == ["int-b"]
+    assert (await sdk.threads.get(tid))["status"] == "idle"
+
+
+async def test_rollback(sdk: LangGraphClient) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(tid, "slow", input={"tag": "rb-0", "steps": 1})
+    first = await _start_slow(sdk, tid, "rb-a")
+    second = await sdk.runs.create(tid, "slow", input={"tag": "rb-b", "steps": 1}, multitask_strategy="rollback")
+    await sdk.runs.join(tid, second["run_id"])
+    with pytest.raises(httpx.HTTPStatusError) as err:
+        await sdk.runs.get(tid, first["run_id"])
+    assert err.value.response.status_code == 404
+    assert (await sdk.threads.get_state(tid))["values"]["done"] == ["rb-0", "rb-b"]
+    # The rolled-back run left no checkpoint behind.
+    history = await sdk.threads.get_history(tid, limit=100)
+    assert all(h["metadata"].get("run_id") != first["run_id"] for h in history)
+
+
+async def test_many_enqueued_runs_run_in_order(sdk: LangGraphClient) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    runs = [await sdk.runs.create(tid, "counter", input={"increment": 1, "tag": str(i)}) for i in range(8)]
+    await sdk.runs.join(tid, runs[-1]["run_id"])
+    state = await sdk.threads.get_state(tid)
+    assert state["values"]["count"] == 8
+    assert state["values"]["log"] == [str(i) for i in range(8)]

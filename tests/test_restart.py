@@ -1,0 +1,141 @@
+"""Durability: a clean restart keeps everything; a SIGKILL mid-run is recovered on the next start."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from asgi_lifespan import LifespanManager
+from langgraph_sdk.client import LangGraphClient
+
+from tests.conftest import PROJECT
+from threadline.api.app import create_app
+from threadline.settings import Settings
+
+
+async def test_restart_keeps_assistants_threads_history_and_store(settings: Settings) -> None:
+    async def session() -> tuple[LifespanManager, httpx.AsyncClient]:
+        app = create_app(settings)
+        manager = LifespanManager(app, startup_timeout=30)
+        await manager.__aenter__()
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=30)
+        return manager, client
+
+    manager, client = await session()
+    sdk = LangGraphClient(client)
+    assistant = await sdk.assistants.create("counter", name="kept", metadata={"k": 1})
+    thread = await sdk.threads.create(metadata={"kept": True})
+    await sdk.runs.wait(thread["thread_id"], "counter", input={"increment": 3, "tag": "a"})
+    history = await sdk.threads.get_history(thread["thread_id"], limit=100)
+    await sdk.store.put_item(["prefs", "u1"], "theme", {"dark": True})
+    await client.aclose()
+    await manager.__aexit__(None, None, None)
+
+    manager, client = await session()
+    sdk = LangGraphClient(client)
+    assert (await sdk.assistants.get(assistant["assistant_id"]))["name"] == "kept"
+    got = await sdk.threads.get(thread["thread_id"])
+    assert got["metadata"]["kept"] is True and got["values"]["count"] == 3 and got["status"] == "idle"
+    assert await sdk.threads.get_history(thread["thread_id"], limit=100) == history
+    assert (await sdk.store.get_item(["prefs", "u1"], "theme"))["value"] == {"dark": True}
+    assert len(await sdk.runs.list(thread["thread_id"])) == 1
+    await client.aclose()
+    await manager.__aexit__(None, None, None)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(db: Path, port: int, log: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "threadline", "serve", "--config", str(PROJECT), "--port", str(port),
+         "--database-url", f"sqlite:///{db}"],
+        stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/ok", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    proc.kill()
+    raise AssertionError(f"server did not start: {log.read_text()}")
+
+
+def test_sigkill_mid_run_is_recovered(tmp_path: Path) -> None:
+    db, log = tmp_path / "t.db", tmp_path / "server.log"
+    port = _free_port()
+    proc = _start(db, port, log)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        tid = httpx.post(f"{base}/threads", json={}).json()["thread_id"]
+        run = httpx.post(f"{base}/threads/{tid}/runs", json={
+            "assistant_id": "slow", "input": {"tag": "k", "steps": 30, "delay": 0.05}}).json()
+        deadline = time.monotonic() + 20
+        while httpx.get(f"{base}/threads/{tid}/runs/{run['run_id']}").json()["status"] != "running":
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+        proc = _start(db, port, log)
+        # The run that was running is retried once (run_retries=1) and ends as success.
+        joined = httpx.get(f"{base}/threads/{tid}/runs/{run['run_id']}/join", timeout=60)
+        assert joined.status_code == 200 and joined.json()["done"] == ["k"]
+        final = httpx.get(f"{base}/threads/{tid}/runs/{run['run_id']}").json()
+        assert final["status"] == "success"
+        assert httpx.get(f"{base}/threads/{tid}").json()["status"] == "idle"
+        again = httpx.post(f"{base}/threads/{tid}/runs/wait", json={
+            "assistant_id": "slow", "input": {"tag": "after", "steps": 1}}, timeout=30)
+        assert again.status_code == 200 and again.json()["done"] == ["k", "after"]
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def test_sigkill_without_retries_ends_run_as_error(tmp_path: Path) -> None:
+    db, log = tmp_path / "t.db", tmp_path / "server.log"
+    port = _free_port()
+    os.environ["THREADLINE_RUN_RETRIES"] = "0"
+    try:
+        proc = _start(db, port, log)
+    finally:
+        del os.environ["THREADLINE_RUN_RETRIES"]
+    base = f"http://127.0.0.1:{port}"
+    try:
+        tid = httpx.post(f"{base}/threads", json={}).json()["thread_id"]
+        run = httpx.post(f"{base}/threads/{tid}/runs", json={
+            "assistant_id": "slow", "input": {"tag": "x", "steps": 100, "delay": 0.05}}).json()
+        deadline = time.monotonic() + 20
+        while httpx.get(f"{base}/threads/{tid}/runs/{run['run_id']}").json()["status"] != "running":
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        os.environ["THREADLINE_RUN_RETRIES"] = "0"
+        try:
+            proc = _start(db, port, log)
+        finally:
+            del os.environ["THREADLINE_RUN_RETRIES"]
+        final = httpx.get(f"{base}/threads/{tid}/runs/{run['run_id']}").json()
+        assert final["status"] == "error"
+        thread = httpx.get(f"{base}/threads/{tid}").json()
+        assert thread["status"] == "error" and thread["error"]["error"] == "WorkerLost"
+        again = httpx.post(f"{base}/threads/{tid}/runs/wait", json={
+            "assistant_id": "counter", "input": {"increment": 1}}, timeout=30)
+        assert again.status_code == 200
+    finally:
+        proc.kill()
+        proc.wait(10)
