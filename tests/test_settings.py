@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from threadline.config import load_config
+from threadline.errors import ConfigError
+from threadline.settings import Settings
+
+DOCS = Path(__file__).parents[1] / "docs" / "configuration.md"
+
+
+def test_every_setting_is_documented() -> None:
+    text = DOCS.read_text()
+    for name in Settings.names():
+        assert f"`{name}`" in text and f"THREADLINE_{name.upper()}" in text, name
+
+
+def test_precedence_flag_over_env_over_default() -> None:
+    env = {"THREADLINE_PORT": "9000", "THREADLINE_WORKERS": "3"}
+    s = Settings.resolve({"port": 9100}, environ=env)
+    assert s.port == 9100 and s.workers == 3 and s.host == "127.0.0.1"
+
+
+def test_bad_env_value_is_reported() -> None:
+    with pytest.raises(SystemExit, match="THREADLINE_PORT"):
+        Settings.resolve(environ={"THREADLINE_PORT": "eighty"})
+
+
+def test_unsupported_keys_are_reported(tmp_path: Path) -> None:
+    path = tmp_path / "langgraph.json"
+    path.write_text(json.dumps({"graphs": {"a": "./a.py:g"}, "auth": {"path": "x"}, "python_version": "3.11",
+                                "checkpointer": {"ttl": {}}}))
+    cfg = load_config(path)
+    assert "auth" in cfg.unsupported and "checkpointer.ttl" not in cfg.unsupported
+    assert cfg.ignored == ["python_version"]
+
+
+def test_graph_import_failure_names_the_line(tmp_path: Path) -> None:
+    from threadline.core.graphs import GraphRegistry
+
+    (tmp_path / "broken.py").write_text("raise RuntimeError('kaboom')\n")
+    path = tmp_path / "langgraph.json"
+    path.write_text(json.dumps({"graphs": {"b": "./broken.py:graph"}}))
+    with pytest.raises(ConfigError) as err:
+        GraphRegistry.load(load_config(path))
+    assert "./broken.py:graph" in str(err.value) and "kaboom" in str(err.value)
+
+
+def test_bad_default_agent_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "langgraph.json"
+    path.write_text(json.dumps({"graphs": {"a": "./a.py:g"}, "threadline": {"default_agent": "zzz"}}))
+    with pytest.raises(ConfigError, match="zzz"):
+        load_config(path)
