@@ -26,10 +26,13 @@ class SQLiteStorage(Storage):
 
     capabilities = {"vector_search": True, "ttl": True, "multi_process": False}
 
-    def __init__(self, url: str, conn: aiosqlite.Connection, saver_conn: aiosqlite.Connection,
-                 store_conn: aiosqlite.Connection, store: AsyncSqliteStore) -> None:
+    def __init__(self, url: str, conn: aiosqlite.Connection, read_conn: aiosqlite.Connection,
+                 saver_conn: aiosqlite.Connection, store_conn: aiosqlite.Connection, store: AsyncSqliteStore) -> None:
         self.url = url
         self._conn = conn
+        # Reads use their own connection: on the writer's connection they would see another task's
+        # transaction half done (a run already `success` while its thread is not yet updated).
+        self._read = read_conn
         self._saver_conn = saver_conn
         self._store_conn = store_conn
         self.checkpointer = AsyncSqliteSaver(saver_conn)
@@ -44,20 +47,20 @@ class SQLiteStorage(Storage):
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         conns = []
-        for _ in range(3):
+        for _ in range(4):
             conn = await aiosqlite.connect(path, isolation_level=None)
             await conn.execute("PRAGMA journal_mode=WAL")
             await conn.execute("PRAGMA busy_timeout=30000")
             await conn.execute("PRAGMA synchronous=NORMAL")
             conn.row_factory = aiosqlite.Row
             conns.append(conn)
-        conn, saver_conn, store_conn = conns
+        conn, read_conn, saver_conn, store_conn = conns
         await apply_migrations(conn, "sqlite")
-        conns[1].row_factory = None
-        conns[2].row_factory = None
+        saver_conn.row_factory = None
+        store_conn.row_factory = None
         store = AsyncSqliteStore(store_conn, index=store_index, ttl=store_ttl)  # type: ignore[arg-type]
         await store.setup()
-        self = cls(url, conn, saver_conn, store_conn, store)
+        self = cls(url, conn, read_conn, saver_conn, store_conn, store)
         await self.checkpointer.setup()
         if store_ttl and store_ttl.get("sweep_interval_minutes"):
             await store.start_ttl_sweeper()
@@ -66,7 +69,7 @@ class SQLiteStorage(Storage):
     async def close(self) -> None:
         with contextlib.suppress(Exception):
             await self.store.stop_ttl_sweeper(timeout=1)
-        for conn in (self._conn, self._saver_conn, self._store_conn):
+        for conn in (self._conn, self._read, self._saver_conn, self._store_conn):
             with contextlib.suppress(Exception):
                 await conn.close()
 
@@ -89,11 +92,11 @@ class SQLiteStorage(Storage):
             await self._conn.execute("COMMIT")
 
     async def _fetchall(self, sql: str, params: tuple | list = ()) -> list[Row]:
-        async with self._conn.execute(sql, params) as cur:
+        async with self._read.execute(sql, params) as cur:
             return [_row(r) for r in await cur.fetchall()]
 
     async def _fetchone(self, sql: str, params: tuple | list = ()) -> Row | None:
-        async with self._conn.execute(sql, params) as cur:
+        async with self._read.execute(sql, params) as cur:
             r = await cur.fetchone()
         return _row(r) if r is not None else None
 
