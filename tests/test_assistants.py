@@ -114,3 +114,12 @@ async def test_context_and_configurable_mirror(sdk: LangGraphClient, http: httpx
     r = await http.post("/assistants", json={"graph_id": "echo", "context": {"a": 1},
                                              "config": {"configurable": {"b": 2}}})
     assert r.status_code == 400 and "context" in r.json()["detail"]
+
+
+async def test_search_pagination_headers(http: httpx.AsyncClient) -> None:
+    r = await http.post("/assistants/search", json={"limit": 2})
+    assert len(r.json()) == 2
+    assert r.headers["x-pagination-next"] == "2" and r.headers["x-pagination-total"] == "3"
+    last = await http.post("/assistants/search", json={"limit": 100})
+    assert "x-pagination-next" not in last.headers
+    assert last.headers["x-pagination-total"] == str(len(last.json()))

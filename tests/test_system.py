@@ -36,3 +36,8 @@ async def test_oversized_body_is_413(http: httpx.AsyncClient) -> None:
                         headers={"content-type": "application/json"})
     assert r.status_code == 413
     assert "exceeds" in r.json()["detail"]
+
+
+async def test_cors_allows_browsers(http: httpx.AsyncClient) -> None:
+    r = await http.options("/threads", headers={"Origin": "https://studio.example", "Access-Control-Request-Method": "POST"})
+    assert r.status_code == 200 and r.headers["access-control-allow-origin"] in ("*", "https://studio.example")

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI
+from starlette.middleware.cors import CORSMiddleware
 
 from threadline import __version__
 from threadline.api import agents, assistants, errors, runs, store, system, threads
@@ -37,6 +38,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="An open-source Agent Protocol server for LangGraph agents.",
     )
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    # As LangGraph's server: any origin, so browser clients (LangGraph Studio, web apps) can call it.
+    app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["*"], allow_headers=["*"],
+                       expose_headers=["x-pagination-total", "x-pagination-next", "content-location", "location"])
     app.state.project = project
     errors.install(app)
     for module in (system, assistants, agents, threads, runs, store):

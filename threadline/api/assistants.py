@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from threadline.api.common import JSON, assistant_out, no_content, runtime, select, version_out
+from threadline.api.common import JSON, assistant_out, no_content, paginated, runtime, select, version_out
 from threadline.api.models import (
     AssistantCount, AssistantCreate, AssistantPatch, AssistantSearch, AssistantVersions, SetLatest,
 )
@@ -21,10 +21,11 @@ async def create_assistant(request: Request, body: AssistantCreate) -> JSON:
 @router.post("/search")
 async def search_assistants(request: Request, body: AssistantSearch) -> JSON:
     rows = await runtime(request).assistants.search(
-        graph_id=body.graph_id, name=body.name, metadata=body.metadata, limit=body.limit, offset=body.offset,
+        graph_id=body.graph_id, name=body.name, metadata=body.metadata, limit=body.limit + 1, offset=body.offset,
         sort_by=body.sort_by or "created_at", sort_order=body.sort_order or "desc",
     )
-    return JSON([select(assistant_out(r), body.select) for r in rows])
+    page, headers = paginated(rows, body.limit, body.offset)
+    return JSON([select(assistant_out(r), body.select) for r in page], headers=headers)
 
 
 @router.post("/count")

@@ -64,3 +64,13 @@ def spec_run_out(row: dict[str, Any]) -> dict[str, Any]:
         if key in kwargs:
             out[key] = kwargs[key]
     return out
+
+
+def paginated(rows: list[dict[str, Any]], limit: int, offset: int) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Trim a page fetched with `limit + 1` rows and give the headers LangGraph's server sends with it."""
+    more = len(rows) > limit
+    page = rows[:limit]
+    headers = {"X-Pagination-Total": str(offset + limit + 1 if more else offset + len(page))}
+    if more:
+        headers["X-Pagination-Next"] = str(offset + limit)
+    return page, headers

@@ -6,7 +6,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Request
 
-from threadline.api.common import JSON, no_content, runtime, select, thread_out
+from threadline.api.common import JSON, no_content, paginated, runtime, select, thread_out
 from threadline.api.models import (
     HistoryQuery, StateAtCheckpoint, StateUpdate, ThreadCount, ThreadCreate, ThreadPatch, ThreadPrune, ThreadSearch,
 )
@@ -29,10 +29,11 @@ async def create_thread(request: Request, body: ThreadCreate) -> JSON:
 @router.post("/search")
 async def search_threads(request: Request, body: ThreadSearch) -> JSON:
     rows = await runtime(request).threads.search(
-        ids=body.ids, metadata=body.metadata, values=body.values, status=body.status, limit=body.limit,
-        offset=body.offset, sort_by=body.sort_by or "created_at", sort_order=body.sort_order or "desc",
+        ids=body.ids, metadata=body.metadata, values=body.values, status=body.status, limit=body.limit + 1,
+        offset=body.offset, sort_by=body.sort_by or "updated_at", sort_order=body.sort_order or "desc",
     )
-    return JSON([select(thread_out(r), body.select) for r in rows])
+    page, headers = paginated(rows, body.limit, body.offset)
+    return JSON([select(thread_out(r), body.select) for r in page], headers=headers)
 
 
 @router.post("/count")
