@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -9,7 +10,7 @@ from starlette.responses import Response
 
 from threadline.api.common import JSON, no_content, runtime
 from threadline.api.models import StoreDelete, StoreNamespaces, StorePut, StoreSearch
-from threadline.errors import InvalidInput, NotFound
+from threadline.errors import InvalidInput
 
 router = APIRouter(prefix="/store", tags=["Store"])
 
@@ -26,10 +27,18 @@ def _namespace(labels: list[str] | None, *, allow_empty: bool = False) -> tuple[
     return tuple(labels)
 
 
+def _timestamp(value: datetime) -> str:
+    # LangGraph's SQLite store keeps SQLite's CURRENT_TIMESTAMP: UTC, but read back without a timezone.
+    # Say so, like every other timestamp we serve (`...+00:00`), or clients would read it as local time.
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    return value.isoformat()
+
+
 def item_out(item: Any) -> dict[str, Any]:
     out = {
         "namespace": list(item.namespace), "key": item.key, "value": item.value,
-        "created_at": item.created_at.isoformat(), "updated_at": item.updated_at.isoformat(),
+        "created_at": _timestamp(item.created_at), "updated_at": _timestamp(item.updated_at),
     }
     if hasattr(item, "score"):
         out["score"] = item.score
@@ -53,9 +62,10 @@ async def get_item(request: Request, key: str, namespace: str = "", refresh_ttl:
     ns = _namespace(labels)
     kwargs = {"refresh_ttl": refresh_ttl} if refresh_ttl is not None else {}
     item = await runtime(request).storage.store.aget(ns, key, **kwargs)
-    if item is None:
-        raise NotFound(f"Item {key!r} not found in namespace {list(ns)}")
-    return JSON(item_out(item))
+    # Decision: a missing item is `200` with body `null`, as on LangGraph's server, not a 404.
+    # langgraph-sdk's `store.get_item` raises `NotFoundError` on any 404 but returns `None` for a `null`
+    # body, and callers rely on `if await client.store.get_item(...) is None`; a 404 would break them.
+    return JSON(item_out(item) if item is not None else None)
 
 
 @router.delete("/items", status_code=204)

@@ -154,20 +154,24 @@ class Executor:
     async def _finish(self, run: Row, worker_id: str, status: str, error: Any, output: Any,
                       thread_changes: dict[str, Any], action: str | None) -> None:
         run_id, thread_id = run["run_id"], run["thread_id"]
-        if action == "rollback":
-            await self.storage.delete_checkpoints_for_run(thread_id, run_id)
-            thread_changes = {**await self._thread_after_stop(thread_id), "error": {
-                "error": "UserRollback", "message": f"rollback requested for run {run_id}"}}
-        finished = await self.storage.finish_run(run_id, status, error=error, output=output,
-                                                 thread_changes=thread_changes, worker_id=worker_id)
-        if finished is None:
-            log.warning("run %s was no longer held by %s; its result was discarded", run_id, worker_id)
-        if action == "rollback":
-            await self.storage.delete_run(run_id)
-        if (run["kwargs"] or {}).get("temporary"):
-            await self.storage.delete_thread(thread_id, keep_runs=True)
-        await self.broker.end_stream(run_id)
-        await self.broker.notify_run_done(run_id)
+        finished = None
+        try:
+            if action == "rollback":
+                await self.storage.delete_checkpoints_for_run(thread_id, run_id)
+                thread_changes = {**await self._thread_after_stop(thread_id), "error": {
+                    "error": "UserRollback", "message": f"rollback requested for run {run_id}"}}
+            finished = await self.storage.finish_run(run_id, status, error=error, output=output,
+                                                     thread_changes=thread_changes, worker_id=worker_id)
+            if finished is None:
+                log.warning("run %s was no longer held by %s; its result was discarded", run_id, worker_id)
+            if action == "rollback":
+                await self.storage.delete_run(run_id)
+            if (run["kwargs"] or {}).get("temporary"):
+                await self.storage.delete_thread(thread_id, keep_runs=True)
+        finally:
+            # Whatever failed above, nobody is left waiting on this run.
+            await self.broker.end_stream(run_id)
+            await self.broker.notify_run_done(run_id)
         if finished is not None and run["kwargs"].get("webhook"):
             asyncio.create_task(_post_webhook(run["kwargs"]["webhook"], finished))
 

@@ -169,3 +169,49 @@ def subgraph_schemas(graph: Pregel, namespace: str | None, recurse: bool) -> dic
         out[ns] = describe_schemas(sub, ns)
         out[ns].pop("graph_id", None)
     return out
+
+
+def resolve_store_index(index: dict[str, Any] | None, root: Path) -> dict[str, Any] | None:
+    """`store.index` from langgraph.json, with a string `embed` naming Python code turned into that object.
+
+    LangGraph's `ensure_embeddings` only understands `"provider:model"` strings (through `langchain`'s
+    `init_embeddings`), but langgraph.json also allows `"./file.py:attr"` and `"package.module:attr"`, resolved
+    relative to the project like graph specs. Anything that does not name importable code (e.g.
+    `"openai:text-embedding-3-small"`) is left as it is, for LangGraph to handle.
+    """
+    if not index or not isinstance(index.get("embed"), str):
+        return index
+    spec: str = index["embed"]
+    module_ref, _, attr = spec.rpartition(":")
+    if not module_ref or not attr:
+        return index
+    if module_ref.endswith(".py") or "/" in module_ref:
+        path = (root / module_ref).resolve()
+        if not path.is_file():
+            raise ConfigError(f"store.index.embed: file {module_ref} not found (from '{spec}')")
+        name = f"threadline_embed.{path.stem}_{abs(hash(str(path)))}"
+        module = sys.modules.get(name)
+        if module is None:
+            module_spec = importlib.util.spec_from_file_location(name, path)
+            if module_spec is None or module_spec.loader is None:
+                raise ConfigError(f"store.index.embed: cannot load {path}")
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[name] = module
+            module_spec.loader.exec_module(module)
+        if not hasattr(module, attr):
+            raise ConfigError(f"store.index.embed: {module_ref} has no attribute {attr!r}")
+    else:
+        if str(root) not in sys.path:
+            sys.path.insert(0, str(root))
+        try:
+            module = importlib.import_module(module_ref)
+        except ImportError:
+            return index  # a "provider:model" string
+        if not hasattr(module, attr):
+            return index
+    target = getattr(module, attr)
+    from langchain_core.embeddings import Embeddings
+
+    if isinstance(target, type) and issubclass(target, Embeddings):
+        target = target()
+    return {**index, "embed": target}

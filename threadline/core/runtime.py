@@ -13,7 +13,7 @@ from threadline.broker.base import Broker
 from threadline.config import ProjectConfig, find_config, load_config
 from threadline.core.assistants import Assistants
 from threadline.core.executor import Executor
-from threadline.core.graphs import GraphRegistry
+from threadline.core.graphs import GraphRegistry, resolve_store_index
 from threadline.core.runs import Runs
 from threadline.core.threads import Threads
 from threadline.core.worker import WorkerPool
@@ -56,7 +56,8 @@ class Runtime:
         for key in project.unsupported:
             log.warning("langgraph.json key %r is not supported by Threadline yet and has no effect", key)
         url = settings.database_url or default_database_url()
-        storage = await open_storage(url, store_index=project.store_index, store_ttl=project.store_ttl)
+        store_index = resolve_store_index(project.store_index, project.root)
+        storage = await open_storage(url, store_index=store_index, store_ttl=project.store_ttl)
         broker = open_broker(None, buffer_events=settings.stream_buffer_events)
         assistants = Assistants(storage, graphs)
         threads = Threads(storage, graphs)

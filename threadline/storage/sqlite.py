@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import sqlite3
@@ -37,9 +38,10 @@ class SQLiteStorage(Storage):
         self._store_conn = store_conn
         self.checkpointer = AsyncSqliteSaver(saver_conn)
         self.store = store
-        import asyncio
-
         self._lock = asyncio.Lock()
+        # One read at a time on the read connection: overlapping statements there would share one
+        # snapshot, and a read could miss a write committed just before it.
+        self._read_lock = asyncio.Lock()
 
     @classmethod
     async def open(cls, url: str, *, store_index: dict | None = None, store_ttl: dict | None = None) -> SQLiteStorage:
@@ -83,7 +85,7 @@ class SQLiteStorage(Storage):
     @contextlib.asynccontextmanager
     async def _tx(self) -> AsyncIterator[aiosqlite.Connection]:
         async with self._lock:
-            await self._conn.execute("BEGIN IMMEDIATE")
+            await self._begin()
             try:
                 yield self._conn
             except BaseException:
@@ -91,14 +93,27 @@ class SQLiteStorage(Storage):
                 raise
             await self._conn.execute("COMMIT")
 
+    async def _begin(self) -> None:
+        """BEGIN IMMEDIATE, retried: SQLite can refuse at once (not after busy_timeout) while another
+        connection (the checkpointer's, the store's) holds the write lock in some WAL states."""
+        for attempt in range(50):
+            try:
+                await self._conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or attempt == 49:
+                    raise
+                await asyncio.sleep(min(0.005 * (attempt + 1), 0.1))
+
     async def _fetchall(self, sql: str, params: tuple | list = ()) -> list[Row]:
-        async with self._read.execute(sql, params) as cur:
-            return [_row(r) for r in await cur.fetchall()]
+        async with self._read_lock:
+            async with self._read.execute(sql, params) as cur:
+                rows = await cur.fetchall()
+        return [_row(r) for r in rows]
 
     async def _fetchone(self, sql: str, params: tuple | list = ()) -> Row | None:
-        async with self._read.execute(sql, params) as cur:
-            r = await cur.fetchone()
-        return _row(r) if r is not None else None
+        rows = await self._fetchall(sql, params)
+        return rows[0] if rows else None
 
     # --- assistants ----------------------------------------------------------
     async def create_assistant(self, row: Row, *, if_exists: Literal["raise", "do_nothing"]) -> Row:

@@ -1,0 +1,781 @@
+#!/usr/bin/env python
+"""Threadline benchmark: one command, three columns, same graph, same run.
+
+    python bench/run.py            # default run (a few minutes)
+    python bench/run.py --quick    # smaller run (about a minute)
+
+Columns:
+
+* ``floor``      - the graph in-process (``graph.ainvoke`` / ``graph.astream``
+                   with an ``InMemorySaver`` and a fresh thread id per call);
+* ``threadline`` - ``threadline serve`` as a subprocess on a fresh temp SQLite db;
+* ``reference``  - ``langgraph dev`` (LangGraph Platform's dev server), if it is
+                   installed; otherwise the column is skipped with a hint.
+
+Cells (per server): ``POST /runs/wait`` (stateless) and
+``POST /threads/{id}/runs/wait`` (a distinct, pre-created thread per request) at
+each concurrency, then time-to-first-token on ``POST /runs/stream`` with
+``stream_mode=messages-tuple``. Servers run one at a time, never concurrently.
+
+Results are printed as tables and written to ``bench/results/latest.json``.
+See ``bench/README.md`` for how to read the ratios. There are no timing
+assertions here; this is a measuring tool, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.metadata
+import importlib.util
+import json
+import math
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Iterator
+
+import httpx
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+PROJECT_DIR = BENCH_DIR / "project"
+GRAPH_ID = "bench"
+EXPECTED_REPLY = "the quick brown fox jumps over the lazy dog"
+RUN_INPUT = {"messages": [{"role": "user", "content": "hi"}]}
+INSTALL_HINT = (
+    'python -m venv .refvenv && .refvenv/bin/pip install "langgraph-cli[inmem]"\n'
+    "  (then re-run, or point BENCH_REFERENCE_BIN at the venv's `langgraph` binary)"
+)
+
+# --------------------------------------------------------------------------- stats
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Linear-interpolated percentile (q in [0, 100]); None for no samples."""
+    if not values:
+        return None
+    xs = sorted(values)
+    if len(xs) == 1:
+        return xs[0]
+    pos = (len(xs) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000.0, 3)
+
+
+@dataclass
+class CellResult:
+    requested: int
+    concurrency: int
+    completed: int
+    errors: int
+    wall_s: float
+    latencies: list[float]
+    first_error: str | None
+    truncated: bool
+
+    def summary(self) -> dict[str, Any]:
+        rps = self.completed / self.wall_s if self.wall_s > 0 else None
+        return {
+            "concurrency": self.concurrency,
+            "requested": self.requested,
+            "completed": self.completed,
+            "errors": self.errors,
+            "truncated_by_time_limit": self.truncated,
+            "wall_s": round(self.wall_s, 4),
+            "runs_per_s": None if rps is None else round(rps, 2),
+            "p50_ms": ms(percentile(self.latencies, 50)),
+            "p90_ms": ms(percentile(self.latencies, 90)),
+            "p99_ms": ms(percentile(self.latencies, 99)),
+            "mean_ms": ms(sum(self.latencies) / len(self.latencies)) if self.latencies else None,
+            "first_error": self.first_error,
+        }
+
+
+async def run_cell(
+    op: Callable[[int], Awaitable[None]], n: int, concurrency: int, time_limit_s: float
+) -> CellResult:
+    """Closed loop: `concurrency` workers share `n` requests; each worker sends its
+    next request as soon as its previous one finished. No new request starts after
+    `time_limit_s` (in-flight ones are allowed to finish)."""
+    latencies: list[float] = []
+    errors = 0
+    first_error: str | None = None
+    next_index = 0
+    truncated = False
+    start = time.perf_counter()
+    stop_at = start + time_limit_s
+
+    async def worker() -> None:
+        nonlocal next_index, errors, first_error, truncated
+        while next_index < n:
+            if time.perf_counter() > stop_at:
+                truncated = True
+                return
+            i = next_index
+            next_index += 1
+            t0 = time.perf_counter()
+            try:
+                await op(i)
+            except Exception as exc:  # noqa: BLE001 - every failure is counted, first one kept
+                errors += 1
+                if first_error is None:
+                    first_error = f"{type(exc).__name__}: {exc}"[:500]
+            else:
+                latencies.append(time.perf_counter() - t0)
+
+    await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
+    wall = time.perf_counter() - start
+    return CellResult(n, concurrency, len(latencies), errors, wall, latencies, first_error, truncated)
+
+
+async def run_ttft(
+    op: Callable[[int], Awaitable[tuple[float, float]]], n: int, time_limit_s: float
+) -> dict[str, Any]:
+    """Sequential (concurrency 1) streams; `op` returns (ttft_s, total_s)."""
+    ttfts: list[float] = []
+    totals: list[float] = []
+    errors = 0
+    first_error: str | None = None
+    stop_at = time.perf_counter() + time_limit_s
+    for i in range(n):
+        if time.perf_counter() > stop_at:
+            break
+        try:
+            ttft, total = await op(i)
+        except Exception as exc:  # noqa: BLE001
+            errors += 1
+            if first_error is None:
+                first_error = f"{type(exc).__name__}: {exc}"[:500]
+            continue
+        ttfts.append(ttft)
+        totals.append(total)
+    return {
+        "requested": n,
+        "completed": len(ttfts),
+        "errors": errors,
+        "ttft_p50_ms": ms(percentile(ttfts, 50)),
+        "ttft_p90_ms": ms(percentile(ttfts, 90)),
+        "ttft_p99_ms": ms(percentile(ttfts, 99)),
+        "stream_total_p50_ms": ms(percentile(totals, 50)),
+        "first_error": first_error,
+    }
+
+
+# --------------------------------------------------------------------------- floor
+
+
+def load_graph_module() -> Any:
+    spec = importlib.util.spec_from_file_location("threadline_bench_graph", PROJECT_DIR / "graph.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    # Registered first: StateGraph resolves the TypedDict's annotations via sys.modules.
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_values(values: Any) -> None:
+    if not isinstance(values, dict):
+        raise RuntimeError(f"unexpected output: {str(values)[:300]}")
+    if values.get("count") != 1:
+        raise RuntimeError(f"unexpected count in output: {str(values)[:300]}")
+    msgs = values.get("messages") or []
+    last = msgs[-1] if msgs else None
+    content = last.get("content") if isinstance(last, dict) else getattr(last, "content", None)
+    if content != EXPECTED_REPLY:
+        raise RuntimeError(f"unexpected last message in output: {str(values)[:300]}")
+
+
+async def bench_floor(cfg: argparse.Namespace) -> dict[str, Any]:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    module = load_graph_module()
+    graph = module.build().compile(checkpointer=InMemorySaver())
+
+    def config() -> dict[str, Any]:
+        return {"configurable": {"thread_id": str(uuid.uuid4())}}
+
+    async def invoke(_: int) -> None:
+        check_values(await graph.ainvoke(RUN_INPUT, config()))
+
+    async def stream(_: int) -> tuple[float, float]:
+        t0 = time.perf_counter()
+        first = None
+        async for _chunk in graph.astream(RUN_INPUT, config(), stream_mode="messages"):
+            if first is None:
+                first = time.perf_counter() - t0
+        if first is None:
+            raise RuntimeError("no messages chunk streamed")
+        return first, time.perf_counter() - t0
+
+    await run_cell(invoke, cfg.warmup, 1, cfg.cell_seconds)
+    await run_cell(stream, cfg.warmup, 1, cfg.cell_seconds)
+    cells = {}
+    for c in cfg.concurrency:
+        res = await run_cell(invoke, cfg.n_for(c), c, cfg.cell_seconds)
+        cells[str(c)] = res.summary()
+        log(f"  floor      ainvoke    c={c:<3} {fmt_cell(cells[str(c)])}")
+    ttft = await run_ttft(stream, cfg.ttft_samples, cfg.cell_seconds)
+    log(f"  floor      astream    ttft p50={fmt(ttft['ttft_p50_ms'])} ms")
+    # The in-process floor has no separate stateless/thread path: both compare to it.
+    return {"wait": {"stateless": cells, "thread": cells}, "ttft": ttft}
+
+
+# --------------------------------------------------------------------------- servers
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerFailed(RuntimeError):
+    pass
+
+
+class CellFailed(RuntimeError):
+    pass
+
+
+def failed_cell(n: int, c: int, error: str) -> dict[str, Any]:
+    return {
+        "concurrency": c, "requested": n, "completed": 0, "errors": n, "truncated_by_time_limit": False,
+        "wall_s": 0.0, "runs_per_s": None, "p50_ms": None, "p90_ms": None, "p99_ms": None, "mean_ms": None,
+        "first_error": error[:500], "failed": True,
+    }
+
+
+@contextmanager
+def server_process(name: str, argv: list[str], cwd: Path, env: dict[str, str], log_path: Path) -> Iterator[subprocess.Popen]:
+    """Start a server subprocess (in its own process group) and always stop it."""
+    log_file = open(log_path, "wb")
+    proc = subprocess.Popen(
+        argv, cwd=str(cwd), env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    try:
+        yield proc
+    finally:
+        stop_process(proc)
+        log_file.close()
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
+    # Only the process group this script created (start_new_session=True).
+    for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def tail(path: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+async def wait_ready(base_url: str, proc: subprocess.Popen, timeout_s: float) -> float:
+    """Poll GET /ok (bounded by time) until it answers 200; returns seconds waited."""
+    t0 = time.perf_counter()
+    async with httpx.AsyncClient(base_url=base_url, timeout=2.0) as client:
+        while time.perf_counter() - t0 < timeout_s:
+            if proc.poll() is not None:
+                raise ServerFailed(f"server exited with code {proc.returncode} before /ok answered")
+            try:
+                r = await client.get("/ok")
+                if r.status_code == 200:
+                    return time.perf_counter() - t0
+            except httpx.HTTPError:
+                pass
+            await asyncio.sleep(0.2)
+    raise ServerFailed(f"/ok did not answer 200 within {timeout_s:.0f}s")
+
+
+def raise_for(r: httpx.Response, what: str) -> None:
+    if r.status_code >= 300:
+        raise RuntimeError(f"{what} -> HTTP {r.status_code}: {r.text[:300]}")
+
+
+async def bench_http(name: str, base_url: str, proc: subprocess.Popen, cfg: argparse.Namespace) -> dict[str, Any]:
+    ready_s = await wait_ready(base_url, proc, cfg.startup_timeout)
+    log(f"  {name}: /ok after {ready_s:.1f}s")
+    max_c = max(cfg.concurrency)
+    limits = httpx.Limits(max_connections=max_c + 8, max_keepalive_connections=max_c + 8)
+    body = {"assistant_id": GRAPH_ID, "input": RUN_INPUT}
+    stream_body = {**body, "stream_mode": ["messages-tuple"]}
+
+    async with httpx.AsyncClient(base_url=base_url, timeout=cfg.request_timeout, limits=limits) as client:
+
+        async def stateless_wait(_: int) -> None:
+            r = await client.post("/runs/wait", json=body)
+            raise_for(r, "POST /runs/wait")
+            check_values(r.json())
+
+        setup_errors: list[str] = []
+
+        async def create_threads(count: int) -> list[str]:
+            """Pre-create `count` threads (untimed). A failed create is retried up to
+            3 times; the first failure is kept in `setup_errors` for the report."""
+            ids: list[str] = [""] * count
+
+            async def make(i: int) -> None:
+                for attempt in range(4):
+                    r = await client.post("/threads", json={})
+                    if r.status_code < 300:
+                        ids[i] = r.json()["thread_id"]
+                        return
+                    if len(setup_errors) < 5:
+                        setup_errors.append(f"POST /threads {{}} -> HTTP {r.status_code}: {r.text[:300]}")
+                    await asyncio.sleep(0.05 * (attempt + 1))
+                raise_for(r, "POST /threads")
+
+            res = await run_cell(make, count, min(8, max_c), cfg.request_timeout * 2)
+            if res.errors or res.completed < count:
+                raise CellFailed(f"creating threads failed: {res.first_error or 'time limit'}")
+            return ids
+
+        def thread_wait_op(thread_ids: list[str]) -> Callable[[int], Awaitable[None]]:
+            async def op(i: int) -> None:
+                r = await client.post(f"/threads/{thread_ids[i]}/runs/wait", json=body)
+                raise_for(r, "POST /threads/{id}/runs/wait")
+                check_values(r.json())
+
+            return op
+
+        async def stream_ttft(_: int) -> tuple[float, float]:
+            t0 = time.perf_counter()
+            first = None
+            event = None
+            async with client.stream("POST", "/runs/stream", json=stream_body) as r:
+                if r.status_code >= 300:
+                    await r.aread()
+                    raise_for(r, "POST /runs/stream")
+                async for line in r.aiter_lines():
+                    if line.startswith("event:"):
+                        event = line[len("event:"):].strip()
+                        if event == "error":
+                            raise RuntimeError("stream emitted an error event")
+                        if first is None and event == "messages":
+                            first = time.perf_counter() - t0
+            if first is None:
+                raise RuntimeError("stream ended without a `messages` event")
+            return first, time.perf_counter() - t0
+
+        # Warm-up: every path once or more, not measured.
+        warm = [
+            await run_cell(stateless_wait, cfg.warmup, min(4, max_c), cfg.cell_seconds),
+            await run_cell(thread_wait_op(await create_threads(cfg.warmup)), cfg.warmup, min(4, max_c), cfg.cell_seconds),
+            await run_cell(lambda i: stream_ttft(i), max(2, cfg.warmup // 4), 1, cfg.cell_seconds),
+        ]
+        for w in warm:
+            if w.completed == 0:
+                raise ServerFailed(f"warm-up failed: {w.first_error}")
+
+        out: dict[str, Any] = {"ready_after_s": round(ready_s, 2), "wait": {"stateless": {}, "thread": {}}}
+        for c in cfg.concurrency:
+            n = cfg.n_for(c)
+            res = await run_cell(stateless_wait, n, c, cfg.cell_seconds)
+            out["wait"]["stateless"][str(c)] = res.summary()
+            log(f"  {name:<10} stateless  c={c:<3} {fmt_cell(out['wait']['stateless'][str(c)])}")
+        for c in cfg.concurrency:
+            n = cfg.n_for(c)
+            try:
+                thread_ids = await create_threads(n)  # not timed
+            except CellFailed as exc:
+                out["wait"]["thread"][str(c)] = failed_cell(n, c, str(exc))
+                log(f"  {name:<10} thread     c={c:<3} FAILED: {exc}")
+                continue
+            res = await run_cell(thread_wait_op(thread_ids), n, c, cfg.cell_seconds)
+            out["wait"]["thread"][str(c)] = res.summary()
+            log(f"  {name:<10} thread     c={c:<3} {fmt_cell(out['wait']['thread'][str(c)])}")
+        out["ttft"] = await run_ttft(stream_ttft, cfg.ttft_samples, cfg.cell_seconds)
+        log(f"  {name:<10} stream     ttft p50={fmt(out['ttft']['ttft_p50_ms'])} ms")
+        if setup_errors:
+            out["setup_errors"] = setup_errors
+            log(f"  {name:<10} setup errors (untimed thread creation, retried): {len(setup_errors)} kept, first: {setup_errors[0]}")
+    if proc.poll() is not None:
+        raise ServerFailed(f"server exited with code {proc.returncode} during the run")
+    return out
+
+
+def run_server_column(name: str, argv: list[str], cwd: Path, env: dict[str, str], log_path: Path, cfg: argparse.Namespace) -> dict[str, Any]:
+    log(f"\n[{name}] {' '.join(argv)}")
+    with server_process(name, argv, cwd, env, log_path) as proc:
+        base_url = argv_url(argv)
+        try:
+            out = asyncio.run(bench_http(name, base_url, proc, cfg))
+        except Exception as exc:  # noqa: BLE001 - report and carry on with the other columns
+            log(f"  {name}: FAILED: {type(exc).__name__}: {exc}\n  --- last lines of {log_path} ---\n{tail(log_path)}")
+            return {"skipped": f"failed: {type(exc).__name__}: {exc}", "log": str(log_path)}
+        out["log"] = str(log_path)
+        return out
+
+
+def argv_url(argv: list[str]) -> str:
+    return f"http://127.0.0.1:{argv[argv.index('--port') + 1]}"
+
+
+def find_reference_bin() -> Path | None:
+    candidates: list[Path] = []
+    if os.environ.get("BENCH_REFERENCE_BIN"):
+        candidates.append(Path(os.environ["BENCH_REFERENCE_BIN"]).expanduser())
+    candidates += [REPO_ROOT / ".refvenv" / "bin" / "langgraph", Path("/work/refvenv/bin/langgraph")]
+    which = shutil.which("langgraph")
+    if which:
+        candidates.append(Path(which))
+    for cand in candidates:
+        if cand.is_file() and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def package_version(python: Path | None, dist: str) -> str | None:
+    if python is None:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+    try:
+        out = subprocess.run(
+            [str(python), "-c", f"import importlib.metadata as m; print(m.version({dist!r}))"],
+            capture_output=True, text=True, timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+# --------------------------------------------------------------------------- output
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def fmt(v: float | None, digits: int = 1) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def fmt_cell(s: dict[str, Any]) -> str:
+    extra = f" errors={s['errors']}" if s["errors"] else ""
+    extra += " (time limit hit)" if s["truncated_by_time_limit"] else ""
+    return (
+        f"n={s['completed']:<4} {fmt(s['runs_per_s']):>7} runs/s  p50={fmt(s['p50_ms']):>7} ms"
+        f"  p99={fmt(s['p99_ms']):>7} ms{extra}"
+    )
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return round(a / b, 3)
+
+
+def diff(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None:
+        return None
+    return round(a - b, 3)
+
+
+def compute_ratios(results: dict[str, Any], cfg: argparse.Namespace) -> dict[str, Any]:
+    def cell(col: str, kind: str, c: int) -> dict[str, Any]:
+        data = results.get(col) or {}
+        return ((data.get("wait") or {}).get(kind) or {}).get(str(c)) or {}
+
+    wait: dict[str, Any] = {}
+    for kind in ("stateless", "thread"):
+        wait[kind] = {}
+        for c in cfg.concurrency:
+            tl, ref, fl = cell("threadline", kind, c), cell("reference", kind, c), cell("floor", kind, c)
+            wait[kind][str(c)] = {
+                "threadline_over_reference_runs_per_s": ratio(tl.get("runs_per_s"), ref.get("runs_per_s")),
+                "threadline_over_reference_p50": ratio(tl.get("p50_ms"), ref.get("p50_ms")),
+                "threadline_over_reference_p99": ratio(tl.get("p99_ms"), ref.get("p99_ms")),
+                "threadline_p50_overhead_over_floor_ms": diff(tl.get("p50_ms"), fl.get("p50_ms")),
+                "reference_p50_overhead_over_floor_ms": diff(ref.get("p50_ms"), fl.get("p50_ms")),
+                "threadline_over_floor_runs_per_s": ratio(tl.get("runs_per_s"), fl.get("runs_per_s")),
+                "reference_over_floor_runs_per_s": ratio(ref.get("runs_per_s"), fl.get("runs_per_s")),
+            }
+
+    def ttft(col: str) -> float | None:
+        return ((results.get(col) or {}).get("ttft") or {}).get("ttft_p50_ms")
+
+    return {
+        "wait": wait,
+        "ttft": {
+            "threadline_over_reference_p50": ratio(ttft("threadline"), ttft("reference")),
+            "threadline_p50_overhead_over_floor_ms": diff(ttft("threadline"), ttft("floor")),
+            "reference_p50_overhead_over_floor_ms": diff(ttft("reference"), ttft("floor")),
+        },
+    }
+
+
+def render_tables(results: dict[str, Any], ratios: dict[str, Any], cfg: argparse.Namespace) -> str:
+    lines: list[str] = []
+    cols = ["floor", "threadline", "reference"]
+    skipped = {c: (results.get(c) or {}).get("skipped") for c in cols}
+
+    lines.append("Absolute numbers (latency in ms; runs/s = completed / wall time of the cell)")
+    hdr = f"{'column':<11}{'endpoint':<34}{'c':>4}{'n':>6}{'err':>5}{'runs/s':>10}{'p50':>9}{'p99':>9}"
+    lines.append(hdr)
+    lines.append("-" * len(hdr))
+    endpoints = {
+        "floor": {"stateless": "graph.ainvoke (in-process)"},
+        "threadline": {"stateless": "POST /runs/wait", "thread": "POST /threads/{id}/runs/wait"},
+        "reference": {"stateless": "POST /runs/wait", "thread": "POST /threads/{id}/runs/wait"},
+    }
+    for col in cols:
+        if skipped[col]:
+            lines.append(f"{col:<11}SKIPPED: {skipped[col]}")
+            continue
+        for kind, label in endpoints[col].items():
+            for c in cfg.concurrency:
+                s = results[col]["wait"][kind].get(str(c))
+                if not s:
+                    continue
+                if s.get("failed"):
+                    lines.append(f"{col:<11}{label:<34}{c:>4}  FAILED (see errors below)")
+                    continue
+                flag = "*" if s["truncated_by_time_limit"] else ""
+                lines.append(
+                    f"{col:<11}{label:<34}{c:>4}{str(s['completed']) + flag:>6}{s['errors']:>5}"
+                    f"{fmt(s['runs_per_s']):>10}{fmt(s['p50_ms'], 2):>9}{fmt(s['p99_ms'], 2):>9}"
+                )
+    lines.append("  (* = cell stopped early by --cell-seconds; fewer requests than asked)")
+
+    lines.append("")
+    lines.append("Ratios  (TL = threadline, ref = reference langgraph dev, floor = in-process ainvoke)")
+    hdr = (
+        f"{'endpoint':<11}{'c':>4}{'TL/ref runs/s':>15}{'TL/ref p50':>12}{'TL/ref p99':>12}"
+        f"{'TL-floor p50 ms':>17}{'ref-floor p50 ms':>18}{'TL/floor runs/s':>17}"
+    )
+    lines.append(hdr)
+    lines.append("-" * len(hdr))
+    for kind in ("stateless", "thread"):
+        for c in cfg.concurrency:
+            r = ratios["wait"][kind][str(c)]
+            lines.append(
+                f"{kind:<11}{c:>4}{fmt(r['threadline_over_reference_runs_per_s'], 2):>15}"
+                f"{fmt(r['threadline_over_reference_p50'], 2):>12}{fmt(r['threadline_over_reference_p99'], 2):>12}"
+                f"{fmt(r['threadline_p50_overhead_over_floor_ms'], 2):>17}"
+                f"{fmt(r['reference_p50_overhead_over_floor_ms'], 2):>18}"
+                f"{fmt(r['threadline_over_floor_runs_per_s'], 3):>17}"
+            )
+    lines.append("  TL/ref runs/s > 1: threadline has more throughput; TL/ref p50 < 1: threadline is faster.")
+
+    lines.append("")
+    lines.append("Time to first streamed token (POST /runs/stream, stream_mode=messages-tuple, c=1)")
+    hdr = f"{'column':<11}{'n':>6}{'err':>5}{'ttft p50':>10}{'ttft p99':>10}{'stream total p50':>18}"
+    lines.append(hdr)
+    lines.append("-" * len(hdr))
+    for col in cols:
+        if skipped[col]:
+            lines.append(f"{col:<11}SKIPPED")
+            continue
+        t = results[col]["ttft"]
+        lines.append(
+            f"{col:<11}{t['completed']:>6}{t['errors']:>5}{fmt(t['ttft_p50_ms'], 2):>10}"
+            f"{fmt(t['ttft_p99_ms'], 2):>10}{fmt(t['stream_total_p50_ms'], 2):>18}"
+        )
+    tr = ratios["ttft"]
+    lines.append(
+        f"TTFT p50: TL/ref = {fmt(tr['threadline_over_reference_p50'], 2)}   "
+        f"TL - floor = {fmt(tr['threadline_p50_overhead_over_floor_ms'], 2)} ms   "
+        f"ref - floor = {fmt(tr['reference_p50_overhead_over_floor_ms'], 2)} ms"
+    )
+
+    errs = []
+    for col in cols:
+        data = results.get(col) or {}
+        for kind, cells in (data.get("wait") or {}).items():
+            for c, s in cells.items():
+                if s.get("first_error"):
+                    errs.append(f"  {col} {kind} c={c}: {s['first_error']}")
+        if (data.get("ttft") or {}).get("first_error"):
+            errs.append(f"  {col} ttft: {data['ttft']['first_error']}")
+        for e in data.get("setup_errors") or []:
+            errs.append(f"  {col} setup (thread creation, retried): {e}")
+    if errs:
+        lines.append("")
+        lines.append("First error per cell:")
+        lines.extend(dict.fromkeys(errs))
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="Small run: n=40 at c=1, 100 at c>1, 15 TTFT samples.")
+    p.add_argument("--concurrency", default="1,8,32", help="Comma-separated concurrencies (default 1,8,32).")
+    p.add_argument("--n1", type=int, default=None, help="Requests per cell at c=1 (default 200; quick 40).")
+    p.add_argument("--n", type=int, default=None, help="Requests per cell at c>1 (default 400; quick 100).")
+    p.add_argument("--ttft-samples", type=int, default=None, help="Sequential streams for TTFT (default 50; quick 15).")
+    p.add_argument("--warmup", type=int, default=None, help="Warm-up requests per path (default 20; quick 8).")
+    p.add_argument("--cell-seconds", type=float, default=None,
+                   help="Stop starting new requests in a cell after this many seconds (default 20; quick 10).")
+    p.add_argument("--request-timeout", type=float, default=60.0, help="Per-request timeout in seconds.")
+    p.add_argument("--startup-timeout", type=float, default=90.0, help="Seconds to wait for GET /ok.")
+    p.add_argument("--workers", type=int, default=None,
+                   help="Pass --workers to threadline serve (default: threadline's own default).")
+    p.add_argument("--reference-bin", default=None, help="Path to the reference `langgraph` binary "
+                   "(default: $BENCH_REFERENCE_BIN, .refvenv/bin/langgraph, /work/refvenv/bin/langgraph, PATH).")
+    p.add_argument("--skip", default="", help="Comma-separated columns to skip: floor,threadline,reference.")
+    p.add_argument("--output", default=str(BENCH_DIR / "results" / "latest.json"), help="JSON results path.")
+    cfg = p.parse_args(argv)
+    cfg.concurrency = [int(x) for x in cfg.concurrency.split(",") if x.strip()]
+    if not cfg.concurrency or min(cfg.concurrency) < 1:
+        p.error("--concurrency needs positive integers")
+    quick = cfg.quick
+    cfg.n1 = cfg.n1 if cfg.n1 is not None else (40 if quick else 200)
+    cfg.n = cfg.n if cfg.n is not None else (100 if quick else 400)
+    cfg.ttft_samples = cfg.ttft_samples if cfg.ttft_samples is not None else (15 if quick else 50)
+    cfg.warmup = cfg.warmup if cfg.warmup is not None else (8 if quick else 20)
+    cfg.cell_seconds = cfg.cell_seconds if cfg.cell_seconds is not None else (10.0 if quick else 20.0)
+    for name in ("n1", "n", "ttft_samples", "warmup"):
+        if getattr(cfg, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    cfg.n_for = lambda c: cfg.n1 if c == 1 else cfg.n
+    cfg.skip = {s.strip() for s in cfg.skip.split(",") if s.strip()}
+    return cfg
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_args(argv)
+    started = time.time()
+    results: dict[str, Any] = {}
+    log(f"Threadline bench: concurrency={cfg.concurrency} n(c=1)={cfg.n1} n(c>1)={cfg.n} "
+        f"ttft={cfg.ttft_samples} warmup={cfg.warmup} cell-seconds={cfg.cell_seconds}")
+
+    base_env = dict(os.environ)
+    base_env.update({
+        "LANGGRAPH_CLI_NO_ANALYTICS": "1",
+        "LANGSMITH_TRACING": "false",
+        "LANGCHAIN_TRACING_V2": "false",
+        "PYTHONUNBUFFERED": "1",
+    })
+
+    ref_bin = Path(cfg.reference_bin) if cfg.reference_bin else find_reference_bin()
+    threadline_bin = Path(sys.executable).parent / "threadline"
+    tl_argv_prefix = [str(threadline_bin)] if threadline_bin.exists() else [sys.executable, "-m", "threadline"]
+
+    # Server logs are kept next to the JSON (overwritten each run) for post-mortems.
+    logs_dir = Path(cfg.output).resolve().parent
+    logs_dir.mkdir(parents=True, exist_ok=True)
+
+    with tempfile.TemporaryDirectory(prefix="threadline-bench-") as tmp_s:
+        tmp = Path(tmp_s)
+
+        # 1. floor
+        if "floor" in cfg.skip:
+            results["floor"] = {"skipped": "--skip floor"}
+        else:
+            log("\n[floor] graph.ainvoke in-process, InMemorySaver, a thread id per call")
+            try:
+                results["floor"] = asyncio.run(bench_floor(cfg))
+            except Exception as exc:  # noqa: BLE001
+                log(f"  floor: FAILED: {type(exc).__name__}: {exc}")
+                results["floor"] = {"skipped": f"failed: {type(exc).__name__}: {exc}"}
+
+        # 2. threadline
+        if "threadline" in cfg.skip:
+            results["threadline"] = {"skipped": "--skip threadline"}
+        else:
+            port = free_port()
+            argv = tl_argv_prefix + [
+                "serve", "--config", str(PROJECT_DIR / "langgraph.json"), "--host", "127.0.0.1",
+                "--port", str(port), "--database-url", f"sqlite:///{tmp / 'threadline.db'}",
+                "--log-level", "warning",
+            ]
+            if cfg.workers is not None:
+                argv += ["--workers", str(cfg.workers)]
+            results["threadline"] = run_server_column(
+                "threadline", argv, tmp, base_env, logs_dir / "threadline.log", cfg
+            )
+
+        # 3. reference
+        if "reference" in cfg.skip:
+            results["reference"] = {"skipped": "--skip reference"}
+        elif ref_bin is None or not ref_bin.exists():
+            msg = "reference `langgraph dev` not installed"
+            log(f"\n[reference] SKIPPED: {msg}. Install it with:\n  {INSTALL_HINT}")
+            results["reference"] = {"skipped": msg, "install": INSTALL_HINT}
+        else:
+            # Run from a copy of the project so `langgraph dev`'s .langgraph_api/ state
+            # goes to the temp dir, not into bench/project.
+            ref_project = tmp / "ref_project"
+            shutil.copytree(PROJECT_DIR, ref_project, ignore=shutil.ignore_patterns("__pycache__", ".langgraph_api"))
+            port = free_port()
+            argv = [
+                str(ref_bin), "dev", "--no-browser", "--no-reload", "--host", "127.0.0.1", "--port", str(port),
+                "--config", str(ref_project / "langgraph.json"), "--server-log-level", "WARNING",
+            ]
+            results["reference"] = run_server_column(
+                "reference", argv, ref_project, base_env, logs_dir / "reference.log", cfg
+            )
+
+    ratios = compute_ratios(results, cfg)
+    table = render_tables(results, ratios, cfg)
+    log("\n" + table)
+
+    ref_python = ref_bin.parent / "python" if ref_bin else None
+    meta = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+        "duration_s": round(time.time() - started, 1),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "graph": str(PROJECT_DIR / "graph.py"),
+        "settings": {
+            "concurrency": cfg.concurrency, "n_c1": cfg.n1, "n_cgt1": cfg.n, "ttft_samples": cfg.ttft_samples,
+            "warmup": cfg.warmup, "cell_seconds": cfg.cell_seconds, "request_timeout": cfg.request_timeout,
+            "threadline_workers": cfg.workers if cfg.workers is not None else "default",
+            "quick": cfg.quick,
+        },
+        "versions": {
+            "threadline": package_version(None, "threadline"),
+            "langgraph": package_version(None, "langgraph"),
+            "langchain-core": package_version(None, "langchain-core"),
+            "httpx": package_version(None, "httpx"),
+            "reference_bin": str(ref_bin) if ref_bin else None,
+            "reference_langgraph_api": package_version(ref_python, "langgraph-api") if ref_python and ref_python.exists() else None,
+            "reference_langgraph_cli": package_version(ref_python, "langgraph-cli") if ref_python and ref_python.exists() else None,
+            "reference_langgraph": package_version(ref_python, "langgraph") if ref_python and ref_python.exists() else None,
+        },
+    }
+    out_path = Path(cfg.output)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps({"meta": meta, "results": results, "ratios": ratios, "table": table}, indent=2) + "\n")
+    log(f"\nWrote {out_path}  (total {meta['duration_s']}s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
