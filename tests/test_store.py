@@ -7,7 +7,6 @@ Semantic search runs against a second app whose project configures `store.index`
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import sqlite3
 from collections.abc import AsyncIterator
 from datetime import datetime
@@ -26,6 +25,7 @@ from threadline.settings import Settings
 
 STORE_PROJECT = Path(__file__).parent / "project" / "store_index" / "langgraph.json"
 TTL_PROJECT = STORE_PROJECT.with_name("ttl.json")
+FILE_EMBED_PROJECT = STORE_PROJECT.with_name("file_embed.json")
 # Semantic search in LangGraph's SQLite store needs the sqlite-vec extension, so a Python whose sqlite3
 # can load extensions (pyenv builds often cannot).
 CAN_LOAD_EXTENSIONS = hasattr(sqlite3.Connection, "enable_load_extension")
@@ -431,26 +431,16 @@ def test_resolve_store_index_loads_module_and_file_embeds() -> None:
     assert resolve_store_index(None, root) is None
 
 
+async def open_app(config: Path, db: Path) -> Any:
+    settings = Settings(config=str(config), database_url=f"sqlite:///{db}", workers=0)
+    return LifespanManager(create_app(settings), startup_timeout=30, shutdown_timeout=30)
+
+
 @pytest.fixture
-async def semantic_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[object]:
-    """The app over tests/project/store_index: `store.index` with a fake bag-of-letters embedding.
-
-    `embed` is given as a "module:callable" string as in langgraph.json. LangGraph itself only resolves
-    "provider:model" strings, so the project's index is passed through `resolve_store_index` on load (the
-    runtime does not do that yet; see the xfail test below).
-    """
-    import threadline.core.runtime as runtime_module
-
-    real_load_config = runtime_module.load_config
-
-    def load_config(path: Path) -> Any:
-        project = real_load_config(path)
-        return dataclasses.replace(project, store_index=resolve_store_index(project.store_index, project.root))
-
-    monkeypatch.setattr(runtime_module, "load_config", load_config)
-    settings = Settings(config=str(STORE_PROJECT), database_url=f"sqlite:///{tmp_path / 'semantic.db'}", workers=0)
-    application = create_app(settings)
-    async with LifespanManager(application, startup_timeout=30, shutdown_timeout=30) as manager:
+async def semantic_app(tmp_path: Path) -> AsyncIterator[object]:
+    """The app over tests/project/store_index: `store.index` with a fake bag-of-letters embedding,
+    named in langgraph.json as the string "embeddings:embed" (module form)."""
+    async with await open_app(STORE_PROJECT, tmp_path / "semantic.db") as manager:
         yield manager.app
 
 
@@ -515,12 +505,13 @@ async def test_semantic_reindexes_on_overwrite(semantic_sdk: LangGraphClient) ->
 
 
 @needs_sqlite_extensions
-async def test_string_embed_path_in_langgraph_json_is_resolved(tmp_path: Path) -> None:
-    settings = Settings(config=str(STORE_PROJECT), database_url=f"sqlite:///{tmp_path / 'plain.db'}", workers=0)
-    application = create_app(settings)
-    async with LifespanManager(application, startup_timeout=30, shutdown_timeout=30) as manager:
+async def test_embed_given_as_a_file_path_is_resolved(tmp_path: Path) -> None:
+    """`"embed": "./embeddings.py:embed"`, relative to langgraph.json, as LangGraph's server accepts."""
+    async with await open_app(FILE_EMBED_PROJECT, tmp_path / "file.db") as manager:
         transport = httpx.ASGITransport(app=manager.app)  # type: ignore[arg-type]
         async with httpx.AsyncClient(transport=transport, base_url="http://threadline") as client:
             sdk = LangGraphClient(client)
             await seed_texts(sdk)
-            assert keys(await sdk.store.search_items(["docs"], query="zebra quiz"))[0] == "zoo"
+            result = await sdk.store.search_items(["docs"], query="zebra quiz")
+            assert keys(result)[0] == "zoo"
+            assert result["items"][0]["score"] is not None
