@@ -73,3 +73,39 @@ async def test_wait_over_real_http(live: LangGraphClient) -> None:
     tid = (await live.threads.create())["thread_id"]
     out = await live.runs.wait(tid, "counter", input={"increment": 1})
     assert out["count"] == 1
+
+
+async def test_wait_disconnect_cancels_run(live: LangGraphClient) -> None:
+    from tests.project.agents import WORK_LOG
+
+    http = live.http.client
+    tid = (await live.threads.create())["thread_id"]
+    waiting = asyncio.create_task(http.post(f"/threads/{tid}/runs/wait", json={
+        "assistant_id": "slow", "input": {"tag": "wdisc", "steps": 200, "delay": 0.02}}))
+    while not any(w.startswith("wdisc:") for w in WORK_LOG):
+        await asyncio.sleep(0.01)
+    waiting.cancel()  # the client goes away mid-wait
+    for _ in range(200):
+        runs = await live.runs.list(tid)
+        if runs[0]["status"] == "interrupted":
+            break
+        await asyncio.sleep(0.02)
+    assert runs[0]["status"] == "interrupted"
+    done = len([w for w in WORK_LOG if w.startswith("wdisc:")])
+    await asyncio.sleep(0.2)
+    assert len([w for w in WORK_LOG if w.startswith("wdisc:")]) == done < 200
+
+
+async def test_wait_disconnect_with_continue_keeps_running(live: LangGraphClient) -> None:
+    from tests.project.agents import WORK_LOG
+
+    http = live.http.client
+    tid = (await live.threads.create())["thread_id"]
+    waiting = asyncio.create_task(http.post(f"/threads/{tid}/runs/wait", json={
+        "assistant_id": "slow", "input": {"tag": "wcont", "steps": 5, "delay": 0.02}, "on_disconnect": "continue"}))
+    while not any(w.startswith("wcont:") for w in WORK_LOG):
+        await asyncio.sleep(0.01)
+    waiting.cancel()
+    run = (await live.runs.list(tid))[0]
+    await live.runs.join(tid, run["run_id"])
+    assert (await live.runs.get(tid, run["run_id"]))["status"] == "success"

@@ -59,3 +59,9 @@ class Unavailable(ThreadlineError):
     """A backing service is unavailable."""
 
     code = "unavailable"
+
+
+class ClientGone(ThreadlineError):
+    """The client disconnected before the answer was ready."""
+
+    code = "client_closed_request"

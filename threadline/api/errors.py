@@ -22,6 +22,7 @@ STATUS = {
     errors.PayloadTooLarge: 413,
     errors.ConfigError: 500,
     errors.Unavailable: 503,
+    errors.ClientGone: 499,  # nobody reads it; the status is for logs and metrics
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any, Literal
+from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -157,7 +158,7 @@ class RunCreate(Body):
 
     assistant_id: str | None = None
     agent_id: str | None = None
-    thread_id: str | None = None
+    thread_id: UUID | None = None
     input: Any = None
     command: Command | None = None
     metadata: dict[str, Any] | None = None

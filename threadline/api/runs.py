@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any, Literal
 from uuid import UUID
 
-from fastapi import APIRouter, Header, Request
+from fastapi import APIRouter, Header, Query, Request
 from starlette.responses import Response
 
 from threadline.api.common import JSON, no_content, run_out, runtime, select, spec_run_out
 from threadline.api.models import RunCancelMany, RunCreate, RunSearch
 from threadline.api.sse import event_response
 from threadline.core.runtime import Runtime
-from threadline.errors import InvalidInput
+from threadline.errors import ClientGone, InvalidInput, NotFound
 
 router = APIRouter(tags=["Runs"])
 CancelAction = Literal["interrupt", "rollback"]
+RunStatus = Literal["pending", "running", "error", "success", "timeout", "interrupted"]
 
 
 def _run_path(run: dict[str, Any]) -> str:
@@ -24,15 +26,10 @@ def _run_path(run: dict[str, Any]) -> str:
 
 
 async def _create(rt: Runtime, thread_id: str | None, body: RunCreate) -> dict[str, Any]:
+    """A run on the path's thread, else on the body's `thread_id` (the Agent Protocol), else stateless."""
     data = body.core_body()
-    if thread_id is None and data.get("thread_id"):
-        thread_id = data.pop("thread_id")
-    data.pop("thread_id", None)
-    if data.get("strict_resume") and data.get("command", {}).get("resume") is not None and thread_id:
-        thread = await rt.threads.get(thread_id)
-        if not thread.get("interrupts"):
-            raise InvalidInput("strict_resume: the thread has no interrupt waiting for an answer")
-    return await rt.runs.create(thread_id, data)
+    body_thread = data.pop("thread_id", None)
+    return await rt.runs.create(thread_id or (str(body_thread) if body_thread else None), data)
 
 
 def _stream(rt: Runtime, run: dict[str, Any], *, last_event_id: str | None = None, replay: bool = True,
@@ -48,14 +45,33 @@ def _stream(rt: Runtime, run: dict[str, Any], *, last_event_id: str | None = Non
     )
 
 
-async def _wait_output(rt: Runtime, run: dict[str, Any], *, cancel_on_disconnect: bool) -> Any:
+async def _wait_done(request: Request, rt: Runtime, run: dict[str, Any], *, cancel_on_disconnect: bool) -> Any:
+    """The finished run. A client that leaves first cancels the run when `cancel_on_disconnect`.
+
+    The endpoint is not cancelled when its client leaves (only streams are), so the disconnect is watched.
+    """
+    waiting = asyncio.create_task(rt.runs.wait(run["run_id"]))
+    leaving = asyncio.create_task(_disconnected(request))
     try:
-        done = await rt.runs.wait(run["run_id"])
-    except asyncio.CancelledError:
+        await asyncio.wait([waiting, leaving], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        leaving.cancel()
+        if not waiting.done():
+            waiting.cancel()
+    if not waiting.done():
         if cancel_on_disconnect:
-            await asyncio.shield(rt.runs.cancel(run["run_id"], action="interrupt"))
-        raise
+            with contextlib.suppress(NotFound):  # it finished meanwhile
+                await rt.runs.cancel(run["run_id"], action="interrupt")
+        raise ClientGone()
+    done = waiting.result()
+    if done is None:
+        raise NotFound(f"Run {run['run_id']} was rolled back")
     return done
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _disconnect_cancels(body: RunCreate, default: str = "cancel") -> bool:
@@ -82,22 +98,20 @@ async def stream_thread_run(request: Request, thread_id: UUID, body: RunCreate) 
 async def wait_thread_run(request: Request, thread_id: UUID, body: RunCreate) -> JSON:
     rt = runtime(request)
     run = await _create(rt, str(thread_id), body)
-    done = await _wait_output(rt, run, cancel_on_disconnect=_disconnect_cancels(body))
+    done = await _wait_done(request, rt, run, cancel_on_disconnect=_disconnect_cancels(body))
     return JSON(await rt.runs.output(done), headers={"Content-Location": _run_path(run),
                                                      "Location": f"{_run_path(run)}/join"})
 
 
 @router.get("/threads/{thread_id}/runs")
-async def list_thread_runs(request: Request, thread_id: UUID, limit: int = 10, offset: int = 0,
-                           status: str | None = None, select_: list[str] | None = None) -> JSON:
+async def list_thread_runs(request: Request, thread_id: UUID, limit: int = Query(10, ge=1, le=1000),
+                           offset: int = Query(0, ge=0), status: RunStatus | None = None,
+                           select_: list[str] | None = Query(None, alias="select")) -> JSON:
     rt = runtime(request)
     await rt.threads.get(str(thread_id))
-    if limit < 1 or offset < 0:
-        raise InvalidInput("limit must be >= 1 and offset >= 0")
     rows = await rt.runs.search(thread_id=str(thread_id), assistant_id=None, status=status, metadata=None,
                                 limit=limit, offset=offset)
-    fields = request.query_params.getlist("select") or None
-    return JSON([select(run_out(r), fields) for r in rows])
+    return JSON([select(run_out(r), select_) for r in rows])
 
 
 @router.get("/threads/{thread_id}/runs/{run_id}")
@@ -115,7 +129,7 @@ async def delete_thread_run(request: Request, thread_id: UUID, run_id: UUID):  #
 async def join_thread_run(request: Request, thread_id: UUID, run_id: UUID, cancel_on_disconnect: bool = False) -> JSON:
     rt = runtime(request)
     run = await rt.runs.get(str(run_id), str(thread_id))
-    done = await _wait_output(rt, run, cancel_on_disconnect=cancel_on_disconnect)
+    done = await _wait_done(request, rt, run, cancel_on_disconnect=cancel_on_disconnect)
     return JSON(await rt.runs.output(done))
 
 
@@ -124,7 +138,7 @@ async def wait_existing_thread_run(request: Request, thread_id: UUID, run_id: UU
     """The journeys' wait: the run's fields (status at the top level) with its output in `values`."""
     rt = runtime(request)
     run = await rt.runs.get(str(run_id), str(thread_id))
-    done = await _wait_output(rt, run, cancel_on_disconnect=False)
+    done = await _wait_done(request, rt, run, cancel_on_disconnect=False)
     return JSON({**spec_run_out(done), "values": await rt.runs.output(done)})
 
 
@@ -169,7 +183,7 @@ async def wait_run(request: Request, body: RunCreate) -> JSON:
     request names its agent with the protocol's `agent_id`."""
     rt = runtime(request)
     run = await _create(rt, None, body)
-    done = await _wait_output(rt, run, cancel_on_disconnect=_disconnect_cancels(body))
+    done = await _wait_done(request, rt, run, cancel_on_disconnect=_disconnect_cancels(body))
     output = await rt.runs.output(done)
     if body.agent_id is not None:
         return JSON({"run": spec_run_out(done), "values": output})
@@ -215,7 +229,7 @@ async def delete_run(request: Request, run_id: UUID):  # type: ignore[no-untyped
 async def wait_existing_run(request: Request, run_id: UUID) -> JSON:
     rt = runtime(request)
     run = await rt.runs.get(str(run_id))
-    done = await _wait_output(rt, run, cancel_on_disconnect=False)
+    done = await _wait_done(request, rt, run, cancel_on_disconnect=False)
     return JSON({"run": spec_run_out(done), "values": await rt.runs.output(done)})
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
@@ -13,7 +12,6 @@ from threadline.core.assistants import Assistants
 from threadline.core.threads import Threads
 from threadline.errors import Conflict, InvalidInput, NotFound
 from threadline.storage.base import Row, Storage
-from threadline.storage.sql import now_iso
 
 TERMINAL = ("success", "error", "timeout", "interrupted")
 MultitaskStrategy = Literal["reject", "interrupt", "rollback", "enqueue"]
@@ -48,30 +46,26 @@ class Runs:
             )
         return await self.assistants.get(default)
 
-    async def create(self, thread_id: str | None, body: dict[str, Any], *, stateless: bool = False) -> Row:
-        """Validate, apply the multitask strategy and enqueue; returns the pending run."""
+    async def create(self, thread_id: str | None, body: dict[str, Any]) -> Row:
+        """Validate, apply the multitask strategy and enqueue; returns the pending run.
+
+        `thread_id=None` is a stateless run on a temporary thread.
+        """
         assistant = await self._resolve_assistant(body.get("assistant_id"))
         if body.get("input") is not None and body.get("command") is not None:
             raise InvalidInput("Give either input or command, not both")
         kwargs = {k: body[k] for k in KWARG_KEYS if body.get(k) is not None}
-        create_thread: Row | None = None
+        create_thread = body.get("if_not_exists") == "create"
         if thread_id is None:
-            stateless = True
-            thread_id = str(uuid.uuid4())
-            create_thread = {"thread_id": thread_id}
+            thread_id, create_thread = str(uuid.uuid4()), True
             kwargs.setdefault("on_completion", "delete")
             kwargs["temporary"] = kwargs["on_completion"] == "delete"
-        else:
-            if await self.storage.get_thread(thread_id) is None:
-                if body.get("if_not_exists") != "create":
-                    raise NotFound(f"Thread {thread_id} not found")
-                create_thread = {"thread_id": thread_id}
-        thread_meta = {"graph_id": assistant["graph_id"], "assistant_id": assistant["assistant_id"]}
-        if create_thread is not None:
-            create_thread["metadata"] = thread_meta
+        elif body.get("strict_resume") and (body.get("command") or {}).get("resume") is not None:
+            if not (await self.threads.get(thread_id)).get("interrupts"):
+                raise InvalidInput("strict_resume: the thread has no interrupt waiting for an answer")
         # LangGraph's server defaults to enqueue; clients written against it rely on that.
         strategy: MultitaskStrategy = body.get("multitask_strategy") or "enqueue"
-        if create_thread is None and strategy in ("interrupt", "rollback"):
+        if strategy in ("interrupt", "rollback"):
             for active in await self.storage.active_runs(thread_id):
                 try:
                     await self.cancel(active["run_id"], action=strategy, wait=False)
@@ -85,10 +79,10 @@ class Runs:
             "multitask_strategy": strategy, "available_at": available.isoformat(),
             "created_at": now.isoformat(), "updated_at": now.isoformat(),
         }
-        created = await self.storage.enqueue_run(run, create_thread=create_thread,
-                                                 reject_if_active=strategy == "reject")
-        if create_thread is None:
-            await self.storage.update_thread(thread_id, {}, merge_metadata=thread_meta)
+        created = await self.storage.enqueue_run(
+            run, thread_metadata={"graph_id": assistant["graph_id"], "assistant_id": assistant["assistant_id"]},
+            create_thread=create_thread, reject_if_active=strategy == "reject",
+        )
         await self.broker.wake_workers()
         return created
 
@@ -107,15 +101,18 @@ class Runs:
             raise Conflict(f"Run {run_id} is {run['status']}: cancel it before deleting it")
         await self.storage.delete_run(run_id)
 
-    async def wait(self, run_id: str, thread_id: str | None = None, timeout: float | None = None) -> Row:
-        """Return the run once it is terminal; woken by the run ending, not by polling."""
+    async def wait(self, run_id: str, thread_id: str | None = None) -> Row | None:
+        """Return the run once it is terminal (None if it was deleted meanwhile, as by a rollback).
+
+        Woken by the run ending, not by polling: the 30 s re-check only guards against a lost wake-up.
+        """
+        await self.get(run_id, thread_id)
         while True:
             listen = self.broker.listen_run_done(run_id)
-            run = await self.get(run_id, thread_id)
-            if run["status"] in TERMINAL:
+            run = await self.storage.get_run(run_id)
+            if run is None or run["status"] in TERMINAL:
                 return run
-            # The timeout is a backstop against a lost wake-up, not the way waiting works.
-            await listen(30.0 if timeout is None else timeout)
+            await listen(30.0)
 
     async def cancel(self, run_id: str, thread_id: str | None = None, *, wait: bool = False,
                      action: Literal["interrupt", "rollback"] = "interrupt") -> Row | None:
@@ -128,16 +125,8 @@ class Runs:
             return None if action == "rollback" else await self.storage.get_run(run_id)
         await self.broker.send_cancel(run_id, action)
         if wait:
-            await self.wait(run_id) if action != "rollback" else await self._wait_gone(run_id)
+            return await self.wait(run_id)
         return await self.storage.get_run(run_id)
-
-    async def _wait_gone(self, run_id: str) -> None:
-        while True:
-            listen = self.broker.listen_run_done(run_id)
-            run = await self.storage.get_run(run_id)
-            if run is None or run["status"] in TERMINAL:
-                return
-            await listen(30.0)
 
     async def _after_stop(self, run: Row, action: str) -> None:
         """Bookkeeping for a run that ended without a worker: rollback, signals, stream end."""
@@ -189,15 +178,3 @@ class Runs:
             return {"__error__": run.get("error") or {"error": "Error", "message": "run failed"}}
         return run.get("output") if run.get("output") is not None else {}
 
-
-def now() -> str:
-    return now_iso()
-
-
-async def first_done(*aws: Any) -> None:
-    tasks = [asyncio.ensure_future(a) for a in aws]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for t in tasks:
-            t.cancel()

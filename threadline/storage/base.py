@@ -14,7 +14,6 @@ from langgraph.store.base import BaseStore
 
 Row = dict[str, Any]
 SortOrder = Literal["asc", "desc"]
-ACTIVE_RUN_STATUSES = ("pending", "running")
 
 
 class Storage(abc.ABC):
@@ -96,10 +95,12 @@ class Storage(abc.ABC):
 
     # --- runs and the queue ----------------------------------------------------
     @abc.abstractmethod
-    async def enqueue_run(self, run: Row, *, create_thread: Row | None, reject_if_active: bool) -> Row:
-        """Insert a pending run (and its thread, when given) and mark the thread busy, atomically.
+    async def enqueue_run(self, run: Row, *, thread_metadata: dict[str, Any], create_thread: bool,
+                          reject_if_active: bool) -> Row:
+        """Insert a pending run, mark its thread busy and merge `thread_metadata` into it, atomically.
 
-        Raises Conflict when `reject_if_active` and the thread has a pending or running run.
+        A missing thread is created when `create_thread`, else NotFound. Raises Conflict when
+        `reject_if_active` and the thread has a pending or running run.
         """
 
     @abc.abstractmethod

@@ -267,29 +267,31 @@ class SQLiteStorage(Storage):
         return int(row["n"]) if row else 0
 
     # --- runs and the queue ----------------------------------------------------
-    async def enqueue_run(self, run: Row, *, create_thread: Row | None, reject_if_active: bool) -> Row:
+    async def enqueue_run(self, run: Row, *, thread_metadata: dict[str, Any], create_thread: bool,
+                          reject_if_active: bool) -> Row:
+        now = run["created_at"]
         async with self._tx() as db:
-            if create_thread is not None:
-                await db.execute(
-                    "INSERT INTO threads (thread_id, status, metadata, config, interrupts, created_at, updated_at) "
-                    "VALUES (?, 'idle', ?, ?, '{}', ?, ?) ON CONFLICT (thread_id) DO NOTHING",
-                    (create_thread["thread_id"], dumps(create_thread.get("metadata") or {}),
-                     dumps(create_thread.get("config") or {}), run["created_at"], run["created_at"]),
-                )
-            if reject_if_active:
-                async with db.execute(
-                    "SELECT run_id FROM runs WHERE thread_id = ? AND status IN ('pending', 'running') LIMIT 1",
+            thread = await _one(db, "SELECT metadata FROM threads WHERE thread_id = ?", (run["thread_id"],))
+            if thread is None and not create_thread:
+                raise NotFound(f"Thread {run['thread_id']} not found")
+            if thread is None:
+                await _insert(db, "threads", {
+                    "thread_id": run["thread_id"], "status": "busy", "metadata": thread_metadata, "config": {},
+                    "interrupts": {}, "created_at": now, "updated_at": now})
+            else:
+                if reject_if_active and await _one(
+                    db, "SELECT 1 FROM runs WHERE thread_id = ? AND status IN ('pending', 'running') LIMIT 1",
                     (run["thread_id"],),
-                ) as cur:
-                    if await cur.fetchone() is not None:
-                        raise Conflict("Thread is already running a task. Wait for it to finish or choose a "
-                                       "different multitask strategy.")
+                ):
+                    raise Conflict("Thread is already running a task. Wait for it to finish or choose a "
+                                   "different multitask strategy.")
+                metadata = {**thread["metadata"], **thread_metadata}
+                await db.execute("UPDATE threads SET status = 'busy', metadata = ?, updated_at = ? "
+                                 "WHERE thread_id = ?", (dumps(metadata), now, run["thread_id"]))
             await _insert(db, "runs", run)
-            await db.execute("UPDATE threads SET status = 'busy', updated_at = ? WHERE thread_id = ?",
-                             (run["created_at"], run["thread_id"]))
-        found = await self.get_run(run["run_id"])
-        assert found is not None
-        return found
+            created = await _one(db, "SELECT * FROM runs WHERE run_id = ?", (run["run_id"],))
+        assert created is not None
+        return created
 
     async def claim_run(self, worker_id: str, now: str) -> Row | None:
         async with self._tx() as db:
@@ -478,6 +480,13 @@ async def _reconcile_thread(db: aiosqlite.Connection, thread_id: str, changes: R
     sets = ", ".join(f"{_q(k)} = ?" for k in changes)
     await db.execute(f"UPDATE threads SET {sets} WHERE thread_id = ?",
                      [_param(k, v) for k, v in changes.items()] + [thread_id])
+
+
+async def _one(db: aiosqlite.Connection, sql: str, params: tuple | list = ()) -> Row | None:
+    """One row, read on the writer's connection inside its transaction."""
+    async with db.execute(sql, params) as cur:
+        found = await cur.fetchone()
+    return _row(found) if found is not None else None
 
 
 async def _insert(db: aiosqlite.Connection, table: str, row: Row) -> None:
