@@ -121,3 +121,34 @@ async def test_errors(http: httpx.AsyncClient) -> None:
     tid = r.json()["thread_id"]
     r = await http.post(f"/threads/{tid}/state", json={"values": {"a": 1}})
     assert r.status_code == 400 and "graph" in r.json()["detail"]
+
+
+async def test_supersteps_seed_state(sdk: LangGraphClient, http: httpx.AsyncClient) -> None:
+    t = await sdk.threads.create(graph_id="counter", supersteps=[
+        {"updates": [{"values": {"count": 5, "log": ["seed"]}, "as_node": "count"}]},
+        {"updates": [{"values": {"count": 1, "log": ["more"]}, "as_node": "count"}]},
+    ])
+    assert t["values"] == {"count": 6, "log": ["seed", "more"]} and t["metadata"]["graph_id"] == "counter"
+    assert len(await sdk.threads.get_history(t["thread_id"], limit=100)) == 2
+    # Kept as it was when it already exists.
+    again = await sdk.threads.create(thread_id=t["thread_id"], if_exists="do_nothing", graph_id="counter",
+                                     supersteps=[{"updates": [{"values": {"count": 100}, "as_node": "count"}]}])
+    assert again["values"]["count"] == 6
+    r = await http.post("/threads", json={"supersteps": [{"updates": [{"values": {}}]}]})
+    assert r.status_code == 400 and "graph_id" in r.json()["detail"]
+    r = await http.post("/threads", json={"graph_id": "counter", "supersteps": [
+        {"updates": [{"values": {"count": 1}, "as_node": "nope"}]}]})
+    assert r.status_code == 400
+    assert await sdk.threads.count(metadata={"graph_id": "counter"}) == 1  # the failed one left nothing
+
+
+async def test_unhonoured_fields_are_refused(http: httpx.AsyncClient) -> None:
+    r = await http.post("/threads", json={"ttl": {"ttl": 5}})
+    assert r.status_code == 422 and "ttl" in r.json()["detail"]
+
+
+async def test_update_state_bad_node(sdk: LangGraphClient, http: httpx.AsyncClient) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(tid, "counter", input={})
+    r = await http.post(f"/threads/{tid}/state", json={"values": {"count": 1}, "as_node": "nope"})
+    assert r.status_code == 400 and "nope" in r.json()["detail"]

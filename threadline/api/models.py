@@ -73,7 +73,8 @@ class AgentSearch(Body):
 class StateUpdateItem(Body):
     values: Any = None
     as_node: str | None = None
-    command: dict[str, Any] | None = None
+    #: langgraph-sdk always sends `command` (null); a command in a superstep is not supported yet.
+    command: None = None
 
 
 class Superstep(Body):
@@ -81,11 +82,12 @@ class Superstep(Body):
 
 
 class ThreadCreate(Body):
-    thread_id: str | None = None
+    """`ttl` is not accepted: thread TTLs are not built yet, and a field we cannot honour is refused."""
+
+    thread_id: UUID | None = None
     metadata: dict[str, Any] | None = None
     if_exists: Literal["raise", "do_nothing"] = "raise"
     supersteps: list[Superstep] | None = None
-    ttl: dict[str, Any] | None = None
     graph_id: str | None = None
 
 
@@ -94,7 +96,6 @@ class ThreadPatch(Body):
     values: dict[str, Any] | None = None
     checkpoint: dict[str, Any] | None = None
     messages: list[dict[str, Any]] | None = None
-    ttl: dict[str, Any] | None = None
 
 
 class ThreadSearch(Body):

@@ -4,23 +4,20 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 
 from threadline.api.common import JSON, no_content, paginated, runtime, select, thread_out
 from threadline.api.models import (
     HistoryQuery, StateAtCheckpoint, StateUpdate, ThreadCount, ThreadCreate, ThreadPatch, ThreadPrune, ThreadSearch,
 )
-from threadline.errors import InvalidInput
 
 router = APIRouter(prefix="/threads", tags=["Threads"])
 
 
 @router.post("")
 async def create_thread(request: Request, body: ThreadCreate) -> JSON:
-    if body.thread_id is not None:
-        _uuid(body.thread_id, "thread_id")
     row = await runtime(request).threads.create(
-        thread_id=body.thread_id, metadata=body.metadata, if_exists=body.if_exists, graph_id=body.graph_id,
+        thread_id=str(body.thread_id) if body.thread_id else None, metadata=body.metadata, if_exists=body.if_exists, graph_id=body.graph_id,
         supersteps=[s.model_dump() for s in body.supersteps] if body.supersteps else None,
     )
     return JSON(thread_out(row))
@@ -112,9 +109,8 @@ async def get_state_at_checkpoint(request: Request, thread_id: UUID, body: State
 
 
 @router.get("/{thread_id}/history")
-async def get_history(request: Request, thread_id: UUID, limit: int = 10, before: str | None = None) -> JSON:
-    if limit < 1 or limit > 1000:
-        raise InvalidInput("limit: must be between 1 and 1000")
+async def get_history(request: Request, thread_id: UUID, limit: int = Query(10, ge=1, le=1000),
+                      before: str | None = None) -> JSON:
     return JSON(await runtime(request).threads.history(str(thread_id), limit=limit, before=before))
 
 
@@ -124,9 +120,3 @@ async def post_history(request: Request, thread_id: UUID, body: HistoryQuery) ->
         str(thread_id), limit=body.limit, before=body.before, metadata=body.metadata, checkpoint=body.checkpoint,
     ))
 
-
-def _uuid(value: str, field: str) -> str:
-    try:
-        return str(UUID(value))
-    except ValueError:
-        raise InvalidInput(f"{field}: must be a UUID, got {value!r}") from None

@@ -11,7 +11,8 @@ from langgraph.types import Command
 from threadline.broker.base import Broker
 from threadline.core.graphs import GraphRegistry
 from threadline.core.messages import MessageStreamer
-from threadline.core.state import bind, interrupt_json, pending_interrupts, snapshot_json, thread_config
+from threadline.core.state import bind, interrupt_json, run_output, snapshot_json, thread_config, thread_fields
+from threadline.core.threads import Threads
 from threadline.serde import dumps, to_jsonable
 from threadline.storage.base import Row, Storage
 
@@ -78,10 +79,11 @@ def graph_input(kwargs: dict[str, Any]) -> Any:
 class Executor:
     """Runs one run to its end and records the outcome. Used by the worker pool."""
 
-    def __init__(self, storage: Storage, broker: Broker, graphs: GraphRegistry) -> None:
+    def __init__(self, storage: Storage, broker: Broker, graphs: GraphRegistry, threads: Threads) -> None:
         self.storage = storage
         self.broker = broker
         self.graphs = graphs
+        self.threads = threads
 
     async def execute(self, run: Row, worker_id: str, stop: StopSignal) -> str:
         """Execute `run`; returns its final status.
@@ -104,13 +106,8 @@ class Executor:
                 await self._stream(bound, run, config, assistant)
                 snap = await bound.aget_state(thread_config(thread_id))
             state = snapshot_json(snap)
-            output = state["values"]
-            interrupts = pending_interrupts(state)
-            if interrupts:
-                flat = [i for group in interrupts.values() for i in group]
-                output = {**output, "__interrupt__": flat} if isinstance(output, dict) else output
-            thread_changes: dict[str, Any] = {"values": state["values"], "interrupts": interrupts,
-                                              "status": "interrupted" if interrupts else "idle", "error": None}
+            output = run_output(state)
+            thread_changes: dict[str, Any] = {**thread_fields(state), "error": None}
         except asyncio.CancelledError:
             action = stop.action
             if action is None:
@@ -119,7 +116,7 @@ class Executor:
             if current is not None:
                 current.uncancel()
             status = "interrupted"
-            thread_changes = await self._thread_after_stop(thread_id)
+            thread_changes = await self.threads.current_fields(thread_id)
             if action == "interrupt":
                 # As LangGraph's server does: the thread shows it was stopped by the user.
                 thread_changes.update(status="interrupted", error={
@@ -129,27 +126,14 @@ class Executor:
             error = {"error": type(exc).__name__, "message": str(exc)}
             log.info("run %s failed: %s: %s", run_id, type(exc).__name__, exc)
             await self.broker.publish(run_id, "error", dumps(error))
-            thread_changes = {"status": "error", "error": error}
+            thread_changes = {"error": error}
             try:
-                thread_changes.update(await self._thread_after_stop(thread_id))
-                thread_changes["status"] = "error"
+                thread_changes.update(await self.threads.current_fields(thread_id))
             except Exception:
                 log.exception("could not read state of thread %s after a failed run", thread_id)
+            thread_changes["status"] = "error"
         await self._finish(run, worker_id, status, error, output, thread_changes, action)
         return status
-
-    async def _thread_after_stop(self, thread_id: str) -> dict[str, Any]:
-        thread = await self.storage.get_thread(thread_id)
-        meta = (thread or {}).get("metadata") or {}
-        graph_id = meta.get("graph_id")
-        if not graph_id or graph_id not in self.graphs.entries:
-            return {"status": "idle"}
-        async with self.graphs.graph(graph_id, thread_config(thread_id)) as graph:
-            bound = bind(graph, self.storage.checkpointer, self.storage.store)
-            state = snapshot_json(await bound.aget_state(thread_config(thread_id)))
-        interrupts = pending_interrupts(state)
-        return {"values": state["values"] if state["checkpoint"] else None, "interrupts": interrupts,
-                "status": "interrupted" if interrupts else "idle"}
 
     async def _finish(self, run: Row, worker_id: str, status: str, error: Any, output: Any,
                       thread_changes: dict[str, Any], action: str | None) -> None:
@@ -158,7 +142,7 @@ class Executor:
         try:
             if action == "rollback":
                 await self.storage.delete_checkpoints_for_run(thread_id, run_id)
-                thread_changes = {**await self._thread_after_stop(thread_id), "error": {
+                thread_changes = {**await self.threads.current_fields(thread_id), "error": {
                     "error": "UserRollback", "message": f"rollback requested for run {run_id}"}}
             finished = await self.storage.finish_run(run_id, status, error=error, output=output,
                                                      thread_changes=thread_changes, worker_id=worker_id)

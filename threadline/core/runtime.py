@@ -64,7 +64,7 @@ class Runtime:
         runs = Runs(storage, broker, assistants, threads)
         workers = None
         if settings.workers > 0:
-            workers = WorkerPool(storage, broker, Executor(storage, broker, graphs), settings.workers)
+            workers = WorkerPool(storage, broker, Executor(storage, broker, graphs, threads), settings.workers)
         return cls(settings, project, graphs, storage, broker, assistants, threads, runs, workers)
 
     async def start(self) -> None:

@@ -73,3 +73,19 @@ def empty_state() -> dict[str, Any]:
 def pending_interrupts(state: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """Interrupts awaiting an answer, keyed by task id, as the thread's `interrupts` field shows them."""
     return {t["id"]: t["interrupts"] for t in state.get("tasks", []) if t.get("interrupts")}
+
+
+def thread_fields(state: dict[str, Any]) -> dict[str, Any]:
+    """What a thread row caches of its latest state: values, pending interrupts, and the status they imply."""
+    interrupts = pending_interrupts(state)
+    return {"values": state["values"] if state["checkpoint"] else None, "interrupts": interrupts,
+            "status": "interrupted" if interrupts else "idle"}
+
+
+def run_output(state: dict[str, Any]) -> Any:
+    """A finished run's output: the state values, with `__interrupt__` when the graph is waiting for input."""
+    values = state["values"]
+    interrupts = [i for group in pending_interrupts(state).values() for i in group]
+    if interrupts and isinstance(values, dict):
+        return {**values, "__interrupt__": interrupts}
+    return values

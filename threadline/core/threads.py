@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any, Literal
 
+from langgraph.pregel import Pregel
+from langgraph.types import StateUpdate
+
 from threadline.core.graphs import GraphRegistry
-from threadline.core.state import bind, empty_state, pending_interrupts, snapshot_json, thread_config
+from threadline.core.state import bind, checkpoint_ref, empty_state, snapshot_json, thread_config, thread_fields
 from threadline.errors import BadRequest, NotFound
 from threadline.storage.base import Row, Storage
 from threadline.storage.sql import now_iso
@@ -22,30 +27,30 @@ class Threads:
     async def create(self, *, thread_id: str | None = None, metadata: dict | None = None,
                      if_exists: Literal["raise", "do_nothing"] = "raise",
                      supersteps: list[dict[str, Any]] | None = None, graph_id: str | None = None) -> Row:
+        """A new thread; `supersteps` (state updates applied in order) seed its state through its graph."""
         now = now_iso()
         meta = dict(metadata or {})
         if graph_id:
             meta.setdefault("graph_id", graph_id)
+        if supersteps and meta.get("graph_id") not in self.graphs.entries:
+            raise BadRequest("supersteps need the thread's graph: give graph_id (or metadata.graph_id) naming "
+                             f"one of {', '.join(self.graphs.ids())}")
         row = {"thread_id": thread_id or str(uuid.uuid4()), "status": "idle", "metadata": meta, "config": {},
                "values": None, "interrupts": {}, "created_at": now, "updated_at": now}
         thread = await self.storage.create_thread(row, if_exists=if_exists)
-        if supersteps:
-            thread = await self._apply_supersteps(thread, supersteps)
+        if supersteps and thread["created_at"] == now:  # not an existing thread kept by if_exists=do_nothing
+            async with self._graph(thread) as graph:
+                assert graph is not None
+                try:
+                    await graph.abulk_update_state(thread_config(thread["thread_id"]), [
+                        [StateUpdate(u.get("values"), u.get("as_node")) for u in step["updates"]]
+                        for step in supersteps
+                    ])
+                except Exception as exc:  # LangGraph's InvalidUpdateError/ValueError for a bad update
+                    await self.storage.delete_thread(thread["thread_id"])
+                    raise BadRequest(f"supersteps: {type(exc).__name__}: {exc}") from exc
+            thread = await self.refresh(thread["thread_id"])
         return thread
-
-    async def _apply_supersteps(self, thread: Row, supersteps: list[dict[str, Any]]) -> Row:
-        graph_id = thread["metadata"].get("graph_id")
-        if not graph_id:
-            raise BadRequest("supersteps need a graph: give metadata.graph_id when creating the thread")
-        async with self.graphs.graph(graph_id) as graph:
-            bound = bind(graph, self.storage.checkpointer, self.storage.store)
-            config = thread_config(thread["thread_id"])
-            for step in supersteps:
-                updates = [(u.get("values"), u.get("as_node")) for u in step.get("updates", [])]
-                config = await bound.abulk_update_state(config, [[
-                    _state_update(values, as_node) for values, as_node in updates
-                ]])
-        return await self.refresh(thread["thread_id"])
 
     async def get(self, thread_id: str) -> Row:
         found = await self.storage.get_thread(thread_id)
@@ -86,76 +91,70 @@ class Threads:
         return pruned
 
     # --- state -------------------------------------------------------------------
-    async def _graph_id(self, thread: Row) -> str | None:
+    @contextlib.asynccontextmanager
+    async def _graph(self, thread: Row) -> AsyncIterator[Pregel | None]:
+        """The thread's graph (from `metadata.graph_id`) bound to our checkpointer and store; None if it has none."""
         graph_id = thread["metadata"].get("graph_id")
-        return graph_id if graph_id in self.graphs.entries else None
+        if graph_id not in self.graphs.entries:
+            yield None
+            return
+        async with self.graphs.graph(graph_id, thread_config(thread["thread_id"])) as graph:
+            yield bind(graph, self.storage.checkpointer, self.storage.store)
 
     async def get_state(self, thread_id: str, *, checkpoint: dict[str, Any] | None = None,
                         subgraphs: bool = False) -> dict[str, Any]:
-        thread = await self.get(thread_id)
-        graph_id = await self._graph_id(thread)
-        if graph_id is None:
-            return empty_state()
-        async with self.graphs.graph(graph_id, thread_config(thread_id)) as graph:
-            bound = bind(graph, self.storage.checkpointer, self.storage.store)
-            snap = await bound.aget_state(thread_config(thread_id, checkpoint), subgraphs=subgraphs)
-        if checkpoint and checkpoint.get("checkpoint_id") and not snap.config:
-            raise NotFound(f"Checkpoint {checkpoint['checkpoint_id']} not found in thread {thread_id}")
+        """The latest state, or the state at `checkpoint` (an unknown checkpoint reads as empty, as on LangGraph)."""
+        return await self._state(await self.get(thread_id), checkpoint=checkpoint, subgraphs=subgraphs)
+
+    async def _state(self, thread: Row, *, checkpoint: dict[str, Any] | None = None,
+                     subgraphs: bool = False) -> dict[str, Any]:
+        async with self._graph(thread) as graph:
+            if graph is None:
+                return empty_state()
+            snap = await graph.aget_state(thread_config(thread["thread_id"], checkpoint), subgraphs=subgraphs)
         return snapshot_json(snap)
 
     async def update_state(self, thread_id: str, *, values: Any, as_node: str | None = None,
                            checkpoint: dict[str, Any] | None = None) -> dict[str, Any]:
         thread = await self.get(thread_id)
-        graph_id = await self._graph_id(thread)
-        if graph_id is None:
-            raise BadRequest(f"Thread {thread_id} has no graph yet: run it once, or create it with "
-                             "metadata.graph_id, before updating its state")
-        async with self.graphs.graph(graph_id, thread_config(thread_id)) as graph:
-            bound = bind(graph, self.storage.checkpointer, self.storage.store)
+        async with self._graph(thread) as graph:
+            if graph is None:
+                raise BadRequest(f"Thread {thread_id} has no graph yet: run it once, or create it with "
+                                 "metadata.graph_id, before updating its state")
             try:
-                config = await bound.aupdate_state(thread_config(thread_id, checkpoint), values, as_node=as_node)
+                config = await graph.aupdate_state(thread_config(thread_id, checkpoint), values, as_node=as_node)
             except Exception as exc:  # LangGraph raises InvalidUpdateError/ValueError for bad updates
                 raise BadRequest(f"{type(exc).__name__}: {exc}") from exc
         await self.refresh(thread_id)
-        from threadline.core.state import checkpoint_ref
-
         return {"checkpoint": checkpoint_ref(config)}
 
     async def history(self, thread_id: str, *, limit: int = 10, before: dict[str, Any] | str | None = None,
                       metadata: dict | None = None, checkpoint: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        thread = await self.get(thread_id)
-        graph_id = await self._graph_id(thread)
-        if graph_id is None:
-            return []
         if isinstance(before, str):
             before = {"checkpoint_id": before}
         elif isinstance(before, dict) and isinstance(before.get("configurable"), dict):
             before = before["configurable"]  # a RunnableConfig, as LangGraph's own history returns
-        out = []
-        async with self.graphs.graph(graph_id, thread_config(thread_id)) as graph:
-            bound = bind(graph, self.storage.checkpointer, self.storage.store)
-            async for snap in bound.aget_state_history(
+        async with self._graph(await self.get(thread_id)) as graph:
+            if graph is None:
+                return []
+            return [snapshot_json(snap) async for snap in graph.aget_state_history(
                 thread_config(thread_id, checkpoint), limit=limit, filter=metadata or None,
                 before=thread_config(thread_id, before) if before else None,
-            ):
-                out.append(snapshot_json(snap))
-        return out
+            )]
 
-    async def refresh(self, thread_id: str, status: str | None = None) -> Row:
-        """Re-read the latest state into the thread row (`values`, `interrupts`, and status when idle)."""
+    async def current_fields(self, thread_id: str) -> dict[str, Any]:
+        """`thread_fields` of the thread's latest state (idle and empty for a thread that is gone)."""
+        thread = await self.storage.get_thread(thread_id)
+        if thread is None:
+            return {"status": "idle"}
+        return thread_fields(await self._state(thread))
+
+    async def refresh(self, thread_id: str) -> Row:
+        """Re-read the latest state into the thread row; its status too, unless a run holds it busy."""
         thread = await self.get(thread_id)
-        state = await self.get_state(thread_id)
-        interrupts = pending_interrupts(state)
-        changes: dict[str, Any] = {"values": state["values"] if state["checkpoint"] else None,
-                                   "interrupts": interrupts}
-        if thread["status"] != "busy":
-            changes["status"] = status or ("interrupted" if interrupts else "idle")
+        changes = thread_fields(await self._state(thread))
+        if thread["status"] == "busy":
+            del changes["status"]
         found = await self.storage.update_thread(thread_id, changes)
         assert found is not None
         return found
-
-
-def _state_update(values: Any, as_node: str | None) -> Any:
-    from langgraph.types import StateUpdate
-
-    return StateUpdate(values, as_node)
