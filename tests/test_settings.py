@@ -54,3 +54,18 @@ def test_bad_default_agent_is_refused(tmp_path: Path) -> None:
     path.write_text(json.dumps({"graphs": {"a": "./a.py:g"}, "threadline": {"default_agent": "zzz"}}))
     with pytest.raises(ConfigError, match="zzz"):
         load_config(path)
+
+
+async def test_http_app_is_mounted_beside_our_routes(tmp_path: Path) -> None:
+    import httpx
+    from asgi_lifespan import LifespanManager
+
+    from threadline.api.app import create_app
+
+    config = Path(__file__).parent / "project" / "http_app.json"
+    app = create_app(Settings(config=str(config), database_url=f"sqlite:///{tmp_path / 'db'}", workers=0))
+    async with LifespanManager(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+            assert (await client.get("/custom/hello")).json() == {"hello": "from the project"}
+            assert (await client.get("/ok")).json() == {"ok": True}
+            assert (await client.post("/assistants/search", json={})).json()[0]["graph_id"] == "counter"

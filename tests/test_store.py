@@ -20,7 +20,7 @@ from langgraph_sdk.client import LangGraphClient
 from langgraph_sdk.errors import NotFoundError
 
 from threadline.api.app import create_app
-from threadline.core.graphs import resolve_store_index
+from threadline.loader import resolve_store_index
 from threadline.settings import Settings
 
 STORE_PROJECT = Path(__file__).parent / "project" / "store_index" / "langgraph.json"

@@ -14,6 +14,7 @@ from threadline import __version__
 from threadline.api import agents, assistants, errors, runs, store, system, threads
 from threadline.api.limits import BodyLimit
 from threadline.core.runtime import Runtime
+from threadline.loader import load_object
 from threadline.settings import Settings
 
 log = logging.getLogger("threadline")
@@ -52,7 +53,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 def _mount_user_app(app: FastAPI, project: Any) -> None:
     """The project's own Starlette/FastAPI app (`http.app`), served for paths we do not."""
-    from threadline.core.graphs import _import
-
-    user_app = _import(project.http_app, project)
+    user_app = load_object(project.http_app, project.root, what="http.app")
     app.mount("/", user_app)

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import importlib
-import importlib.util
 import inspect
 import logging
 import sys
-import traceback
 import warnings
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from langgraph.graph import StateGraph
@@ -20,6 +16,7 @@ from langgraph.pregel import Pregel
 
 from threadline.config import ProjectConfig
 from threadline.errors import ConfigError, NotFound
+from threadline.loader import load_object
 
 log = logging.getLogger("threadline.graphs")
 
@@ -96,29 +93,10 @@ def _compiled(obj: Any, graph_id: str) -> Pregel:
 
 
 def _import(spec: str, config: ProjectConfig) -> Any:
-    module_ref, _, attr = spec.rpartition(":")
     try:
-        if module_ref.endswith(".py") or "/" in module_ref:
-            path = (config.root / module_ref).resolve()
-            if not path.is_file():
-                raise ConfigError(f"{config.path}: graph file {module_ref} not found (from '{spec}')")
-            name = f"threadline_graphs.{path.stem}_{abs(hash(str(path)))}"
-            module = sys.modules.get(name)
-            if module is None:
-                module_spec = importlib.util.spec_from_file_location(name, path)
-                assert module_spec and module_spec.loader
-                module = importlib.util.module_from_spec(module_spec)
-                sys.modules[name] = module
-                module_spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(module_ref)
-        target = getattr(module, attr)
-    except ConfigError:
-        raise
-    except Exception as exc:
-        raise ConfigError(
-            f"{config.path}: failed to load graph '{spec}':\n{traceback.format_exc()}"
-        ) from exc
+        target = load_object(spec, config.root, what="graph")
+    except ConfigError as exc:
+        raise ConfigError(f"{config.path}: {exc.message}") from exc
     if isinstance(target, StateGraph):
         return target.compile()
     if isinstance(target, Pregel) or callable(target):
@@ -169,49 +147,3 @@ def subgraph_schemas(graph: Pregel, namespace: str | None, recurse: bool) -> dic
         out[ns] = describe_schemas(sub, ns)
         out[ns].pop("graph_id", None)
     return out
-
-
-def resolve_store_index(index: dict[str, Any] | None, root: Path) -> dict[str, Any] | None:
-    """`store.index` from langgraph.json, with a string `embed` naming Python code turned into that object.
-
-    LangGraph's `ensure_embeddings` only understands `"provider:model"` strings (through `langchain`'s
-    `init_embeddings`), but langgraph.json also allows `"./file.py:attr"` and `"package.module:attr"`, resolved
-    relative to the project like graph specs. Anything that does not name importable code (e.g.
-    `"openai:text-embedding-3-small"`) is left as it is, for LangGraph to handle.
-    """
-    if not index or not isinstance(index.get("embed"), str):
-        return index
-    spec: str = index["embed"]
-    module_ref, _, attr = spec.rpartition(":")
-    if not module_ref or not attr:
-        return index
-    if module_ref.endswith(".py") or "/" in module_ref:
-        path = (root / module_ref).resolve()
-        if not path.is_file():
-            raise ConfigError(f"store.index.embed: file {module_ref} not found (from '{spec}')")
-        name = f"threadline_embed.{path.stem}_{abs(hash(str(path)))}"
-        module = sys.modules.get(name)
-        if module is None:
-            module_spec = importlib.util.spec_from_file_location(name, path)
-            if module_spec is None or module_spec.loader is None:
-                raise ConfigError(f"store.index.embed: cannot load {path}")
-            module = importlib.util.module_from_spec(module_spec)
-            sys.modules[name] = module
-            module_spec.loader.exec_module(module)
-        if not hasattr(module, attr):
-            raise ConfigError(f"store.index.embed: {module_ref} has no attribute {attr!r}")
-    else:
-        if str(root) not in sys.path:
-            sys.path.insert(0, str(root))
-        try:
-            module = importlib.import_module(module_ref)
-        except ImportError:
-            return index  # a "provider:model" string
-        if not hasattr(module, attr):
-            return index
-    target = getattr(module, attr)
-    from langchain_core.embeddings import Embeddings
-
-    if isinstance(target, type) and issubclass(target, Embeddings):
-        target = target()
-    return {**index, "embed": target}

@@ -13,10 +13,11 @@ from threadline.broker.base import Broker
 from threadline.config import ProjectConfig, find_config, load_config
 from threadline.core.assistants import Assistants
 from threadline.core.executor import Executor
-from threadline.core.graphs import GraphRegistry, resolve_store_index
+from threadline.core.graphs import GraphRegistry
 from threadline.core.runs import Runs
 from threadline.core.threads import Threads
 from threadline.core.worker import WorkerPool
+from threadline.loader import resolve_store_index
 from threadline.settings import Settings
 from threadline.storage import open_storage
 from threadline.storage.base import Storage

@@ -1,0 +1,12 @@
+"""A project's own web app, mounted by `http.app`."""
+
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+
+async def hello(request):  # type: ignore[no-untyped-def]
+    return JSONResponse({"hello": "from the project"})
+
+
+app = Starlette(routes=[Route("/custom/hello", hello)])
