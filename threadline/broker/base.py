@@ -37,7 +37,8 @@ class Broker(abc.ABC):
         """Whether the run has published anything (its stream exists)."""
 
     @abc.abstractmethod
-    async def wake_workers(self) -> None: ...
+    async def wake_workers(self) -> None:
+        """Wake one idle worker slot (a slot that claims a run passes the wake-up on)."""
 
     @abc.abstractmethod
     async def wait_for_work(self, timeout: float) -> None:

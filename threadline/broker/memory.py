@@ -37,7 +37,12 @@ class MemoryBroker(Broker):
     def __init__(self, buffer_events: int = 10_000) -> None:
         self._buffer = buffer_events
         self._streams: dict[str, _RunStream] = {}
-        self._work = asyncio.Event()
+        # Wake-ups are counted, so one enqueued run wakes one idle worker slot, not all of them (each
+        # woken slot opens a write transaction to claim). Capped: extra wake-ups only cost an empty claim.
+        self._wakeups = 0
+        self._work = asyncio.Condition()
+        # Finished streams by end time, oldest first, for eviction without scanning every stream.
+        self._ended: deque[tuple[float, str]] = deque()
         self._done: dict[str, asyncio.Event] = {}
         self._cancel: dict[str, list[Any]] = {}
         # Cancels sent before the worker registered (between claim and start); honoured on registration.
@@ -52,8 +57,8 @@ class MemoryBroker(Broker):
 
     def _evict(self) -> None:
         cutoff = time.monotonic() - self.retain_seconds
-        for run_id in [r for r, s in self._streams.items() if s.ended_at is not None and s.ended_at < cutoff]:
-            del self._streams[run_id]
+        while self._ended and self._ended[0][0] < cutoff:
+            self._streams.pop(self._ended.popleft()[1], None)
 
     async def publish(self, run_id: str, event: str, data: bytes) -> str:
         stream = self._stream(run_id)
@@ -67,9 +72,12 @@ class MemoryBroker(Broker):
     async def end_stream(self, run_id: str) -> None:
         stream = self._stream(run_id)
         async with stream.changed:
+            if stream.ended:
+                return
             stream.ended = True
             stream.ended_at = time.monotonic()
             stream.changed.notify_all()
+        self._ended.append((stream.ended_at, run_id))
 
     async def stream_started(self, run_id: str) -> bool:
         return run_id in self._streams
@@ -95,14 +103,18 @@ class MemoryBroker(Broker):
                 return
 
     async def wake_workers(self) -> None:
-        self._work.set()
+        async with self._work:
+            self._wakeups = min(self._wakeups + 1, 1024)
+            self._work.notify(1)
 
     async def wait_for_work(self, timeout: float) -> None:
-        try:
-            await asyncio.wait_for(self._work.wait(), timeout)
-        except asyncio.TimeoutError:
-            pass
-        self._work.clear()
+        async with self._work:
+            if self._wakeups == 0:
+                try:
+                    await asyncio.wait_for(self._work.wait_for(lambda: self._wakeups > 0), timeout)
+                except asyncio.TimeoutError:
+                    return
+            self._wakeups -= 1
 
     async def notify_run_done(self, run_id: str) -> None:
         event = self._done.pop(run_id, None)

@@ -167,7 +167,7 @@ class Executor:
         subgraphs = bool(kwargs.get("stream_subgraphs"))
         context = {**(assistant.get("context") or {}), **(kwargs.get("context") or {})} or None
         options: dict[str, Any] = {
-            "stream_mode": lg_modes or ["values"], "subgraphs": True,
+            "stream_mode": lg_modes or ["values"], "subgraphs": subgraphs,
             "interrupt_before": kwargs.get("interrupt_before"), "interrupt_after": kwargs.get("interrupt_after"),
         }
         if context is not None:
@@ -179,9 +179,8 @@ class Executor:
         if "events" in modes:
             await self._stream_events(graph, run, config, options, modes, subgraphs)
             return
-        async for ns, mode, chunk in graph.astream(graph_input(kwargs), config, **options):
-            if ns and not subgraphs:
-                continue
+        async for part in graph.astream(graph_input(kwargs), config, **options):
+            ns, mode, chunk = part if subgraphs else ((), *part)
             suffix = "|" + "|".join(ns) if ns else ""
             if mode == "messages":
                 for event, data in messages.feed(chunk):

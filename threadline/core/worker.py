@@ -61,6 +61,8 @@ class WorkerPool:
             if run is None:
                 await self.broker.wait_for_work(self.poll_seconds)
                 continue
+            # There may be more where this came from: pass the wake-up on to another idle slot.
+            await self.broker.wake_workers()
             await self._execute(run)
             # Finishing a run may unblock the next one on the same thread for another slot.
             await self.broker.wake_workers()
