@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from asgi_lifespan import LifespanManager
 from langgraph_sdk.client import LangGraphClient
 
@@ -55,8 +56,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start(db: Path, port: int, log: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+def _start(db: Path, port: int, log: Path, **settings: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]),
+           **{f"THREADLINE_{k.upper()}": v for k, v in settings.items()}}
     proc = subprocess.Popen(
         [sys.executable, "-m", "threadline", "serve", "--config", str(PROJECT), "--port", str(port),
          "--database-url", f"sqlite:///{db}"],
@@ -73,6 +75,13 @@ def _start(db: Path, port: int, log: Path) -> subprocess.Popen:
     raise AssertionError(f"server did not start: {log.read_text()}")
 
 
+def _wait_running(base: str, tid: str, run_id: str) -> None:
+    deadline = time.monotonic() + 20
+    while httpx.get(f"{base}/threads/{tid}/runs/{run_id}").json()["status"] != "running":
+        assert time.monotonic() < deadline, "the run never started"
+        time.sleep(0.02)
+
+
 def test_sigkill_mid_run_is_recovered(tmp_path: Path) -> None:
     db, log = tmp_path / "t.db", tmp_path / "server.log"
     port = _free_port()
@@ -82,10 +91,7 @@ def test_sigkill_mid_run_is_recovered(tmp_path: Path) -> None:
         tid = httpx.post(f"{base}/threads", json={}).json()["thread_id"]
         run = httpx.post(f"{base}/threads/{tid}/runs", json={
             "assistant_id": "slow", "input": {"tag": "k", "steps": 30, "delay": 0.05}}).json()
-        deadline = time.monotonic() + 20
-        while httpx.get(f"{base}/threads/{tid}/runs/{run['run_id']}").json()["status"] != "running":
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        _wait_running(base, tid, run["run_id"])
         time.sleep(0.2)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
@@ -108,27 +114,16 @@ def test_sigkill_mid_run_is_recovered(tmp_path: Path) -> None:
 def test_sigkill_without_retries_ends_run_as_error(tmp_path: Path) -> None:
     db, log = tmp_path / "t.db", tmp_path / "server.log"
     port = _free_port()
-    os.environ["THREADLINE_RUN_RETRIES"] = "0"
-    try:
-        proc = _start(db, port, log)
-    finally:
-        del os.environ["THREADLINE_RUN_RETRIES"]
+    proc = _start(db, port, log, run_retries="0")
     base = f"http://127.0.0.1:{port}"
     try:
         tid = httpx.post(f"{base}/threads", json={}).json()["thread_id"]
         run = httpx.post(f"{base}/threads/{tid}/runs", json={
             "assistant_id": "slow", "input": {"tag": "x", "steps": 100, "delay": 0.05}}).json()
-        deadline = time.monotonic() + 20
-        while httpx.get(f"{base}/threads/{tid}/runs/{run['run_id']}").json()["status"] != "running":
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        _wait_running(base, tid, run["run_id"])
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
-        os.environ["THREADLINE_RUN_RETRIES"] = "0"
-        try:
-            proc = _start(db, port, log)
-        finally:
-            del os.environ["THREADLINE_RUN_RETRIES"]
+        proc = _start(db, port, log, run_retries="0")
         final = httpx.get(f"{base}/threads/{tid}/runs/{run['run_id']}").json()
         assert final["status"] == "error"
         thread = httpx.get(f"{base}/threads/{tid}").json()
@@ -139,3 +134,41 @@ def test_sigkill_without_retries_ends_run_as_error(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait(10)
+
+
+async def test_second_process_on_the_same_file_is_refused(settings: Settings) -> None:
+    from threadline.errors import ConfigError
+    from threadline.storage import open_storage
+
+    first = await open_storage(settings.database_url)
+    try:
+        with pytest.raises(ConfigError, match="another Threadline process"):
+            await open_storage(settings.database_url)
+    finally:
+        await first.close()
+    again = await open_storage(settings.database_url)  # released on close
+    await again.close()
+
+
+def test_second_server_on_the_same_file_exits_with_the_reason(tmp_path: Path) -> None:
+    db, log = tmp_path / "t.db", tmp_path / "server.log"
+    proc = _start(db, _free_port(), log)
+    try:
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+        second = subprocess.run(
+            [sys.executable, "-m", "threadline", "serve", "--config", str(PROJECT), "--port", str(_free_port()),
+             "--database-url", f"sqlite:///{db}"], capture_output=True, text=True, timeout=60, env=env)
+        assert second.returncode != 0
+        assert "another Threadline process is using" in second.stdout + second.stderr
+        assert proc.poll() is None  # the first one keeps serving
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+async def test_memory_database_is_refused() -> None:
+    from threadline.errors import ConfigError
+    from threadline.storage import open_storage
+
+    with pytest.raises(ConfigError, match="file path"):
+        await open_storage("sqlite:///:memory:")

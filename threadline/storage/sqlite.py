@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 import aiosqlite
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.store.sqlite.aio import AsyncSqliteStore
 
-from threadline.errors import Conflict, NotFound, Unavailable
+from threadline.errors import ConfigError, Conflict, NotFound, Unavailable
 from threadline.storage.base import Row, SortOrder, Storage
 from threadline.storage.sql import JSON_COLUMNS, apply_migrations, dumps, now_iso, where
 
@@ -28,12 +29,14 @@ class SQLiteStorage(Storage):
     capabilities = {"vector_search": True, "ttl": True, "multi_process": False}
 
     def __init__(self, url: str, conn: aiosqlite.Connection, read_conn: aiosqlite.Connection,
-                 saver_conn: aiosqlite.Connection, store_conn: aiosqlite.Connection, store: AsyncSqliteStore) -> None:
+                 saver_conn: aiosqlite.Connection, store_conn: aiosqlite.Connection, store: AsyncSqliteStore,
+                 file_lock: IO[bytes]) -> None:
         self.url = url
         self._conn = conn
         # Reads use their own connection: on the writer's connection they would see another task's
         # transaction half done (a run already `success` while its thread is not yet updated).
         self._read = read_conn
+        self._file_lock = file_lock
         self._saver_conn = saver_conn
         self._store_conn = store_conn
         self.checkpointer = AsyncSqliteSaver(saver_conn)
@@ -45,27 +48,41 @@ class SQLiteStorage(Storage):
 
     @classmethod
     async def open(cls, url: str, *, store_index: dict | None = None, store_ttl: dict | None = None) -> SQLiteStorage:
-        path = url.removeprefix("sqlite:").removeprefix("///") if url != "sqlite:///:memory:" else ":memory:"
-        if path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        conns = []
-        for _ in range(4):
-            conn = await aiosqlite.connect(path, isolation_level=None)
-            await conn.execute("PRAGMA journal_mode=WAL")
-            await conn.execute("PRAGMA busy_timeout=30000")
-            await conn.execute("PRAGMA synchronous=NORMAL")
-            conn.row_factory = aiosqlite.Row
-            conns.append(conn)
-        conn, read_conn, saver_conn, store_conn = conns
-        await apply_migrations(conn, "sqlite")
-        saver_conn.row_factory = None
-        store_conn.row_factory = None
-        store = AsyncSqliteStore(store_conn, index=store_index, ttl=store_ttl)  # type: ignore[arg-type]
-        await store.setup()
-        self = cls(url, conn, read_conn, saver_conn, store_conn, store)
-        await self.checkpointer.setup()
-        if store_ttl and store_ttl.get("sweep_interval_minutes"):
-            await store.start_ttl_sweeper()
+        path = url.removeprefix("sqlite:").removeprefix("///")
+        if not path or ":memory:" in path:
+            # Our tables, the checkpointer and the store use separate connections: they must share a file.
+            raise ConfigError(f"{url}: the SQLite backend needs a file path (sqlite:///path/to/file.db)")
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        lock = _lock_exclusively(Path(path))
+        conns: list[aiosqlite.Connection] = []
+        try:
+            for _ in range(4):
+                conn = await aiosqlite.connect(path, isolation_level=None)
+                conns.append(conn)
+                await conn.execute("PRAGMA journal_mode=WAL")
+                await conn.execute("PRAGMA busy_timeout=30000")
+                await conn.execute("PRAGMA synchronous=NORMAL")
+            conn, read_conn, saver_conn, store_conn = conns
+            conn.row_factory = read_conn.row_factory = aiosqlite.Row
+            await apply_migrations(conn, "sqlite")
+            store = AsyncSqliteStore(store_conn, index=store_index, ttl=store_ttl)  # type: ignore[arg-type]
+            try:
+                await store.setup()
+            except AttributeError as exc:  # sqlite3 built without enable_load_extension: no sqlite-vec
+                raise ConfigError(
+                    "store.index needs SQLite extension loading (for sqlite-vec), which this Python's sqlite3 "
+                    f"lacks ({exc}); use a Python built with loadable extensions, or remove store.index"
+                ) from exc
+            self = cls(url, conn, read_conn, saver_conn, store_conn, store, lock)
+            await self.checkpointer.setup()
+            if store_ttl and store_ttl.get("sweep_interval_minutes"):
+                await store.start_ttl_sweeper()
+        except BaseException:
+            for c in conns:
+                with contextlib.suppress(Exception):
+                    await c.close()
+            lock.close()
+            raise
         return self
 
     async def close(self) -> None:
@@ -74,6 +91,7 @@ class SQLiteStorage(Storage):
         for conn in (self._conn, self._read, self._saver_conn, self._store_conn):
             with contextlib.suppress(Exception):
                 await conn.close()
+        self._file_lock.close()  # releases the lock
 
     async def ping(self) -> None:
         try:
@@ -458,6 +476,24 @@ class SQLiteStorage(Storage):
                 (thread_id, thread_id),
             )
             await db.commit()
+
+
+def _lock_exclusively(db: Path) -> IO[bytes]:
+    """Hold `<db>.lock` for the life of this process's storage.
+
+    The embedded backend is one process: at start it requeues every run left `running`, which would steal
+    the runs of a second live process on the same file. A second process is refused instead.
+    """
+    handle = open(db.with_name(db.name + ".lock"), "wb")  # noqa: SIM115 - held until close()
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise ConfigError(
+            f"another Threadline process is using {db}: the embedded SQLite backend serves from one process "
+            "(give this one its own --database-url, or use PostgreSQL to run several)"
+        ) from None
+    return handle
 
 
 async def _reconcile_thread(db: aiosqlite.Connection, thread_id: str, changes: Row, now: str,
