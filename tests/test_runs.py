@@ -106,8 +106,12 @@ async def test_interrupt_and_resume(sdk: LangGraphClient) -> None:
     assert list(thread["interrupts"].values())[0][0]["value"]["question"] == "Approve 'deploy'?"
     state = await sdk.threads.get_state(tid)
     assert state["next"] == ["ask"] and state["tasks"][0]["interrupts"]
+    streamed = [p async for p in sdk.runs.stream(tid, "approval", input={"request": "again"},
+                                                 stream_mode="updates")]
+    marker = [p.data["__interrupt__"] for p in streamed if p.event == "updates" and "__interrupt__" in p.data]
+    assert marker and marker[0][0]["value"] == {"question": "Approve 'again'?"} and marker[0][0]["id"]
     out = await sdk.runs.wait(tid, "approval", command={"resume": True})
-    assert out["outcome"] == "done: deploy"
+    assert out["outcome"] == "done: again"
     assert (await sdk.threads.get(tid))["status"] == "idle"
 
 

@@ -43,10 +43,6 @@ class Settings:
         return [f.name for f in fields(cls)]
 
     @classmethod
-    def help(cls, name: str) -> str:
-        return {f.name: f.metadata["help"] for f in fields(cls)}[name]
-
-    @classmethod
     def resolve(cls, overrides: dict[str, Any] | None = None, environ: dict[str, str] | None = None) -> Settings:
         """Merge CLI overrides (None means unset) over `THREADLINE_*` env vars over defaults."""
         env = os.environ if environ is None else environ
@@ -60,11 +56,6 @@ class Settings:
                 given = _coerce(raw, type(f.default) if f.default is not None else str, f.name)
             values[f.name] = given
         return cls(**values)
-
-    def with_(self, **changes: Any) -> Settings:
-        data = {f.name: getattr(self, f.name) for f in fields(self)}
-        data.update(changes)
-        return Settings(**data)
 
 
 def _coerce(raw: str, kind: type, name: str) -> Any:

@@ -11,9 +11,9 @@ from langgraph.types import Command
 from threadline.broker.base import Broker
 from threadline.core.graphs import GraphRegistry
 from threadline.core.messages import MessageStreamer
-from threadline.core.state import bind, interrupt_json, run_output, snapshot_json, thread_config, thread_fields
+from threadline.core.state import bind, run_output, snapshot_json, thread_config, thread_fields
 from threadline.core.threads import Threads
-from threadline.serde import dumps, to_jsonable
+from threadline.serde import dumps
 from threadline.storage.base import Row, Storage
 
 log = logging.getLogger("threadline.executor")
@@ -177,7 +177,7 @@ class Executor:
         messages = MessageStreamer(legacy="messages" in modes, tuples="messages-tuple" in modes)
         publish = self.broker.publish
         if "events" in modes:
-            await self._stream_events(graph, run, config, options, modes, subgraphs)
+            await self._stream_events(graph, run, config, options)
             return
         async for part in graph.astream(graph_input(kwargs), config, **options):
             ns, mode, chunk = part if subgraphs else ((), *part)
@@ -186,22 +186,13 @@ class Executor:
                 for event, data in messages.feed(chunk):
                     await publish(run_id, event + suffix, dumps(data))
             elif mode in modes:
-                await publish(run_id, mode + suffix, dumps(_mode_payload(mode, chunk)))
+                await publish(run_id, mode + suffix, dumps(chunk))
 
-    async def _stream_events(self, graph: Any, run: Row, config: dict[str, Any], options: dict[str, Any],
-                             modes: list[str], subgraphs: bool) -> None:
+    async def _stream_events(self, graph: Any, run: Row, config: dict[str, Any], options: dict[str, Any]) -> None:
         run_id = run["run_id"]
         options = {k: v for k, v in options.items() if k not in ("stream_mode", "subgraphs")}
         async for event in graph.astream_events(graph_input(run["kwargs"]), config, version="v2", **options):
-            await self.broker.publish(run_id, "events", dumps(to_jsonable(event)))
-
-
-def _mode_payload(mode: str, chunk: Any) -> Any:
-    if mode == "updates" and isinstance(chunk, dict) and "__interrupt__" in chunk:
-        return {**chunk, "__interrupt__": [interrupt_json(i) for i in chunk["__interrupt__"]]}
-    if mode == "values" and isinstance(chunk, dict) and "__interrupt__" in chunk:
-        return {**chunk, "__interrupt__": [interrupt_json(i) for i in chunk["__interrupt__"]]}
-    return to_jsonable(chunk)
+            await self.broker.publish(run_id, "events", dumps(event))
 
 
 async def _post_webhook(url: str, run: Row) -> None:

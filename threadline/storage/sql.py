@@ -39,10 +39,8 @@ async def apply_migrations(conn: Any, dialect: str) -> list[str]:
     for entry in sorted(folder.iterdir(), key=lambda p: p.name):
         if not entry.name.endswith(".sql") or entry.name in done:
             continue
-        await conn.executescript(entry.read_text()) if hasattr(conn, "executescript") else await conn.execute(
-            entry.read_text()
-        )
-        await conn.execute("INSERT INTO threadline_migrations (name, applied_at) VALUES (?, ?)",
-                           (entry.name, now_iso()))
+        # The migration and its record commit together, or not at all.
+        record = f"INSERT INTO threadline_migrations (name, applied_at) VALUES ('{entry.name}', '{now_iso()}');"
+        await conn.executescript(f"BEGIN;\n{entry.read_text()}\n{record}\nCOMMIT;")
         applied.append(entry.name)
     return applied

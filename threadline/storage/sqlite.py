@@ -136,8 +136,7 @@ class SQLiteStorage(Storage):
     # --- assistants ----------------------------------------------------------
     async def create_assistant(self, row: Row, *, if_exists: Literal["raise", "do_nothing"]) -> Row:
         async with self._tx() as db:
-            async with db.execute("SELECT 1 FROM assistants WHERE assistant_id = ?", (row["assistant_id"],)) as cur:
-                exists = await cur.fetchone()
+            exists = await _one(db, "SELECT 1 FROM assistants WHERE assistant_id = ?", (row["assistant_id"],))
             if exists is None:
                 await _insert(db, "assistants", row)
                 version = {k: row[k] for k in ("assistant_id", "version", "graph_id", "name", "description",
@@ -174,16 +173,13 @@ class SQLiteStorage(Storage):
 
     async def update_assistant(self, assistant_id: str, changes: Row) -> Row:
         async with self._tx() as db:
-            async with db.execute("SELECT * FROM assistants WHERE assistant_id = ?", (assistant_id,)) as cur:
-                current = await cur.fetchone()
+            current = await _one(db, "SELECT * FROM assistants WHERE assistant_id = ?", (assistant_id,))
             if current is None:
                 raise NotFound(f"Assistant {assistant_id} not found")
-            cur_row = _row(current)
-            async with db.execute(
-                "SELECT MAX(version) AS v FROM assistant_versions WHERE assistant_id = ?", (assistant_id,)
-            ) as cur:
-                latest = (await cur.fetchone())["v"] or 0
-            new = {**cur_row, **changes, "version": latest + 1, "updated_at": now_iso()}
+            top = await _one(db, "SELECT MAX(version) AS v FROM assistant_versions WHERE assistant_id = ?",
+                             (assistant_id,))
+            latest = (top or {}).get("v") or 0
+            new = {**current, **changes, "version": latest + 1, "updated_at": now_iso()}
             version = {k: new[k] for k in ("assistant_id", "version", "graph_id", "name", "description",
                                            "config", "context", "metadata")}
             version["created_at"] = new["updated_at"]
@@ -210,13 +206,10 @@ class SQLiteStorage(Storage):
 
     async def set_assistant_version(self, assistant_id: str, version: int) -> Row | None:
         async with self._tx() as db:
-            async with db.execute(
-                "SELECT * FROM assistant_versions WHERE assistant_id = ? AND version = ?", (assistant_id, version)
-            ) as cur:
-                found = await cur.fetchone()
-            if found is None:
+            v = await _one(db, "SELECT * FROM assistant_versions WHERE assistant_id = ? AND version = ?",
+                           (assistant_id, version))
+            if v is None:
                 return None
-            v = _row(found)
             await db.execute(
                 "UPDATE assistants SET graph_id = ?, name = ?, description = ?, config = ?, context = ?, "
                 "metadata = ?, version = ?, updated_at = ? WHERE assistant_id = ?",
@@ -228,8 +221,7 @@ class SQLiteStorage(Storage):
     # --- threads -------------------------------------------------------------
     async def create_thread(self, row: Row, *, if_exists: Literal["raise", "do_nothing"]) -> Row:
         async with self._tx() as db:
-            async with db.execute("SELECT 1 FROM threads WHERE thread_id = ?", (row["thread_id"],)) as cur:
-                exists = await cur.fetchone()
+            exists = await _one(db, "SELECT 1 FROM threads WHERE thread_id = ?", (row["thread_id"],))
             if exists is None:
                 await _insert(db, "threads", row)
             elif if_exists == "raise":
@@ -243,13 +235,12 @@ class SQLiteStorage(Storage):
 
     async def update_thread(self, thread_id: str, changes: Row, *, merge_metadata: dict | None = None) -> Row | None:
         async with self._tx() as db:
-            async with db.execute("SELECT metadata FROM threads WHERE thread_id = ?", (thread_id,)) as cur:
-                current = await cur.fetchone()
+            current = await _one(db, "SELECT metadata FROM threads WHERE thread_id = ?", (thread_id,))
             if current is None:
                 return None
             changes = {**changes, "updated_at": now_iso()}
             if merge_metadata:
-                changes["metadata"] = {**json.loads(current["metadata"]), **merge_metadata}
+                changes["metadata"] = {**current["metadata"], **merge_metadata}
             sets = ", ".join(f"{_q(k)} = ?" for k in changes)
             await db.execute(f"UPDATE threads SET {sets} WHERE thread_id = ?",
                              [_param(k, v) for k, v in changes.items()] + [thread_id])
@@ -313,15 +304,15 @@ class SQLiteStorage(Storage):
 
     async def claim_run(self, worker_id: str, now: str) -> Row | None:
         async with self._tx() as db:
-            async with db.execute(
+            found = await _one(
+                db,
                 "SELECT run_id FROM runs r WHERE status = 'pending' AND available_at <= ? "
                 "AND NOT EXISTS (SELECT 1 FROM runs o WHERE o.thread_id = r.thread_id AND o.status = 'running') "
                 "AND NOT EXISTS (SELECT 1 FROM runs e WHERE e.thread_id = r.thread_id "
                 "               AND e.status = 'pending' AND e.seq < r.seq) "
                 "ORDER BY seq LIMIT 1",
                 (now,),
-            ) as cur:
-                found = await cur.fetchone()
+            )
             if found is None:
                 return None
             await db.execute(
@@ -329,7 +320,7 @@ class SQLiteStorage(Storage):
                 "WHERE run_id = ?",
                 (worker_id, now, found["run_id"]),
             )
-        return await self.get_run(found["run_id"])
+            return await _one(db, "SELECT * FROM runs WHERE run_id = ?", (found["run_id"],))
 
     async def finish_run(self, run_id, status, *, error=None, output=None, thread_changes=None,
                          worker_id=None) -> Row | None:
@@ -345,10 +336,10 @@ class SQLiteStorage(Storage):
             )
             if cur.rowcount == 0:
                 return None
-            async with db.execute("SELECT thread_id FROM runs WHERE run_id = ?", (run_id,)) as c:
-                thread_id = (await c.fetchone())["thread_id"]
-            await _reconcile_thread(db, thread_id, thread_changes or {}, now)
-        return await self.get_run(run_id)
+            finished = await _one(db, "SELECT * FROM runs WHERE run_id = ?", (run_id,))
+            assert finished is not None
+            await _reconcile_thread(db, finished["thread_id"], thread_changes or {}, now)
+        return finished
 
     async def cancel_pending_runs(self, run_ids: list[str], status: str) -> list[str]:
         if not run_ids:
@@ -382,8 +373,7 @@ class SQLiteStorage(Storage):
 
     async def delete_run(self, run_id: str) -> bool:
         async with self._tx() as db:
-            async with db.execute("SELECT thread_id FROM runs WHERE run_id = ?", (run_id,)) as cur:
-                found = await cur.fetchone()
+            found = await _one(db, "SELECT thread_id FROM runs WHERE run_id = ?", (run_id,))
             if found is None:
                 return False
             await db.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
@@ -499,10 +489,9 @@ def _lock_exclusively(db: Path) -> IO[bytes]:
 async def _reconcile_thread(db: aiosqlite.Connection, thread_id: str, changes: Row, now: str,
                             only_if_busy: bool = False) -> None:
     """A thread is busy while it has an active run; otherwise it takes the status the finisher computed."""
-    async with db.execute(
-        "SELECT 1 FROM runs WHERE thread_id = ? AND status IN ('pending', 'running') LIMIT 1", (thread_id,)
-    ) as cur:
-        active = await cur.fetchone() is not None
+    active = await _one(
+        db, "SELECT 1 FROM runs WHERE thread_id = ? AND status IN ('pending', 'running') LIMIT 1", (thread_id,)
+    ) is not None
     changes = dict(changes)
     if active:
         changes["status"] = "busy"
