@@ -109,3 +109,38 @@ async def test_wait_disconnect_with_continue_keeps_running(live: LangGraphClient
     run = (await live.runs.list(tid))[0]
     await live.runs.join(tid, run["run_id"])
     assert (await live.runs.get(tid, run["run_id"]))["status"] == "success"
+
+
+async def test_webhook_receives_the_finished_run(sdk: LangGraphClient) -> None:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    received: list[dict] = []
+    arrived = asyncio.Event()
+
+    async def hook(request: Request) -> Response:
+        received.append(await request.json())
+        arrived.set()
+        return Response(status_code=204)
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    server = uvicorn.Server(uvicorn.Config(Starlette(routes=[Route("/hook", hook, methods=["POST"])]),
+                                           host="127.0.0.1", port=port, log_level="warning"))
+    task = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            await asyncio.sleep(0.02)
+        tid = (await sdk.threads.create())["thread_id"]
+        run = await sdk.runs.create(tid, "counter", input={"increment": 2}, webhook=f"http://127.0.0.1:{port}/hook")
+        await asyncio.wait_for(arrived.wait(), 10)
+    finally:
+        server.should_exit = True
+        await task
+    assert received[0]["run_id"] == run["run_id"] and received[0]["status"] == "success"
+    assert received[0]["values"]["count"] == 2 and received[0]["error"] is None
+    assert "worker_id" not in received[0]  # the public run, not the storage row

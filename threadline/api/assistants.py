@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from threadline.api.common import JSON, assistant_out, no_content, paginated, runtime, select, version_out
+from threadline.api.common import JSON, no_content, paginated, runtime, select
+from threadline.shapes import assistant_out, version_out
 from threadline.api.models import (
     AssistantCount, AssistantCreate, AssistantPatch, AssistantSearch, AssistantVersions, SetLatest,
 )

@@ -8,6 +8,7 @@ from fastapi import Request
 from starlette.responses import Response
 
 from threadline.core.runtime import Runtime
+from threadline.shapes import run_out
 from threadline.serde import dumps
 
 
@@ -28,31 +29,6 @@ def no_content() -> Response:
 
 def select(row: dict[str, Any], fields: list[str] | None) -> dict[str, Any]:
     return {k: v for k, v in row.items() if k in fields} if fields else row
-
-
-ASSISTANT_FIELDS = ("assistant_id", "graph_id", "config", "context", "created_at", "updated_at", "metadata",
-                    "version", "name", "description")
-THREAD_FIELDS = ("thread_id", "created_at", "updated_at", "metadata", "status", "config", "values",
-                 "interrupts", "error")
-RUN_FIELDS = ("run_id", "thread_id", "assistant_id", "created_at", "updated_at", "status", "metadata", "kwargs",
-              "multitask_strategy")
-
-
-def assistant_out(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: row.get(k) for k in ASSISTANT_FIELDS}
-
-
-def version_out(row: dict[str, Any]) -> dict[str, Any]:
-    out = {k: row.get(k) for k in ASSISTANT_FIELDS if k != "updated_at"}
-    return out
-
-
-def thread_out(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: row.get(k) for k in THREAD_FIELDS}
-
-
-def run_out(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: row.get(k) for k in RUN_FIELDS}
 
 
 def spec_run_out(row: dict[str, Any]) -> dict[str, Any]:

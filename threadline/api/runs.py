@@ -10,7 +10,8 @@ from uuid import UUID
 from fastapi import APIRouter, Header, Query, Request
 from starlette.responses import Response
 
-from threadline.api.common import JSON, no_content, run_out, runtime, select, spec_run_out
+from threadline.api.common import JSON, no_content, runtime, select, spec_run_out
+from threadline.shapes import run_out
 from threadline.api.models import RunCancelMany, RunCreate, RunSearch
 from threadline.api.sse import event_response
 from threadline.core.runtime import Runtime

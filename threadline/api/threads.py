@@ -6,7 +6,8 @@ from uuid import UUID
 
 from fastapi import APIRouter, Query, Request
 
-from threadline.api.common import JSON, no_content, paginated, runtime, select, thread_out
+from threadline.api.common import JSON, no_content, paginated, runtime, select
+from threadline.shapes import thread_out
 from threadline.api.models import (
     HistoryQuery, StateAtCheckpoint, StateUpdate, ThreadCount, ThreadCreate, ThreadPatch, ThreadPrune, ThreadSearch,
 )

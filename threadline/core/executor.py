@@ -14,6 +14,7 @@ from threadline.core.messages import MessageStreamer
 from threadline.core.state import bind, run_output, snapshot_json, thread_config, thread_fields
 from threadline.core.threads import Threads
 from threadline.serde import dumps
+from threadline.shapes import run_out
 from threadline.storage.base import Row, Storage
 
 log = logging.getLogger("threadline.executor")
@@ -157,7 +158,8 @@ class Executor:
             await self.broker.end_stream(run_id)
             await self.broker.notify_run_done(run_id)
         if finished is not None and run["kwargs"].get("webhook"):
-            asyncio.create_task(_post_webhook(run["kwargs"]["webhook"], finished))
+            payload = {**run_out(finished), "values": finished.get("output"), "error": finished.get("error")}
+            asyncio.create_task(_post_webhook(run["kwargs"]["webhook"], payload))
 
     async def _stream(self, graph: Any, run: Row, config: dict[str, Any], assistant: Row) -> None:
         kwargs = run["kwargs"]
