@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections import deque
 from collections.abc import AsyncIterator
@@ -94,10 +95,12 @@ class MemoryBroker(Broker):
             async with stream.changed:
                 while not stream.ended and (not stream.events or stream.events[-1][0] <= cursor):
                     await stream.changed.wait()
-                batch = [ev for seq, ev in stream.events if seq > cursor]
+                # Only the events after the cursor, from the end: O(new events), not O(buffer).
+                fresh = min(max(stream.seq - cursor, 0), len(stream.events))
+                batch = list(itertools.islice(reversed(stream.events), fresh))[::-1]
                 ended = stream.ended
-            for ev in batch:
-                cursor = event_seq(ev.id)
+            for seq, ev in batch:
+                cursor = seq
                 yield ev
             if ended and not batch:
                 return
