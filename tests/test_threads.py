@@ -152,3 +152,22 @@ async def test_update_state_bad_node(sdk: LangGraphClient, http: httpx.AsyncClie
     await sdk.runs.wait(tid, "counter", input={})
     r = await http.post(f"/threads/{tid}/state", json={"values": {"count": 1}, "as_node": "nope"})
     assert r.status_code == 400 and "nope" in r.json()["detail"]
+
+
+async def test_delete_thread_stops_its_running_run(sdk: LangGraphClient) -> None:
+    import asyncio
+
+    from tests.project.agents import WORK_LOG
+
+    tid = (await sdk.threads.create())["thread_id"]
+    tag = uuid.uuid4().hex
+    run = await sdk.runs.create(tid, "slow", input={"tag": tag, "steps": 200, "delay": 0.02})
+    while not any(w.startswith(tag) for w in WORK_LOG):
+        await asyncio.sleep(0.01)
+    await sdk.threads.delete(tid)
+    done = len([w for w in WORK_LOG if w.startswith(tag)])
+    await asyncio.sleep(0.2)
+    assert len([w for w in WORK_LOG if w.startswith(tag)]) == done < 200
+    with pytest.raises(httpx.HTTPStatusError) as err:
+        await sdk.runs.get(tid, run["run_id"])
+    assert err.value.response.status_code == 404

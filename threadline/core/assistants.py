@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any, Literal
+
+from langgraph.pregel import Pregel
 
 from threadline.core.graphs import GraphRegistry, describe_schemas, draw, subgraph_schemas
 from threadline.errors import BadRequest, InvalidInput, NotFound
@@ -126,19 +130,24 @@ class Assistants:
             raise NotFound(f"Assistant {assistant_id} has no version {version}")
         return found
 
-    async def schemas(self, assistant_id: str) -> dict[str, Any]:
+    @contextlib.asynccontextmanager
+    async def _graph(self, assistant_id: str) -> AsyncIterator[tuple[Row, Pregel]]:
+        """The assistant and its graph (a factory gets the assistant's config, as it would in a run)."""
         assistant = await self.get(assistant_id)
-        async with self.graphs.graph(assistant["graph_id"], {"configurable": {}}) as graph:
+        async with self.graphs.graph(assistant["graph_id"], {**assistant["config"],
+                                                             "configurable": assistant["context"]}) as graph:
+            yield assistant, graph
+
+    async def schemas(self, assistant_id: str) -> dict[str, Any]:
+        async with self._graph(assistant_id) as (assistant, graph):
             return describe_schemas(graph, assistant["graph_id"])
 
     async def drawing(self, assistant_id: str, xray: int | bool = False) -> dict[str, Any]:
-        assistant = await self.get(assistant_id)
-        async with self.graphs.graph(assistant["graph_id"], {"configurable": {}}) as graph:
+        async with self._graph(assistant_id) as (_, graph):
             return draw(graph, xray)
 
     async def subgraphs(self, assistant_id: str, namespace: str | None = None, recurse: bool = False) -> dict[str, Any]:
-        assistant = await self.get(assistant_id)
-        async with self.graphs.graph(assistant["graph_id"], {"configurable": {}}) as graph:
+        async with self._graph(assistant_id) as (_, graph):
             return subgraph_schemas(graph, namespace, recurse)
 
 
