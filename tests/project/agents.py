@@ -31,11 +31,15 @@ async def _work(state: SlowState) -> dict[str, Any]:
     return {"done": [tag]}
 
 
-_slow = StateGraph(SlowState)
-_slow.add_node("work", _work)
-_slow.add_edge(START, "work")
-_slow.add_edge("work", END)
-slow = _slow.compile()
+def _one_node(state: type, name: str, node: Any) -> StateGraph:
+    builder = StateGraph(state)
+    builder.add_node(name, node)
+    builder.add_edge(START, name)
+    builder.add_edge(name, END)
+    return builder
+
+
+slow = _one_node(SlowState, "work", _work).compile()
 
 
 class FailState(TypedDict, total=False):
@@ -46,11 +50,7 @@ def _fail(state: FailState) -> dict[str, Any]:
     raise ValueError(state.get("reason") or "boom")
 
 
-_failing = StateGraph(FailState)
-_failing.add_node("fail", _fail)
-_failing.add_edge(START, "fail")
-_failing.add_edge("fail", END)
-failing = _failing.compile()
+failing = _one_node(FailState, "fail", _fail).compile()
 
 
 class NestState(TypedDict, total=False):
@@ -61,11 +61,7 @@ def _child_step(state: NestState) -> dict[str, Any]:
     return {"items": ["child"]}
 
 
-_child = StateGraph(NestState)
-_child.add_node("child_step", _child_step)
-_child.add_edge(START, "child_step")
-_child.add_edge("child_step", END)
-child = _child.compile()
+child = _one_node(NestState, "child_step", _child_step).compile()
 
 
 def _parent_step(state: NestState) -> dict[str, Any]:
