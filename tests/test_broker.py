@@ -68,6 +68,6 @@ async def test_cancel_sent_before_registration_is_applied() -> None:
     broker = MemoryBroker()
     await broker.send_cancel("r", "rollback")
     seen: list[str] = []
-    unregister = broker.on_cancel("r", seen.append)
+    unregister = await broker.on_cancel("r", seen.append)
     assert seen == ["rollback"]
     unregister()

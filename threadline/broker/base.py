@@ -58,8 +58,19 @@ class Broker(abc.ABC):
     async def send_cancel(self, run_id: str, action: str) -> None: ...
 
     @abc.abstractmethod
-    def on_cancel(self, run_id: str, callback: Any) -> Any:
-        """Register `callback(action)` for cancel signals to `run_id`; returns an unregister function."""
+    async def on_cancel(self, run_id: str, callback: Any) -> Any:
+        """Register `callback(action)` for cancel signals to `run_id`; returns a (sync) unregister function.
+
+        A cancel sent before registration (between a worker's claim and its start) is applied at once.
+        """
+
+    async def start(self) -> None:
+        """Connect and start listening (called once before use)."""
+        return None
+
+    async def ping(self) -> None:
+        """Raise Unavailable when the broker cannot answer."""
+        return None
 
     async def close(self) -> None:
         return None

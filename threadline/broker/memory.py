@@ -145,7 +145,7 @@ class MemoryBroker(Broker):
         for callback in callbacks:
             callback(action)
 
-    def on_cancel(self, run_id: str, callback: Any) -> Any:
+    async def on_cancel(self, run_id: str, callback: Any) -> Any:
         self._cancel.setdefault(run_id, []).append(callback)
         early = self._early_cancel.pop(run_id, None)
         if early is not None:

@@ -60,6 +60,7 @@ class Runtime:
         store_index = resolve_store_index(project.store_index, project.root)
         storage = await open_storage(url, store_index=store_index, store_ttl=project.store_ttl)
         broker = open_broker(None, buffer_events=settings.stream_buffer_events)
+        await broker.start()
         assistants = Assistants(storage, graphs)
         threads = Threads(storage, graphs)
         runs = Runs(storage, broker, assistants, threads)

@@ -78,7 +78,7 @@ class WorkerPool:
                     holder[0].cancel()
 
         # Registered before the task exists: a cancel that arrived since the claim is applied at its start.
-        unregister = self.broker.on_cancel(run["run_id"], on_cancel)
+        unregister = await self.broker.on_cancel(run["run_id"], on_cancel)
         task = asyncio.create_task(self.executor.execute(run, self.worker_id, stop))
         holder.append(task)
         self._running[run["run_id"]] = task
