@@ -25,7 +25,19 @@ class Settings:
     host: str = _setting("127.0.0.1", "Interface the HTTP server binds to.")
     port: int = _setting(8000, "Port the HTTP server listens on.")
     database_url: str | None = _setting(
-        None, "Where durable state lives: sqlite:///path/to/file.db. Defaults to ./.threadline/threadline.db."
+        None, "Where durable state lives: sqlite:///path/to/file.db (embedded, one process) or "
+        "postgresql://user@host:port/db (scale-out). Defaults to ./.threadline/threadline.db."
+    )
+    redis_url: str | None = _setting(
+        None, "Redis for stream events, wake-ups and cancel signals across processes (redis://host:port/db). "
+        "Required with PostgreSQL when more than one process serves; unset means in-process only."
+    )
+    redis_key_prefix: str = _setting(
+        "threadline", "Prefix of every Redis key and channel, so deployments can share one Redis."
+    )
+    lease_seconds: float = _setting(
+        30.0, "How long a worker's claim on a run lasts without a heartbeat (heartbeats every third of it). "
+        "A run whose worker stopped heartbeating is retried or failed once its lease expires."
     )
     workers: int = _setting(10, "How many runs this process executes at once (in-process workers). 0 serves the API only.")
     run_retries: int = _setting(

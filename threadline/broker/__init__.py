@@ -11,10 +11,14 @@ if TYPE_CHECKING:
     from threadline.broker.base import Broker
 
 
-def open_broker(url: str | None, *, buffer_events: int = 10_000) -> Broker:
+def open_broker(url: str | None, *, buffer_events: int = 10_000, key_prefix: str = "threadline") -> Broker:
     """The broker `url` names; None means in-process (the embedded default)."""
     if url is None or url.startswith("memory:"):
         from threadline.broker.memory import MemoryBroker
 
         return MemoryBroker(buffer_events=buffer_events)
-    raise ValueError(f"unsupported broker URL {url!r} (redis:// is not built yet)")
+    if url.startswith(("redis://", "rediss://", "unix://")):
+        from threadline.broker.redis import RedisBroker
+
+        return RedisBroker(url, buffer_events=buffer_events, key_prefix=key_prefix)
+    raise ValueError(f"unsupported broker URL {url!r}: use redis://host:port/db, or leave it unset")

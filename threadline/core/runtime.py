@@ -59,7 +59,8 @@ class Runtime:
         url = settings.database_url or default_database_url()
         store_index = resolve_store_index(project.store_index, project.root)
         storage = await open_storage(url, store_index=store_index, store_ttl=project.store_ttl)
-        broker = open_broker(None, buffer_events=settings.stream_buffer_events)
+        broker = open_broker(settings.redis_url, buffer_events=settings.stream_buffer_events,
+                             key_prefix=settings.redis_key_prefix)
         await broker.start()
         assistants = Assistants(storage, graphs)
         threads = Threads(storage, graphs)
