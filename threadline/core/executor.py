@@ -10,6 +10,7 @@ from langgraph.types import Command
 
 from threadline.broker.base import Broker
 from threadline.core.graphs import GraphRegistry
+from threadline.core.lease import FencedCheckpointer, Lease, LeaseLost
 from threadline.core.messages import MessageStreamer
 from threadline.core.state import bind, run_output, snapshot_json, thread_config, thread_fields
 from threadline.core.threads import Threads
@@ -86,25 +87,25 @@ class Executor:
         self.graphs = graphs
         self.threads = threads
 
-    async def execute(self, run: Row, worker_id: str, stop: StopSignal) -> str:
-        """Execute `run`; returns its final status.
+    async def execute(self, run: Row, worker_id: str, stop: StopSignal, lease: Lease) -> str:
+        """Execute `run`; returns its final status ("lost" when the lease was lost: nothing is written).
 
-        A cancel arrives as CancelledError with `stop.action` set; without it (shutdown) the error propagates
-        and the run stays `running` for recovery to requeue.
+        A cancel arrives as CancelledError with `stop.action` set; without it (shutdown, lost lease) the
+        error propagates and the run's fate is left to whoever holds it next.
         """
         run_id, thread_id = run["run_id"], run["thread_id"]
         status, error, output, action = "success", None, None, None
         try:
             if stop.action is not None:
                 raise asyncio.CancelledError
-            await self.broker.publish(run_id, "metadata", dumps({"run_id": run_id, "attempt": run.get("attempt", 1)}))
+            await self._publish(lease, "metadata", {"run_id": run_id, "attempt": run.get("attempt", 1)})
             assistant = await self.storage.get_assistant(run["assistant_id"])
             if assistant is None:
                 raise LookupError(f"Assistant {run['assistant_id']} no longer exists")
             config = build_config(run, assistant, thread_id)
             async with self.graphs.graph(assistant["graph_id"], config) as graph:
-                bound = bind(graph, self.storage.checkpointer, self.storage.store)
-                await self._stream(bound, run, config, assistant)
+                bound = bind(graph, FencedCheckpointer(self.storage.checkpointer, lease), self.storage.store)
+                await self._stream(bound, run, config, assistant, lease)
                 snap = await bound.aget_state(thread_config(thread_id))
             state = snapshot_json(snap)
             output = run_output(state)
@@ -123,18 +124,28 @@ class Executor:
                 thread_changes.update(status="interrupted", error={
                     "error": "UserInterrupt", "message": f"interrupt requested for run {run_id}"})
         except Exception as exc:  # the agent's own failure: recorded on the run, shown to the client
+            if isinstance(exc, LeaseLost) or not lease.valid():
+                log.warning("run %s: lease lost (%s); leaving it to the worker that holds it now", run_id, exc)
+                return "lost"
             status = "error"
             error = {"error": type(exc).__name__, "message": str(exc)}
             log.info("run %s failed: %s: %s", run_id, type(exc).__name__, exc)
-            await self.broker.publish(run_id, "error", dumps(error))
+            await self._publish(lease, "error", error)
             thread_changes = {"error": error}
             try:
                 thread_changes.update(await self.threads.current_fields(thread_id))
             except Exception:
                 log.exception("could not read state of thread %s after a failed run", thread_id)
             thread_changes["status"] = "error"
+        if not lease.valid():
+            log.warning("run %s ended after its lease lapsed; its result is discarded", run_id)
+            return "lost"
         await self._finish(run, worker_id, status, error, output, thread_changes, action)
         return status
+
+    async def _publish(self, lease: Lease, event: str, data: Any) -> None:
+        lease.check()  # a worker that lost the run must not write into the stream its successor owns
+        await self.broker.publish(lease.run_id, event, dumps(data))
 
     async def _finish(self, run: Row, worker_id: str, status: str, error: Any, output: Any,
                       thread_changes: dict[str, Any], action: str | None) -> None:
@@ -146,7 +157,8 @@ class Executor:
                 thread_changes = {**await self.threads.current_fields(thread_id), "error": {
                     "error": "UserRollback", "message": f"rollback requested for run {run_id}"}}
             finished = await self.storage.finish_run(run_id, status, error=error, output=output,
-                                                     thread_changes=thread_changes, worker_id=worker_id)
+                                                     thread_changes=thread_changes, worker_id=worker_id,
+                                                     attempt=run["attempt"])
             if finished is None:
                 log.warning("run %s was no longer held by %s; its result was discarded", run_id, worker_id)
             if action == "rollback":
@@ -161,7 +173,7 @@ class Executor:
             payload = {**run_out(finished), "values": finished.get("output"), "error": finished.get("error")}
             asyncio.create_task(_post_webhook(run["kwargs"]["webhook"], payload))
 
-    async def _stream(self, graph: Any, run: Row, config: dict[str, Any], assistant: Row) -> None:
+    async def _stream(self, graph: Any, run: Row, config: dict[str, Any], assistant: Row, lease: Lease) -> None:
         kwargs = run["kwargs"]
         modes = requested_modes(kwargs)
         run_id = run["run_id"]
@@ -177,24 +189,27 @@ class Executor:
         if kwargs.get("durability"):
             options["durability"] = kwargs["durability"]
         messages = MessageStreamer(legacy="messages" in modes, tuples="messages-tuple" in modes)
-        publish = self.broker.publish
+
+        async def publish(event: str, data: Any) -> None:
+            await self._publish(lease, event, data)
+
         if "events" in modes:
-            await self._stream_events(graph, run, config, options)
+            await self._stream_events(graph, run, config, options, publish)
             return
         async for part in graph.astream(graph_input(kwargs), config, **options):
             ns, mode, chunk = part if subgraphs else ((), *part)
             suffix = "|" + "|".join(ns) if ns else ""
             if mode == "messages":
                 for event, data in messages.feed(chunk):
-                    await publish(run_id, event + suffix, dumps(data))
+                    await publish(event + suffix, data)
             elif mode in modes:
-                await publish(run_id, mode + suffix, dumps(chunk))
+                await publish(mode + suffix, chunk)
 
-    async def _stream_events(self, graph: Any, run: Row, config: dict[str, Any], options: dict[str, Any]) -> None:
-        run_id = run["run_id"]
+    async def _stream_events(self, graph: Any, run: Row, config: dict[str, Any], options: dict[str, Any],
+                             publish: Any) -> None:
         options = {k: v for k, v in options.items() if k not in ("stream_mode", "subgraphs")}
         async for event in graph.astream_events(graph_input(run["kwargs"]), config, version="v2", **options):
-            await self.broker.publish(run_id, "events", dumps(event))
+            await publish("events", event)
 
 
 async def _post_webhook(url: str, run: Row) -> None:

@@ -67,15 +67,23 @@ class Runtime:
         runs = Runs(storage, broker, assistants, threads)
         workers = None
         if settings.workers > 0:
-            workers = WorkerPool(storage, broker, Executor(storage, broker, graphs, threads), settings.workers)
+            workers = WorkerPool(storage, broker, Executor(storage, broker, graphs, threads), settings.workers,
+                                 lease_seconds=settings.lease_seconds, max_attempts=settings.run_retries,
+                                 sweep=storage.capabilities.get("multi_process", False))
         return cls(settings, project, graphs, storage, broker, assistants, threads, runs, workers)
 
     async def start(self) -> None:
         await self.assistants.ensure_system_assistants()
-        requeued, failed = await self.storage.recover_runs(self.settings.run_retries)
+        # One process owns an embedded database: whatever it left running died with it. Shared databases
+        # have live peers, so only runs whose lease lapsed are taken back (and the sweeper keeps doing so).
+        shared = self.storage.capabilities.get("multi_process", False)
+        requeued, failed = await self.storage.recover_runs(self.settings.run_retries, expired_only=shared)
         if requeued or failed:
-            log.warning("recovered runs after restart: %d requeued, %d failed", len(requeued), len(failed))
-        self.started = {"requeued": requeued, "failed": failed}
+            log.warning("recovered runs of a stopped process: %d requeued, %d failed", len(requeued), len(failed))
+        for run in failed:
+            await self.broker.end_stream(run["run_id"])
+            await self.broker.notify_run_done(run["run_id"])
+        self.started = {"requeued": [r["run_id"] for r in requeued], "failed": [r["run_id"] for r in failed]}
         if self.workers is not None:
             await self.workers.start()
 

@@ -1,4 +1,9 @@
-"""In-process workers: claim runs from the durable queue and execute them."""
+"""Workers: claim runs from the durable queue, execute them, and keep their leases alive.
+
+Each process has one pool of `size` slots. Wake-ups come from the broker; polling is the backstop. One
+heartbeat task extends the leases of every run this pool holds; in a multi-process deployment a sweeper
+retries or fails the runs of workers whose leases lapsed.
+"""
 
 from __future__ import annotations
 
@@ -6,30 +11,36 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
+import time
 import uuid
 from typing import Any
 
 from threadline.broker.base import Broker
 from threadline.core.executor import Executor, StopSignal
-from threadline.storage.base import Storage
-from threadline.storage.sql import now_iso
+from threadline.core.lease import Lease
+from threadline.storage.base import Row, Storage
 
 log = logging.getLogger("threadline.worker")
 
 
 class WorkerPool:
-    """`size` concurrent run slots in this process. Wake-ups come from the broker; polling is the backstop."""
+    """`size` concurrent run slots in this process."""
 
     poll_seconds = 1.0
 
-    def __init__(self, storage: Storage, broker: Broker, executor: Executor, size: int) -> None:
+    def __init__(self, storage: Storage, broker: Broker, executor: Executor, size: int, *,
+                 lease_seconds: float = 30.0, max_attempts: int = 1, sweep: bool = False) -> None:
         self.storage = storage
         self.broker = broker
         self.executor = executor
         self.size = size
-        self.worker_id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.lease_seconds = lease_seconds
+        self.max_attempts = max_attempts
+        self.sweep = sweep
+        self.worker_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._loops: list[asyncio.Task[None]] = []
-        self._running: dict[str, asyncio.Task[Any]] = {}
+        self._running: dict[str, tuple[asyncio.Task[Any], Lease, StopSignal]] = {}
         self._stopping = False
 
     @property
@@ -38,22 +49,34 @@ class WorkerPool:
 
     async def start(self) -> None:
         self._loops = [asyncio.create_task(self._loop(i), name=f"threadline-worker-{i}") for i in range(self.size)]
+        self._loops.append(asyncio.create_task(self._heartbeat(), name="threadline-heartbeat"))
+        if self.sweep:
+            self._loops.append(asyncio.create_task(self._sweeper(), name="threadline-sweeper"))
 
     async def stop(self) -> None:
-        """Stop claiming; cancel runs in flight (they stay `running` and are recovered on next start)."""
+        """Stop claiming; cancel runs in flight and put them back in the queue for another worker."""
         self._stopping = True
         for task in self._loops:
             task.cancel()
-        for task in list(self._running.values()):
+        held = {run_id: lease.attempt for run_id, (_, lease, _) in self._running.items() if lease.valid()}
+        for task, _, _ in list(self._running.values()):
             task.cancel()
-        for task in [*self._loops, *self._running.values()]:
+        for task in [*self._loops, *(t for t, _, _ in self._running.values())]:
             with contextlib.suppress(BaseException):
                 await task
+        if held:
+            try:
+                released = await self.storage.release_runs(self.worker_id, held)
+                log.info("returned %d unfinished run(s) to the queue", len(released))
+                await self.broker.wake_workers()
+            except Exception:  # they come back when their leases lapse
+                log.exception("could not return runs to the queue at shutdown")
 
     async def _loop(self, slot: int) -> None:
         while not self._stopping:
             try:
-                run = await self.storage.claim_run(self.worker_id, now_iso())
+                sent = time.monotonic()
+                run = await self.storage.claim_run(self.worker_id, self.lease_seconds)
             except Exception:
                 log.exception("claiming a run failed; retrying")
                 await asyncio.sleep(self.poll_seconds)
@@ -63,11 +86,11 @@ class WorkerPool:
                 continue
             # There may be more where this came from: pass the wake-up on to another idle slot.
             await self.broker.wake_workers()
-            await self._execute(run)
+            await self._execute(run, Lease(run["run_id"], run["attempt"], self.lease_seconds, since=sent))
             # Finishing a run may unblock the next one on the same thread for another slot.
             await self.broker.wake_workers()
 
-    async def _execute(self, run: dict[str, Any]) -> None:
+    async def _execute(self, run: Row, lease: Lease) -> None:
         stop = StopSignal()
         holder: list[asyncio.Task[Any]] = []
 
@@ -79,17 +102,60 @@ class WorkerPool:
 
         # Registered before the task exists: a cancel that arrived since the claim is applied at its start.
         unregister = await self.broker.on_cancel(run["run_id"], on_cancel)
-        task = asyncio.create_task(self.executor.execute(run, self.worker_id, stop))
+        task = asyncio.create_task(self.executor.execute(run, self.worker_id, stop, lease))
         holder.append(task)
-        self._running[run["run_id"]] = task
+        self._running[run["run_id"]] = (task, lease, stop)
         try:
             await task
         except asyncio.CancelledError:
             if not task.done():
                 task.cancel()
+            if not self._stopping and lease.lost:
+                return  # the heartbeat found the run taken over; this slot carries on
             raise
         except Exception:
             log.exception("run %s crashed the executor", run["run_id"])
         finally:
             unregister()
             self._running.pop(run["run_id"], None)
+
+    async def _heartbeat(self) -> None:
+        """Extend every held lease each third of the lease; stop runs whose lease is gone."""
+        while True:
+            await asyncio.sleep(self.lease_seconds / 3)
+            leases = {run_id: lease for run_id, (_, lease, _) in self._running.items()}
+            if not leases:
+                continue
+            sent = time.monotonic()
+            try:
+                kept = await self.storage.heartbeat_runs(
+                    self.worker_id, {run_id: lease.attempt for run_id, lease in leases.items()}, self.lease_seconds)
+            except Exception:
+                log.exception("heartbeat failed; leases are not extended")
+                continue
+            for run_id, lease in leases.items():
+                if run_id in kept:
+                    lease.renewed(sent)
+                elif run_id in self._running:
+                    log.warning("lost the lease on run %s (attempt %d): stopping it, it writes nothing more",
+                                run_id, lease.attempt)
+                    lease.lost = True
+                    self._running[run_id][0].cancel()
+
+    async def _sweeper(self) -> None:
+        """Retry or fail runs whose worker stopped heartbeating (it died, or stalled past its lease)."""
+        while True:
+            await asyncio.sleep(self.lease_seconds / 2)
+            try:
+                requeued, failed = await self.storage.recover_runs(self.max_attempts, expired_only=True)
+            except Exception:
+                log.exception("sweeping expired leases failed")
+                continue
+            for run in requeued:
+                log.warning("run %s lost its worker (lease expired): queued again", run["run_id"])
+            if requeued:
+                await self.broker.wake_workers()
+            for run in failed:
+                log.warning("run %s lost its worker (lease expired) with no retries left: error", run["run_id"])
+                await self.broker.end_stream(run["run_id"])
+                await self.broker.notify_run_done(run["run_id"])

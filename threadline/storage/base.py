@@ -104,17 +104,29 @@ class Storage(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def claim_run(self, worker_id: str, now: str) -> Row | None:
-        """Atomically take the oldest pending, available run whose thread has no running run."""
+    async def claim_run(self, worker_id: str, lease_seconds: float) -> Row | None:
+        """Atomically take the oldest pending, available run whose thread has no running run.
+
+        The claim increments `attempt` (the fencing token) and holds a lease for `lease_seconds`.
+        """
+
+    @abc.abstractmethod
+    async def heartbeat_runs(self, worker_id: str, held: dict[str, int], lease_seconds: float) -> set[str]:
+        """Extend the leases of the runs `worker_id` holds (`run_id -> attempt`); return those still held."""
+
+    @abc.abstractmethod
+    async def release_runs(self, worker_id: str, held: dict[str, int]) -> list[str]:
+        """Graceful shutdown: put runs this worker holds back in the queue without spending an attempt."""
 
     @abc.abstractmethod
     async def finish_run(
         self, run_id: str, status: str, *, error: Any = None, output: Any = None, thread_changes: Row | None = None,
-        worker_id: str | None = None,
+        worker_id: str | None = None, attempt: int | None = None,
     ) -> Row | None:
         """End a run and reconcile its thread: busy while it has other active runs, else `thread_changes`.
 
-        When `worker_id` is given, only the worker holding the run may end it (returns None otherwise).
+        When `worker_id` and `attempt` are given, only the holder of that claim may end it (returns None
+        otherwise): a worker whose lease expired and whose run was claimed again writes nothing.
         """
 
     @abc.abstractmethod
@@ -138,10 +150,12 @@ class Storage(abc.ABC):
         """Pending and running runs of a thread, oldest first."""
 
     @abc.abstractmethod
-    async def recover_runs(self, max_attempts: int) -> tuple[list[str], list[str]]:
-        """After a crash: put runs left running back in the queue (up to `max_attempts`) or fail them.
+    async def recover_runs(self, max_attempts: int, *, expired_only: bool) -> tuple[list[Row], list[Row]]:
+        """Put runs whose worker is gone back in the queue (up to `max_attempts`), or fail them.
 
-        Returns (requeued ids, failed ids). Threads of failed runs are reconciled.
+        `expired_only`: only runs whose lease has expired (other live processes hold the rest);
+        otherwise every run left `running` (the single-process backend at start).
+        Returns (requeued runs, failed runs). Threads of failed runs are reconciled.
         """
 
     @abc.abstractmethod

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from importlib import resources
 from typing import Any
 
@@ -11,7 +11,17 @@ JSON_COLUMNS = {"config", "context", "metadata", "values", "interrupts", "error"
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat()
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def iso_after(seconds: float) -> str:
+    return (datetime.now(timezone.utc) + timedelta(seconds=seconds)).isoformat(timespec="microseconds")
+
+
+def worker_lost(attempts: int) -> dict[str, str]:
+    """The error a run ends with when its worker died and no retries are left."""
+    return {"error": "WorkerLost",
+            "message": f"The process running this run stopped; no retries left after {attempts} attempts."}
 
 
 def dumps(value: Any) -> str:

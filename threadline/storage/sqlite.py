@@ -17,7 +17,7 @@ from langgraph.store.sqlite.aio import AsyncSqliteStore
 
 from threadline.errors import ConfigError, Conflict, NotFound, Unavailable
 from threadline.storage.base import Row, SortOrder, Storage
-from threadline.storage.sql import JSON_COLUMNS, apply_migrations, dumps, now_iso, where
+from threadline.storage.sql import JSON_COLUMNS, apply_migrations, dumps, iso_after, now_iso, where, worker_lost
 
 _ASSISTANT_SORT = {"assistant_id", "graph_id", "name", "created_at", "updated_at"}
 _THREAD_SORT = {"thread_id", "status", "created_at", "updated_at"}
@@ -302,7 +302,8 @@ class SQLiteStorage(Storage):
         assert created is not None
         return created
 
-    async def claim_run(self, worker_id: str, now: str) -> Row | None:
+    async def claim_run(self, worker_id: str, lease_seconds: float) -> Row | None:
+        now = now_iso()
         async with self._tx() as db:
             found = await _one(
                 db,
@@ -316,23 +317,49 @@ class SQLiteStorage(Storage):
             if found is None:
                 return None
             await db.execute(
-                "UPDATE runs SET status = 'running', worker_id = ?, attempt = attempt + 1, updated_at = ? "
-                "WHERE run_id = ?",
-                (worker_id, now, found["run_id"]),
+                "UPDATE runs SET status = 'running', worker_id = ?, attempt = attempt + 1, lease_expires_at = ?, "
+                "updated_at = ? WHERE run_id = ?",
+                (worker_id, iso_after(lease_seconds), now, found["run_id"]),
             )
             return await _one(db, "SELECT * FROM runs WHERE run_id = ?", (found["run_id"],))
 
+    async def heartbeat_runs(self, worker_id: str, held: dict[str, int], lease_seconds: float) -> set[str]:
+        if not held:
+            return set()
+        kept: set[str] = set()
+        async with self._tx() as db:
+            for run_id, attempt in held.items():
+                cur = await db.execute(
+                    "UPDATE runs SET lease_expires_at = ? WHERE run_id = ? AND worker_id = ? AND attempt = ? "
+                    "AND status = 'running'", (iso_after(lease_seconds), run_id, worker_id, attempt))
+                if cur.rowcount:
+                    kept.add(run_id)
+        return kept
+
+    async def release_runs(self, worker_id: str, held: dict[str, int]) -> list[str]:
+        released = []
+        async with self._tx() as db:
+            for run_id, attempt in held.items():
+                cur = await db.execute(
+                    "UPDATE runs SET status = 'pending', worker_id = NULL, lease_expires_at = NULL, "
+                    "attempt = attempt - 1, updated_at = ? WHERE run_id = ? AND worker_id = ? AND attempt = ? "
+                    "AND status = 'running'", (now_iso(), run_id, worker_id, attempt))
+                if cur.rowcount:
+                    released.append(run_id)
+        return released
+
     async def finish_run(self, run_id, status, *, error=None, output=None, thread_changes=None,
-                         worker_id=None) -> Row | None:
+                         worker_id=None, attempt=None) -> Row | None:
         now = now_iso()
         async with self._tx() as db:
-            guard = " AND worker_id = ? AND status = 'running'" if worker_id is not None else ""
-            params: list[Any] = [status, dumps(error) if error is not None else None,
+            guard, params = "", [status, dumps(error) if error is not None else None,
                                  dumps(output) if output is not None else None, now, run_id]
             if worker_id is not None:
-                params.append(worker_id)
+                guard = " AND worker_id = ? AND attempt = ? AND status = 'running'"
+                params += [worker_id, attempt]
             cur = await db.execute(
-                f"UPDATE runs SET status = ?, error = ?, output = ?, updated_at = ? WHERE run_id = ?{guard}", params
+                "UPDATE runs SET status = ?, error = ?, output = ?, lease_expires_at = NULL, updated_at = ? "
+                f"WHERE run_id = ?{guard}", params
             )
             if cur.rowcount == 0:
                 return None
@@ -385,23 +412,25 @@ class SQLiteStorage(Storage):
             "SELECT * FROM runs WHERE thread_id = ? AND status IN ('pending', 'running') ORDER BY seq", (thread_id,)
         )
 
-    async def recover_runs(self, max_attempts: int) -> tuple[list[str], list[str]]:
+    async def recover_runs(self, max_attempts: int, *, expired_only: bool) -> tuple[list[Row], list[Row]]:
         now = now_iso()
         async with self._tx() as db:
-            async with db.execute("SELECT run_id, thread_id, attempt FROM runs WHERE status = 'running'") as cur:
-                rows = [dict(r) for r in await cur.fetchall()]
+            lapsed = " AND lease_expires_at < ?" if expired_only else ""
+            async with db.execute(f"SELECT * FROM runs WHERE status = 'running'{lapsed}",
+                                  (now,) if expired_only else ()) as cur:
+                rows = [_row(r) for r in await cur.fetchall()]
             requeued, failed = [], []
             for r in rows:
                 if r["attempt"] <= max_attempts:
-                    await db.execute("UPDATE runs SET status = 'pending', worker_id = NULL, updated_at = ? "
-                                     "WHERE run_id = ?", (now, r["run_id"]))
-                    requeued.append(r["run_id"])
+                    await db.execute("UPDATE runs SET status = 'pending', worker_id = NULL, lease_expires_at = NULL, "
+                                     "updated_at = ? WHERE run_id = ?", (now, r["run_id"]))
+                    requeued.append(r)
                 else:
-                    err = {"error": "WorkerLost", "message": "The process running this run stopped; "
-                                                             f"no retries left after {r['attempt']} attempts."}
+                    err = worker_lost(r["attempt"])
                     await db.execute("UPDATE runs SET status = 'error', error = ?, worker_id = NULL, "
-                                     "updated_at = ? WHERE run_id = ?", (dumps(err), now, r["run_id"]))
-                    failed.append(r["run_id"])
+                                     "lease_expires_at = NULL, updated_at = ? WHERE run_id = ?",
+                                     (dumps(err), now, r["run_id"]))
+                    failed.append({**r, "status": "error", "error": err})
                     await _reconcile_thread(db, r["thread_id"], {"status": "error", "error": err}, now)
             # A thread marked busy with no active run (e.g. a crash between writes) is reconciled too.
             await db.execute(

@@ -1,0 +1,88 @@
+"""A worker's claim on a run, and the fence that keeps a worker that lost it from writing.
+
+The database holds each claim until `lease_expires_at`; the worker extends it by heartbeat. This side
+keeps its own, more pessimistic, view: a lease counts as held only until `lease_seconds` after the last
+heartbeat was *sent* (the database set its expiry no earlier than that). A process that was paused
+(SIGSTOP, a long GC, a blocked event loop) past its lease therefore knows, the moment it runs again, that
+it can no longer write, before any heartbeat answers. `attempt` is the fencing token the database checks
+when the run ends, so even a write that slipped past this check cannot end someone else's claim.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+
+from langgraph.checkpoint.base import BaseCheckpointSaver, ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
+
+
+class LeaseLost(Exception):
+    """This worker no longer holds the run: another worker may be running it, so it must write nothing."""
+
+
+class Lease:
+    """One claimed run: its fencing token and how long this process may still act on it."""
+
+    def __init__(self, run_id: str, attempt: int, lease_seconds: float, *, since: float | None = None) -> None:
+        self.run_id = run_id
+        self.attempt = attempt
+        self.lease_seconds = lease_seconds
+        self.lost = False
+        # The claim itself was sent just before `since`; its expiry was set after.
+        self._valid_until = (since if since is not None else time.monotonic()) + lease_seconds
+
+    def renewed(self, sent_at: float) -> None:
+        self._valid_until = max(self._valid_until, sent_at + self.lease_seconds)
+
+    def valid(self) -> bool:
+        return not self.lost and time.monotonic() < self._valid_until
+
+    def check(self) -> None:
+        if not self.valid():
+            self.lost = True
+            raise LeaseLost(f"lease on run {self.run_id} (attempt {self.attempt}) is no longer held")
+
+
+class FencedCheckpointer(BaseCheckpointSaver):
+    """The thread's checkpointer for one run: reads pass through; writes first check the run's lease."""
+
+    def __init__(self, inner: BaseCheckpointSaver, lease: Lease) -> None:
+        super().__init__(serde=inner.serde)
+        self.inner = inner
+        self.lease = lease
+
+    async def aget_tuple(self, config: Any) -> CheckpointTuple | None:
+        return await self.inner.aget_tuple(config)
+
+    def alist(self, config: Any, **kwargs: Any) -> AsyncIterator[CheckpointTuple]:
+        return self.inner.alist(config, **kwargs)
+
+    async def aput(self, config: Any, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+                   new_versions: ChannelVersions) -> Any:
+        self.lease.check()
+        return await self.inner.aput(config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(self, config: Any, writes: Sequence[tuple[str, Any]], task_id: str,
+                          task_path: str = "") -> None:
+        self.lease.check()
+        await self.inner.aput_writes(config, writes, task_id, task_path)
+
+    async def aget_delta_channel_history(self, *args: Any, **kwargs: Any) -> Any:
+        return await self.inner.aget_delta_channel_history(*args, **kwargs)
+
+    def get_next_version(self, current: Any, channel: Any) -> Any:
+        return self.inner.get_next_version(current, channel)
+
+    # Runs only use the async API; the sync one is refused rather than silently unfenced.
+    def get_tuple(self, config: Any) -> CheckpointTuple | None:
+        raise NotImplementedError("runs use the async checkpointer API")
+
+    def list(self, config: Any, **kwargs: Any) -> Iterator[CheckpointTuple]:
+        raise NotImplementedError("runs use the async checkpointer API")
+
+    def put(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("runs use the async checkpointer API")
+
+    def put_writes(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError("runs use the async checkpointer API")
