@@ -17,7 +17,6 @@ import httpx
 import pytest
 from asgi_lifespan import LifespanManager
 from langgraph_sdk.client import LangGraphClient
-from langgraph_sdk.errors import NotFoundError
 
 from threadline.api.app import create_app
 from threadline.loader import resolve_store_index

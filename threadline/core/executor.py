@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from langgraph.types import Command
@@ -12,6 +13,7 @@ from threadline.broker.base import Broker
 from threadline.core.graphs import GraphRegistry
 from threadline.core.lease import FencedCheckpointer, Lease, LeaseLost
 from threadline.core.messages import MessageStreamer
+from threadline.core.metrics import Metrics
 from threadline.core.state import bind, run_output, snapshot_json, thread_config, thread_fields
 from threadline.core.threads import Threads
 from threadline.serde import dumps
@@ -81,7 +83,9 @@ def graph_input(kwargs: dict[str, Any]) -> Any:
 class Executor:
     """Runs one run to its end and records the outcome. Used by the worker pool."""
 
-    def __init__(self, storage: Storage, broker: Broker, graphs: GraphRegistry, threads: Threads) -> None:
+    def __init__(self, storage: Storage, broker: Broker, graphs: GraphRegistry, threads: Threads,
+                 metrics: Metrics | None = None) -> None:
+        self.metrics = metrics
         self.storage = storage
         self.broker = broker
         self.graphs = graphs
@@ -95,6 +99,7 @@ class Executor:
         """
         run_id, thread_id = run["run_id"], run["thread_id"]
         status, error, output, action = "success", None, None, None
+        started = time.monotonic()
         try:
             if stop.action is not None:
                 raise asyncio.CancelledError
@@ -141,6 +146,8 @@ class Executor:
             log.warning("run %s ended after its lease lapsed; its result is discarded", run_id)
             return "lost"
         await self._finish(run, worker_id, status, error, output, thread_changes, action)
+        if self.metrics is not None:
+            self.metrics.run_finished(status, time.monotonic() - started)
         return status
 
     async def _publish(self, lease: Lease, event: str, data: Any) -> None:
@@ -176,7 +183,6 @@ class Executor:
     async def _stream(self, graph: Any, run: Row, config: dict[str, Any], assistant: Row, lease: Lease) -> None:
         kwargs = run["kwargs"]
         modes = requested_modes(kwargs)
-        run_id = run["run_id"]
         lg_modes = sorted({STREAM_MODES[m] for m in modes if STREAM_MODES.get(m)})
         subgraphs = bool(kwargs.get("stream_subgraphs"))
         context = {**(assistant.get("context") or {}), **(kwargs.get("context") or {})} or None

@@ -7,14 +7,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from threadline.errors import ConfigError
+
 if TYPE_CHECKING:
     from threadline.storage.base import Storage
 
 
 async def open_storage(url: str, *, store_index: dict | None = None, store_ttl: dict | None = None) -> Storage:
-    """Open the backend `url` names (sqlite:///path)."""
+    """Open the backend `url` names (sqlite:///path or postgresql://…), applying its migrations."""
     if url.startswith("sqlite:"):
         from threadline.storage.sqlite import SQLiteStorage
 
         return await SQLiteStorage.open(url, store_index=store_index, store_ttl=store_ttl)
-    raise ValueError(f"unsupported database URL {url!r}: use sqlite:///path (postgresql:// is not built yet)")
+    if url.startswith(("postgresql:", "postgres:")):
+        from threadline.storage.postgres import PostgresStorage
+
+        return await PostgresStorage.open(url, store_index=store_index, store_ttl=store_ttl)
+    raise ConfigError(f"unsupported database URL {url!r}: use sqlite:///path or postgresql://user@host:port/db")

@@ -1,0 +1,522 @@
+"""Scale-out storage: PostgreSQL through a psycopg pool, LangGraph's Postgres saver and store.
+
+Any number of processes share one database. The runs table is the queue: a claim takes the oldest
+available run with `FOR UPDATE SKIP LOCKED`, and a unique index makes "one running run per thread" a
+fact the database enforces, whatever two claims race with. Time comes from the database clock, so the
+leases of workers on different machines are compared on one clock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from datetime import datetime, timezone
+from importlib import resources
+from typing import Any, Literal
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from threadline.errors import ConfigError, Conflict, NotFound, Unavailable
+from threadline.storage.base import Row, SortOrder, Storage
+from threadline.storage.sql import JSON_COLUMNS, now_iso, worker_lost
+
+log = logging.getLogger("threadline.storage")
+
+_ASSISTANT_SORT = {"assistant_id", "graph_id", "name", "created_at", "updated_at"}
+_THREAD_SORT = {"thread_id", "status", "created_at", "updated_at"}
+_VERSION_COLS = ("assistant_id", "version", "graph_id", "name", "description", "config", "context", "metadata")
+_MIGRATION_LOCK = 7_345_112_907  # pg_advisory_lock key: one process migrates at a time
+_ACTIVE = "status IN ('pending', 'running')"
+
+
+class PostgresStorage(Storage):
+    """Storage in one PostgreSQL database, shared by every API and worker process."""
+
+    def __init__(self, url: str, pool: AsyncConnectionPool, checkpointer: Any, store: Any, vector: bool) -> None:
+        self.url = url
+        self._pool = pool
+        self.checkpointer = checkpointer
+        self.store = store
+        self.capabilities = {"vector_search": vector, "ttl": True, "multi_process": True}
+
+    @classmethod
+    async def open(cls, url: str, *, store_index: dict | None = None, store_ttl: dict | None = None,
+                   pool_size: int = 10) -> PostgresStorage:
+        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+        from langgraph.store.postgres.aio import AsyncPostgresStore
+
+        pool = AsyncConnectionPool(
+            url, min_size=1, max_size=pool_size, open=False,
+            kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+        )
+        try:
+            await pool.open(wait=True, timeout=15)
+        except Exception as exc:
+            await pool.close()
+            raise ConfigError(f"cannot connect to PostgreSQL at {_redact(url)}: {exc}") from exc
+        try:
+            vector = await _has_pgvector(pool)
+            if store_index and not vector:
+                raise ConfigError("store.index on PostgreSQL needs the pgvector extension, which this server "
+                                  "lacks (CREATE EXTENSION vector); remove store.index or install pgvector")
+            saver = AsyncPostgresSaver(pool)  # type: ignore[arg-type]
+            store = AsyncPostgresStore(pool, index=store_index, ttl=store_ttl)  # type: ignore[arg-type]
+            self = cls(url, pool, saver, store, vector)
+            await self.migrate()
+            if store_ttl and store_ttl.get("sweep_interval_minutes"):
+                await store.start_ttl_sweeper()
+        except BaseException:
+            await pool.close()
+            raise
+        return self
+
+    async def migrate(self) -> list[str]:
+        """Our numbered migrations, then LangGraph's saver and store setup, one process at a time."""
+        async with self._pool.connection() as conn:
+            await conn.execute("SELECT pg_advisory_lock(%s)", (_MIGRATION_LOCK,))
+            try:
+                applied = await _apply_migrations(conn)
+                await self.checkpointer.setup()
+                await self.store.setup()
+            finally:
+                await conn.execute("SELECT pg_advisory_unlock(%s)", (_MIGRATION_LOCK,))
+        return applied
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.store.stop_ttl_sweeper(timeout=1)
+        await self._pool.close()
+
+    async def ping(self) -> None:
+        try:
+            await self._fetchone("SELECT 1 AS ok")
+        except (psycopg.Error, OSError) as exc:
+            raise Unavailable(f"database unavailable: {exc}") from exc
+
+    # --- helpers -------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def _tx(self) -> AsyncIterator[psycopg.AsyncConnection]:
+        async with self._pool.connection() as conn, conn.transaction():
+            yield conn
+
+    async def _fetchall(self, sql: str, params: tuple | list = ()) -> list[Row]:
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(sql, params)
+            return [_row(r) for r in await cur.fetchall()]
+
+    async def _fetchone(self, sql: str, params: tuple | list = ()) -> Row | None:
+        rows = await self._fetchall(sql, params)
+        return rows[0] if rows else None
+
+    # --- assistants ----------------------------------------------------------
+    async def create_assistant(self, row: Row, *, if_exists: Literal["raise", "do_nothing"]) -> Row:
+        async with self._tx() as db:
+            cur = await _insert(db, "assistants", row, on_conflict="(assistant_id) DO NOTHING")
+            if cur.rowcount:
+                await _insert(db, "assistant_versions", {k: row[k] for k in (*_VERSION_COLS, "created_at")})
+            elif if_exists == "raise":
+                raise Conflict(f"Assistant {row['assistant_id']} already exists")
+        found = await self.get_assistant(row["assistant_id"])
+        assert found is not None
+        return found
+
+    async def get_assistant(self, assistant_id: str) -> Row | None:
+        return await self._fetchone("SELECT * FROM assistants WHERE assistant_id = %s", (assistant_id,))
+
+    def _assistant_filter(self, graph_id: str | None, name: str | None, metadata: dict | None) -> tuple[str, list]:
+        clauses: list[tuple[str, list]] = []
+        if graph_id is not None:
+            clauses.append(("graph_id = %s", [graph_id]))
+        if name is not None:
+            clauses.append(("name ILIKE %s", [f"%{_like(name)}%"]))
+        return _where(clauses, metadata=metadata)
+
+    async def search_assistants(self, *, graph_id, name, metadata, limit, offset, sort_by, sort_order) -> list[Row]:
+        cond, params = self._assistant_filter(graph_id, name, metadata)
+        order = _order(sort_by, sort_order, _ASSISTANT_SORT, "created_at", "assistant_id")
+        return await self._fetchall(
+            f"SELECT * FROM assistants {cond} ORDER BY {order} LIMIT %s OFFSET %s", [*params, limit, offset])
+
+    async def count_assistants(self, *, graph_id, name, metadata) -> int:
+        cond, params = self._assistant_filter(graph_id, name, metadata)
+        row = await self._fetchone(f"SELECT COUNT(*) AS n FROM assistants {cond}", params)
+        return int(row["n"]) if row else 0
+
+    async def update_assistant(self, assistant_id: str, changes: Row) -> Row:
+        async with self._tx() as db:
+            current = await _one(db, "SELECT * FROM assistants WHERE assistant_id = %s FOR UPDATE", (assistant_id,))
+            if current is None:
+                raise NotFound(f"Assistant {assistant_id} not found")
+            top = await _one(db, "SELECT MAX(version) AS v FROM assistant_versions WHERE assistant_id = %s",
+                             (assistant_id,))
+            new = {**current, **changes, "version": ((top or {}).get("v") or 0) + 1, "updated_at": now_iso()}
+            await _insert(db, "assistant_versions",
+                          {**{k: new[k] for k in _VERSION_COLS}, "created_at": new["updated_at"]})
+            cols = [k for k in new if k != "assistant_id"]
+            await db.execute(f"UPDATE assistants SET {', '.join(f'{_q(k)} = %s' for k in cols)} "
+                             "WHERE assistant_id = %s", [_param(k, new[k]) for k in cols] + [assistant_id])
+        found = await self.get_assistant(assistant_id)
+        assert found is not None
+        return found
+
+    async def delete_assistant(self, assistant_id: str) -> bool:
+        async with self._tx() as db:
+            cur = await db.execute("DELETE FROM assistants WHERE assistant_id = %s", (assistant_id,))
+            return cur.rowcount > 0
+
+    async def list_assistant_versions(self, assistant_id, *, metadata, limit, offset) -> list[Row]:
+        cond, params = _where([("assistant_id = %s", [assistant_id])], metadata=metadata)
+        return await self._fetchall(
+            f"SELECT * FROM assistant_versions {cond} ORDER BY version DESC LIMIT %s OFFSET %s",
+            [*params, limit, offset])
+
+    async def set_assistant_version(self, assistant_id: str, version: int) -> Row | None:
+        async with self._tx() as db:
+            v = await _one(db, "SELECT * FROM assistant_versions WHERE assistant_id = %s AND version = %s",
+                           (assistant_id, version))
+            if v is None:
+                return None
+            await db.execute(
+                "UPDATE assistants SET graph_id = %s, name = %s, description = %s, config = %s, context = %s, "
+                "metadata = %s, version = %s, updated_at = %s WHERE assistant_id = %s",
+                (v["graph_id"], v["name"], v["description"], Jsonb(v["config"]), Jsonb(v["context"]),
+                 Jsonb(v["metadata"]), version, now_iso(), assistant_id))
+        return await self.get_assistant(assistant_id)
+
+    # --- threads -------------------------------------------------------------
+    async def create_thread(self, row: Row, *, if_exists: Literal["raise", "do_nothing"]) -> Row:
+        async with self._tx() as db:
+            cur = await _insert(db, "threads", row, on_conflict="(thread_id) DO NOTHING")
+            if not cur.rowcount and if_exists == "raise":
+                raise Conflict(f"Thread {row['thread_id']} already exists")
+        found = await self.get_thread(row["thread_id"])
+        assert found is not None
+        return found
+
+    async def get_thread(self, thread_id: str) -> Row | None:
+        return await self._fetchone("SELECT * FROM threads WHERE thread_id = %s", (thread_id,))
+
+    async def update_thread(self, thread_id: str, changes: Row, *, merge_metadata: dict | None = None) -> Row | None:
+        changes = {**changes, "updated_at": now_iso()}
+        sets = [f"{_q(k)} = %s" for k in changes]
+        params = [_param(k, v) for k, v in changes.items()]
+        if merge_metadata:
+            sets.append("metadata = metadata || %s")
+            params.append(Jsonb(merge_metadata))
+        async with self._tx() as db:
+            cur = await db.execute(f"UPDATE threads SET {', '.join(sets)} WHERE thread_id = %s RETURNING *",
+                                   [*params, thread_id])
+            found = await cur.fetchone()
+        return _row(found) if found else None
+
+    async def delete_thread(self, thread_id: str, *, keep_runs: bool = False) -> bool:
+        async with self._tx() as db:
+            if not keep_runs:
+                await db.execute("DELETE FROM runs WHERE thread_id = %s", (thread_id,))
+            cur = await db.execute("DELETE FROM threads WHERE thread_id = %s", (thread_id,))
+            deleted = cur.rowcount > 0
+        await self.checkpointer.adelete_thread(thread_id)
+        return deleted
+
+    def _thread_filter(self, ids, metadata, values, status) -> tuple[str, list]:
+        clauses: list[tuple[str, list]] = []
+        if ids:
+            clauses.append(("thread_id = ANY(%s)", [list(ids)]))
+        if status is not None:
+            clauses.append(("status = %s", [status]))
+        return _where(clauses, metadata=metadata, values=values)
+
+    async def search_threads(self, *, ids, metadata, values, status, limit, offset, sort_by, sort_order) -> list[Row]:
+        cond, params = self._thread_filter(ids, metadata, values, status)
+        order = _order(sort_by, sort_order, _THREAD_SORT, "created_at", "thread_id")
+        return await self._fetchall(
+            f"SELECT * FROM threads {cond} ORDER BY {order} LIMIT %s OFFSET %s", [*params, limit, offset])
+
+    async def count_threads(self, *, metadata, values, status) -> int:
+        cond, params = self._thread_filter(None, metadata, values, status)
+        row = await self._fetchone(f"SELECT COUNT(*) AS n FROM threads {cond}", params)
+        return int(row["n"]) if row else 0
+
+    # --- runs and the queue ----------------------------------------------------
+    async def enqueue_run(self, run: Row, *, thread_metadata: dict[str, Any], create_thread: bool,
+                          reject_if_active: bool) -> Row:
+        now, thread_id = run["created_at"], run["thread_id"]
+        async with self._tx() as db:
+            if create_thread:
+                await _insert(db, "threads", {
+                    "thread_id": thread_id, "status": "busy", "metadata": {}, "config": {}, "interrupts": {},
+                    "created_at": now, "updated_at": now}, on_conflict="(thread_id) DO NOTHING")
+            # The thread row lock orders concurrent enqueues on one thread (reject sees the other's run).
+            thread = await _one(db, "SELECT thread_id FROM threads WHERE thread_id = %s FOR UPDATE", (thread_id,))
+            if thread is None:
+                raise NotFound(f"Thread {thread_id} not found")
+            if reject_if_active and await _one(
+                    db, f"SELECT 1 FROM runs WHERE thread_id = %s AND {_ACTIVE} LIMIT 1", (thread_id,)):
+                raise Conflict("Thread is already running a task. Wait for it to finish or choose a "
+                               "different multitask strategy.")
+            await db.execute("UPDATE threads SET status = 'busy', metadata = metadata || %s, updated_at = %s "
+                             "WHERE thread_id = %s", (Jsonb(thread_metadata), now, thread_id))
+            cur = await _insert(db, "runs", run, returning=True)
+            created = await cur.fetchone()
+        assert created is not None
+        return _row(created)
+
+    async def claim_run(self, worker_id: str, lease_seconds: float) -> Row | None:
+        sql = (
+            "UPDATE runs SET status = 'running', worker_id = %s, attempt = attempt + 1, "
+            "lease_expires_at = now() + make_interval(secs => %s), updated_at = now() "
+            "WHERE run_id = (SELECT run_id FROM runs r WHERE status = 'pending' AND available_at <= now() "
+            "  AND NOT EXISTS (SELECT 1 FROM runs o WHERE o.thread_id = r.thread_id AND o.status = 'running') "
+            "  AND NOT EXISTS (SELECT 1 FROM runs e WHERE e.thread_id = r.thread_id AND e.status = 'pending' "
+            "                  AND e.seq < r.seq) "
+            "  ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED) "
+            "AND status = 'pending' RETURNING *"
+        )
+        try:
+            async with self._tx() as db:
+                cur = await db.execute(sql, (worker_id, lease_seconds))
+                found = await cur.fetchone()
+        except psycopg.errors.UniqueViolation:
+            return None  # another worker just started a run of that thread; the next claim moves on
+        return _row(found) if found else None
+
+    async def heartbeat_runs(self, worker_id: str, held: dict[str, int], lease_seconds: float) -> set[str]:
+        if not held:
+            return set()
+        async with self._tx() as db:
+            cur = await db.execute(
+                "UPDATE runs SET lease_expires_at = now() + make_interval(secs => %s) "
+                "FROM unnest(%s::text[], %s::int[]) AS h(run_id, attempt) "
+                "WHERE runs.run_id = h.run_id AND runs.attempt = h.attempt AND runs.worker_id = %s "
+                "AND runs.status = 'running' RETURNING runs.run_id",
+                (lease_seconds, list(held), list(held.values()), worker_id))
+            return {r["run_id"] for r in await cur.fetchall()}
+
+    async def release_runs(self, worker_id: str, held: dict[str, int]) -> list[str]:
+        if not held:
+            return []
+        async with self._tx() as db:
+            cur = await db.execute(
+                "UPDATE runs SET status = 'pending', worker_id = NULL, lease_expires_at = NULL, "
+                "attempt = runs.attempt - 1, updated_at = now() "
+                "FROM unnest(%s::text[], %s::int[]) AS h(run_id, attempt) "
+                "WHERE runs.run_id = h.run_id AND runs.attempt = h.attempt AND runs.worker_id = %s "
+                "AND runs.status = 'running' RETURNING runs.run_id",
+                (list(held), list(held.values()), worker_id))
+            return [r["run_id"] for r in await cur.fetchall()]
+
+    async def finish_run(self, run_id, status, *, error=None, output=None, thread_changes=None,
+                         worker_id=None, attempt=None) -> Row | None:
+        guard, params = "", [status, _json(error), _json(output), run_id]
+        if worker_id is not None:
+            guard = " AND worker_id = %s AND attempt = %s AND status = 'running'"
+            params += [worker_id, attempt]
+        async with self._tx() as db:
+            cur = await db.execute(
+                "UPDATE runs SET status = %s, error = %s, output = %s, lease_expires_at = NULL, updated_at = now() "
+                f"WHERE run_id = %s{guard} RETURNING *", params)
+            found = await cur.fetchone()
+            if found is None:
+                return None
+            finished = _row(found)
+            await _reconcile_thread(db, finished["thread_id"], thread_changes or {})
+        return finished
+
+    async def cancel_pending_runs(self, run_ids: list[str], status: str) -> list[str]:
+        if not run_ids:
+            return []
+        async with self._tx() as db:
+            cur = await db.execute(
+                "UPDATE runs SET status = %s, updated_at = now() WHERE status = 'pending' AND run_id = ANY(%s) "
+                "RETURNING run_id, thread_id", (status, list(run_ids)))
+            rows = await cur.fetchall()
+            for thread_id in sorted({r["thread_id"] for r in rows}):
+                await _reconcile_thread(db, thread_id, {})
+        return [r["run_id"] for r in rows]
+
+    async def get_run(self, run_id: str) -> Row | None:
+        return await self._fetchone("SELECT * FROM runs WHERE run_id = %s", (run_id,))
+
+    async def search_runs(self, *, thread_id, assistant_id, status, metadata, limit, offset) -> list[Row]:
+        clauses = [(f"{col} = %s", [val]) for col, val in
+                   (("thread_id", thread_id), ("assistant_id", assistant_id), ("status", status)) if val is not None]
+        cond, params = _where(clauses, metadata=metadata)
+        return await self._fetchall(
+            f"SELECT * FROM runs {cond} ORDER BY seq DESC LIMIT %s OFFSET %s", [*params, limit, offset])
+
+    async def delete_run(self, run_id: str) -> bool:
+        async with self._tx() as db:
+            cur = await db.execute("DELETE FROM runs WHERE run_id = %s RETURNING thread_id", (run_id,))
+            found = await cur.fetchone()
+            if found is None:
+                return False
+            await _reconcile_thread(db, found["thread_id"], {}, only_if_busy=True)
+        return True
+
+    async def active_runs(self, thread_id: str) -> list[Row]:
+        return await self._fetchall(f"SELECT * FROM runs WHERE thread_id = %s AND {_ACTIVE} ORDER BY seq",
+                                    (thread_id,))
+
+    async def recover_runs(self, max_attempts: int, *, expired_only: bool) -> tuple[list[Row], list[Row]]:
+        lapsed = " AND lease_expires_at < now()" if expired_only else ""
+        requeued, failed = [], []
+        async with self._tx() as db:
+            cur = await db.execute(f"SELECT * FROM runs WHERE status = 'running'{lapsed} FOR UPDATE SKIP LOCKED")
+            for r in [_row(x) for x in await cur.fetchall()]:
+                if r["attempt"] <= max_attempts:
+                    await db.execute("UPDATE runs SET status = 'pending', worker_id = NULL, lease_expires_at = NULL, "
+                                     "updated_at = now() WHERE run_id = %s", (r["run_id"],))
+                    requeued.append(r)
+                else:
+                    err = worker_lost(r["attempt"])
+                    await db.execute("UPDATE runs SET status = 'error', error = %s, worker_id = NULL, "
+                                     "lease_expires_at = NULL, updated_at = now() WHERE run_id = %s",
+                                     (Jsonb(err), r["run_id"]))
+                    failed.append({**r, "status": "error", "error": err})
+                    await _reconcile_thread(db, r["thread_id"], {"status": "error", "error": err})
+            if not expired_only:
+                await db.execute(
+                    "UPDATE threads SET status = 'idle', updated_at = now() WHERE status = 'busy' AND NOT EXISTS "
+                    f"(SELECT 1 FROM runs WHERE runs.thread_id = threads.thread_id AND runs.{_ACTIVE})")
+        return requeued, failed
+
+    async def queue_stats(self) -> Row:
+        row = await self._fetchone(
+            "SELECT COUNT(*) FILTER (WHERE status = 'pending') AS pending, "
+            "COUNT(*) FILTER (WHERE status = 'running') AS running, "
+            "MIN(available_at) FILTER (WHERE status = 'pending') AS oldest FROM runs WHERE " + _ACTIVE)
+        row = row or {}
+        return {"pending": int(row.get("pending") or 0), "running": int(row.get("running") or 0),
+                "oldest_pending_at": row.get("oldest")}
+
+    # --- checkpoint helpers ----------------------------------------------------
+    async def delete_checkpoints_for_run(self, thread_id: str, run_id: str) -> None:
+        async with self._tx() as db:
+            await db.execute(
+                "DELETE FROM checkpoint_writes WHERE thread_id = %s AND checkpoint_id IN (SELECT checkpoint_id "
+                "FROM checkpoints WHERE thread_id = %s AND metadata->>'run_id' = %s)", (thread_id, thread_id, run_id))
+            await db.execute("DELETE FROM checkpoints WHERE thread_id = %s AND metadata->>'run_id' = %s",
+                             (thread_id, run_id))
+
+    async def copy_checkpoints(self, source_thread_id: str, target_thread_id: str) -> None:
+        async with self._tx() as db:
+            for table, cols in (
+                ("checkpoints", "checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata"),
+                ("checkpoint_blobs", "checkpoint_ns, channel, version, type, blob"),
+                ("checkpoint_writes", "checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob"),
+            ):
+                await db.execute(f"INSERT INTO {table} (thread_id, {cols}) SELECT %s, {cols} FROM {table} "
+                                 "WHERE thread_id = %s ON CONFLICT DO NOTHING", (target_thread_id, source_thread_id))
+
+    async def prune_checkpoints(self, thread_id: str, strategy: Literal["delete", "keep_latest"]) -> None:
+        await self.checkpointer.aprune([thread_id], strategy=strategy)
+
+
+async def _apply_migrations(conn: psycopg.AsyncConnection) -> list[str]:
+    await conn.execute("CREATE TABLE IF NOT EXISTS threadline_migrations (name TEXT PRIMARY KEY, applied_at TEXT)")
+    cur = await conn.execute("SELECT name FROM threadline_migrations")
+    done = {r["name"] for r in await cur.fetchall()}
+    applied = []
+    folder = resources.files("threadline.storage") / "migrations" / "postgres"
+    for entry in sorted(folder.iterdir(), key=lambda p: p.name):
+        if entry.name.endswith(".sql") and entry.name not in done:
+            async with conn.transaction():  # the migration and its record commit together, or not at all
+                await conn.execute(entry.read_text(), prepare=False)  # type: ignore[arg-type]
+                await conn.execute("INSERT INTO threadline_migrations (name, applied_at) VALUES (%s, %s)",
+                                   (entry.name, now_iso()))
+            applied.append(entry.name)
+    return applied
+
+
+async def _has_pgvector(pool: AsyncConnectionPool) -> bool:
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'")
+        return await cur.fetchone() is not None
+
+
+async def _reconcile_thread(db: psycopg.AsyncConnection, thread_id: str, changes: Row,
+                            only_if_busy: bool = False) -> None:
+    """A thread is busy while it has an active run; otherwise it takes the status the finisher computed."""
+    cur = await db.execute(f"SELECT 1 FROM runs WHERE thread_id = %s AND {_ACTIVE} LIMIT 1", (thread_id,))
+    active = await cur.fetchone() is not None
+    changes = dict(changes)
+    if active:
+        changes["status"] = "busy"
+    elif "status" not in changes:
+        if only_if_busy:
+            await db.execute("UPDATE threads SET status = 'idle', updated_at = now() WHERE thread_id = %s "
+                             "AND status = 'busy'", (thread_id,))
+            return
+        changes["status"] = "idle"
+    changes["updated_at"] = now_iso()
+    await db.execute(f"UPDATE threads SET {', '.join(f'{_q(k)} = %s' for k in changes)} WHERE thread_id = %s",
+                     [_param(k, v) for k, v in changes.items()] + [thread_id])
+
+
+async def _one(db: psycopg.AsyncConnection, sql: str, params: tuple | list = ()) -> Row | None:
+    cur = await db.execute(sql, params)
+    found = await cur.fetchone()
+    return _row(found) if found is not None else None
+
+
+async def _insert(db: psycopg.AsyncConnection, table: str, row: Row, *, on_conflict: str | None = None,
+                  returning: bool = False) -> psycopg.AsyncCursor:
+    cols = list(row)
+    sql = (f"INSERT INTO {table} ({', '.join(_q(c) for c in cols)}) VALUES ({', '.join('%s' for _ in cols)})"
+           + (f" ON CONFLICT {on_conflict}" if on_conflict else "") + (" RETURNING *" if returning else ""))
+    return await db.execute(sql, [_param(c, row[c]) for c in cols])
+
+
+def _where(clauses: list[tuple[str, list]], *, metadata: dict | None = None,
+           values: dict | None = None) -> tuple[str, list]:
+    """AND together clauses, plus top-level key equality on the JSON columns `metadata` and `values`."""
+    parts = [c for c, _ in clauses]
+    params = [p for _, ps in clauses for p in ps]
+    for column, wanted in (("metadata", metadata), ("values", values)):
+        for key, value in (wanted or {}).items():
+            parts.append(f'("{column}" -> %s) = %s')
+            params += [key, Jsonb(value)]
+    return ("WHERE " + " AND ".join(parts) if parts else ""), params
+
+
+def _q(col: str) -> str:
+    return f'"{col}"'
+
+
+def _json(value: Any) -> Any:
+    return Jsonb(value) if value is not None else None
+
+
+def _param(col: str, value: Any) -> Any:
+    return Jsonb(value) if col in JSON_COLUMNS and value is not None else value
+
+
+def _row(r: Any) -> Row:
+    out = dict(r)
+    for key, value in out.items():
+        if isinstance(value, datetime):
+            out[key] = value.astimezone(timezone.utc).isoformat(timespec="microseconds")
+    return out
+
+
+def _order(sort_by: str, sort_order: SortOrder, allowed: set[str], default: str, key: str) -> str:
+    col = sort_by if sort_by in allowed else default
+    direction = "ASC" if sort_order == "asc" else "DESC"
+    return f"{_q(col)} {direction}, {_q(key)} {direction}"
+
+
+def _like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _redact(url: str) -> str:
+    """The URL without its password, for messages."""
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "<unparseable URL>"
+    return f"{info.get('host', 'localhost')}:{info.get('port', 5432)}/{info.get('dbname', '')}"
