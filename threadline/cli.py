@@ -1,9 +1,11 @@
-"""The `threadline` command."""
+"""The `threadline` command: `serve` (API and workers), `worker` (workers only), `migrate`."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
+import signal
 import sys
 from dataclasses import fields
 
@@ -11,24 +13,46 @@ from threadline import __version__
 from threadline.errors import ConfigError
 from threadline.settings import Settings
 
+# Settings that only an HTTP server reads; `worker` and `migrate` do not take them.
+_HTTP_ONLY = {"host", "port", "max_body_bytes", "heartbeat_seconds"}
+_COMMANDS = {
+    "serve": ("Start the server: the HTTP API and (unless --workers 0) in-process workers.", None),
+    "worker": ("Run workers only: claim and execute runs from a shared PostgreSQL database.", _HTTP_ONLY),
+    "migrate": ("Create or upgrade the database schema, then exit.", None),
+}
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="threadline", description="Serve LangGraph agents over the Agent Protocol.")
     parser.add_argument("--version", action="version", version=f"threadline {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="Start the server (API and in-process workers).")
-    for f in fields(Settings):
-        flag = "--" + f.name.replace("_", "-")
-        kind = type(f.default) if f.default is not None else str
-        serve.add_argument(flag, type=kind, default=None, help=f"{f.metadata['help']} [env THREADLINE_{f.name.upper()}]")
+    for name, (help_text, skip) in _COMMANDS.items():
+        cmd = sub.add_parser(name, help=help_text, description=help_text)
+        for f in fields(Settings):
+            if name == "migrate" and f.name not in ("config", "database_url", "log_level"):
+                continue
+            if skip and f.name in skip:
+                continue
+            kind = type(f.default) if f.default is not None else str
+            cmd.add_argument("--" + f.name.replace("_", "-"), type=kind, default=None,
+                             help=f"{f.metadata['help']} [env THREADLINE_{f.name.upper()}]")
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
-    if args.command == "serve":
-        settings = Settings.resolve({f.name: getattr(args, f.name) for f in fields(Settings)})
-        serve(settings)
+    settings = Settings.resolve({f.name: getattr(args, f.name, None) for f in fields(Settings)})
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        if args.command == "serve":
+            serve(settings)
+        elif args.command == "worker":
+            asyncio.run(work(settings))
+        else:
+            asyncio.run(migrate(settings))
+    except ConfigError as exc:
+        print(f"threadline: {exc}", file=sys.stderr)
+        raise SystemExit(2) from exc
 
 
 def serve(settings: Settings) -> None:
@@ -37,18 +61,58 @@ def serve(settings: Settings) -> None:
     from threadline.api.app import create_app
     from threadline.core.runtime import default_database_url
 
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        app = create_app(settings)
-    except ConfigError as exc:
-        print(f"threadline: {exc}", file=sys.stderr)
-        raise SystemExit(2) from exc
-    rt_project = app.state.project
+    app = create_app(settings)
+    project = app.state.project
     print(f"Threadline {__version__}")
-    print(f"  config:   {rt_project.path}")
-    print(f"  agents:   {', '.join(rt_project.graphs)}"
-          + (f" (default: {rt_project.default_agent})" if rt_project.default_agent else ""))
-    print(f"  data:     {settings.database_url or default_database_url()}")
+    print(f"  config:   {project.path}")
+    print(f"  agents:   {', '.join(project.graphs)}"
+          + (f" (default: {project.default_agent})" if project.default_agent else ""))
+    print(f"  data:     {_redact(settings.database_url or default_database_url())}")
+    print(f"  broker:   {_redact(settings.redis_url) if settings.redis_url else 'in-process'}")
     print(f"  workers:  {settings.workers}")
     print(f"  listening on http://{settings.host}:{settings.port}  (docs at /docs)", flush=True)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level.lower())
+
+
+async def work(settings: Settings) -> None:
+    """Workers without an HTTP server, until SIGTERM or SIGINT; then unfinished runs go back to the queue."""
+    from threadline.core.runtime import Runtime
+
+    if settings.workers < 1:
+        raise ConfigError("threadline worker needs --workers 1 or more")
+    runtime = await Runtime.open(settings)
+    if not runtime.storage.capabilities.get("multi_process") or settings.redis_url is None:
+        await runtime.close()
+        raise ConfigError("a separate worker process needs a shared database and broker: "
+                          "--database-url postgresql://… and --redis-url redis://…")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await runtime.start()
+        assert runtime.workers is not None
+        print(f"Threadline {__version__} worker {runtime.workers.worker_id}: {settings.workers} slots, "
+              f"agents {', '.join(runtime.project.graphs)}", flush=True)
+        await stop.wait()
+    finally:
+        await runtime.close()
+
+
+async def migrate(settings: Settings) -> None:
+    from threadline.core.runtime import default_database_url
+    from threadline.storage import open_storage
+
+    url = settings.database_url or default_database_url()
+    storage = await open_storage(url)  # opening applies what is missing
+    await storage.close()
+    print(f"threadline: schema of {_redact(url)} is up to date", flush=True)
+
+
+def _redact(url: str) -> str:
+    """A URL without its password, for printing."""
+    if "@" not in url or "://" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    creds, host = rest.rsplit("@", 1)
+    return f"{scheme}://{creds.split(':', 1)[0]}@{host}"
