@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Literal
 from uuid import UUID
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Header, Query, Request
+from starlette.responses import Response
 
 from threadline.api.common import JSON, no_content, paginated, runtime, select
+from threadline.api.sse import event_response
+from threadline.core.thread_stream import follow_thread
 from threadline.shapes import thread_out
 from threadline.api.models import (
     HistoryQuery, StateAtCheckpoint, StateUpdate, ThreadCount, ThreadCreate, ThreadPatch, ThreadPrune, ThreadSearch,
@@ -121,3 +125,18 @@ async def post_history(request: Request, thread_id: UUID, body: HistoryQuery) ->
         str(thread_id), limit=body.limit, before=body.before, metadata=body.metadata, checkpoint=body.checkpoint,
     ))
 
+
+
+@router.get("/{thread_id}/stream")
+async def join_thread_stream(
+    request: Request, thread_id: UUID,
+    stream_mode: list[Literal["run_modes", "lifecycle", "state_update"]] = Query(["run_modes"]),  # noqa: B008
+    last_event_id: str | None = Header(None),
+) -> Response:
+    """Every run of the thread in turn, until the client leaves; `Last-Event-ID` resumes across runs."""
+    rt = runtime(request)
+    await rt.threads.get(str(thread_id))
+    return event_response(
+        follow_thread(rt.runs, str(thread_id), modes=stream_mode, last_event_id=last_event_id),
+        heartbeat=rt.settings.heartbeat_seconds,
+    )

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from threadline.broker.base import Broker, StreamEvent
 from threadline.core.assistants import Assistants
+from threadline.core.thread_stream import thread_signal
 from threadline.core.threads import Threads
 from threadline.errors import Conflict, InvalidInput, NotFound
 from threadline.storage.base import Row, Storage
@@ -84,6 +85,7 @@ class Runs:
             create_thread=create_thread, reject_if_active=strategy == "reject",
         )
         await self.broker.wake_workers()
+        await self.broker.notify_run_done(thread_signal(thread_id))  # wakes followers of the thread
         return created
 
     async def get(self, run_id: str, thread_id: str | None = None) -> Row:

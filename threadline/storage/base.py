@@ -150,6 +150,14 @@ class Storage(abc.ABC):
         """Pending and running runs of a thread, oldest first."""
 
     @abc.abstractmethod
+    async def next_run(self, thread_id: str, after_seq: int) -> Row | None:
+        """The thread's first run created after the run numbered `after_seq` (rows carry their `seq`)."""
+
+    @abc.abstractmethod
+    async def last_run_seq(self, thread_id: str) -> int:
+        """The `seq` of the thread's newest run, 0 when it has none."""
+
+    @abc.abstractmethod
     async def recover_runs(self, max_attempts: int, *, expired_only: bool) -> tuple[list[Row], list[Row]]:
         """Put runs whose worker is gone back in the queue (up to `max_attempts`), or fail them.
 

@@ -8,6 +8,7 @@ leases of workers on different machines are compared on one clock.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -36,18 +37,23 @@ _ACTIVE = "status IN ('pending', 'running')"
 class PostgresStorage(Storage):
     """Storage in one PostgreSQL database, shared by every API and worker process."""
 
-    def __init__(self, url: str, pool: AsyncConnectionPool, checkpointer: Any, store: Any, vector: bool) -> None:
+    def __init__(self, url: str, pool: AsyncConnectionPool, checkpointer: Any, store: Any,
+                 vector_index: str | None) -> None:
         self.url = url
         self._pool = pool
         self.checkpointer = checkpointer
         self.store = store
-        self.capabilities = {"vector_search": vector, "ttl": True, "multi_process": True}
+        # vector_search: semantic search works once store.index is set (pgvector, or else an exact scan);
+        # vector_index: how the configured store.index searches, "pgvector" or "exact_scan" (None: no index).
+        self.capabilities = {"vector_search": True, "vector_index": vector_index, "ttl": True,
+                             "multi_process": True}
 
     @classmethod
     async def open(cls, url: str, *, store_index: dict | None = None, store_ttl: dict | None = None,
                    pool_size: int = 10) -> PostgresStorage:
         from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-        from langgraph.store.postgres.aio import AsyncPostgresStore
+
+        from threadline.storage.vectors import postgres_store
 
         pool = AsyncConnectionPool(
             url, min_size=1, max_size=pool_size, open=False,
@@ -60,12 +66,9 @@ class PostgresStorage(Storage):
             raise ConfigError(f"cannot connect to PostgreSQL at {_redact(url)}: {exc}") from exc
         try:
             vector = await _has_pgvector(pool)
-            if store_index and not vector:
-                raise ConfigError("store.index on PostgreSQL needs the pgvector extension, which this server "
-                                  "lacks (CREATE EXTENSION vector); remove store.index or install pgvector")
             saver = AsyncPostgresSaver(pool)  # type: ignore[arg-type]
-            store = AsyncPostgresStore(pool, index=store_index, ttl=store_ttl)  # type: ignore[arg-type]
-            self = cls(url, pool, saver, store, vector)
+            store, vector_index = postgres_store(pool, index=store_index, ttl=store_ttl, pgvector=vector)
+            self = cls(url, pool, saver, store, vector_index)
             await self.migrate()
             if store_ttl and store_ttl.get("sweep_interval_minutes"):
                 await store.start_ttl_sweeper()
@@ -77,7 +80,12 @@ class PostgresStorage(Storage):
     async def migrate(self) -> list[str]:
         """Our numbered migrations, then LangGraph's saver and store setup, one process at a time."""
         async with self._pool.connection() as conn:
-            await conn.execute("SELECT pg_advisory_lock(%s)", (_MIGRATION_LOCK,))
+            # Try, don't wait, for the lock: a session blocked in pg_advisory_lock() is an open
+            # transaction, and the CREATE INDEX CONCURRENTLY in LangGraph's setup waits for every open
+            # transaction, so the holder and the waiter would wait for each other.
+            while not (await (await conn.execute("SELECT pg_try_advisory_lock(%s) AS ok",
+                                                 (_MIGRATION_LOCK,))).fetchone())["ok"]:
+                await asyncio.sleep(0.1)
             try:
                 applied = await _apply_migrations(conn)
                 await self.checkpointer.setup()
@@ -360,6 +368,14 @@ class PostgresStorage(Storage):
     async def active_runs(self, thread_id: str) -> list[Row]:
         return await self._fetchall(f"SELECT * FROM runs WHERE thread_id = %s AND {_ACTIVE} ORDER BY seq",
                                     (thread_id,))
+
+    async def next_run(self, thread_id: str, after_seq: int) -> Row | None:
+        return await self._fetchone("SELECT * FROM runs WHERE thread_id = %s AND seq > %s ORDER BY seq LIMIT 1",
+                                    (thread_id, after_seq))
+
+    async def last_run_seq(self, thread_id: str) -> int:
+        row = await self._fetchone("SELECT MAX(seq) AS seq FROM runs WHERE thread_id = %s", (thread_id,))
+        return int(row["seq"] or 0) if row else 0
 
     async def recover_runs(self, max_attempts: int, *, expired_only: bool) -> tuple[list[Row], list[Row]]:
         lapsed = " AND lease_expires_at < now()" if expired_only else ""

@@ -412,6 +412,14 @@ class SQLiteStorage(Storage):
             "SELECT * FROM runs WHERE thread_id = ? AND status IN ('pending', 'running') ORDER BY seq", (thread_id,)
         )
 
+    async def next_run(self, thread_id: str, after_seq: int) -> Row | None:
+        return await self._fetchone("SELECT * FROM runs WHERE thread_id = ? AND seq > ? ORDER BY seq LIMIT 1",
+                                    (thread_id, after_seq))
+
+    async def last_run_seq(self, thread_id: str) -> int:
+        row = await self._fetchone("SELECT MAX(seq) AS seq FROM runs WHERE thread_id = ?", (thread_id,))
+        return int(row["seq"] or 0) if row else 0
+
     async def recover_runs(self, max_attempts: int, *, expired_only: bool) -> tuple[list[Row], list[Row]]:
         now = now_iso()
         async with self._tx() as db:

@@ -1,0 +1,90 @@
+"""Following a thread (`GET /threads/{id}/stream`, langgraph-sdk `threads.join_stream`) across its runs."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+from langgraph_sdk.client import LangGraphClient
+from langgraph_sdk.schema import StreamPart
+
+from tests.test_streams import live  # noqa: F401  (the live-server fixture)
+
+
+async def _follow(client: LangGraphClient, tid: str, runs_to_finish: int, **kwargs: Any) -> list[StreamPart]:
+    """Parts of the thread's stream until `runs_to_finish` run_done markers have gone by."""
+    parts: list[StreamPart] = []
+    async for part in await client.threads.join_stream(tid, **kwargs):
+        parts.append(part)
+        if sum(p.event == "metadata" and p.data.get("status") == "run_done" for p in parts) == runs_to_finish:
+            break
+    return parts
+
+
+async def test_follows_every_run_of_the_thread_in_turn(live: LangGraphClient) -> None:  # noqa: F811
+    tid = (await live.threads.create())["thread_id"]
+    following = asyncio.create_task(_follow(live, tid, 2))
+    await asyncio.sleep(0.3)  # the follower is listening before any run exists
+    first = await live.runs.create(tid, "slow", input={"tag": "a", "steps": 3, "delay": 0.02},
+                                   stream_mode=["custom"])
+    second = await live.runs.create(tid, "slow", input={"tag": "b", "steps": 2, "delay": 0.02},
+                                    stream_mode=["custom"])
+    parts = await asyncio.wait_for(following, 30)
+    summary = [(p.event, p.data.get("run_id") or p.data.get("tag"), p.data.get("status") or p.data.get("step"))
+               for p in parts]
+    assert summary == [
+        ("metadata", first["run_id"], None), ("custom", "a", 0), ("custom", "a", 1), ("custom", "a", 2),
+        ("metadata", first["run_id"], "run_done"),
+        ("metadata", second["run_id"], None), ("custom", "b", 0), ("custom", "b", 1),
+        ("metadata", second["run_id"], "run_done"),
+    ]
+    assert all(p.id for p in parts)
+
+
+async def test_last_event_id_resumes_inside_a_run_and_goes_on_to_later_runs(live: LangGraphClient) -> None:  # noqa: F811
+    tid = (await live.threads.create())["thread_id"]
+    following = asyncio.create_task(_follow(live, tid, 2))
+    await asyncio.sleep(0.3)
+    await live.runs.create(tid, "slow", input={"tag": "a", "steps": 4, "delay": 0.01}, stream_mode=["custom"])
+    await live.runs.create(tid, "slow", input={"tag": "b", "steps": 2, "delay": 0.01}, stream_mode=["custom"])
+    everything = await asyncio.wait_for(following, 30)
+    # A client that saw up to the second custom event of the first run comes back after both ended.
+    cut = [i for i, p in enumerate(everything) if p.event == "custom"][1]
+    resumed = await asyncio.wait_for(
+        _follow(live, tid, 2, last_event_id=everything[cut].id), 30)
+    assert [(p.event, p.data, p.id) for p in resumed] == [(p.event, p.data, p.id) for p in everything[cut + 1:]]
+
+
+async def test_lifecycle_mode_has_only_run_start_and_end(live: LangGraphClient) -> None:  # noqa: F811
+    tid = (await live.threads.create())["thread_id"]
+    following = asyncio.create_task(_follow(live, tid, 1, stream_mode="lifecycle"))
+    await asyncio.sleep(0.3)
+    run = await live.runs.create(tid, "slow", input={"tag": "l", "steps": 2, "delay": 0.01},
+                                 stream_mode=["custom", "values"])
+    parts = await asyncio.wait_for(following, 30)
+    assert [(p.event, p.data.get("status")) for p in parts] == [("metadata", None), ("metadata", "run_done")]
+    assert parts[0].data["run_id"] == run["run_id"]
+
+
+async def test_joining_while_a_run_is_running_follows_it_then_the_next(live: LangGraphClient) -> None:  # noqa: F811
+    tid = (await live.threads.create())["thread_id"]
+    first = await live.runs.create(tid, "slow", input={"tag": "a", "steps": 30, "delay": 0.02},
+                                   stream_mode=["custom"])
+    while (await live.runs.get(tid, first["run_id"]))["status"] != "running":
+        await asyncio.sleep(0.01)
+    following = asyncio.create_task(_follow(live, tid, 2))
+    await asyncio.sleep(0.2)
+    second = await live.runs.create(tid, "slow", input={"tag": "b", "steps": 1, "delay": 0}, stream_mode=["custom"])
+    parts = await asyncio.wait_for(following, 30)
+    done = [p.data["run_id"] for p in parts if p.data.get("status") == "run_done"]
+    assert done == [first["run_id"], second["run_id"]]
+    steps_a = [p.data["step"] for p in parts if p.event == "custom" and p.data["tag"] == "a"]
+    assert steps_a and steps_a == list(range(steps_a[0], 30))  # from when it joined, contiguous
+
+
+async def test_unknown_thread_is_404(http: httpx.AsyncClient) -> None:
+    r = await http.get("/threads/00000000-0000-0000-0000-000000000000/stream")
+    assert r.status_code == 404 and "detail" in r.json()
+    bad = await http.get("/threads/00000000-0000-0000-0000-000000000000/stream", params={"stream_mode": "nope"})
+    assert bad.status_code == 422
