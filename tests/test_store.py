@@ -1,7 +1,8 @@
 """The long-term store: /store/items (put, get, delete, search) and /store/namespaces.
 
 Through langgraph-sdk where it has a method; raw HTTP for what the sdk cannot send (bad inputs).
-Semantic search runs against a second app whose project configures `store.index` with a fake embedding.
+Semantic search runs against a second app whose project configures `store.index` with a fake embedding,
+on each backend; PostgreSQL's exact scan (no pgvector) is also tested on its own, pgvector or not.
 """
 
 from __future__ import annotations
@@ -14,22 +15,28 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 from asgi_lifespan import LifespanManager
 from langgraph_sdk.client import LangGraphClient
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
 
 from threadline.api.app import create_app
 from threadline.loader import resolve_store_index
 from threadline.settings import Settings
+from threadline.storage import open_storage
+from threadline.storage.vectors import ExactScanStore
 
+from tests.services import Backend, ScaleOut
+
+PLAIN_PROJECT = Path(__file__).parent / "project" / "langgraph.json"
 STORE_PROJECT = Path(__file__).parent / "project" / "store_index" / "langgraph.json"
 TTL_PROJECT = STORE_PROJECT.with_name("ttl.json")
 FILE_EMBED_PROJECT = STORE_PROJECT.with_name("file_embed.json")
 # Semantic search in LangGraph's SQLite store needs the sqlite-vec extension, so a Python whose sqlite3
-# can load extensions (pyenv builds often cannot).
+# can load extensions (pyenv builds often cannot). PostgreSQL needs nothing: pgvector, or an exact scan.
 CAN_LOAD_EXTENSIONS = hasattr(sqlite3.Connection, "enable_load_extension")
-needs_sqlite_extensions = pytest.mark.skipif(
-    not CAN_LOAD_EXTENSIONS, reason="this Python's sqlite3 cannot load extensions (sqlite-vec)")
 
 
 def ts(value: str) -> datetime:
@@ -430,16 +437,25 @@ def test_resolve_store_index_loads_module_and_file_embeds() -> None:
     assert resolve_store_index(None, root) is None
 
 
-async def open_app(config: Path, db: Path) -> Any:
-    settings = Settings(config=str(config), database_url=f"sqlite:///{db}", workers=0)
+def open_app(config: Path, backend: Backend) -> LifespanManager:
+    settings = Settings(config=str(config), workers=0, **backend.settings())
     return LifespanManager(create_app(settings), startup_timeout=30, shutdown_timeout=30)
 
 
 @pytest.fixture
-async def semantic_app(tmp_path: Path) -> AsyncIterator[object]:
+def semantic_backend(backend: Backend) -> Backend:
+    """The test's backend, where it can search by meaning: on SQLite, only with loadable extensions."""
+    if backend.kind == "sqlite" and not CAN_LOAD_EXTENSIONS:
+        pytest.skip("this Python's sqlite3 cannot load extensions (sqlite-vec)")
+    return backend
+
+
+@pytest.fixture
+async def semantic_app(semantic_backend: Backend) -> AsyncIterator[object]:
     """The app over tests/project/store_index: `store.index` with a fake bag-of-letters embedding,
-    named in langgraph.json as the string "embeddings:embed" (module form)."""
-    async with await open_app(STORE_PROJECT, tmp_path / "semantic.db") as manager:
+    named in langgraph.json as the string "embeddings:embed" (module form). On PostgreSQL without
+    pgvector, the exact-scan store serves it."""
+    async with open_app(STORE_PROJECT, semantic_backend) as manager:
         yield manager.app
 
 
@@ -456,7 +472,6 @@ async def seed_texts(sdk: LangGraphClient) -> None:
     await sdk.store.put_item(["docs"], "code", {"text": "python programming"})
 
 
-@needs_sqlite_extensions
 async def test_semantic_query_ranks_the_closest_item_first(semantic_sdk: LangGraphClient) -> None:
     await seed_texts(semantic_sdk)
     result = await semantic_sdk.store.search_items(["docs"], query="zebra quiz")
@@ -472,7 +487,6 @@ async def test_semantic_query_ranks_the_closest_item_first(semantic_sdk: LangGra
     assert keys(again)[0] == "fruit"
 
 
-@needs_sqlite_extensions
 async def test_semantic_query_respects_limit_filter_and_prefix(semantic_sdk: LangGraphClient) -> None:
     await seed_texts(semantic_sdk)
     await semantic_sdk.store.put_item(["other"], "zoo2", {"text": "zebra quiz"})
@@ -484,7 +498,6 @@ async def test_semantic_query_respects_limit_filter_and_prefix(semantic_sdk: Lan
     assert set(keys(everywhere)[:2]) == {"zoo", "zoo2"}
 
 
-@needs_sqlite_extensions
 async def test_semantic_search_without_query_has_null_scores(semantic_sdk: LangGraphClient) -> None:
     await seed_texts(semantic_sdk)
     result = await semantic_sdk.store.search_items(["docs"])
@@ -492,7 +505,6 @@ async def test_semantic_search_without_query_has_null_scores(semantic_sdk: LangG
     assert all(i["score"] is None for i in result["items"])
 
 
-@needs_sqlite_extensions
 async def test_semantic_reindexes_on_overwrite(semantic_sdk: LangGraphClient) -> None:
     await seed_texts(semantic_sdk)
     before = await semantic_sdk.store.search_items(["docs"], query="python programming")
@@ -503,10 +515,9 @@ async def test_semantic_reindexes_on_overwrite(semantic_sdk: LangGraphClient) ->
     assert {i["key"]: i["score"] for i in after["items"]}["code"] < before["items"][0]["score"]
 
 
-@needs_sqlite_extensions
-async def test_embed_given_as_a_file_path_is_resolved(tmp_path: Path) -> None:
+async def test_embed_given_as_a_file_path_is_resolved(semantic_backend: Backend) -> None:
     """`"embed": "./embeddings.py:embed"`, relative to langgraph.json, as LangGraph's server accepts."""
-    async with await open_app(FILE_EMBED_PROJECT, tmp_path / "file.db") as manager:
+    async with open_app(FILE_EMBED_PROJECT, semantic_backend) as manager:
         transport = httpx.ASGITransport(app=manager.app)  # type: ignore[arg-type]
         async with httpx.AsyncClient(transport=transport, base_url="http://threadline") as client:
             sdk = LangGraphClient(client)
@@ -514,3 +525,128 @@ async def test_embed_given_as_a_file_path_is_resolved(tmp_path: Path) -> None:
             result = await sdk.store.search_items(["docs"], query="zebra quiz")
             assert keys(result)[0] == "zoo"
             assert result["items"][0]["score"] is not None
+
+
+async def test_semantic_search_leaves_out_items_put_with_index_false(semantic_sdk: LangGraphClient) -> None:
+    await seed_texts(semantic_sdk)
+    await semantic_sdk.store.put_item(["docs"], "hidden", {"text": "zebra quiz"}, index=False)
+    found = await semantic_sdk.store.search_items(["docs"], query="zebra quiz")
+    assert sorted(keys(found)) == ["code", "fruit", "zoo"]
+    assert "hidden" in keys(await semantic_sdk.store.search_items(["docs"]))
+
+
+async def test_semantic_put_names_its_fields_and_an_item_scores_by_its_closest(semantic_sdk: LangGraphClient) -> None:
+    await seed_texts(semantic_sdk)
+    await semantic_sdk.store.put_item(["docs"], "both", {"text": "banana apple", "title": "zebra quiz"},
+                                      index=["text", "title"])
+    await semantic_sdk.store.put_item(["docs"], "titled", {"text": "python programming", "title": "jazz"},
+                                      index=["title"])
+    for query in ("zebra quiz", "banana apple"):  # either field of "both" matches exactly
+        result = await semantic_sdk.store.search_items(["docs"], query=query)
+        assert keys(result)[0] == "both", query
+        assert result["items"][0]["score"] == pytest.approx(1.0, abs=1e-4)
+    # "titled" was indexed by its title only: its text does not make it a match for "python programming".
+    result = await semantic_sdk.store.search_items(["docs"], query="python programming")
+    scores = {i["key"]: i["score"] for i in result["items"]}
+    assert keys(result)[0] == "code" and scores["titled"] < 0.5
+
+
+async def test_semantic_search_pages_with_limit_and_offset(semantic_sdk: LangGraphClient) -> None:
+    await seed_texts(semantic_sdk)
+    ranked = keys(await semantic_sdk.store.search_items(["docs"], query="zebra quiz"))
+    pages = [keys(await semantic_sdk.store.search_items(["docs"], query="zebra quiz", limit=1, offset=n))
+             for n in range(4)]
+    assert pages == [[key] for key in ranked] + [[]]
+
+
+async def test_semantic_search_forgets_deleted_items(semantic_sdk: LangGraphClient) -> None:
+    await seed_texts(semantic_sdk)
+    await semantic_sdk.store.delete_item(["docs"], "zoo")
+    assert sorted(keys(await semantic_sdk.store.search_items(["docs"], query="zebra quiz"))) == ["code", "fruit"]
+
+
+async def test_info_says_how_postgres_searches_by_meaning(scaleout_services: ScaleOut) -> None:
+    """With store.index, PostgreSQL searches by meaning through pgvector, or by exact scan where the
+    server lacks it; /info says which (and null without store.index)."""
+    backend = scaleout_services.fresh()
+    async with await psycopg.AsyncConnection.connect(backend.database_url) as conn:
+        cur = await conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'")
+        pgvector = await cur.fetchone() is not None
+    for project, expected in ((STORE_PROJECT, "pgvector" if pgvector else "exact_scan"), (PLAIN_PROJECT, None)):
+        async with open_app(project, backend) as manager:
+            transport = httpx.ASGITransport(app=manager.app)  # type: ignore[arg-type]
+            async with httpx.AsyncClient(transport=transport, base_url="http://threadline") as client:
+                storage = (await client.get("/info")).json()["storage"]
+        assert storage["backend"] == "postgresql", storage
+        assert storage["vector_search"] is True, storage
+        assert storage["vector_index"] == expected, (project, storage)
+
+
+# --- PostgreSQL's exact scan, on its own (whether or not this server has pgvector) ----------------------------------
+
+
+@pytest.fixture
+async def exact_scan(scaleout_services: ScaleOut) -> AsyncIterator[ExactScanStore]:
+    """The exact-scan store over a clean PostgreSQL database, with the fake embedding and a TTL config."""
+    url = scaleout_services.fresh().database_url
+    await (await open_storage(url)).close()  # our migrations (threadline_store_vectors), LangGraph's store tables
+    pool = AsyncConnectionPool(url, min_size=1, max_size=4, open=False,
+                               kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row})
+    await pool.open()
+    index = resolve_store_index({"dims": 26, "embed": "embeddings:embed", "fields": ["text"]}, STORE_PROJECT.parent)
+    try:
+        yield ExactScanStore(pool, index=index or {}, ttl={"refresh_on_read": True})
+    finally:
+        await pool.close()
+
+
+async def scored(store: ExactScanStore, query: str, **kwargs: Any) -> dict[str, float | None]:
+    return {i.key: i.score for i in await store.asearch(("docs",), query=query, **kwargs)}
+
+
+async def test_exact_scan_reindexes_overwrites_and_forgets_deletes(exact_scan: ExactScanStore) -> None:
+    await exact_scan.aput(("docs",), "a", {"text": "zebra quiz"})
+    assert (await scored(exact_scan, "zebra quiz"))["a"] == pytest.approx(1.0)
+    await exact_scan.aput(("docs",), "a", {"text": "python programming"})
+    assert (await scored(exact_scan, "python programming"))["a"] == pytest.approx(1.0)
+    assert (await scored(exact_scan, "zebra quiz"))["a"] < 0.5  # the old text's vector is gone
+    # Overwritten with index=False, the item is no longer indexed (its old vectors do not linger).
+    await exact_scan.aput(("docs",), "a", {"text": "zebra quiz"}, index=False)
+    assert await scored(exact_scan, "zebra quiz") == {}
+    assert [i.key for i in await exact_scan.asearch(("docs",))] == ["a"]
+    await exact_scan.aput(("docs",), "a", {"text": "zebra quiz"})
+    await exact_scan.adelete(("docs",), "a")
+    await exact_scan.aput(("docs",), "b", {"text": "zebra"}, index=False)
+    assert await scored(exact_scan, "zebra quiz") == {}
+
+
+async def test_exact_scan_serves_sync_calls_filters_and_list_fields(exact_scan: ExactScanStore) -> None:
+    await exact_scan.aput(("docs",), "zoo", {"text": "zebra xylophone quiz", "n": 1})
+    await exact_scan.aput(("docs", "deep"), "code", {"text": "python programming", "n": 2})
+    await exact_scan.aput(("docs",), "tags", {"text": "-", "tags": ["banana", "jazz quiz"], "n": 3}, index=["tags[*]"])
+    await exact_scan.aput(("elsewhere",), "code2", {"text": "python programming", "n": 2})
+    # The sync API (a graph node's `get_store().search`) goes through the same abatch.
+    hits = await asyncio.to_thread(exact_scan.search, ("docs",), query="python programming")
+    assert hits[0].key == "code" and {h.key for h in hits} == {"code", "zoo", "tags"}
+    assert hits[0].namespace == ("docs", "deep") and hits[0].score == pytest.approx(1.0)
+    assert hits[0].value == {"text": "python programming", "n": 2}
+    # LangGraph's own filter operators apply, before ranking.
+    assert set(await scored(exact_scan, "python programming", filter={"n": {"$gte": 2}})) == {"code", "tags"}
+    # Each element of a list field has its own vector; the item scores by the closest.
+    assert (await scored(exact_scan, "banana"))["tags"] == pytest.approx(1.0)
+    assert (await scored(exact_scan, "jazz quiz"))["tags"] == pytest.approx(1.0)
+
+
+async def test_exact_scan_keeps_ttls_refreshing_what_a_search_returns(exact_scan: ExactScanStore,
+                                                                      scaleout_services: ScaleOut) -> None:
+    await exact_scan.aput(("docs",), "kept", {"text": "zebra quiz"}, ttl=1)
+    await exact_scan.aput(("docs",), "other", {"text": "python programming"}, ttl=1)
+    # A minute is long for a test: bring both items to within a second of expiring.
+    async with await psycopg.AsyncConnection.connect(scaleout_services.url, autocommit=True) as conn:
+        await conn.execute("UPDATE store SET expires_at = now() + interval '1 second'")
+    # The search returns (and so refreshes, refresh_on_read) only "kept"; the candidates it ranked are not.
+    assert list(await scored(exact_scan, "zebra quiz", limit=1)) == ["kept"]
+    await asyncio.sleep(1.5)
+    assert await exact_scan.sweep_ttl() == 1  # "other"
+    assert list(await scored(exact_scan, "python programming")) == ["kept"]
+    assert await exact_scan.aget(("docs",), "other") is None

@@ -22,7 +22,7 @@ class Storage(abc.ABC):
     checkpointer: BaseCheckpointSaver
     store: BaseStore
     #: What this backend can do, declared up front (shown in /info).
-    capabilities: dict[str, bool] = {}
+    capabilities: dict[str, bool | str | None] = {}
     url: str
 
     # --- lifecycle ---------------------------------------------------------

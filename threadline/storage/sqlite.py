@@ -74,6 +74,7 @@ class SQLiteStorage(Storage):
                     f"lacks ({exc}); use a Python built with loadable extensions, or remove store.index"
                 ) from exc
             self = cls(url, conn, read_conn, saver_conn, store_conn, store, lock)
+            self.capabilities = {**cls.capabilities, "vector_index": "sqlite-vec" if store_index else None}
             await self.checkpointer.setup()
             if store_ttl and store_ttl.get("sweep_interval_minutes"):
                 await store.start_ttl_sweeper()
