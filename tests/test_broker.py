@@ -1,44 +1,208 @@
-"""The broker contract: per-run streams with ids, replay from a cursor, a bounded buffer, wake-ups."""
+"""The broker contract, run against every broker: per-run streams with ids, replay from a cursor, a bounded
+buffer, the end of a stream, wake-ups, run-done and cancel signals, between the processes of a deployment.
+
+Redis tests use their own key prefix (deleted afterwards). Without a Redis server they skip, except under
+CI (`CI=true`), where they fail.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator
 
+import pytest
+import redis.asyncio as aioredis
+
+from threadline.broker.base import Broker
+from threadline.broker.keys import Keys
 from threadline.broker.memory import MemoryBroker
+from threadline.broker.redis import RedisBroker
+from threadline.errors import Unavailable
+
+from tests.services import REDIS_URL, unavailable
+
+BROKERS = ["memory", "redis"]
 
 
-async def _collect(broker: MemoryBroker, run_id: str, **kwargs: object) -> list[bytes]:
+class Deployment:
+    """The brokers of one test, all of one backend: with Redis, each is a process of one deployment."""
+
+    #: Small, so that a subscriber that does not give its connection back soon exhausts the pool.
+    max_subscribers = 8
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.keys = Keys(f"tltest-{uuid.uuid4().hex[:12]}")
+        self.opened: list[Broker] = []
+        self.reached = False
+
+    async def open(self, buffer_events: int = 10_000) -> Broker:
+        broker: Broker
+        if self.kind == "memory":
+            broker = MemoryBroker(buffer_events=buffer_events)
+        else:
+            broker = RedisBroker(REDIS_URL, buffer_events=buffer_events, key_prefix=self.keys.prefix,
+                                 max_subscribers=self.max_subscribers)
+        self.opened.append(broker)
+        try:
+            await broker.start()
+        except Unavailable as exc:
+            unavailable(f"Redis unreachable at {REDIS_URL}: {exc}")
+        self.reached = self.kind == "redis"
+        return broker
+
+    async def another_process(self, broker: Broker) -> Broker:
+        """A broker of another process of `broker`'s deployment (in-process, the deployment is `broker`)."""
+        return broker if self.kind == "memory" else await self.open()
+
+    async def close(self) -> None:
+        for broker in self.opened:
+            await broker.close()
+        if self.reached:
+            client = aioredis.Redis.from_url(REDIS_URL)
+            keys = [key async for key in client.scan_iter(match=self.keys.everything, count=1000)]
+            if keys:
+                await client.delete(*keys)
+            await client.aclose()
+
+
+@pytest.fixture(params=BROKERS)
+async def deployment(request: pytest.FixtureRequest) -> AsyncIterator[Deployment]:
+    deployment = Deployment(request.param)
+    yield deployment
+    await deployment.close()
+
+
+@pytest.fixture
+async def redis_deployment() -> AsyncIterator[Deployment]:
+    deployment = Deployment("redis")
+    yield deployment
+    await deployment.close()
+
+
+@pytest.fixture
+async def broker(deployment: Deployment) -> Broker:
+    return await deployment.open()
+
+
+@pytest.fixture
+async def peer(deployment: Deployment, broker: Broker) -> Broker:
+    """Another process of `broker`'s deployment."""
+    return await deployment.another_process(broker)
+
+
+async def _collect(broker: Broker, run_id: str, **kwargs: object) -> list[bytes]:
     return [ev.data async for ev in broker.subscribe(run_id, **kwargs)]  # type: ignore[arg-type]
 
 
-async def test_replay_after_cursor_and_from_start() -> None:
-    broker = MemoryBroker()
+def _numbers(*values: int) -> list[bytes]:
+    return [str(i).encode() for i in values]
+
+
+# Streams.
+
+
+async def test_replay_after_cursor_and_from_start(broker: Broker) -> None:
     ids = [await broker.publish("r", "values", str(i).encode()) for i in range(50)]
     await broker.end_stream("r")
-    assert await _collect(broker, "r", after=ids[19]) == [str(i).encode() for i in range(20, 50)]
+    assert await _collect(broker, "r", after=ids[19]) == _numbers(*range(20, 50))
     assert len(await _collect(broker, "r", replay=True)) == 50
     assert await _collect(broker, "r") == []  # a join after the end sees nothing new
 
 
-async def test_bounded_buffer_keeps_the_latest() -> None:
-    broker = MemoryBroker(buffer_events=10)
+async def test_bounded_buffer_keeps_the_latest(deployment: Deployment) -> None:
+    broker = await deployment.open(buffer_events=10)
     ids = [await broker.publish("r", "values", str(i).encode()) for i in range(50)]
     await broker.end_stream("r")
-    assert await _collect(broker, "r", after=ids[4]) == [str(i).encode() for i in range(40, 50)]
+    await broker.end_stream("r")  # ending twice is harmless: it takes nothing from the buffer
+    assert await _collect(broker, "r", after=ids[4]) == _numbers(*range(40, 50))
+    assert await _collect(broker, "r", replay=True) == _numbers(*range(40, 50))
 
 
-async def test_live_subscriber_gets_events_in_order() -> None:
-    broker = MemoryBroker()
+async def test_live_subscriber_gets_events_in_order(broker: Broker) -> None:
     got = asyncio.create_task(_collect(broker, "r", replay=True))
     for i in range(5):
         await broker.publish("r", "custom", str(i).encode())
         await asyncio.sleep(0)
     await broker.end_stream("r")
-    assert await got == [str(i).encode() for i in range(5)]
+    assert await got == _numbers(*range(5))
 
 
-async def test_one_wake_up_wakes_one_waiter() -> None:
-    broker = MemoryBroker()
+async def test_event_names_data_and_ids_round_trip(broker: Broker) -> None:
+    sent = [await broker.publish("r", "messages/partial", b'{"a": [1, "\xc3\xa9"]}'),
+            await broker.publish("r", "updates|sub:1", b"{}")]
+    await broker.end_stream("r")
+    got = [ev async for ev in broker.subscribe("r", replay=True)]
+    assert [(ev.id, ev.event, ev.data) for ev in got] == [
+        (sent[0], "messages/partial", b'{"a": [1, "\xc3\xa9"]}'), (sent[1], "updates|sub:1", b"{}")]
+    assert sent[0] != sent[1]
+
+
+async def test_last_event_id_that_is_not_an_id_replays_everything(broker: Broker) -> None:
+    for i in range(3):
+        await broker.publish("r", "values", str(i).encode())
+    await broker.end_stream("r")
+    assert await _collect(broker, "r", after="not-an-id") == _numbers(0, 1, 2)
+
+
+async def test_stream_started_once_something_is_published(broker: Broker, peer: Broker) -> None:
+    assert not await peer.stream_started("r")
+    await broker.publish("r", "metadata", b"{}")
+    assert await peer.stream_started("r")
+
+
+async def test_the_end_is_final(broker: Broker, peer: Broker) -> None:
+    """Events published after the end do not reopen the stream: they are buffered, and a subscriber drains
+    the buffer and stops, never waiting for more."""
+    for i in range(3):
+        await broker.publish("r", "values", str(i).encode())
+    await broker.end_stream("r")
+    late = await broker.publish("r", "values", b"3")
+    assert await _collect(peer, "r", replay=True) == _numbers(0, 1, 2, 3)
+    assert await _collect(peer, "r", after=late) == []
+    assert await _collect(peer, "r") == []
+
+
+async def test_events_cross_processes(broker: Broker, peer: Broker) -> None:
+    live = asyncio.create_task(_collect(peer, "r", replay=True))
+    ids = [await broker.publish("r", "values", str(i).encode()) for i in range(10)]
+    await broker.end_stream("r")
+    assert await _collect(peer, "r", after=ids[6]) == _numbers(7, 8, 9)
+    assert await _collect(peer, "r", replay=True) == _numbers(*range(10))
+    assert await asyncio.wait_for(live, 10) == _numbers(*range(10))
+
+
+async def test_cancelled_subscriber_releases_its_connection(broker: Broker, peer: Broker) -> None:
+    async def consume(got: asyncio.Event) -> None:
+        async for _ in peer.subscribe("r", replay=True):
+            got.set()
+
+    await broker.publish("r", "values", b"0")
+    # More subscribers than a Redis test broker has connections for them: a leak would refuse the later ones.
+    for _ in range(3 * Deployment.max_subscribers):
+        got = asyncio.Event()
+        task = asyncio.create_task(consume(got))
+        waiting = asyncio.create_task(got.wait())
+        await asyncio.wait([task, waiting], timeout=30, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            task.result()  # the subscriber failed: show why
+        assert got.is_set()
+        task.cancel()  # the client left while the subscriber waits for more
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        assert task.cancelled()
+    await broker.publish("r", "values", b"1")
+    await broker.end_stream("r")
+    assert await _collect(peer, "r", replay=True) == _numbers(0, 1)
+
+
+# Wake-ups.
+
+
+async def test_one_wake_up_wakes_one_waiter(broker: Broker) -> None:
     woke: list[int] = []
 
     async def waiter(i: int) -> None:
@@ -58,16 +222,106 @@ async def test_one_wake_up_wakes_one_waiter() -> None:
     assert sorted(woke) == [0, 1, 2]
 
 
-async def test_wake_up_before_wait_is_not_lost() -> None:
-    broker = MemoryBroker()
+async def test_wake_up_before_wait_is_not_lost(broker: Broker) -> None:
     await broker.wake_workers()
     await asyncio.wait_for(broker.wait_for_work(3600), 10)  # a lost wake-up would hang here
 
 
-async def test_cancel_sent_before_registration_is_applied() -> None:
-    broker = MemoryBroker()
+async def test_wake_up_crosses_processes(broker: Broker, peer: Broker) -> None:
+    waiter = asyncio.create_task(peer.wait_for_work(3600))
+    await broker.wake_workers()
+    await asyncio.wait_for(waiter, 10)  # a lost wake-up would hang here
+
+
+# Run done.
+
+
+async def test_run_done_crosses_processes(broker: Broker, peer: Broker) -> None:
+    done = peer.listen_run_done("r")
+    other = peer.listen_run_done("r2")
+    await broker.notify_run_done("r")
+    assert await done(10)
+    assert not await other(0.05)  # only the run that is done
+
+
+# Cancel.
+
+
+async def test_cancel_sent_before_registration_is_applied(broker: Broker) -> None:
     await broker.send_cancel("r", "rollback")
     seen: list[str] = []
     unregister = await broker.on_cancel("r", seen.append)
     assert seen == ["rollback"]
     unregister()
+
+
+async def test_cancel_before_registration_in_another_process_is_applied_once(broker: Broker, peer: Broker) -> None:
+    await broker.send_cancel("r", "rollback")
+    seen: list[str] = []
+    unregister = await peer.on_cancel("r", seen.append)
+    assert seen == ["rollback"]
+    unregister()
+    again: list[str] = []
+    (await peer.on_cancel("r", again.append))()
+    assert again == []
+
+
+async def test_cancel_after_registration_reaches_another_process(broker: Broker, peer: Broker) -> None:
+    seen: list[str] = []
+    got = asyncio.Event()
+
+    def callback(action: str) -> None:
+        seen.append(action)
+        got.set()
+
+    unregister = await peer.on_cancel("r", callback)
+    await broker.send_cancel("r", "interrupt")
+    await asyncio.wait_for(got.wait(), 10)
+    assert seen == ["interrupt"]
+    unregister()
+    # Delivered, so nothing is left over for a later registration; a new cancel is kept for one.
+    again: list[str] = []
+    (await peer.on_cancel("r", again.append))()
+    assert again == []
+    await broker.send_cancel("r", "rollback")
+    (await peer.on_cancel("r", again.append))()
+    assert again == ["rollback"]
+
+
+# Redis only: what a process sees when its connection to Redis drops.
+
+
+async def test_redis_listener_recovers_from_a_dropped_connection(
+        redis_deployment: Deployment, caplog: pytest.LogCaptureFixture) -> None:
+    broker = await redis_deployment.open()
+    peer = await redis_deployment.another_process(broker)
+    got = asyncio.Event()
+    unregister = await peer.on_cancel("r", lambda action: got.set())
+    done = peer.listen_run_done("r")
+    client = aioredis.Redis.from_url(REDIS_URL)
+    listeners = [c["id"] for c in await client.client_list(_type="pubsub")
+                 if c.get("name") == redis_deployment.keys.listener_name]
+    assert len(listeners) == 2
+    with caplog.at_level(logging.WARNING, logger="threadline.broker"):
+        for client_id in listeners:
+            await client.client_kill_filter(_id=client_id)
+        # Sent while the listeners may be gone: each is recovered when they resubscribe.
+        await broker.send_cancel("r", "interrupt")
+        await broker.notify_run_done("r")
+        await asyncio.wait_for(got.wait(), 30)
+        assert await done(30)
+        waiter = asyncio.create_task(peer.wait_for_work(3600))
+        await broker.wake_workers()
+        await asyncio.wait_for(waiter, 30)
+    await client.aclose()
+    unregister()
+    assert "subscribing again" in caplog.text
+
+
+async def test_redis_unreachable_is_unavailable() -> None:
+    broker = RedisBroker("redis://127.0.0.1:1/0", key_prefix=f"tltest-{uuid.uuid4().hex[:12]}")
+    with pytest.raises(Unavailable):
+        await broker.start()
+    with pytest.raises(Unavailable):
+        await broker.ping()
+    await broker.close()

@@ -1,0 +1,342 @@
+"""The Redis broker: the semantics of `MemoryBroker`, shared by every process of a deployment.
+
+Redis holds each run's events (a Redis Stream trimmed to exactly `buffer_events`), a flag once the stream
+has ended, and a cancel sent before the worker registered. They expire: `retain_seconds` after the run's
+end, `live_seconds` after the last event of a run that never ends (its process died).
+
+Wake-ups, run-done and cancel signals are pub/sub messages: each process listens with one connection and
+hands them to local waiters. A lost message costs latency, never a stuck run: idle workers poll storage,
+waiters re-check storage, a cancel is also stored for its run, and after a dropped subscription each
+process re-checks everything it waits for. Names of keys and channels are in `threadline.broker.keys`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
+from redis.asyncio.client import PubSub
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+
+from threadline.broker.base import Broker, StreamEvent
+from threadline.broker.keys import Keys
+from threadline.errors import Unavailable
+
+log = logging.getLogger("threadline.broker")
+
+_ERRORS = (RedisError, OSError)  # OSError includes TimeoutError
+
+
+@contextlib.asynccontextmanager
+async def _exchange(seconds: float) -> AsyncIterator[None]:
+    """One exchange with Redis, bounded in time; driver errors become `Unavailable` at the backend edge."""
+    try:
+        async with asyncio.timeout(seconds):
+            yield
+    except _ERRORS as exc:
+        raise Unavailable(f"Redis is unavailable: {exc}") from exc
+
+
+def _after_id(event_id: str) -> str:
+    """The stream id to read after: `event_id` when it is one (`<ms>-<n>`), else "0-0", replaying everything
+    buffered (as `MemoryBroker` does with an id that is not one of its own)."""
+    ms, dash, n = event_id.partition("-")
+    if dash and all(part.isascii() and part.isdigit() and int(part) < 2**64 for part in (ms, n)):
+        return f"{int(ms)}-{int(n)}"
+    return "0-0"
+
+
+class RedisBroker(Broker):
+    """Per-run Redis Streams for events; pub/sub for wake-ups, run-done and cancel signals."""
+
+    #: How long a finished run's events stay available for late joins and resumption (as MemoryBroker).
+    retain_seconds = 600
+    #: How long a run that never ends keeps its events after the last one.
+    live_seconds = 24 * 3600
+    #: Longest a blocking read waits before looking again, so connections turn over.
+    block_seconds = 5.0
+    #: Longest any other exchange with Redis may take.
+    command_seconds = 5.0
+    #: Most events read from Redis at once.
+    batch_events = 500
+
+    def __init__(self, url: str, *, buffer_events: int = 10_000, key_prefix: str = "threadline",
+                 max_connections: int = 64, max_subscribers: int = 1000) -> None:
+        self._buffer = buffer_events
+        self._keys = Keys(key_prefix)
+        # Signals carry the sender's id: the sender applies its own at once, its listener skips them.
+        self._id = uuid.uuid4().hex
+        # Timeouts are ours (asyncio.timeout): redis-py's socket_timeout sends through asyncio.wait_for,
+        # which on Python 3.11 can swallow a cancellation and leave a cancelled subscriber (or run) running.
+        options: dict[str, Any] = {"socket_timeout": None, "socket_connect_timeout": 5, "socket_keepalive": True}
+        # Commands wait for a free connection. Each subscriber's blocking read holds a connection of its
+        # own pool, so many stream clients cannot starve the workers that publish.
+        self._redis = Redis.from_pool(BlockingConnectionPool.from_url(
+            url, max_connections=max_connections, timeout=None, **options))
+        self._reader = Redis.from_pool(ConnectionPool.from_url(url, max_connections=max_subscribers, **options))
+        # No silent reconnect on the listener: resubscribing is ours, so we re-check what we may have missed.
+        self._listener = Redis.from_url(url, retry=Retry(NoBackoff(), 0), client_name=self._keys.listener_name,
+                                        **options)
+        self._pubsub: PubSub | None = None
+        self._listening: asyncio.Task[None] | None = None
+        # Counted wake-ups, as in MemoryBroker: one wake-up wakes one idle slot of this process.
+        self._wakeups = 0
+        self._work = asyncio.Condition()
+        self._done: dict[str, asyncio.Event] = {}
+        self._cancel: dict[str, list[Any]] = {}
+        # Runs whose stored early cancel still has to be read (Redis failed at registration, or resubscribed).
+        self._unchecked: set[str] = set()
+
+    # Lifecycle.
+
+    async def start(self) -> None:
+        await self.ping()
+        async with _exchange(2 * self.command_seconds):
+            self._pubsub = await self._subscribe()
+        self._listening = asyncio.create_task(self._listen(), name="threadline-redis-broker")
+
+    async def ping(self) -> None:
+        async with self._exchange():
+            await self._redis.ping()
+
+    async def close(self) -> None:
+        if self._listening is not None:
+            self._listening.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listening
+            self._listening = None
+        await self._drop_subscription()
+        for client in (self._redis, self._reader, self._listener):
+            with contextlib.suppress(*_ERRORS):
+                await client.aclose()
+
+    # Streams.
+
+    async def publish(self, run_id: str, event: str, data: bytes) -> str:
+        events = self._keys.events(run_id)
+        async with self._exchange(), self._redis.pipeline(transaction=True) as pipe:
+            pipe.xadd(events, {"e": event, "d": data}, maxlen=self._buffer, approximate=False)
+            pipe.expire(events, self.live_seconds)
+            # A no-op unless the stream has ended: events and end flag keep expiring together.
+            pipe.expire(self._keys.end(run_id), self.live_seconds)
+            event_id, *_ = await pipe.execute()
+        return str(event_id, "ascii")
+
+    async def end_stream(self, run_id: str) -> None:
+        # The end flag is a stream of its own: a blocking read of the events wakes on it too, and it takes
+        # no place in the events' buffer. Ending twice only renews the retention.
+        end = self._keys.end(run_id)
+        async with self._exchange(), self._redis.pipeline(transaction=True) as pipe:
+            pipe.xadd(end, {"end": "1"}, maxlen=1, approximate=False)
+            pipe.expire(end, self.retain_seconds)
+            pipe.expire(self._keys.events(run_id), self.retain_seconds)
+            await pipe.execute()
+
+    async def stream_started(self, run_id: str) -> bool:
+        async with self._exchange():
+            return bool(await self._redis.exists(self._keys.events(run_id), self._keys.end(run_id)))
+
+    async def subscribe(self, run_id: str, *, after: str | None = None, replay: bool = False) -> AsyncIterator[StreamEvent]:
+        events, end = self._keys.events(run_id), self._keys.end(run_id)
+        if after is not None:
+            cursor = _after_id(after)
+        elif replay:
+            cursor = "0-0"
+        else:  # from now on: after the newest event at this moment ("$" would race the first read)
+            async with self._exchange():
+                newest: Any = await self._redis.xrevrange(events, count=1)
+            cursor = newest[0][0].decode() if newest else "0-0"
+        ended = False
+        while True:
+            # Once ended, drain what is buffered without blocking, as MemoryBroker does.
+            block = None if ended else int(self.block_seconds * 1000)
+            async with self._exchange(self.block_seconds):
+                reply: Any = await self._reader.xread({events: cursor, end: "0-0"}, count=self.batch_events, block=block)
+            batch: list[Any] = []
+            for key, entries in reply.items() if isinstance(reply, dict) else reply or []:
+                if key.decode() == end:
+                    ended = True
+                else:
+                    batch = entries
+            for entry_id, fields in batch:
+                cursor = entry_id.decode()
+                yield StreamEvent(cursor, fields[b"e"].decode(), fields[b"d"])
+            if ended and not batch:
+                return
+
+    # Wake-ups.
+
+    async def wake_workers(self) -> None:
+        await self._wake_here()  # an idle slot of this process at once, without a round trip
+        try:
+            await self._signal(self._keys.wake_channel)
+        except Unavailable as exc:
+            log.warning("Redis broker: a wake-up was lost (%s); idle workers poll", exc)
+
+    async def wait_for_work(self, timeout: float) -> None:
+        async with self._work:
+            if self._wakeups == 0:
+                try:
+                    await asyncio.wait_for(self._work.wait_for(lambda: self._wakeups > 0), timeout)
+                except TimeoutError:
+                    return
+            self._wakeups -= 1
+
+    async def _wake_here(self) -> None:
+        async with self._work:
+            self._wakeups = min(self._wakeups + 1, 1024)
+            self._work.notify(1)
+
+    # Run done.
+
+    async def notify_run_done(self, run_id: str) -> None:
+        self._done_here(run_id)
+        try:
+            await self._signal(self._keys.done_channel(run_id))
+        except Unavailable as exc:
+            log.warning("Redis broker: run-done of %s was lost (%s); waiters re-check", run_id, exc)
+
+    def listen_run_done(self, run_id: str) -> Any:
+        event = self._done.setdefault(run_id, asyncio.Event())
+
+        async def wait(timeout: float | None) -> bool:
+            try:
+                await asyncio.wait_for(event.wait(), timeout)
+                return True
+            except TimeoutError:
+                return False
+
+        return wait
+
+    def _done_here(self, run_id: str) -> None:
+        event = self._done.pop(run_id, None)
+        if event is not None:
+            event.set()
+
+    # Cancel.
+
+    async def send_cancel(self, run_id: str, action: str) -> None:
+        applied = self._cancel_here(run_id, action)
+        async with self._exchange(), self._redis.pipeline(transaction=False) as pipe:
+            if not applied:  # kept for a worker between its claim and its registration
+                pipe.set(self._keys.early_cancel(run_id), action, ex=self.retain_seconds)
+            pipe.publish(self._keys.cancel_channel(run_id), f"{self._id} {action}")
+            await pipe.execute()
+
+    async def on_cancel(self, run_id: str, callback: Any) -> Any:
+        self._cancel.setdefault(run_id, []).append(callback)
+        try:
+            async with self._exchange():
+                early: Any = await self._redis.getdel(self._keys.early_cancel(run_id))
+        except Unavailable as exc:
+            log.warning("Redis broker: could not read an early cancel of %s (%s); the listener retries", run_id, exc)
+            self._unchecked.add(run_id)
+        else:
+            if early is not None:
+                callback(early.decode())
+
+        def unregister() -> None:
+            callbacks = self._cancel.get(run_id, [])
+            if callback in callbacks:
+                callbacks.remove(callback)
+            if not callbacks:
+                self._cancel.pop(run_id, None)
+
+        return unregister
+
+    def _cancel_here(self, run_id: str, action: str) -> bool:
+        callbacks = list(self._cancel.get(run_id, []))
+        for callback in callbacks:
+            callback(action)
+        return bool(callbacks)
+
+    # The listener.
+
+    def _exchange(self, extra_seconds: float = 0.0) -> contextlib.AbstractAsyncContextManager[None]:
+        return _exchange(self.command_seconds + extra_seconds)
+
+    async def _signal(self, channel: str, payload: str = "") -> None:
+        async with self._exchange():
+            await self._redis.publish(channel, f"{self._id} {payload}")
+
+    async def _subscribe(self) -> PubSub:
+        """Subscribe to our channels; return once Redis confirmed, so no signal sent afterwards is missed."""
+        pubsub = self._listener.pubsub()
+        try:
+            await pubsub.subscribe(self._keys.wake_channel)
+            await pubsub.psubscribe(self._keys.done_pattern, self._keys.cancel_pattern)
+            confirmed = 0
+            while confirmed < 3:
+                message = await pubsub.get_message(timeout=self.command_seconds)
+                if message is None:
+                    raise TimeoutError("Redis did not confirm the subscriptions")
+                if message["type"] in ("subscribe", "psubscribe"):
+                    confirmed += 1
+                else:
+                    await self._dispatch(message)
+        except BaseException:
+            with contextlib.suppress(*_ERRORS):
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
+            raise
+        return pubsub
+
+    async def _drop_subscription(self) -> None:
+        pubsub, self._pubsub = self._pubsub, None
+        if pubsub is not None:
+            with contextlib.suppress(*_ERRORS):
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    async def _listen(self) -> None:
+        backoff = 0.1
+        while True:
+            try:
+                if self._pubsub is None:
+                    self._pubsub = await self._subscribe()
+                    log.warning("Redis broker: subscribed again; re-checking what may have been missed")
+                    # Each of these is safe to repeat: a worker slot claims nothing, a waiter re-checks
+                    # storage, a cancel applied twice is one cancel.
+                    await self._wake_here()
+                    for run_id in list(self._done):
+                        self._done_here(run_id)
+                    self._unchecked.update(self._cancel)
+                    backoff = 0.1
+                for run_id in list(self._unchecked):
+                    early: Any = None
+                    if run_id in self._cancel:  # else it stays stored for the run's registration
+                        async with self._exchange():
+                            early = await self._redis.getdel(self._keys.early_cancel(run_id))
+                    self._unchecked.discard(run_id)
+                    if early is not None:
+                        self._cancel_here(run_id, early.decode())
+                message = await self._pubsub.get_message(ignore_subscribe_messages=True, timeout=self.block_seconds)
+                if message is not None:
+                    await self._dispatch(message)
+            except (*_ERRORS, Unavailable) as exc:
+                log.warning("Redis broker: listening failed (%s); subscribing again in %.1f s", exc, backoff)
+                await self._drop_subscription()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+            except Exception:  # a cancel callback failed: the listener carries on
+                log.exception("Redis broker: a signal could not be handled")
+
+    async def _dispatch(self, message: dict[str, Any]) -> None:
+        sender, _, payload = message["data"].decode(errors="replace").partition(" ")
+        if sender == self._id:
+            return  # applied here when it was sent
+        kind, run_id = self._keys.parse_channel(message["channel"].decode(errors="replace"))
+        if kind == "wake":
+            await self._wake_here()
+        elif kind == "done":
+            self._done_here(run_id)
+        elif kind == "cancel" and self._cancel.get(run_id):
+            # Delivered: nothing is left for a later registration (deleted before the callbacks run).
+            async with self._exchange():
+                await self._redis.delete(self._keys.early_cancel(run_id))
+            self._cancel_here(run_id, payload)
