@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
@@ -15,20 +15,36 @@ from langgraph_sdk.client import LangGraphClient
 from threadline.api.app import create_app
 from threadline.settings import Settings
 
+from tests.services import Backend, ScaleOut
+
 PROJECT = Path(__file__).parent / "project" / "langgraph.json"
-BACKENDS = ["sqlite"]
+BACKENDS = ["sqlite", "postgres"]
 
 
 @pytest.fixture(params=BACKENDS)
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """Where a test's server keeps its state: a fresh SQLite file, or a clean PostgreSQL database + Redis."""
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'threadline.db'}"
-    raise AssertionError(request.param)
+        return Backend("sqlite", f"sqlite:///{tmp_path / 'threadline.db'}")
+    services = request.getfixturevalue("scaleout_services")
+    return services.fresh()
+
+
+@pytest.fixture(scope="session")
+def scaleout_services() -> Iterator[ScaleOut]:
+    services = ScaleOut.connect()
+    yield services
+    services.close()
 
 
 @pytest.fixture
-def settings(database_url: str) -> Settings:
-    return Settings(config=str(PROJECT), database_url=database_url, workers=4, heartbeat_seconds=5.0)
+def database_url(backend: Backend) -> str:
+    return backend.database_url
+
+
+@pytest.fixture
+def settings(backend: Backend) -> Settings:
+    return Settings(config=str(PROJECT), workers=4, heartbeat_seconds=5.0, **backend.settings())
 
 
 @pytest.fixture
@@ -57,3 +73,7 @@ def _test_project_on_path() -> None:
     if root not in sys.path:
         sys.path.insert(0, root)
     os.environ.setdefault("LANGSMITH_TRACING", "false")
+    # Each test (and each backend's run of it) starts with an empty log of the `slow` agent's work.
+    from tests.project.agents import WORK_LOG
+
+    WORK_LOG.clear()

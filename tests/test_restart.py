@@ -136,14 +136,19 @@ def test_sigkill_without_retries_ends_run_as_error(tmp_path: Path) -> None:
         proc.wait(10)
 
 
-async def test_second_process_on_the_same_file_is_refused(settings: Settings) -> None:
+async def test_second_process_on_the_same_database(settings: Settings) -> None:
+    """The embedded backend refuses a second process on its file; a shared database accepts it."""
     from threadline.errors import ConfigError
     from threadline.storage import open_storage
 
     first = await open_storage(settings.database_url)
     try:
-        with pytest.raises(ConfigError, match="another Threadline process"):
-            await open_storage(settings.database_url)
+        if first.capabilities["multi_process"]:
+            second = await open_storage(settings.database_url)
+            await second.close()
+        else:
+            with pytest.raises(ConfigError, match="another Threadline process"):
+                await open_storage(settings.database_url)
     finally:
         await first.close()
     again = await open_storage(settings.database_url)  # released on close

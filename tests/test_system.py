@@ -9,10 +9,11 @@ async def test_ok_and_readiness(http: httpx.AsyncClient) -> None:
     assert r.status_code == 200 and r.json() == {"ok": True}
 
 
-async def test_info_lists_graphs_and_storage(http: httpx.AsyncClient) -> None:
+async def test_info_lists_graphs_and_storage(http: httpx.AsyncClient, database_url: str) -> None:
     info = (await http.get("/info")).json()
     assert "echo" in info["graphs"] and info["default_agent"] == "echo"
-    assert info["storage"]["backend"] == "sqlite"
+    assert info["storage"]["backend"] == database_url.split(":", 1)[0]
+    assert info["storage"]["multi_process"] is database_url.startswith("postgresql")
     assert info["flags"]["assistants"] is True
 
 
