@@ -29,6 +29,9 @@ class Lease:
         self.attempt = attempt
         self.lease_seconds = lease_seconds
         self.lost = False
+        # Set just before the run's result is written: from then on the run leaves the `running` state in
+        # the database, so a heartbeat that no longer finds it must not take that as a lost lease.
+        self.finishing = False
         # The claim itself was sent just before `since`; its expiry was set after.
         self._valid_until = (since if since is not None else time.monotonic()) + lease_seconds
 

@@ -136,7 +136,7 @@ class WorkerPool:
             for run_id, lease in leases.items():
                 if run_id in kept:
                     lease.renewed(sent)
-                elif run_id in self._running:
+                elif run_id in self._running and not lease.finishing:
                     log.warning("lost the lease on run %s (attempt %d): stopping it, it writes nothing more",
                                 run_id, lease.attempt)
                     lease.lost = True
