@@ -56,7 +56,9 @@ def install(app: FastAPI) -> None:
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}.get(exc.status_code, "error")
         message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
-        return error_body(exc.status_code, message, code)
+        response = error_body(exc.status_code, message, code)
+        response.headers.update(exc.headers or {})  # e.g. `Allow` on a 405
+        return response
 
     @app.exception_handler(Exception)
     async def _crash(_: Request, exc: Exception) -> JSONResponse:

@@ -46,7 +46,7 @@ def _stream(rt: Runtime, run: dict[str, Any], *, last_event_id: str | None = Non
     )
 
 
-async def _wait_done(request: Request, rt: Runtime, run: dict[str, Any], *, cancel_on_disconnect: bool) -> Any:
+async def wait_done(request: Request, rt: Runtime, run: dict[str, Any], *, cancel_on_disconnect: bool) -> Any:
     """The finished run. A client that leaves first cancels the run when `cancel_on_disconnect`.
 
     The endpoint is not cancelled when its client leaves (only streams are), so the disconnect is watched.
@@ -99,7 +99,7 @@ async def stream_thread_run(request: Request, thread_id: UUID, body: RunCreate) 
 async def wait_thread_run(request: Request, thread_id: UUID, body: RunCreate) -> JSON:
     rt = runtime(request)
     run = await _create(rt, str(thread_id), body)
-    done = await _wait_done(request, rt, run, cancel_on_disconnect=_disconnect_cancels(body))
+    done = await wait_done(request, rt, run, cancel_on_disconnect=_disconnect_cancels(body))
     return JSON(await rt.runs.output(done), headers={"Content-Location": _run_path(run),
                                                      "Location": f"{_run_path(run)}/join"})
 
@@ -130,7 +130,7 @@ async def delete_thread_run(request: Request, thread_id: UUID, run_id: UUID):  #
 async def join_thread_run(request: Request, thread_id: UUID, run_id: UUID, cancel_on_disconnect: bool = False) -> JSON:
     rt = runtime(request)
     run = await rt.runs.get(str(run_id), str(thread_id))
-    done = await _wait_done(request, rt, run, cancel_on_disconnect=cancel_on_disconnect)
+    done = await wait_done(request, rt, run, cancel_on_disconnect=cancel_on_disconnect)
     return JSON(await rt.runs.output(done))
 
 
@@ -139,7 +139,7 @@ async def wait_existing_thread_run(request: Request, thread_id: UUID, run_id: UU
     """The journeys' wait: the run's fields (status at the top level) with its output in `values`."""
     rt = runtime(request)
     run = await rt.runs.get(str(run_id), str(thread_id))
-    done = await _wait_done(request, rt, run, cancel_on_disconnect=False)
+    done = await wait_done(request, rt, run, cancel_on_disconnect=False)
     return JSON({**spec_run_out(done), "values": await rt.runs.output(done)})
 
 
@@ -184,7 +184,7 @@ async def wait_run(request: Request, body: RunCreate) -> JSON:
     request names its agent with the protocol's `agent_id`."""
     rt = runtime(request)
     run = await _create(rt, None, body)
-    done = await _wait_done(request, rt, run, cancel_on_disconnect=_disconnect_cancels(body))
+    done = await wait_done(request, rt, run, cancel_on_disconnect=_disconnect_cancels(body))
     output = await rt.runs.output(done)
     if body.agent_id is not None:
         return JSON({"run": spec_run_out(done), "values": output})
@@ -230,7 +230,7 @@ async def delete_run(request: Request, run_id: UUID):  # type: ignore[no-untyped
 async def wait_existing_run(request: Request, run_id: UUID) -> JSON:
     rt = runtime(request)
     run = await rt.runs.get(str(run_id))
-    done = await _wait_done(request, rt, run, cancel_on_disconnect=False)
+    done = await wait_done(request, rt, run, cancel_on_disconnect=False)
     return JSON({"run": spec_run_out(done), "values": await rt.runs.output(done)})
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from threadline.api.metrics import metrics_of
 from threadline.broker.base import StreamEvent
 
 log = logging.getLogger("threadline.api")
@@ -34,4 +35,16 @@ def event_response(
                 except Exception:
                     log.exception("on_disconnect handler failed")
 
-    return EventSourceResponse(frames(), ping=heartbeat, headers=headers)
+    return _CountedEventSource(frames(), ping=heartbeat, headers=headers)
+
+
+class _CountedEventSource(EventSourceResponse):
+    """Counted among the app's open stream subscribers for as long as it is being served."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        metrics = metrics_of(scope)
+        if metrics is None:
+            await super().__call__(scope, receive, send)
+            return
+        with metrics.stream_open():
+            await super().__call__(scope, receive, send)

@@ -14,6 +14,7 @@ from threadline.config import ProjectConfig, find_config, load_config
 from threadline.core.assistants import Assistants
 from threadline.core.executor import Executor
 from threadline.core.graphs import GraphRegistry
+from threadline.core.metrics import Metrics
 from threadline.core.runs import Runs
 from threadline.core.threads import Threads
 from threadline.core.worker import WorkerPool
@@ -41,6 +42,7 @@ class Runtime:
     runs: Runs
     workers: WorkerPool | None
     started: dict[str, Any] = field(default_factory=dict)
+    metrics: Metrics = field(default_factory=Metrics)
 
     @classmethod
     def load_project(cls, settings: Settings) -> tuple[ProjectConfig, GraphRegistry]:
@@ -62,15 +64,19 @@ class Runtime:
         broker = open_broker(settings.redis_url, buffer_events=settings.stream_buffer_events,
                              key_prefix=settings.redis_key_prefix)
         await broker.start()
+        if storage.capabilities.get("multi_process") and settings.redis_url is None:
+            log.warning("%s is shareable, but without --redis-url stream events, wake-ups and cancels stay in "
+                        "this process: run only one process on it", storage.url.split(":", 1)[0])
         assistants = Assistants(storage, graphs)
         threads = Threads(storage, graphs)
         runs = Runs(storage, broker, assistants, threads)
+        metrics = Metrics()
         workers = None
         if settings.workers > 0:
-            workers = WorkerPool(storage, broker, Executor(storage, broker, graphs, threads), settings.workers,
+            workers = WorkerPool(storage, broker, Executor(storage, broker, graphs, threads, metrics), settings.workers,
                                  lease_seconds=settings.lease_seconds, max_attempts=settings.run_retries,
                                  sweep=storage.capabilities.get("multi_process", False))
-        return cls(settings, project, graphs, storage, broker, assistants, threads, runs, workers)
+        return cls(settings, project, graphs, storage, broker, assistants, threads, runs, workers, metrics=metrics)
 
     async def start(self) -> None:
         await self.assistants.ensure_system_assistants()
