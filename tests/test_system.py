@@ -14,6 +14,7 @@ async def test_info_lists_graphs_and_storage(http: httpx.AsyncClient, database_u
     assert "echo" in info["graphs"] and info["default_agent"] == "echo"
     assert info["storage"]["backend"] == database_url.split(":", 1)[0]
     assert info["storage"]["multi_process"] is database_url.startswith("postgresql")
+    assert info["broker"] == ("redis" if database_url.startswith("postgresql") else "memory")
     assert info["flags"]["assistants"] is True
 
 

@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 
 from threadline import __version__
-from threadline.api import agents, assistants, errors, runs, store, system, threads
+from threadline.api import a2a, agents, assistants, errors, mcp, metrics, protocol, runs, store, system, threads
 from threadline.api.limits import BodyLimit
 from threadline.core.runtime import Runtime
 from threadline.loader import load_object
@@ -42,9 +42,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # As LangGraph's server: any origin, so browser clients (LangGraph Studio, web apps) can call it.
     app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["*"], allow_headers=["*"],
                        expose_headers=["x-pagination-total", "x-pagination-next", "content-location", "location"])
+    app.add_middleware(metrics.RequestMetrics)  # outermost: counts every request, 413s and preflights included
     app.state.project = project
     errors.install(app)
-    for module in (system, assistants, agents, threads, runs, store):
+    for module in (system, metrics, assistants, agents, threads, protocol, runs, store, mcp, a2a):
         app.include_router(module.router)
     if project.http_app:
         _mount_user_app(app, project)

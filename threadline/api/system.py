@@ -8,13 +8,17 @@ from threadline import __version__
 from threadline.api.common import JSON, runtime
 
 router = APIRouter(tags=["System"])
+# Optional surfaces, each reported in /info's flags as enabled when the app serves (documents) its path.
+SURFACES = {"a2a": "/a2a/{assistant_id}", "mcp": "/mcp", "streaming_protocol": "/threads/{thread_id}/commands",
+            "metrics": "/metrics"}
 
 
 @router.get("/ok")
 async def ok(request: Request, check_db: int = 0) -> JSON:
-    """Liveness; with `check_db=1`, readiness: the database answers a real query (503 if not)."""
+    """Liveness; with `check_db=1`, readiness: the database answers a real query and the broker a ping (503 if not)."""
     if check_db:
         await runtime(request).storage.ping()
+        await runtime(request).broker.ping()
     return JSON({"ok": True})
 
 
@@ -27,13 +31,18 @@ async def info(request: Request) -> JSON:
         "server": "threadline",
         "langgraph_py_version": _version("langgraph"),
         "flags": {"assistants": True, "crons": False, "langsmith": False, "agent_protocol": True,
-                  "a2a": False, "mcp": False, "streaming_protocol": False, "metrics": False},
+                  **{surface: _serves(request, path) for surface, path in SURFACES.items()}},
         "storage": {"backend": rt.storage.url.split(":", 1)[0], **rt.storage.capabilities},
+        "broker": "redis" if rt.settings.redis_url else "memory",
         "graphs": rt.graphs.ids(),
         "default_agent": rt.graphs.default_agent,
         "workers": {"size": rt.workers.size if rt.workers else 0, "busy": rt.workers.busy if rt.workers else 0},
         "queue": stats,
     })
+
+
+def _serves(request: Request, path: str) -> bool:
+    return path in request.app.openapi().get("paths", {})  # built once, then cached by FastAPI
 
 
 def _version(package: str) -> str | None:

@@ -145,10 +145,15 @@ class Executor:
         if not lease.valid():
             log.warning("run %s ended after its lease lapsed; its result is discarded", run_id)
             return "lost"
+        lease.finishing = True
         await self._finish(run, worker_id, status, error, output, thread_changes, action)
         if self.metrics is not None:
             self.metrics.run_finished(status, time.monotonic() - started)
         return status
+
+    async def _announce_end(self, run_id: str) -> None:
+        await self.broker.end_stream(run_id)
+        await self.broker.notify_run_done(run_id)
 
     async def _publish(self, lease: Lease, event: str, data: Any) -> None:
         lease.check()  # a worker that lost the run must not write into the stream its successor owns
@@ -173,9 +178,8 @@ class Executor:
             if (run["kwargs"] or {}).get("temporary"):
                 await self.storage.delete_thread(thread_id, keep_runs=True)
         finally:
-            # Whatever failed above, nobody is left waiting on this run.
-            await self.broker.end_stream(run_id)
-            await self.broker.notify_run_done(run_id)
+            # Whatever failed above (or cancelled us), nobody is left waiting on this run.
+            await asyncio.shield(self._announce_end(run_id))
         if finished is not None and run["kwargs"].get("webhook"):
             payload = {**run_out(finished), "values": finished.get("output"), "error": finished.get("error")}
             asyncio.create_task(_post_webhook(run["kwargs"]["webhook"], payload))
@@ -201,6 +205,12 @@ class Executor:
 
         if "events" in modes:
             await self._stream_events(graph, run, config, options, publish)
+            return
+        if kwargs.get("protocol"):  # started through /commands: Protocol v2 events into the thread's log
+            from threadline.core.protocol_events import ProtocolRun
+
+            protocol = ProtocolRun(self.storage, self.broker, run, lease, assistant["graph_id"])
+            await protocol.stream(graph, graph_input(kwargs), config, options)
             return
         async for part in graph.astream(graph_input(kwargs), config, **options):
             ns, mode, chunk = part if subgraphs else ((), *part)

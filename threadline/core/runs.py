@@ -22,6 +22,7 @@ KWARG_KEYS = (
     "input", "command", "config", "context", "stream_mode", "stream_subgraphs", "stream_resumable",
     "interrupt_before", "interrupt_after", "checkpoint", "checkpoint_id", "webhook", "on_completion",
     "on_disconnect", "after_seconds", "durability", "feedback_keys", "checkpoint_during",
+    "protocol",  # set by Protocol v2 commands (core/protocol.py): the run's events go to the thread's log
 )
 
 

@@ -7,13 +7,26 @@ The run queue is the runs table: creating a run and enqueuing it are one transac
 from __future__ import annotations
 
 import abc
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
 Row = dict[str, Any]
 SortOrder = Literal["asc", "desc"]
+
+#: Protocol events kept per thread: appending more deletes the oldest (as LangGraph's server keeps a
+#: 10,000-event buffer per thread). A `since` older than what is kept replays from the oldest kept.
+THREAD_EVENTS_KEPT = 10_000
+
+
+class NewThreadEvent(NamedTuple):
+    """A protocol event to append to a thread; `namespace` and `params` are JSON text."""
+
+    method: str
+    channel: str  # the subscription channel it belongs to: "values", "input", "custom:<name>", …
+    namespace: str
+    params: str
 
 
 class Storage(abc.ABC):
@@ -179,3 +192,23 @@ class Storage(abc.ABC):
 
     @abc.abstractmethod
     async def prune_checkpoints(self, thread_id: str, strategy: Literal["delete", "keep_latest"]) -> None: ...
+
+    # --- protocol events ---------------------------------------------------------
+    @abc.abstractmethod
+    async def append_thread_events(self, thread_id: str, run_id: str | None,
+                                   events: list[NewThreadEvent]) -> list[int]:
+        """Append events to the thread's log in one transaction; return their `seq`s (consecutive, from 1).
+
+        Numbers are allocated atomically per thread, also between processes, and commit in order: once a
+        reader has seen seq n, no event numbered below n appears later. Keeps the newest
+        `THREAD_EVENTS_KEPT` events of the thread.
+        """
+
+    @abc.abstractmethod
+    async def read_thread_events(self, thread_id: str, *, after: int = 0, limit: int = 500,
+                                 run_id: str | None = None, method: str | None = None) -> list[Row]:
+        """Events with `seq > after`, oldest first: rows of seq, run_id, method, channel, namespace, params."""
+
+    @abc.abstractmethod
+    async def thread_event_bounds(self, thread_id: str) -> tuple[int, int]:
+        """(oldest kept seq, newest seq) of the thread's events; (0, 0) when it has none."""

@@ -22,7 +22,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from threadline.errors import ConfigError, Conflict, NotFound, Unavailable
-from threadline.storage.base import Row, SortOrder, Storage
+from threadline.storage.base import THREAD_EVENTS_KEPT, NewThreadEvent, Row, SortOrder, Storage
 from threadline.storage.sql import JSON_COLUMNS, now_iso, worker_lost
 
 log = logging.getLogger("threadline.storage")
@@ -225,6 +225,8 @@ class PostgresStorage(Storage):
         async with self._tx() as db:
             if not keep_runs:
                 await db.execute("DELETE FROM runs WHERE thread_id = %s", (thread_id,))
+            await db.execute("DELETE FROM thread_events WHERE thread_id = %s", (thread_id,))
+            await db.execute("DELETE FROM thread_event_counters WHERE thread_id = %s", (thread_id,))
             cur = await db.execute("DELETE FROM threads WHERE thread_id = %s", (thread_id,))
             deleted = cur.rowcount > 0
         await self.checkpointer.adelete_thread(thread_id)
@@ -430,6 +432,45 @@ class PostgresStorage(Storage):
 
     async def prune_checkpoints(self, thread_id: str, strategy: Literal["delete", "keep_latest"]) -> None:
         await self.checkpointer.aprune([thread_id], strategy=strategy)
+
+    # --- protocol events ---------------------------------------------------------
+    async def append_thread_events(self, thread_id: str, run_id: str | None,
+                                   events: list[NewThreadEvent]) -> list[int]:
+        if not events:
+            return []
+        async with self._tx() as db:
+            # The upsert locks the thread's counter row until commit: a concurrent appender on the same
+            # thread waits here, then takes the numbers after ours, so seqs also commit in order.
+            cur = await db.execute(
+                "INSERT INTO thread_event_counters AS c (thread_id, last_seq) VALUES (%s, %s) "
+                "ON CONFLICT (thread_id) DO UPDATE SET last_seq = c.last_seq + EXCLUDED.last_seq "
+                "RETURNING last_seq", (thread_id, len(events)))
+            last = int((await cur.fetchone())["last_seq"])
+            first = last - len(events) + 1
+            async with db.cursor() as many:
+                await many.executemany(
+                    "INSERT INTO thread_events (thread_id, seq, run_id, method, channel, namespace, params) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                    [(thread_id, first + i, run_id, e.method, e.channel, e.namespace, e.params)
+                     for i, e in enumerate(events)])
+            if last > THREAD_EVENTS_KEPT:
+                await db.execute("DELETE FROM thread_events WHERE thread_id = %s AND seq <= %s",
+                                 (thread_id, last - THREAD_EVENTS_KEPT))
+        return list(range(first, last + 1))
+
+    async def read_thread_events(self, thread_id: str, *, after: int = 0, limit: int = 500,
+                                 run_id: str | None = None, method: str | None = None) -> list[Row]:
+        sql, params = "SELECT * FROM thread_events WHERE thread_id = %s AND seq > %s", [thread_id, after]
+        for col, val in (("run_id", run_id), ("method", method)):
+            if val is not None:
+                sql += f" AND {col} = %s"
+                params.append(val)
+        return await self._fetchall(sql + " ORDER BY seq LIMIT %s", [*params, limit])
+
+    async def thread_event_bounds(self, thread_id: str) -> tuple[int, int]:
+        row = await self._fetchone("SELECT MIN(seq) AS lo, MAX(seq) AS hi FROM thread_events WHERE thread_id = %s",
+                                   (thread_id,))
+        return (int(row["lo"] or 0), int(row["hi"] or 0)) if row else (0, 0)
 
 
 async def _apply_migrations(conn: psycopg.AsyncConnection) -> list[str]:

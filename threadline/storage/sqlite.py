@@ -16,7 +16,7 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.store.sqlite.aio import AsyncSqliteStore
 
 from threadline.errors import ConfigError, Conflict, NotFound, Unavailable
-from threadline.storage.base import Row, SortOrder, Storage
+from threadline.storage.base import THREAD_EVENTS_KEPT, NewThreadEvent, Row, SortOrder, Storage
 from threadline.storage.sql import JSON_COLUMNS, apply_migrations, dumps, iso_after, now_iso, where, worker_lost
 
 _ASSISTANT_SORT = {"assistant_id", "graph_id", "name", "created_at", "updated_at"}
@@ -251,6 +251,8 @@ class SQLiteStorage(Storage):
         async with self._tx() as db:
             if not keep_runs:
                 await db.execute("DELETE FROM runs WHERE thread_id = ?", (thread_id,))
+            await db.execute("DELETE FROM thread_events WHERE thread_id = ?", (thread_id,))
+            await db.execute("DELETE FROM thread_event_counters WHERE thread_id = ?", (thread_id,))
             cur = await db.execute("DELETE FROM threads WHERE thread_id = ?", (thread_id,))
             deleted = cur.rowcount > 0
         await self.checkpointer.adelete_thread(thread_id)
@@ -504,6 +506,44 @@ class SQLiteStorage(Storage):
                 (thread_id, thread_id),
             )
             await db.commit()
+
+    # --- protocol events ---------------------------------------------------------
+    async def append_thread_events(self, thread_id: str, run_id: str | None,
+                                   events: list[NewThreadEvent]) -> list[int]:
+        if not events:
+            return []
+        now = now_iso()
+        # One writer at a time (BEGIN IMMEDIATE): reading the counter and bumping it cannot interleave.
+        async with self._tx() as db:
+            found = await _one(db, "SELECT last_seq FROM thread_event_counters WHERE thread_id = ?", (thread_id,))
+            first = (found["last_seq"] if found else 0) + 1
+            last = first + len(events) - 1
+            await db.execute(
+                "INSERT INTO thread_event_counters (thread_id, last_seq) VALUES (?, ?) "
+                "ON CONFLICT (thread_id) DO UPDATE SET last_seq = excluded.last_seq", (thread_id, last))
+            await db.executemany(
+                "INSERT INTO thread_events (thread_id, seq, run_id, method, channel, namespace, params, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(thread_id, first + i, run_id, e.method, e.channel, e.namespace, e.params, now)
+                 for i, e in enumerate(events)])
+            if last > THREAD_EVENTS_KEPT:
+                await db.execute("DELETE FROM thread_events WHERE thread_id = ? AND seq <= ?",
+                                 (thread_id, last - THREAD_EVENTS_KEPT))
+        return list(range(first, last + 1))
+
+    async def read_thread_events(self, thread_id: str, *, after: int = 0, limit: int = 500,
+                                 run_id: str | None = None, method: str | None = None) -> list[Row]:
+        sql, params = "SELECT * FROM thread_events WHERE thread_id = ? AND seq > ?", [thread_id, after]
+        for col, val in (("run_id", run_id), ("method", method)):
+            if val is not None:
+                sql += f" AND {col} = ?"
+                params.append(val)
+        return await self._fetchall(sql + " ORDER BY seq LIMIT ?", [*params, limit])
+
+    async def thread_event_bounds(self, thread_id: str) -> tuple[int, int]:
+        row = await self._fetchone("SELECT MIN(seq) AS lo, MAX(seq) AS hi FROM thread_events WHERE thread_id = ?",
+                                   (thread_id,))
+        return (int(row["lo"] or 0), int(row["hi"] or 0)) if row else (0, 0)
 
 
 def _lock_exclusively(db: Path) -> IO[bytes]:
