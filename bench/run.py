@@ -16,6 +16,8 @@ Cells (per server): ``POST /runs/wait`` (stateless) and
 ``POST /threads/{id}/runs/wait`` (a distinct, pre-created thread per request) at
 each concurrency, then time-to-first-token on ``POST /runs/stream`` with
 ``stream_mode=messages-tuple``. Servers run one at a time, never concurrently.
+Then the scale-out cells (``bench/scaleout.py``): ``POST /threads/{id}/runs/wait`` on
+PostgreSQL + Redis with one API process and 1, 2 and 4 worker processes.
 
 Results are printed as tables and written to ``bench/results/latest.json``.
 See ``bench/README.md`` for how to read the ratios. There are no timing
@@ -46,6 +48,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterator
 
 import httpx
+import scaleout  # the scale-out cells (PostgreSQL + Redis, 1 API + N worker processes); see bench/scaleout.py
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
@@ -646,7 +649,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="Pass --workers to threadline serve (default: threadline's own default).")
     p.add_argument("--reference-bin", default=None, help="Path to the reference `langgraph` binary "
                    "(default: $BENCH_REFERENCE_BIN, .refvenv/bin/langgraph, /work/refvenv/bin/langgraph, PATH).")
-    p.add_argument("--skip", default="", help="Comma-separated columns to skip: floor,threadline,reference.")
+    p.add_argument("--skip", default="", help="Comma-separated parts to skip: floor,threadline,reference,scaleout.")
+    scaleout.add_arguments(p)
     p.add_argument("--output", default=str(BENCH_DIR / "results" / "latest.json"), help="JSON results path.")
     cfg = p.parse_args(argv)
     cfg.concurrency = [int(x) for x in cfg.concurrency.split(",") if x.strip()]
@@ -740,8 +744,14 @@ def main(argv: list[str] | None = None) -> int:
                 "reference", argv, ref_project, base_env, logs_dir / "reference.log", cfg
             )
 
+        # 4. scale-out (PostgreSQL + Redis), compared with the embedded `threadline` column above
+        if "scaleout" in cfg.skip:
+            scaleout_out = {"skipped": "--skip scaleout"}
+        else:
+            scaleout_out = scaleout.run(cfg, results, base_env, tl_argv_prefix, logs_dir)
+
     ratios = compute_ratios(results, cfg)
-    table = render_tables(results, ratios, cfg)
+    table = render_tables(results, ratios, cfg) + scaleout.render(scaleout_out)
     log("\n" + table)
 
     ref_python = ref_bin.parent / "python" if ref_bin else None
@@ -772,7 +782,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     out_path = Path(cfg.output)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps({"meta": meta, "results": results, "ratios": ratios, "table": table}, indent=2) + "\n")
+    out_path.write_text(json.dumps({"meta": meta, "results": results, "ratios": ratios, "scaleout": scaleout_out, "table": table}, indent=2) + "\n")
     log(f"\nWrote {out_path}  (total {meta['duration_s']}s)")
     return 0
 
