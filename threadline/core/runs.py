@@ -137,6 +137,7 @@ class Runs:
             await self.storage.delete_run(run["run_id"])
         await self.broker.end_stream(run["run_id"])
         await self.broker.notify_run_done(run["run_id"])
+        await self.broker.wake_workers()  # the thread's next pending run may now be claimable
 
     async def cancel_many(self, *, run_ids: list[str] | None = None, thread_id: str | None = None,
                           status: str | None = None, action: Literal["interrupt", "rollback"] = "interrupt") -> int:

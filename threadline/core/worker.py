@@ -86,9 +86,8 @@ class WorkerPool:
                 continue
             # There may be more where this came from: pass the wake-up on to another idle slot.
             await self.broker.wake_workers()
+            # Finishing it may unblock the thread's next run: this slot claims again at once, no wake-up needed.
             await self._execute(run, Lease(run["run_id"], run["attempt"], self.lease_seconds, since=sent))
-            # Finishing a run may unblock the next one on the same thread for another slot.
-            await self.broker.wake_workers()
 
     async def _execute(self, run: Row, lease: Lease) -> None:
         stop = StopSignal()
