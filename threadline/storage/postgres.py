@@ -287,7 +287,8 @@ class PostgresStorage(Storage):
             "AND status = 'pending' RETURNING *"
         )
         try:
-            async with self._tx() as db:
+            # One statement is its own transaction: no BEGIN/COMMIT round trips on the hottest path.
+            async with self._pool.connection() as db:
                 cur = await db.execute(sql, (worker_id, lease_seconds))
                 found = await cur.fetchone()
         except psycopg.errors.UniqueViolation:
