@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 from pathlib import Path
 
 import httpx
@@ -13,6 +14,7 @@ from asgi_lifespan import LifespanManager
 from langgraph_sdk.client import LangGraphClient
 
 from threadline.api.app import create_app
+from threadline.core.runtime import Runtime
 from threadline.settings import Settings
 
 from tests.services import Backend, ScaleOut
@@ -48,10 +50,22 @@ def settings(backend: Backend) -> Settings:
 
 
 @pytest.fixture
-async def app(settings: Settings) -> AsyncIterator[object]:
+async def served(settings: Settings) -> AsyncIterator[tuple[Any, object]]:
+    """The FastAPI app, started (lifespan run), and the ASGI callable to send requests to."""
     application = create_app(settings)
     async with LifespanManager(application, startup_timeout=30, shutdown_timeout=30) as manager:
-        yield manager.app
+        yield application, manager.app
+
+
+@pytest.fixture
+def app(served: tuple[Any, object]) -> object:
+    return served[1]
+
+
+@pytest.fixture
+def runtime(served: tuple[Any, object]) -> Runtime:
+    """The started app's live objects (storage, broker, workers), for tests that must reach inside."""
+    return served[0].state.runtime
 
 
 @pytest.fixture

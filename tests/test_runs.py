@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 
 import httpx
 import pytest
@@ -159,6 +160,33 @@ async def test_cancel_really_stops_the_agent(sdk: LangGraphClient) -> None:
     assert len([w for w in WORK_LOG if w.startswith(tag)]) == done_at_cancel < 100
     thread = await sdk.threads.get(tid)
     assert thread["status"] == "interrupted" and thread["error"]["error"] == "UserInterrupt"
+
+
+async def test_cancel_between_claim_and_start_stops_the_run_and_keeps_the_worker(runtime: Any, sdk: LangGraphClient) -> None:
+    """A cancel that reaches the worker after it created the run's task but before that task first ran."""
+    from tests.project.agents import WORK_LOG
+
+    broker = runtime.broker
+    registered = broker.on_cancel
+
+    async def cancel_right_after_registration(run_id: str, callback: Any) -> Any:
+        unregister = await registered(run_id, callback)
+        asyncio.get_running_loop().call_soon(callback, "interrupt")  # runs before the task's first step
+        return unregister
+
+    broker.on_cancel = cancel_right_after_registration
+    try:
+        tid = (await sdk.threads.create())["thread_id"]
+        run = await sdk.runs.create(tid, "slow", input={"tag": "early", "steps": 50, "delay": 0.02})
+        await asyncio.wait_for(sdk.runs.join(tid, run["run_id"]), 20)  # a lost cancel leaves it running
+        assert (await sdk.runs.get(tid, run["run_id"]))["status"] == "interrupted"
+        assert not [w for w in WORK_LOG if w.startswith("early:")]
+    finally:
+        broker.on_cancel = registered
+    # Every worker slot is still claiming: the early cancel did not kill the slot that held the run.
+    assert all(not loop.done() for loop in runtime.workers._loops)
+    after = await sdk.runs.wait(tid, "slow", input={"tag": "later", "steps": 1, "delay": 0})
+    assert after["done"] == ["later"]
 
 
 async def test_cancel_pending_run_never_starts(sdk: LangGraphClient) -> None:

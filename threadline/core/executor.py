@@ -34,6 +34,9 @@ class StopSignal:
 
     def __init__(self) -> None:
         self.action: str | None = None
+        # Set by the run's task when it starts: a task cancelled before its first step never runs its own
+        # handlers, so until then a cancel only sets `action` and the task applies it when it starts.
+        self.started = False
 
 
 def requested_modes(kwargs: dict[str, Any]) -> list[str]:
@@ -101,6 +104,7 @@ class Executor:
         status, error, output, action = "success", None, None, None
         started = time.monotonic()
         try:
+            stop.started = True
             if stop.action is not None:
                 raise asyncio.CancelledError
             await self._publish(lease, "metadata", {"run_id": run_id, "attempt": run.get("attempt", 1)})

@@ -96,7 +96,7 @@ class WorkerPool:
         def on_cancel(action: str) -> None:
             if stop.action is None:
                 stop.action = action
-                if holder:
+                if holder and stop.started:  # not started yet: it applies `action` itself when it starts
                     holder[0].cancel()
 
         # Registered before the task exists: a cancel that arrived since the claim is applied at its start.
@@ -109,8 +109,9 @@ class WorkerPool:
         except asyncio.CancelledError:
             if not task.done():
                 task.cancel()
-            if not self._stopping and lease.lost:
-                return  # the heartbeat found the run taken over; this slot carries on
+            current = asyncio.current_task()
+            if not self._stopping and (lease.lost or (current is not None and not current.cancelling())):
+                return  # the run's task was stopped (lease lost, or cancelled early), not this slot: carry on
             raise
         except Exception:
             log.exception("run %s crashed the executor", run["run_id"])
