@@ -6,11 +6,14 @@ import asyncio
 import operator
 from typing import Annotated, Any
 
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_stream_writer
 from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
-#: Every unit of work the `slow` agent does, by tag: lets a test prove a cancelled agent stopped.
+#: Every unit of work the `slow` and `subagent` agents do, by tag: lets a test prove a cancelled agent stopped.
 WORK_LOG: list[str] = []
 
 
@@ -51,6 +54,29 @@ def _fail(state: FailState) -> dict[str, Any]:
 
 
 failing = _one_node(FailState, "fail", _fail).compile()
+
+
+class SubagentState(TypedDict, total=False):
+    messages: Annotated[list[AnyMessage], add_messages]
+    launched_by: dict[str, Any]
+
+
+async def _research(state: SubagentState, config: RunnableConfig) -> dict[str, Any]:
+    """Answer the latest request; `work <tag> <steps>` first does that many units of work, logged in WORK_LOG."""
+    requests = [str(m.content) for m in state.get("messages") or [] if isinstance(m, HumanMessage)]
+    words = requests[-1].split() if requests else []
+    if words[:1] == ["work"]:
+        for i in range(int(words[2])):
+            await asyncio.sleep(0.02)
+            WORK_LOG.append(f"{words[1]}:{i}")
+    # deepagents tells the subagent's run which agent launched it.
+    launched_by = (config.get("configurable") or {}).get("deepagents_parent") or {}
+    answer = AIMessage(content=f"Done: {requests[-1] if requests else ''} (request {len(requests)})")
+    return {"messages": [answer], "launched_by": launched_by}
+
+
+#: A deterministic async subagent for deepagents' AsyncSubAgentMiddleware (tests/test_deepagents.py).
+subagent = _one_node(SubagentState, "research", _research).compile()
 
 
 class NestState(TypedDict, total=False):
