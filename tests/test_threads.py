@@ -143,8 +143,10 @@ async def test_supersteps_seed_state(sdk: LangGraphClient, http: httpx.AsyncClie
 
 
 async def test_unhonoured_fields_are_refused(http: httpx.AsyncClient) -> None:
-    r = await http.post("/threads", json={"ttl": {"ttl": 5}})
-    assert r.status_code == 422 and "ttl" in r.json()["detail"]
+    r = await http.post("/threads", json={"ttl": {"ttl": 5}, "expires": "tomorrow"})
+    assert r.status_code == 422 and "expires" in r.json()["detail"]
+    r = await http.post("/threads", json={"ttl": {"ttl": 5}})  # thread TTLs are honoured: tests/test_ttl.py
+    assert r.status_code == 200 and r.json()["thread_id"]
 
 
 async def test_update_state_bad_node(sdk: LangGraphClient, http: httpx.AsyncClient) -> None:

@@ -20,6 +20,39 @@ _BUILD_ONLY = {
     "image_distro", "base_image", "keep_pkg_tools", "api_version", "_INTERNAL_docker_tag",
 }
 _SUPPORTED = {"graphs", "env", "dependencies", "store", "checkpointer", "http", "threadline"}
+_TTL_KEYS = {"strategy", "sweep_interval_minutes", "default_ttl", "sweep_limit"}
+
+
+@dataclass(frozen=True)
+class CheckpointerTTL:
+    """`checkpointer.ttl`: expired threads are deleted with their checkpoints and runs.
+
+    A thread expires `ttl` minutes after its last update; `default_ttl` is stamped on threads created
+    while it is configured (a thread's own `ttl` from the API wins), so threads created before keep none.
+    """
+
+    strategy: str = "delete"
+    sweep_interval_minutes: float = 5.0
+    default_ttl: float | None = None
+    sweep_limit: int = 1000
+
+    @classmethod
+    def parse(cls, raw: Any, path: Path) -> CheckpointerTTL:
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: checkpointer.ttl must be an object")
+        if raw.get("strategy", "delete") != "delete":
+            raise ConfigError(f"{path}: checkpointer.ttl.strategy {raw['strategy']!r} is not supported; "
+                              "use 'delete'")
+        given: dict[str, Any] = {}
+        for key, kind in (("sweep_interval_minutes", float), ("default_ttl", float), ("sweep_limit", int)):
+            value = raw.get(key)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0 or (
+                    kind is int and value != int(value)):
+                raise ConfigError(f"{path}: checkpointer.ttl.{key} must be a positive number, got {value!r}")
+            given[key] = kind(value)
+        return cls(**given)
 
 
 @dataclass(frozen=True)
@@ -32,7 +65,7 @@ class ProjectConfig:
     dependencies: list[Path] = field(default_factory=list)
     store_index: dict[str, Any] | None = None
     store_ttl: dict[str, Any] | None = None
-    checkpointer_ttl: dict[str, Any] | None = None
+    checkpointer_ttl: CheckpointerTTL | None = None
     http_app: str | None = None
     default_agent: str | None = None
     unsupported: list[str] = field(default_factory=list)
@@ -72,6 +105,8 @@ def load_config(path: Path) -> ProjectConfig:
         ("http", http, {"app"}),
     ):
         unsupported += [f"{section}.{k}" for k in keys if k not in allowed]
+    if isinstance(checkpointer.get("ttl"), dict):
+        unsupported += [f"checkpointer.ttl.{k}" for k in checkpointer["ttl"] if k not in _TTL_KEYS]
     graphs = {}
     for graph_id, spec in raw["graphs"].items():
         if isinstance(spec, dict):  # {"path": ..., "description": ...}
@@ -89,7 +124,7 @@ def load_config(path: Path) -> ProjectConfig:
         dependencies=[(path.parent / d).resolve() for d in raw.get("dependencies") or []],
         store_index=store.get("index"),
         store_ttl=store.get("ttl"),
-        checkpointer_ttl=checkpointer.get("ttl"),
+        checkpointer_ttl=None if checkpointer.get("ttl") is None else CheckpointerTTL.parse(checkpointer["ttl"], path),
         http_app=http.get("app"),
         default_agent=default,
         unsupported=unsupported,

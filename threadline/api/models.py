@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -81,18 +81,33 @@ class Superstep(Body):
     updates: list[StateUpdateItem]
 
 
-class ThreadCreate(Body):
-    """`ttl` is not accepted: thread TTLs are not built yet, and a field we cannot honour is refused."""
+class ThreadTTL(Body):
+    """A thread's time to live, as langgraph-sdk sends it: deleted `ttl` minutes after its last update."""
 
+    strategy: Literal["delete"] = "delete"
+    ttl: float = Field(gt=0)
+
+
+#: `ttl` on thread create and update: the object, or just the minutes.
+TTLField = ThreadTTL | Annotated[float, Field(gt=0)] | None
+
+
+def ttl_minutes(ttl: ThreadTTL | float | None) -> float | None:
+    return ttl.ttl if isinstance(ttl, ThreadTTL) else ttl
+
+
+class ThreadCreate(Body):
     thread_id: UUID | None = None
     metadata: dict[str, Any] | None = None
     if_exists: Literal["raise", "do_nothing"] = "raise"
     supersteps: list[Superstep] | None = None
     graph_id: str | None = None
+    ttl: TTLField = None
 
 
 class ThreadPatch(Body):
     metadata: dict[str, Any] | None = None
+    ttl: TTLField = None
     values: dict[str, Any] | None = None
     checkpoint: dict[str, Any] | None = None
     messages: list[dict[str, Any]] | None = None

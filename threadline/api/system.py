@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from fastapi import APIRouter, Request
 
 from threadline import __version__
@@ -32,7 +34,9 @@ async def info(request: Request) -> JSON:
         "langgraph_py_version": _version("langgraph"),
         "flags": {"assistants": True, "crons": False, "langsmith": False, "agent_protocol": True,
                   **{surface: _serves(request, path) for surface, path in SURFACES.items()}},
-        "storage": {"backend": rt.storage.url.split(":", 1)[0], **rt.storage.capabilities},
+        "storage": {"backend": rt.storage.url.split(":", 1)[0], **rt.storage.capabilities,
+                    # langgraph.json checkpointer.ttl; null: only threads given a `ttl` expire.
+                    "thread_ttl": asdict(rt.threads.ttl) if rt.threads.ttl else None},
         "broker": "redis" if rt.settings.redis_url else "memory",
         "graphs": rt.graphs.ids(),
         "default_agent": rt.graphs.default_agent,

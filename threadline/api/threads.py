@@ -14,6 +14,7 @@ from threadline.core.thread_stream import follow_thread
 from threadline.shapes import thread_out
 from threadline.api.models import (
     HistoryQuery, StateAtCheckpoint, StateUpdate, ThreadCount, ThreadCreate, ThreadPatch, ThreadPrune, ThreadSearch,
+    ttl_minutes,
 )
 
 router = APIRouter(prefix="/threads", tags=["Threads"])
@@ -24,6 +25,7 @@ async def create_thread(request: Request, body: ThreadCreate) -> JSON:
     row = await runtime(request).threads.create(
         thread_id=str(body.thread_id) if body.thread_id else None, metadata=body.metadata, if_exists=body.if_exists, graph_id=body.graph_id,
         supersteps=[s.model_dump() for s in body.supersteps] if body.supersteps else None,
+        ttl=ttl_minutes(body.ttl),
     )
     return JSON(thread_out(row))
 
@@ -51,8 +53,14 @@ async def prune_threads(request: Request, body: ThreadPrune) -> JSON:
 
 
 @router.get("/{thread_id}")
-async def get_thread(request: Request, thread_id: UUID) -> JSON:
-    return JSON(thread_out(await runtime(request).threads.get(str(thread_id))))
+async def get_thread(request: Request, thread_id: UUID, include: str | None = None) -> JSON:
+    """`include=ttl` adds the thread's TTL: `{strategy, ttl_minutes, expires_at}`, or null without one."""
+    row = await runtime(request).threads.get(str(thread_id))
+    out = thread_out(row)
+    if "ttl" in (include or "").split(","):
+        out["ttl"] = ({"strategy": row["ttl_strategy"], "ttl_minutes": row["ttl_minutes"],
+                       "expires_at": row["expires_at"]} if row.get("ttl_minutes") is not None else None)
+    return JSON(out)
 
 
 @router.patch("/{thread_id}")
@@ -66,7 +74,7 @@ async def patch_thread(request: Request, thread_id: UUID, body: ThreadPatch) -> 
         if body.messages is not None:
             values["messages"] = body.messages
         await threads.update_state(tid, values=values, checkpoint=body.checkpoint)
-    row = await threads.patch(tid, metadata=body.metadata)
+    row = await threads.patch(tid, metadata=body.metadata, ttl=ttl_minutes(body.ttl))
     return JSON(thread_out(row))
 
 

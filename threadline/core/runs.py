@@ -84,6 +84,7 @@ class Runs:
         created = await self.storage.enqueue_run(
             run, thread_metadata={"graph_id": assistant["graph_id"], "assistant_id": assistant["assistant_id"]},
             create_thread=create_thread, reject_if_active=strategy == "reject",
+            thread_ttl_minutes=self.threads.default_ttl,
         )
         await self.broker.wake_workers()
         await self.broker.notify_run_done(thread_signal(thread_id))  # wakes followers of the thread

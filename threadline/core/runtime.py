@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 from dataclasses import dataclass, field
@@ -10,7 +12,7 @@ from typing import Any
 
 from threadline.broker import open_broker
 from threadline.broker.base import Broker
-from threadline.config import ProjectConfig, find_config, load_config
+from threadline.config import CheckpointerTTL, ProjectConfig, find_config, load_config
 from threadline.core.assistants import Assistants
 from threadline.core.executor import Executor
 from threadline.core.graphs import GraphRegistry
@@ -43,6 +45,7 @@ class Runtime:
     workers: WorkerPool | None
     started: dict[str, Any] = field(default_factory=dict)
     metrics: Metrics = field(default_factory=Metrics)
+    thread_sweeper: asyncio.Task[None] | None = None
 
     @classmethod
     def load_project(cls, settings: Settings) -> tuple[ProjectConfig, GraphRegistry]:
@@ -68,7 +71,7 @@ class Runtime:
             log.warning("%s is shareable, but without --redis-url stream events, wake-ups and cancels stay in "
                         "this process: run only one process on it", storage.url.split(":", 1)[0])
         assistants = Assistants(storage, graphs)
-        threads = Threads(storage, graphs)
+        threads = Threads(storage, graphs, project.checkpointer_ttl)
         runs = Runs(storage, broker, assistants, threads)
         metrics = Metrics()
         workers = None
@@ -92,8 +95,26 @@ class Runtime:
         self.started = {"requeued": [r["run_id"] for r in requeued], "failed": [r["run_id"] for r in failed]}
         if self.workers is not None:
             await self.workers.start()
+        # Always on, as LangGraph's server: a thread's own `ttl` (API) expires it without checkpointer.ttl.
+        interval = (self.project.checkpointer_ttl or CheckpointerTTL()).sweep_interval_minutes * 60
+        self.thread_sweeper = asyncio.create_task(self._sweep_threads(interval), name="threadline-thread-ttl")
+
+    async def _sweep_threads(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                swept = await self.threads.sweep_expired()
+            except Exception:  # a database hiccup must not end the sweeper; the next round retries
+                log.exception("thread TTL sweep failed")
+                continue
+            if swept:
+                log.info("deleted %d expired threads", len(swept))
 
     async def close(self) -> None:
+        if self.thread_sweeper is not None:
+            self.thread_sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.thread_sweeper
         if self.workers is not None:
             await self.workers.stop()
         await self.broker.close()

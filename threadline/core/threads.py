@@ -10,24 +10,35 @@ from typing import Any, Literal
 from langgraph.pregel import Pregel
 from langgraph.types import StateUpdate
 
+from threadline.config import CheckpointerTTL
 from threadline.core.graphs import GraphRegistry
 from threadline.core.state import bind, checkpoint_ref, empty_state, snapshot_json, thread_config, thread_fields
 from threadline.errors import BadRequest, NotFound
 from threadline.storage.base import Row, Storage
-from threadline.storage.sql import now_iso
+from threadline.storage.sql import now_iso, thread_ttl_columns
 
 
 class Threads:
     """Thread operations; state reads and writes go through the thread's graph and LangGraph's checkpointer."""
 
-    def __init__(self, storage: Storage, graphs: GraphRegistry) -> None:
+    def __init__(self, storage: Storage, graphs: GraphRegistry, ttl: CheckpointerTTL | None = None) -> None:
         self.storage = storage
         self.graphs = graphs
+        self.ttl = ttl
+
+    @property
+    def default_ttl(self) -> float | None:
+        """Minutes a new thread lives after its last update (`checkpointer.ttl.default_ttl`), None: forever."""
+        return self.ttl.default_ttl if self.ttl else None
 
     async def create(self, *, thread_id: str | None = None, metadata: dict | None = None,
                      if_exists: Literal["raise", "do_nothing"] = "raise",
-                     supersteps: list[dict[str, Any]] | None = None, graph_id: str | None = None) -> Row:
-        """A new thread; `supersteps` (state updates applied in order) seed its state through its graph."""
+                     supersteps: list[dict[str, Any]] | None = None, graph_id: str | None = None,
+                     ttl: float | None = None) -> Row:
+        """A new thread; `supersteps` (state updates applied in order) seed its state through its graph.
+
+        It expires `ttl` minutes (else the configured default) after its last update.
+        """
         now = now_iso()
         meta = dict(metadata or {})
         if graph_id:
@@ -36,7 +47,8 @@ class Threads:
             raise BadRequest("supersteps need the thread's graph: give graph_id (or metadata.graph_id) naming "
                              f"one of {', '.join(self.graphs.ids())}")
         row = {"thread_id": thread_id or str(uuid.uuid4()), "status": "idle", "metadata": meta, "config": {},
-               "values": None, "interrupts": {}, "created_at": now, "updated_at": now}
+               "values": None, "interrupts": {}, "created_at": now, "updated_at": now,
+               **thread_ttl_columns(ttl if ttl is not None else self.default_ttl)}
         thread = await self.storage.create_thread(row, if_exists=if_exists)
         if supersteps and thread["created_at"] == now:  # not an existing thread kept by if_exists=do_nothing
             async with self._graph(thread) as graph:
@@ -58,15 +70,25 @@ class Threads:
             raise NotFound(f"Thread {thread_id} not found")
         return found
 
-    async def patch(self, thread_id: str, *, metadata: dict | None = None) -> Row:
+    async def patch(self, thread_id: str, *, metadata: dict | None = None, ttl: float | None = None) -> Row:
+        """Merge `metadata`; a `ttl` (minutes) replaces the thread's. Either way its TTL counts from now."""
         await self.get(thread_id)
-        found = await self.storage.update_thread(thread_id, {}, merge_metadata=metadata or {})
+        found = await self.storage.update_thread(thread_id, thread_ttl_columns(ttl),
+                                                 merge_metadata=metadata or {})
         assert found is not None
         return found
 
     async def delete(self, thread_id: str) -> None:
         if not await self.storage.delete_thread(thread_id):
             raise NotFound(f"Thread {thread_id} not found")
+
+    async def sweep_expired(self, now: str | None = None) -> list[str]:
+        """Delete threads whose TTL ran out (with their checkpoints and runs), a batch of `sweep_limit`.
+
+        Threads with an active run are kept. `now` (ISO-8601) defaults to the database's clock.
+        """
+        limit = self.ttl.sweep_limit if self.ttl else CheckpointerTTL.sweep_limit
+        return await self.storage.delete_expired_threads(limit=limit, now=now)
 
     async def search(self, **filters: Any) -> list[Row]:
         return await self.storage.search_threads(**filters)

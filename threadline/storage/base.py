@@ -96,6 +96,16 @@ class Storage(abc.ABC):
         """Delete the thread and its checkpoints, and its runs unless `keep_runs`."""
 
     @abc.abstractmethod
+    async def delete_expired_threads(self, *, limit: int, now: str | None = None) -> list[str]:
+        """Delete up to `limit` threads whose TTL ran out by `now`, as `delete_thread` does; return their ids.
+
+        A thread expires `ttl_minutes` after its `updated_at` (the backend keeps `expires_at` in step).
+        A thread with a pending or running run is never deleted, also when a run is enqueued concurrently.
+        `now` is an ISO-8601 UTC timestamp, the database's clock when None. Safe to call from several
+        processes at once: each expired thread is deleted once, and the other sweepers skip it.
+        """
+
+    @abc.abstractmethod
     async def search_threads(
         self, *, ids: list[str] | None, metadata: dict[str, Any] | None, values: dict[str, Any] | None,
         status: str | None, limit: int, offset: int, sort_by: str, sort_order: SortOrder,
@@ -109,11 +119,11 @@ class Storage(abc.ABC):
     # --- runs and the queue ----------------------------------------------------
     @abc.abstractmethod
     async def enqueue_run(self, run: Row, *, thread_metadata: dict[str, Any], create_thread: bool,
-                          reject_if_active: bool) -> Row:
+                          reject_if_active: bool, thread_ttl_minutes: float | None = None) -> Row:
         """Insert a pending run, mark its thread busy and merge `thread_metadata` into it, atomically.
 
-        A missing thread is created when `create_thread`, else NotFound. Raises Conflict when
-        `reject_if_active` and the thread has a pending or running run.
+        A missing thread is created (expiring after `thread_ttl_minutes`) when `create_thread`, else
+        NotFound. Raises Conflict when `reject_if_active` and the thread has a pending or running run.
         """
 
     @abc.abstractmethod

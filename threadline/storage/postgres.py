@@ -23,7 +23,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from threadline.errors import ConfigError, Conflict, NotFound, Unavailable
 from threadline.storage.base import THREAD_EVENTS_KEPT, NewThreadEvent, Row, SortOrder, Storage
-from threadline.storage.sql import JSON_COLUMNS, now_iso, worker_lost
+from threadline.storage.sql import JSON_COLUMNS, now_iso, thread_ttl_columns, worker_lost
 
 log = logging.getLogger("threadline.storage")
 
@@ -223,14 +223,24 @@ class PostgresStorage(Storage):
 
     async def delete_thread(self, thread_id: str, *, keep_runs: bool = False) -> bool:
         async with self._tx() as db:
-            if not keep_runs:
-                await db.execute("DELETE FROM runs WHERE thread_id = %s", (thread_id,))
-            await db.execute("DELETE FROM thread_events WHERE thread_id = %s", (thread_id,))
-            await db.execute("DELETE FROM thread_event_counters WHERE thread_id = %s", (thread_id,))
-            cur = await db.execute("DELETE FROM threads WHERE thread_id = %s", (thread_id,))
-            deleted = cur.rowcount > 0
+            deleted = await _delete_threads(db, [thread_id], keep_runs=keep_runs) > 0
         await self.checkpointer.adelete_thread(thread_id)
         return deleted
+
+    async def delete_expired_threads(self, *, limit: int, now: str | None = None) -> list[str]:
+        # The row locks order the sweep against enqueue_run, which locks the thread row before adding a
+        # run: a thread an enqueue holds is skipped (it is about to be busy), and an enqueue waiting on a
+        # thread being swept finds it gone. SKIP LOCKED lets concurrent sweepers take disjoint threads.
+        async with self._tx() as db:
+            cur = await db.execute(
+                "SELECT thread_id FROM threads t WHERE expires_at <= COALESCE(%s::timestamptz, now()) "
+                f"AND status <> 'busy' AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.thread_id = t.thread_id "
+                f"AND r.{_ACTIVE}) ORDER BY expires_at LIMIT %s FOR UPDATE SKIP LOCKED", (now, limit))
+            expired = [r["thread_id"] for r in await cur.fetchall()]
+            await _delete_threads(db, expired, keep_runs=False)
+        for thread_id in expired:
+            await self.checkpointer.adelete_thread(thread_id)
+        return expired
 
     def _thread_filter(self, ids, metadata, values, status) -> tuple[str, list]:
         clauses: list[tuple[str, list]] = []
@@ -253,13 +263,14 @@ class PostgresStorage(Storage):
 
     # --- runs and the queue ----------------------------------------------------
     async def enqueue_run(self, run: Row, *, thread_metadata: dict[str, Any], create_thread: bool,
-                          reject_if_active: bool) -> Row:
+                          reject_if_active: bool, thread_ttl_minutes: float | None = None) -> Row:
         now, thread_id = run["created_at"], run["thread_id"]
         async with self._tx() as db:
             if create_thread:
                 await _insert(db, "threads", {
                     "thread_id": thread_id, "status": "busy", "metadata": {}, "config": {}, "interrupts": {},
-                    "created_at": now, "updated_at": now}, on_conflict="(thread_id) DO NOTHING")
+                    "created_at": now, "updated_at": now, **thread_ttl_columns(thread_ttl_minutes)},
+                    on_conflict="(thread_id) DO NOTHING")
             # The thread row lock orders concurrent enqueues on one thread (reject sees the other's run).
             thread = await _one(db, "SELECT thread_id FROM threads WHERE thread_id = %s FOR UPDATE", (thread_id,))
             if thread is None:
@@ -488,6 +499,18 @@ async def _apply_migrations(conn: psycopg.AsyncConnection) -> list[str]:
                                    (entry.name, now_iso()))
             applied.append(entry.name)
     return applied
+
+
+async def _delete_threads(db: psycopg.AsyncConnection, thread_ids: list[str], *, keep_runs: bool) -> int:
+    """Delete the threads' rows (not their checkpoints) inside the caller's transaction; return how many."""
+    if not thread_ids:
+        return 0
+    tables = ("thread_events", "thread_event_counters") if keep_runs else ("runs", "thread_events",
+                                                                          "thread_event_counters")
+    for table in tables:
+        await db.execute(f"DELETE FROM {table} WHERE thread_id = ANY(%s)", (thread_ids,))
+    cur = await db.execute("DELETE FROM threads WHERE thread_id = ANY(%s)", (thread_ids,))
+    return cur.rowcount
 
 
 async def _has_pgvector(pool: AsyncConnectionPool) -> bool:

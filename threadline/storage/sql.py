@@ -18,6 +18,11 @@ def iso_after(seconds: float) -> str:
     return (datetime.now(timezone.utc) + timedelta(seconds=seconds)).isoformat(timespec="microseconds")
 
 
+def thread_ttl_columns(minutes: float | None) -> dict[str, Any]:
+    """The thread columns that make it expire `minutes` after its last update ("delete": the only strategy)."""
+    return {"ttl_strategy": "delete", "ttl_minutes": minutes} if minutes is not None else {}
+
+
 def worker_lost(attempts: int) -> dict[str, str]:
     """The error a run ends with when its worker died and no retries are left."""
     return {"error": "WorkerLost",

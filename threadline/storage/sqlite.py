@@ -18,7 +18,9 @@ from langgraph.store.sqlite.aio import AsyncSqliteStore
 
 from threadline.errors import ConfigError, Conflict, NotFound, Unavailable
 from threadline.storage.base import THREAD_EVENTS_KEPT, NewThreadEvent, Row, SortOrder, Storage
-from threadline.storage.sql import JSON_COLUMNS, apply_migrations, dumps, iso_after, now_iso, where, worker_lost
+from threadline.storage.sql import (
+    JSON_COLUMNS, apply_migrations, dumps, iso_after, now_iso, thread_ttl_columns, where, worker_lost,
+)
 
 _ASSISTANT_SORT = {"assistant_id", "graph_id", "name", "created_at", "updated_at"}
 _THREAD_SORT = {"thread_id", "status", "created_at", "updated_at"}
@@ -249,14 +251,23 @@ class SQLiteStorage(Storage):
 
     async def delete_thread(self, thread_id: str, *, keep_runs: bool = False) -> bool:
         async with self._tx() as db:
-            if not keep_runs:
-                await db.execute("DELETE FROM runs WHERE thread_id = ?", (thread_id,))
-            await db.execute("DELETE FROM thread_events WHERE thread_id = ?", (thread_id,))
-            await db.execute("DELETE FROM thread_event_counters WHERE thread_id = ?", (thread_id,))
-            cur = await db.execute("DELETE FROM threads WHERE thread_id = ?", (thread_id,))
-            deleted = cur.rowcount > 0
+            deleted = await _delete_threads(db, [thread_id], keep_runs=keep_runs) > 0
         await self.checkpointer.adelete_thread(thread_id)
         return deleted
+
+    async def delete_expired_threads(self, *, limit: int, now: str | None = None) -> list[str]:
+        # One writer: no run can be enqueued between finding a thread idle and deleting it.
+        async with self._tx() as db:
+            rows = await db.execute_fetchall(
+                "SELECT thread_id FROM threads t WHERE expires_at IS NOT NULL AND expires_at <= ? "
+                "AND status != 'busy' AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.thread_id = t.thread_id "
+                "AND r.status IN ('pending', 'running')) ORDER BY expires_at LIMIT ?",
+                (now or now_iso(), limit))
+            expired = [r["thread_id"] for r in rows]
+            await _delete_threads(db, expired, keep_runs=False)
+        for thread_id in expired:
+            await self.checkpointer.adelete_thread(thread_id)
+        return expired
 
     def _thread_filter(self, ids, metadata, values, status) -> tuple[str, list]:
         clauses: list[tuple[str, list]] = []
@@ -280,7 +291,7 @@ class SQLiteStorage(Storage):
 
     # --- runs and the queue ----------------------------------------------------
     async def enqueue_run(self, run: Row, *, thread_metadata: dict[str, Any], create_thread: bool,
-                          reject_if_active: bool) -> Row:
+                          reject_if_active: bool, thread_ttl_minutes: float | None = None) -> Row:
         now = run["created_at"]
         async with self._tx() as db:
             thread = await _one(db, "SELECT metadata FROM threads WHERE thread_id = ?", (run["thread_id"],))
@@ -289,7 +300,8 @@ class SQLiteStorage(Storage):
             if thread is None:
                 await _insert(db, "threads", {
                     "thread_id": run["thread_id"], "status": "busy", "metadata": thread_metadata, "config": {},
-                    "interrupts": {}, "created_at": now, "updated_at": now})
+                    "interrupts": {}, "created_at": now, "updated_at": now,
+                    **thread_ttl_columns(thread_ttl_minutes)})
             else:
                 if reject_if_active and await _one(
                     db, "SELECT 1 FROM runs WHERE thread_id = ? AND status IN ('pending', 'running') LIMIT 1",
@@ -608,6 +620,19 @@ async def _reconcile_thread(db: aiosqlite.Connection, thread_id: str, changes: R
     sets = ", ".join(f"{_q(k)} = ?" for k in changes)
     await db.execute(f"UPDATE threads SET {sets} WHERE thread_id = ?",
                      [_param(k, v) for k, v in changes.items()] + [thread_id])
+
+
+async def _delete_threads(db: aiosqlite.Connection, thread_ids: list[str], *, keep_runs: bool) -> int:
+    """Delete the threads' rows (not their checkpoints) inside the caller's transaction; return how many."""
+    if not thread_ids:
+        return 0
+    ids = f"({', '.join('?' for _ in thread_ids)})"
+    tables = ("thread_events", "thread_event_counters") if keep_runs else ("runs", "thread_events",
+                                                                          "thread_event_counters")
+    for table in tables:
+        await db.execute(f"DELETE FROM {table} WHERE thread_id IN {ids}", thread_ids)
+    cur = await db.execute(f"DELETE FROM threads WHERE thread_id IN {ids}", thread_ids)
+    return cur.rowcount
 
 
 async def _one(db: aiosqlite.Connection, sql: str, params: tuple | list = ()) -> Row | None:
