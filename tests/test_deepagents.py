@@ -220,7 +220,6 @@ async def test_queued_follow_up_then_cancel_stops_both_runs(live_url: str, sdk_l
         await parent.aclose()
 
 
-@pytest.mark.xfail(strict=True, reason="runs don't inherit their thread's metadata yet: see docs/compatibility.md")
 async def test_runs_on_a_task_thread_carry_its_parent(live_url: str, sdk_live: LangGraphClient) -> None:
     """deepagents finds the launching agent of a run it did not start (say, the user answering the subagent)
     in the run's metadata, which LangGraph's server merges from the task thread's."""

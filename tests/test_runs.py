@@ -13,7 +13,9 @@ async def test_background_run_join_get_list(sdk: LangGraphClient) -> None:
     tid = (await sdk.threads.create())["thread_id"]
     run = await sdk.runs.create(tid, "echo", input={"messages": [{"role": "user", "content": "hi"}]},
                                 metadata={"m": 1})
-    assert run["status"] == "pending" and run["thread_id"] == tid and run["metadata"] == {"m": 1}
+    assert run["status"] == "pending" and run["thread_id"] == tid
+    # As the reference: the assistant's metadata, then the thread's (tagged with the graph), then the request's.
+    assert run["metadata"] == {"created_by": "system", "graph_id": "echo", "assistant_id": run["assistant_id"], "m": 1}
     assert run["multitask_strategy"] == "enqueue"  # the reference server's default
     out = await sdk.runs.join(tid, run["run_id"])
     assert out["messages"][-1]["content"] == "You said: hi"

@@ -77,7 +77,7 @@ class Runs:
         available = now + timedelta(seconds=float(body.get("after_seconds") or 0))
         run = {
             "run_id": str(uuid.uuid4()), "thread_id": thread_id, "assistant_id": assistant["assistant_id"],
-            "status": "pending", "metadata": body.get("metadata") or {}, "kwargs": kwargs,
+            "status": "pending", "metadata": await self._run_metadata(assistant, thread_id, body), "kwargs": kwargs,
             "multitask_strategy": strategy, "available_at": available.isoformat(),
             "created_at": now.isoformat(), "updated_at": now.isoformat(),
         }
@@ -89,6 +89,17 @@ class Runs:
         await self.broker.wake_workers()
         await self.broker.notify_run_done(thread_signal(thread_id))  # wakes followers of the thread
         return created
+
+    async def _run_metadata(self, assistant: Row, thread_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        """As LangGraph's server: the assistant's metadata, then the thread's, then the run config's, then
+        the request's, and the assistant id. Clients find a run's context there (deepagents finds the
+        launching agent of a subagent's run in its thread's metadata)."""
+        thread = await self.storage.get_thread(thread_id)
+        ids = {"graph_id": assistant["graph_id"], "assistant_id": assistant["assistant_id"]}
+        from_thread = {**thread["metadata"], **ids} if thread else {}  # the run tags its thread with these first
+        return {**(assistant.get("metadata") or {}), **from_thread,
+                **((body.get("config") or {}).get("metadata") or {}), **(body.get("metadata") or {}),
+                "assistant_id": assistant["assistant_id"]}
 
     async def get(self, run_id: str, thread_id: str | None = None) -> Row:
         run = await self.storage.get_run(run_id)
