@@ -199,6 +199,35 @@ async def test_websocket_subscribe_commands_and_unsubscribe(base: str) -> None:
         assert json.loads(await ws.recv())["error"] == "no_such_subscription"
 
 
+async def test_runs_that_never_stream_still_end_their_lifecycle(base: str) -> None:
+    """A run cancelled while queued, and one that fails before its graph runs, still get `started` and a
+    terminal root lifecycle event: the SDK waits for that event."""
+    tid = str(uuid.uuid4())
+    async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+        doomed = (await client.post("/assistants", json={"graph_id": "slow"})).json()["assistant_id"]
+        first = await command(base, tid, "run.start", {"assistant_id": "slow", "input": {"tag": "a", "steps": 500,
+                                                                                         "delay": 0.02}})
+        queued = await command(base, tid, "run.start", {"assistant_id": "slow", "input": {"tag": "q"}}, cid=2)
+        orphan = await command(base, tid, "run.start", {"assistant_id": doomed, "input": {"tag": "o"}}, cid=3)
+        assert (await client.delete(f"/assistants/{doomed}")).status_code == 204
+        ids = [r["result"]["run_id"] for r in (first, queued, orphan)]
+        assert (await client.post(f"/threads/{tid}/runs/{ids[1]}/cancel")).status_code in (200, 202)
+        assert (await client.post(f"/threads/{tid}/runs/{ids[0]}/cancel")).status_code in (200, 202)
+
+    def terminal(frame: Frame) -> bool:
+        data = frame["data"]["params"]
+        return data["namespace"] == [] and data["data"]["event"] in ("completed", "failed", "interrupted")
+
+    frames = await asyncio.wait_for(read_sse(base, tid, {"channels": ["lifecycle"], "since": 0},
+                                             lambda fs: sum(terminal(f) for f in fs) == 3), 30)
+    ends = {f["data"]["event_id"].split(":")[0]: f["data"]["params"]["data"] for f in frames if terminal(f)}
+    assert ends[ids[0]]["event"] == "interrupted"
+    assert ends[ids[1]]["event"] == "interrupted"  # cancelled while queued: it never ran
+    assert ends[ids[2]]["event"] == "failed" and "no longer exists" in ends[ids[2]]["error"]
+    starts = [f["data"]["event_id"].split(":")[0] for f in frames if f["data"]["params"]["data"]["event"] == "started"]
+    assert sorted(starts) == sorted(ids)
+
+
 async def test_since_survives_a_restart(settings: Settings) -> None:
     tid = str(uuid.uuid4())
     async with serve(settings) as url:

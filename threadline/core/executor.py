@@ -111,6 +111,7 @@ class Executor:
             assistant = await self.storage.get_assistant(run["assistant_id"])
             if assistant is None:
                 raise LookupError(f"Assistant {run['assistant_id']} no longer exists")
+            run["_graph_id"] = assistant["graph_id"]
             config = build_config(run, assistant, thread_id)
             async with self.graphs.graph(assistant["graph_id"], config) as graph:
                 bound = bind(graph, FencedCheckpointer(self.storage.checkpointer, lease), self.storage.store)
@@ -149,11 +150,24 @@ class Executor:
         if not lease.valid():
             log.warning("run %s ended after its lease lapsed; its result is discarded", run_id)
             return "lost"
+        if (run["kwargs"] or {}).get("protocol") and not run.get("_protocol_streaming") and status != "success":
+            await self._protocol_terminal(run, lease, status, error)
         lease.finishing = True
         await self._finish(run, worker_id, status, error, output, thread_changes, action)
         if self.metrics is not None:
             self.metrics.run_finished(status, time.monotonic() - started)
         return status
+
+    async def _protocol_terminal(self, run: Row, lease: Lease, status: str, error: Any) -> None:
+        """The protocol run ended before its graph streamed: its client still needs the terminal lifecycle."""
+        from threadline.core.protocol_events import write_terminal
+
+        message = f"{error['error']}: {error['message']}" if error else None
+        try:
+            await write_terminal(self.storage, self.broker, run, run.get("_graph_id") or run["assistant_id"],
+                                 "failed" if status == "error" else "interrupted", message, lease)
+        except Exception:
+            log.exception("could not write the terminal lifecycle event of run %s", run["run_id"])
 
     async def _announce_end(self, run_id: str) -> None:
         await self.broker.end_stream(run_id)
@@ -212,6 +226,8 @@ class Executor:
             return
         if kwargs.get("protocol"):  # started through /commands: Protocol v2 events into the thread's log
             from threadline.core.protocol_events import ProtocolRun
+
+            run["_protocol_streaming"] = True  # from here on, ProtocolRun writes the terminal lifecycle
 
             protocol = ProtocolRun(self.storage, self.broker, run, lease, assistant["graph_id"])
             await protocol.stream(graph, graph_input(kwargs), config, options)

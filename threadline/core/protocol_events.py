@@ -269,6 +269,23 @@ class ProtocolRun:
         await self.writer.flush()
 
 
+class _Unleased:
+    """For a run no worker holds (cancelled while queued): nothing to check."""
+
+    def check(self) -> None:
+        return None
+
+
+async def write_terminal(storage: Storage, broker: Broker, run: dict[str, Any], graph_name: str, status: str,
+                         error: str | None = None, lease: Lease | None = None) -> None:
+    """A protocol run that ended without streaming (it failed before its graph ran, or was cancelled while
+    queued) still gets its root lifecycle, `started` then `status`: clients wait for that terminal event."""
+    converter = StreamConverter(graph_name)
+    writer = EventWriter(storage, broker, run["thread_id"], run["run_id"], lease or _Unleased())  # type: ignore[arg-type]
+    await writer.add([converter.started(), converter.finished(status, error)])
+    await writer.flush()
+
+
 async def _parts(stream: AsyncIterator[Any]) -> AsyncIterator[dict[str, Any]]:
     async for part in stream:
         yield part if isinstance(part, dict) else {"type": part[1], "ns": part[0], "data": part[2]}

@@ -147,6 +147,12 @@ class Runs:
         """Bookkeeping for a run that ended without a worker: rollback, signals, stream end."""
         if action == "rollback":
             await self.storage.delete_run(run["run_id"])
+        if (run.get("kwargs") or {}).get("protocol"):  # its client waits for a terminal lifecycle event
+            from threadline.core.protocol_events import write_terminal
+
+            assistant = await self.storage.get_assistant(run["assistant_id"])
+            await write_terminal(self.storage, self.broker, run, (assistant or {}).get("graph_id") or
+                                 run["assistant_id"], "interrupted")
         await self.broker.end_stream(run["run_id"])
         await self.broker.notify_run_done(run["run_id"])
         await self.broker.wake_workers()  # the thread's next pending run may now be claimable
