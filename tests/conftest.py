@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+import socket
 import sys
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -10,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import uvicorn
 from asgi_lifespan import LifespanManager
 from langgraph_sdk.client import LangGraphClient
 
@@ -55,6 +59,31 @@ async def served(settings: Settings) -> AsyncIterator[tuple[Any, object]]:
     application = create_app(settings)
     async with LifespanManager(application, startup_timeout=30, shutdown_timeout=30) as manager:
         yield application, manager.app
+
+
+@contextlib.asynccontextmanager
+async def serving(settings: Settings) -> AsyncIterator[str]:
+    """The app served by uvicorn on a free loopback port (for real clients and real sockets); its base URL."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()  # startup failed: raise its error
+        await asyncio.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+
+
+@pytest.fixture
+async def live_url(settings: Settings) -> AsyncIterator[str]:
+    async with serving(settings) as url:
+        yield url
 
 
 @pytest.fixture

@@ -6,14 +6,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import socket
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from a2a.client import ClientConfig, ClientFactory, create_client
 from a2a.client.card_resolver import parse_agent_card
 from a2a.compat.v0_3 import types as v03
@@ -34,28 +32,13 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError, UnsupportedOperationError
 from google.protobuf.json_format import MessageToDict, ParseDict
 
-from threadline.api.app import create_app
 from threadline.core.assistants import system_assistant_id
-from threadline.settings import Settings
 
 ECHO, SLOW, APPROVAL = (system_assistant_id(g) for g in ("echo", "slow", "approval"))
 
 
 # --- the 1.0 wire, through the official client, against a live server --------------------------------------------
 
-@pytest.fixture
-async def live_url(settings: Settings) -> AsyncIterator[str]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    await task
 
 
 @pytest.fixture

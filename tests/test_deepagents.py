@@ -12,41 +12,23 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from deepagents.middleware.async_subagents import AsyncSubAgentMiddleware
 from langchain.tools import ToolRuntime
 from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.types import Command
 from langgraph_sdk.client import LangGraphClient
 
-from threadline.api.app import create_app
-from threadline.settings import Settings
 
 PARENT_THREAD = "parent-thread-1"
 SLOW = 500  # units of work (20 ms each) a `work` request asks for: far more than any test waits
 
 
-@pytest.fixture
-async def live_url(settings: Settings) -> AsyncIterator[str]:
-    """Threadline serving tests/project on a free loopback port."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    await task
 
 
 @pytest.fixture

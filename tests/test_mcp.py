@@ -2,40 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import socket
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from mcp import Client
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from threadline.api.app import create_app
 from threadline.api.mcp import PAGE_SIZE, simplify_schema, tool_name
-from threadline.settings import Settings
 
 MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
 
 
-@pytest.fixture
-async def live_url(settings: Settings) -> AsyncIterator[str]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    await task
 
 
 async def _create_assistants(base: str, count: int) -> None:

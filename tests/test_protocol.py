@@ -7,47 +7,26 @@ envelope rules. Every test runs on each backend (SQLite; PostgreSQL + Redis).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import socket
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from langgraph_sdk import get_client
 from websockets.asyncio.client import connect
 
-from threadline.api.app import create_app
 from threadline.settings import Settings
+
+from tests.conftest import serving
 
 Frame = dict[str, Any]
 
 
-@contextlib.asynccontextmanager
-async def serve(settings: Settings) -> AsyncIterator[str]:
-    """A real server on a free loopback port; yields its base URL."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
-
-
 @pytest.fixture
 async def base(settings: Settings) -> AsyncIterator[str]:
-    async with serve(settings) as url:
+    async with serving(settings) as url:
         yield url
 
 
@@ -230,10 +209,10 @@ async def test_runs_that_never_stream_still_end_their_lifecycle(base: str) -> No
 
 async def test_since_survives_a_restart(settings: Settings) -> None:
     tid = str(uuid.uuid4())
-    async with serve(settings) as url:
+    async with serving(settings) as url:
         await command(url, tid, "run.start", {"assistant_id": "counter", "input": {"steps": 2}})
         before = await read_sse(url, tid, {"channels": ["custom", "lifecycle"]}, root_done)
-    async with serve(settings) as url:
+    async with serving(settings) as url:
         after = await read_sse(url, tid, {"channels": ["custom", "lifecycle"], "since": int(before[0]["id"])},
                                root_done)
         assert [f["data"] for f in after] == [f["data"] for f in before[1:]]

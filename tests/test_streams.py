@@ -11,24 +11,12 @@ import pytest
 import uvicorn
 from langgraph_sdk.client import LangGraphClient
 
-from threadline.api.app import create_app
-from threadline.settings import Settings
 
 
 @pytest.fixture
-async def live(settings: Settings) -> AsyncIterator[LangGraphClient]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.02)
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+async def live(live_url: str) -> AsyncIterator[LangGraphClient]:
+    async with httpx.AsyncClient(base_url=live_url, timeout=30) as client:
         yield LangGraphClient(client)
-    server.should_exit = True
-    await task
 
 
 async def test_join_live_run_then_resume_with_last_event_id(live: LangGraphClient) -> None:
