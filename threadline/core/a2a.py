@@ -19,6 +19,7 @@ from typing import Any
 from a2a.types import a2a_pb2 as pb
 from google.protobuf.json_format import MessageToDict, ParseDict
 
+from threadline.ids import is_uuid
 from threadline.core.runtime import Runtime
 from threadline.errors import NotFound
 from threadline.serde import loads, to_jsonable
@@ -333,13 +334,6 @@ def _status_event(task_id: str, context_id: str, state: pb.TaskState,
     return event
 
 
-def _is_uuid(value: str) -> bool:
-    try:
-        uuid.UUID(value)
-        return True
-    except ValueError:
-        return False
-
 
 @dataclass
 class Started:
@@ -475,7 +469,7 @@ class A2ATasks:
         if message.role == pb.Role.ROLE_UNSPECIFIED:
             raise InvalidParams("message.role is required")
         context_id = message.context_id
-        if context_id and not _is_uuid(context_id):
+        if context_id and not is_uuid(context_id):
             raise InvalidParams(f"contextId must be a UUID: it is the thread id (got {context_id!r})")
         task_id = None
         if message.task_id:

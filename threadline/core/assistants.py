@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from langgraph.pregel import Pregel
 
+from threadline.ids import is_uuid
 from threadline.core.graphs import GraphRegistry, describe_schemas, draw, subgraph_schemas
 from threadline.errors import BadRequest, InvalidInput, NotFound
 from threadline.storage.base import Row, Storage
@@ -22,13 +23,6 @@ SYSTEM_NAMESPACE = uuid.UUID("6ba7b821-9dad-11d1-80b4-00c04fd430c8")
 def system_assistant_id(graph_id: str) -> str:
     return str(uuid.uuid5(SYSTEM_NAMESPACE, graph_id))
 
-
-def _is_uuid(value: str) -> bool:
-    try:
-        uuid.UUID(value)
-        return True
-    except ValueError:
-        return False
 
 
 class Assistants:
@@ -69,7 +63,7 @@ class Assistants:
 
     async def get(self, assistant_id: str) -> Row:
         """By id, or by graph id (which names the graph's system assistant), as LangGraph allows."""
-        found = await self.storage.get_assistant(assistant_id) if _is_uuid(assistant_id) else None
+        found = await self.storage.get_assistant(assistant_id) if is_uuid(assistant_id) else None
         if found is None and assistant_id in self.graphs.entries:
             found = await self.storage.get_assistant(system_assistant_id(assistant_id))
         if found is None:
@@ -78,7 +72,7 @@ class Assistants:
 
     async def resolve(self, assistant_id: str) -> Row:
         """An assistant named in a run request: a UUID, or a graph id naming its system assistant."""
-        if not _is_uuid(assistant_id) and assistant_id not in self.graphs.entries:
+        if not is_uuid(assistant_id) and assistant_id not in self.graphs.entries:
             raise InvalidInput(
                 f"Invalid assistant: '{assistant_id}'. Must be either a valid assistant UUID or one of the "
                 f"registered graphs: {', '.join(self.graphs.ids())}", choices=self.graphs.ids())

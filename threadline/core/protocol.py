@@ -9,11 +9,11 @@ process and after a restart.
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from threadline.ids import is_uuid
 from threadline.core.protocol_events import thread_events_signal
 from threadline.core.runs import Runs
 from threadline.errors import BadRequest, Conflict, InvalidInput, NotFound, ThreadlineError
@@ -185,7 +185,7 @@ class Commands:
             raise CommandError("invalid_argument", "run.start needs assistant_id (a string)")
         config, metadata = _optional_dict(params, "config"), _optional_dict(params, "metadata")
         checkpoint_id = ((config or {}).get("configurable") or {}).get("checkpoint_id")
-        if checkpoint_id is not None and not _is_uuid(checkpoint_id):
+        if checkpoint_id is not None and not is_uuid(checkpoint_id):
             raise CommandError("invalid_argument", "config.configurable.checkpoint_id must be a UUID")
         strategy = params.get("multitask_strategy", params.get("multitaskStrategy")) or "enqueue"
         if strategy not in STRATEGIES:
@@ -303,13 +303,6 @@ def _optional_dict(params: dict[str, Any], key: str) -> dict[str, Any] | None:
         raise CommandError("invalid_argument", f"{key} must be an object")
     return value
 
-
-def _is_uuid(value: Any) -> bool:
-    try:
-        uuid.UUID(str(value))
-    except ValueError:
-        return False
-    return True
 
 
 def _tree_status(run: Row, root_event: dict[str, Any] | None, waiting: bool) -> str:
