@@ -226,3 +226,15 @@ async def test_delete_run(sdk: LangGraphClient, http: httpx.AsyncClient) -> None
     await sdk.runs.cancel(tid, run["run_id"], wait=True)
     await sdk.runs.delete(tid, run["run_id"])
     assert await sdk.runs.list(tid) == []
+
+
+async def test_a_thread_created_by_a_run_carries_the_run_metadata(sdk: LangGraphClient) -> None:
+    """As the reference (probed): the new thread gets the graph, the assistant and the run's metadata; the run
+    gets the assistant's metadata and its own (no thread existed to inherit from)."""
+    tid = str(uuid.uuid4())
+    run = await sdk.runs.create(tid, "echo", input={"messages": [{"role": "user", "content": "hi"}]},
+                                metadata={"m": 3}, if_not_exists="create")
+    assert run["metadata"] == {"created_by": "system", "m": 3, "assistant_id": run["assistant_id"]}
+    await sdk.runs.join(tid, run["run_id"])
+    thread = await sdk.threads.get(tid)
+    assert thread["metadata"] == {"graph_id": "echo", "assistant_id": run["assistant_id"], "m": 3}

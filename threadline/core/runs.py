@@ -85,6 +85,8 @@ class Runs:
             run, thread_metadata={"graph_id": assistant["graph_id"], "assistant_id": assistant["assistant_id"]},
             create_thread=create_thread, reject_if_active=strategy == "reject",
             thread_ttl_minutes=self.threads.default_ttl,
+            # As the reference: a thread a run creates also carries the run's metadata.
+            new_thread_metadata={**((body.get("config") or {}).get("metadata") or {}), **(body.get("metadata") or {})},
         )
         await self.broker.wake_workers()
         await self.broker.notify_run_done(thread_signal(thread_id))  # wakes followers of the thread

@@ -263,12 +263,14 @@ class PostgresStorage(Storage):
 
     # --- runs and the queue ----------------------------------------------------
     async def enqueue_run(self, run: Row, *, thread_metadata: dict[str, Any], create_thread: bool,
-                          reject_if_active: bool, thread_ttl_minutes: float | None = None) -> Row:
+                          reject_if_active: bool, thread_ttl_minutes: float | None = None,
+                          new_thread_metadata: dict[str, Any] | None = None) -> Row:
         now, thread_id = run["created_at"], run["thread_id"]
         async with self._tx() as db:
             if create_thread:
                 await _insert(db, "threads", {
-                    "thread_id": thread_id, "status": "busy", "metadata": {}, "config": {}, "interrupts": {},
+                    "thread_id": thread_id, "status": "busy", "metadata": new_thread_metadata or {}, "config": {},
+                    "interrupts": {},
                     "created_at": now, "updated_at": now, **thread_ttl_columns(thread_ttl_minutes)},
                     on_conflict="(thread_id) DO NOTHING")
             # The thread row lock orders concurrent enqueues on one thread (reject sees the other's run).

@@ -291,7 +291,8 @@ class SQLiteStorage(Storage):
 
     # --- runs and the queue ----------------------------------------------------
     async def enqueue_run(self, run: Row, *, thread_metadata: dict[str, Any], create_thread: bool,
-                          reject_if_active: bool, thread_ttl_minutes: float | None = None) -> Row:
+                          reject_if_active: bool, thread_ttl_minutes: float | None = None,
+                          new_thread_metadata: dict[str, Any] | None = None) -> Row:
         now = run["created_at"]
         async with self._tx() as db:
             thread = await _one(db, "SELECT metadata FROM threads WHERE thread_id = ?", (run["thread_id"],))
@@ -299,7 +300,8 @@ class SQLiteStorage(Storage):
                 raise NotFound(f"Thread {run['thread_id']} not found")
             if thread is None:
                 await _insert(db, "threads", {
-                    "thread_id": run["thread_id"], "status": "busy", "metadata": thread_metadata, "config": {},
+                    "thread_id": run["thread_id"], "status": "busy", "config": {},
+                    "metadata": {**(new_thread_metadata or {}), **thread_metadata},
                     "interrupts": {}, "created_at": now, "updated_at": now,
                     **thread_ttl_columns(thread_ttl_minutes)})
             else:
