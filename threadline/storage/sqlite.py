@@ -7,6 +7,7 @@ import contextlib
 import fcntl
 import json
 import sqlite3
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -116,16 +117,13 @@ class SQLiteStorage(Storage):
             await self._conn.execute("COMMIT")
 
     async def _begin(self) -> None:
-        """BEGIN IMMEDIATE, retried: SQLite can refuse at once (not after busy_timeout) while another
-        connection (the checkpointer's, the store's) holds the write lock in some WAL states."""
-        for attempt in range(50):
-            try:
-                await self._conn.execute("BEGIN IMMEDIATE")
-                return
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or attempt == 49:
-                    raise
-                await asyncio.sleep(min(0.005 * (attempt + 1), 0.1))
+        await self._conn._execute(_begin_now, self._conn._conn)
+
+    async def _write(self, fn: Any, *args: Any) -> Any:
+        """Run `fn(sqlite3_connection, *args)` as one transaction in ONE trip to the writer's thread: the hot
+        queue verbs (enqueue, claim, finish) would otherwise cost a thread hand-off per statement."""
+        async with self._lock:
+            return await self._conn._execute(_in_transaction, self._conn._conn, fn, *args)
 
     async def _fetchall(self, sql: str, params: tuple | list = ()) -> list[Row]:
         async with self._read_lock:
@@ -293,52 +291,11 @@ class SQLiteStorage(Storage):
     async def enqueue_run(self, run: Row, *, thread_metadata: dict[str, Any], create_thread: bool,
                           reject_if_active: bool, thread_ttl_minutes: float | None = None,
                           new_thread_metadata: dict[str, Any] | None = None) -> Row:
-        now = run["created_at"]
-        async with self._tx() as db:
-            thread = await _one(db, "SELECT metadata FROM threads WHERE thread_id = ?", (run["thread_id"],))
-            if thread is None and not create_thread:
-                raise NotFound(f"Thread {run['thread_id']} not found")
-            if thread is None:
-                await _insert(db, "threads", {
-                    "thread_id": run["thread_id"], "status": "busy", "config": {},
-                    "metadata": {**(new_thread_metadata or {}), **thread_metadata},
-                    "interrupts": {}, "created_at": now, "updated_at": now,
-                    **thread_ttl_columns(thread_ttl_minutes)})
-            else:
-                if reject_if_active and await _one(
-                    db, "SELECT 1 FROM runs WHERE thread_id = ? AND status IN ('pending', 'running') LIMIT 1",
-                    (run["thread_id"],),
-                ):
-                    raise Conflict("Thread is already running a task. Wait for it to finish or choose a "
-                                   "different multitask strategy.")
-                metadata = {**thread["metadata"], **thread_metadata}
-                await db.execute("UPDATE threads SET status = 'busy', metadata = ?, updated_at = ? "
-                                 "WHERE thread_id = ?", (dumps(metadata), now, run["thread_id"]))
-            await _insert(db, "runs", run)
-            created = await _one(db, "SELECT * FROM runs WHERE run_id = ?", (run["run_id"],))
-        assert created is not None
-        return created
+        return await self._write(_enqueue, run, thread_metadata, create_thread, reject_if_active,
+                                 thread_ttl_columns(thread_ttl_minutes), new_thread_metadata or {})
 
     async def claim_run(self, worker_id: str, lease_seconds: float) -> Row | None:
-        now = now_iso()
-        async with self._tx() as db:
-            found = await _one(
-                db,
-                "SELECT run_id FROM runs r WHERE status = 'pending' AND available_at <= ? "
-                "AND NOT EXISTS (SELECT 1 FROM runs o WHERE o.thread_id = r.thread_id AND o.status = 'running') "
-                "AND NOT EXISTS (SELECT 1 FROM runs e WHERE e.thread_id = r.thread_id "
-                "               AND e.status = 'pending' AND e.seq < r.seq) "
-                "ORDER BY seq LIMIT 1",
-                (now,),
-            )
-            if found is None:
-                return None
-            await db.execute(
-                "UPDATE runs SET status = 'running', worker_id = ?, attempt = attempt + 1, lease_expires_at = ?, "
-                "updated_at = ? WHERE run_id = ?",
-                (worker_id, iso_after(lease_seconds), now, found["run_id"]),
-            )
-            return await _one(db, "SELECT * FROM runs WHERE run_id = ?", (found["run_id"],))
+        return await self._write(_claim, worker_id, lease_seconds)
 
     async def heartbeat_runs(self, worker_id: str, held: dict[str, int], lease_seconds: float) -> set[str]:
         if not held:
@@ -367,23 +324,7 @@ class SQLiteStorage(Storage):
 
     async def finish_run(self, run_id, status, *, error=None, output=None, thread_changes=None,
                          worker_id=None, attempt=None) -> Row | None:
-        now = now_iso()
-        async with self._tx() as db:
-            guard, params = "", [status, dumps(error) if error is not None else None,
-                                 dumps(output) if output is not None else None, now, run_id]
-            if worker_id is not None:
-                guard = " AND worker_id = ? AND attempt = ? AND status = 'running'"
-                params += [worker_id, attempt]
-            cur = await db.execute(
-                "UPDATE runs SET status = ?, error = ?, output = ?, lease_expires_at = NULL, updated_at = ? "
-                f"WHERE run_id = ?{guard}", params
-            )
-            if cur.rowcount == 0:
-                return None
-            finished = await _one(db, "SELECT * FROM runs WHERE run_id = ?", (run_id,))
-            assert finished is not None
-            await _reconcile_thread(db, finished["thread_id"], thread_changes or {}, now)
-        return finished
+        return await self._write(_finish, run_id, status, error, output, thread_changes or {}, worker_id, attempt)
 
     async def cancel_pending_runs(self, run_ids: list[str], status: str) -> list[str]:
         if not run_ids:
@@ -603,10 +544,95 @@ def _lock_exclusively(db: Path) -> IO[bytes]:
     return handle
 
 
-async def _reconcile_thread(db: aiosqlite.Connection, thread_id: str, changes: Row, now: str,
-                            only_if_busy: bool = False) -> None:
+def _begin_now(db: sqlite3.Connection) -> None:
+    """BEGIN IMMEDIATE, retried: SQLite can refuse at once (not after busy_timeout) while another connection
+    (the checkpointer's, the store's) holds the write lock in some WAL states. Runs on the writer's thread."""
+    for attempt in range(50):
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or attempt == 49:
+                raise
+            time.sleep(min(0.005 * (attempt + 1), 0.1))
+
+
+def _in_transaction(db: sqlite3.Connection, fn: Any, *args: Any) -> Any:
+    """On the writer's thread: begin, `fn`, then COMMIT (or ROLLBACK if it raised)."""
+    _begin_now(db)
+    try:
+        result = fn(db, *args)
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+    return result
+
+
+def _enqueue(db: sqlite3.Connection, run: Row, thread_metadata: dict[str, Any], create_thread: bool,
+             reject_if_active: bool, ttl_columns: Row, new_thread_metadata: dict[str, Any]) -> Row:
+    now, thread_id = run["created_at"], run["thread_id"]
+    thread = _one_now(db, "SELECT metadata FROM threads WHERE thread_id = ?", (thread_id,))
+    if thread is None and not create_thread:
+        raise NotFound(f"Thread {thread_id} not found")
+    if thread is None:
+        _insert_now(db, "threads", {
+            "thread_id": thread_id, "status": "busy", "config": {}, "interrupts": {},
+            "metadata": {**new_thread_metadata, **thread_metadata}, "created_at": now, "updated_at": now,
+            **ttl_columns})
+    else:
+        if reject_if_active and _one_now(
+                db, "SELECT 1 FROM runs WHERE thread_id = ? AND status IN ('pending', 'running') LIMIT 1", (thread_id,)):
+            raise Conflict("Thread is already running a task. Wait for it to finish or choose a "
+                           "different multitask strategy.")
+        db.execute("UPDATE threads SET status = 'busy', metadata = ?, updated_at = ? WHERE thread_id = ?",
+                   (dumps({**thread["metadata"], **thread_metadata}), now, thread_id))
+    _insert_now(db, "runs", run)
+    created = _one_now(db, "SELECT * FROM runs WHERE run_id = ?", (run["run_id"],))
+    assert created is not None
+    return created
+
+
+def _claim(db: sqlite3.Connection, worker_id: str, lease_seconds: float) -> Row | None:
+    now = now_iso()
+    found = _one_now(
+        db,
+        "SELECT run_id FROM runs r WHERE status = 'pending' AND available_at <= ? "
+        "AND NOT EXISTS (SELECT 1 FROM runs o WHERE o.thread_id = r.thread_id AND o.status = 'running') "
+        "AND NOT EXISTS (SELECT 1 FROM runs e WHERE e.thread_id = r.thread_id "
+        "               AND e.status = 'pending' AND e.seq < r.seq) "
+        "ORDER BY seq LIMIT 1",
+        (now,),
+    )
+    if found is None:
+        return None
+    db.execute("UPDATE runs SET status = 'running', worker_id = ?, attempt = attempt + 1, lease_expires_at = ?, "
+               "updated_at = ? WHERE run_id = ?", (worker_id, iso_after(lease_seconds), now, found["run_id"]))
+    return _one_now(db, "SELECT * FROM runs WHERE run_id = ?", (found["run_id"],))
+
+
+def _finish(db: sqlite3.Connection, run_id: str, status: str, error: Any, output: Any, thread_changes: Row,
+            worker_id: str | None, attempt: int | None) -> Row | None:
+    now = now_iso()
+    guard, params = "", [status, dumps(error) if error is not None else None,
+                         dumps(output) if output is not None else None, now, run_id]
+    if worker_id is not None:
+        guard = " AND worker_id = ? AND attempt = ? AND status = 'running'"
+        params += [worker_id, attempt]
+    cur = db.execute("UPDATE runs SET status = ?, error = ?, output = ?, lease_expires_at = NULL, updated_at = ? "
+                     f"WHERE run_id = ?{guard}", params)
+    if cur.rowcount == 0:
+        return None
+    finished = _one_now(db, "SELECT * FROM runs WHERE run_id = ?", (run_id,))
+    assert finished is not None
+    _reconcile_now(db, finished["thread_id"], thread_changes, now)
+    return finished
+
+
+def _reconcile_now(db: sqlite3.Connection, thread_id: str, changes: Row, now: str,
+                   only_if_busy: bool = False) -> None:
     """A thread is busy while it has an active run; otherwise it takes the status the finisher computed."""
-    active = await _one(
+    active = _one_now(
         db, "SELECT 1 FROM runs WHERE thread_id = ? AND status IN ('pending', 'running') LIMIT 1", (thread_id,)
     ) is not None
     changes = dict(changes)
@@ -614,14 +640,31 @@ async def _reconcile_thread(db: aiosqlite.Connection, thread_id: str, changes: R
         changes["status"] = "busy"
     elif "status" not in changes:
         if only_if_busy:
-            await db.execute("UPDATE threads SET status = 'idle', updated_at = ? WHERE thread_id = ? "
-                             "AND status = 'busy'", (now, thread_id))
+            db.execute("UPDATE threads SET status = 'idle', updated_at = ? WHERE thread_id = ? AND status = 'busy'",
+                       (now, thread_id))
             return
         changes["status"] = "idle"
     changes["updated_at"] = now
     sets = ", ".join(f"{_q(k)} = ?" for k in changes)
-    await db.execute(f"UPDATE threads SET {sets} WHERE thread_id = ?",
-                     [_param(k, v) for k, v in changes.items()] + [thread_id])
+    db.execute(f"UPDATE threads SET {sets} WHERE thread_id = ?",
+               [_param(k, v) for k, v in changes.items()] + [thread_id])
+
+
+async def _reconcile_thread(db: aiosqlite.Connection, thread_id: str, changes: Row, now: str,
+                            only_if_busy: bool = False) -> None:
+    """`_reconcile_now` inside an async transaction, in one trip to the writer's thread."""
+    await db._execute(_reconcile_now, db._conn, thread_id, changes, now, only_if_busy)
+
+
+def _one_now(db: sqlite3.Connection, sql: str, params: tuple | list = ()) -> Row | None:
+    found = db.execute(sql, params).fetchone()
+    return _row(found) if found is not None else None
+
+
+def _insert_now(db: sqlite3.Connection, table: str, row: Row) -> None:
+    cols = list(row)
+    db.execute(f"INSERT INTO {table} ({', '.join(_q(c) for c in cols)}) VALUES ({', '.join('?' for _ in cols)})",
+               [_param(c, row[c]) for c in cols])
 
 
 async def _delete_threads(db: aiosqlite.Connection, thread_ids: list[str], *, keep_runs: bool) -> int:
