@@ -248,8 +248,7 @@ class SQLiteStorage(Storage):
         return await self.get_thread(thread_id)
 
     async def delete_thread(self, thread_id: str, *, keep_runs: bool = False) -> bool:
-        async with self._tx() as db:
-            deleted = await _delete_threads(db, [thread_id], keep_runs=keep_runs) > 0
+        deleted = await self._write(_delete_threads, [thread_id], keep_runs) > 0
         await self.checkpointer.adelete_thread(thread_id)
         return deleted
 
@@ -262,7 +261,7 @@ class SQLiteStorage(Storage):
                 "AND r.status IN ('pending', 'running')) ORDER BY expires_at LIMIT ?",
                 (now or now_iso(), limit))
             expired = [r["thread_id"] for r in rows]
-            await _delete_threads(db, expired, keep_runs=False)
+            await db._execute(_delete_threads, db._conn, expired, False)
         for thread_id in expired:
             await self.checkpointer.adelete_thread(thread_id)
         return expired
@@ -503,7 +502,7 @@ class SQLiteStorage(Storage):
 
 class _OneTripSqliteSaver(AsyncSqliteSaver):
     """LangGraph's async SQLite saver whose hot paths (read the latest checkpoint, write a checkpoint, write a
-    task's writes) run LangGraph's own sync code in one trip to the connection's thread, instead of one trip
+    task's writes, delete a thread) run LangGraph's own sync code in one trip to the connection's thread, instead of one trip
     per statement, fetch and cursor close. Same tables, same serializer, same SQL; under the same lock.
     """
 
@@ -524,6 +523,10 @@ class _OneTripSqliteSaver(AsyncSqliteSaver):
     async def aput_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
         async with self.lock:
             await self.conn._execute(self._sync.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        async with self.lock:
+            await self.conn._execute(self._sync.delete_thread, thread_id)
 
 
 def _lock_exclusively(db: Path) -> IO[bytes]:
@@ -667,7 +670,7 @@ def _insert_now(db: sqlite3.Connection, table: str, row: Row) -> None:
                [_param(c, row[c]) for c in cols])
 
 
-async def _delete_threads(db: aiosqlite.Connection, thread_ids: list[str], *, keep_runs: bool) -> int:
+def _delete_threads(db: sqlite3.Connection, thread_ids: list[str], keep_runs: bool) -> int:
     """Delete the threads' rows (not their checkpoints) inside the caller's transaction; return how many."""
     if not thread_ids:
         return 0
@@ -675,8 +678,8 @@ async def _delete_threads(db: aiosqlite.Connection, thread_ids: list[str], *, ke
     tables = ("thread_events", "thread_event_counters") if keep_runs else ("runs", "thread_events",
                                                                           "thread_event_counters")
     for table in tables:
-        await db.execute(f"DELETE FROM {table} WHERE thread_id IN {ids}", thread_ids)
-    cur = await db.execute(f"DELETE FROM threads WHERE thread_id IN {ids}", thread_ids)
+        db.execute(f"DELETE FROM {table} WHERE thread_id IN {ids}", thread_ids)
+    cur = db.execute(f"DELETE FROM threads WHERE thread_id IN {ids}", thread_ids)
     return cur.rowcount
 
 
