@@ -8,13 +8,14 @@ import fcntl
 import json
 import sqlite3
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import IO, Any, Literal
 
 import aiosqlite
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from langgraph.store.base import Op, Result, SearchOp
 from langgraph.store.sqlite.aio import AsyncSqliteStore
 
 from threadline.errors import ConfigError, Conflict, NotFound, Unavailable
@@ -69,7 +70,7 @@ class SQLiteStorage(Storage):
             conn, read_conn, saver_conn, store_conn = conns
             conn.row_factory = read_conn.row_factory = aiosqlite.Row
             await apply_migrations(conn, "sqlite")
-            store = AsyncSqliteStore(store_conn, index=store_index, ttl=store_ttl)  # type: ignore[arg-type]
+            store = _SqliteStore(store_conn, index=store_index, ttl=store_ttl)  # type: ignore[arg-type]
             try:
                 await store.setup()
             except AttributeError as exc:  # sqlite3 built without enable_load_extension: no sqlite-vec
@@ -498,6 +499,25 @@ class SQLiteStorage(Storage):
         row = await self._fetchone("SELECT MIN(seq) AS lo, MAX(seq) AS hi FROM thread_events WHERE thread_id = ?",
                                    (thread_id,))
         return (int(row["lo"] or 0), int(row["hi"] or 0)) if row else (0, 0)
+
+
+class _SqliteStore(AsyncSqliteStore):
+    """LangGraph's SQLite store with semantic-search paging made consistent: its vector query takes the best
+    `2 × limit` vectors *before* applying `offset`, so `limit=1, offset=2` came back empty while the third
+    item exists. A semantic search with an offset asks for `limit + offset` from the top and is sliced here.
+    """
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        ops = list(ops)
+        pages: dict[int, tuple[int, int]] = {}
+        for i, op in enumerate(ops):
+            if isinstance(op, SearchOp) and op.query and op.offset:
+                pages[i] = (op.offset, op.limit)
+                ops[i] = op._replace(limit=op.limit + op.offset, offset=0)
+        results = await super().abatch(ops)
+        for i, (offset, limit) in pages.items():
+            results[i] = results[i][offset:offset + limit]  # type: ignore[index]
+        return results
 
 
 class _OneTripSqliteSaver(AsyncSqliteSaver):
