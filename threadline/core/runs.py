@@ -123,10 +123,13 @@ class Runs:
 
         Woken by the run ending, not by polling: the 30 s re-check only guards against a lost wake-up.
         """
-        await self.get(run_id, thread_id)
+        first = True
         while True:
             listen = self.broker.listen_run_done(run_id)
             run = await self.storage.get_run(run_id)
+            if first and (run is None or (thread_id is not None and run["thread_id"] != thread_id)):
+                raise NotFound(f"Run {run_id} not found")
+            first = False
             if run is None or run["status"] in TERMINAL:
                 return run
             await listen(30.0)
