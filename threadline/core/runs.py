@@ -58,6 +58,7 @@ class Runs:
             raise InvalidInput("Give either input or command, not both")
         kwargs = {k: body[k] for k in KWARG_KEYS if body.get(k) is not None}
         create_thread = body.get("if_not_exists") == "create"
+        stateless = thread_id is None
         if thread_id is None:
             thread_id, create_thread = str(uuid.uuid4()), True
             kwargs.setdefault("on_completion", "delete")
@@ -77,7 +78,8 @@ class Runs:
         available = now + timedelta(seconds=float(body.get("after_seconds") or 0))
         run = {
             "run_id": str(uuid.uuid4()), "thread_id": thread_id, "assistant_id": assistant["assistant_id"],
-            "status": "pending", "metadata": await self._run_metadata(assistant, thread_id, body), "kwargs": kwargs,
+            "status": "pending", "kwargs": kwargs,
+            "metadata": await self._run_metadata(assistant, None if stateless else thread_id, body),
             "multitask_strategy": strategy, "available_at": available.isoformat(),
             "created_at": now.isoformat(), "updated_at": now.isoformat(),
         }
@@ -92,11 +94,11 @@ class Runs:
         await self.broker.notify_run_done(thread_signal(thread_id))  # wakes followers of the thread
         return created
 
-    async def _run_metadata(self, assistant: Row, thread_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def _run_metadata(self, assistant: Row, thread_id: str | None, body: dict[str, Any]) -> dict[str, Any]:
         """As LangGraph's server: the assistant's metadata, then the thread's, then the run config's, then
         the request's, and the assistant id. Clients find a run's context there (deepagents finds the
-        launching agent of a subagent's run in its thread's metadata)."""
-        thread = await self.storage.get_thread(thread_id)
+        launching agent of a subagent's run in its thread's metadata). A stateless run has no thread yet."""
+        thread = await self.storage.get_thread(thread_id) if thread_id is not None else None
         ids = {"graph_id": assistant["graph_id"], "assistant_id": assistant["assistant_id"]}
         from_thread = {**thread["metadata"], **ids} if thread else {}  # the run tags its thread with these first
         return {**(assistant.get("metadata") or {}), **from_thread,
