@@ -39,22 +39,13 @@ async def test_join_live_run_then_resume_with_last_event_id(live: LangGraphClien
 
 
 async def test_stream_disconnect_cancels_run(live: LangGraphClient) -> None:
-    from tests.project.agents import WORK_LOG
 
     tid = (await live.threads.create())["thread_id"]
     async for part in live.runs.stream(tid, "slow", input={"tag": "disc", "steps": 200, "delay": 0.02},
                                        stream_mode="custom"):
         if part.event == "custom":
             break
-    for _ in range(200):
-        runs = await live.runs.list(tid)
-        if runs[0]["status"] == "interrupted":
-            break
-        await asyncio.sleep(0.02)
-    assert runs[0]["status"] == "interrupted"
-    done = len([w for w in WORK_LOG if w.startswith("disc:")])
-    await asyncio.sleep(0.2)
-    assert len([w for w in WORK_LOG if w.startswith("disc:")]) == done < 200
+    await _assert_cancelled_and_stopped(live, tid, "disc")
 
 
 async def test_wait_over_real_http(live: LangGraphClient) -> None:
@@ -73,15 +64,7 @@ async def test_wait_disconnect_cancels_run(live: LangGraphClient) -> None:
     while not any(w.startswith("wdisc:") for w in WORK_LOG):
         await asyncio.sleep(0.01)
     waiting.cancel()  # the client goes away mid-wait
-    for _ in range(200):
-        runs = await live.runs.list(tid)
-        if runs[0]["status"] == "interrupted":
-            break
-        await asyncio.sleep(0.02)
-    assert runs[0]["status"] == "interrupted"
-    done = len([w for w in WORK_LOG if w.startswith("wdisc:")])
-    await asyncio.sleep(0.2)
-    assert len([w for w in WORK_LOG if w.startswith("wdisc:")]) == done < 200
+    await _assert_cancelled_and_stopped(live, tid, "wdisc")
 
 
 async def test_wait_disconnect_with_continue_keeps_running(live: LangGraphClient) -> None:
@@ -132,3 +115,18 @@ async def test_webhook_receives_the_finished_run(sdk: LangGraphClient) -> None:
     assert received[0]["run_id"] == run["run_id"] and received[0]["status"] == "success"
     assert received[0]["values"]["count"] == 2 and received[0]["error"] is None
     assert "worker_id" not in received[0]  # the public run, not the storage row
+
+
+async def _assert_cancelled_and_stopped(live: LangGraphClient, tid: str, tag: str) -> None:
+    """The thread's run ends `interrupted`, and the agent does no work after that (by WORK_LOG)."""
+    from tests.project.agents import WORK_LOG
+
+    for _ in range(200):
+        runs = await live.runs.list(tid)
+        if runs[0]["status"] == "interrupted":
+            break
+        await asyncio.sleep(0.02)
+    assert runs[0]["status"] == "interrupted"
+    done = len([w for w in WORK_LOG if w.startswith(f"{tag}:")])
+    await asyncio.sleep(0.2)
+    assert len([w for w in WORK_LOG if w.startswith(f"{tag}:")]) == done < 200
