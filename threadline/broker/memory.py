@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from threadline.broker.base import Broker, StreamEvent
+from threadline.broker.local import LocalSignals
 
 
 def event_seq(event_id: str) -> int:
@@ -38,14 +39,9 @@ class MemoryBroker(Broker):
     def __init__(self, buffer_events: int = 10_000) -> None:
         self._buffer = buffer_events
         self._streams: dict[str, _RunStream] = {}
-        # Wake-ups are counted, so one enqueued run wakes one idle worker slot, not all of them (each
-        # woken slot opens a write transaction to claim). Capped: extra wake-ups only cost an empty claim.
-        self._wakeups = 0
-        self._work = asyncio.Condition()
+        self._signals = LocalSignals()
         # Finished streams by end time, oldest first, for eviction without scanning every stream.
         self._ended: deque[tuple[float, str]] = deque()
-        self._done: dict[str, asyncio.Event] = {}
-        self._cancel: dict[str, list[Any]] = {}
         # Cancels sent before the worker registered (between claim and start); honoured on registration.
         self._early_cancel: dict[str, str] = {}
 
@@ -106,56 +102,26 @@ class MemoryBroker(Broker):
                 return
 
     async def wake_workers(self) -> None:
-        async with self._work:
-            self._wakeups = min(self._wakeups + 1, 1024)
-            self._work.notify(1)
+        await self._signals.wake()
 
     async def wait_for_work(self, timeout: float) -> None:
-        async with self._work:
-            if self._wakeups == 0:
-                try:
-                    await asyncio.wait_for(self._work.wait_for(lambda: self._wakeups > 0), timeout)
-                except asyncio.TimeoutError:
-                    return
-            self._wakeups -= 1
+        await self._signals.wait_for_work(timeout)
 
     async def notify_run_done(self, run_id: str) -> None:
-        event = self._done.pop(run_id, None)
-        if event is not None:
-            event.set()
+        self._signals.done(run_id)
 
     def listen_run_done(self, run_id: str) -> Any:
-        event = self._done.setdefault(run_id, asyncio.Event())
-
-        async def wait(timeout: float | None) -> bool:
-            try:
-                await asyncio.wait_for(event.wait(), timeout)
-                return True
-            except asyncio.TimeoutError:
-                return False
-
-        return wait
+        return self._signals.listen_done(run_id)
 
     async def send_cancel(self, run_id: str, action: str) -> None:
-        callbacks = list(self._cancel.get(run_id, []))
-        if not callbacks:
+        if not self._signals.cancel(run_id, action):
             self._early_cancel[run_id] = action
             if len(self._early_cancel) > 10_000:
                 self._early_cancel.pop(next(iter(self._early_cancel)))
-        for callback in callbacks:
-            callback(action)
 
     async def on_cancel(self, run_id: str, callback: Any) -> Any:
-        self._cancel.setdefault(run_id, []).append(callback)
+        unregister = self._signals.register_cancel(run_id, callback)
         early = self._early_cancel.pop(run_id, None)
         if early is not None:
             callback(early)
-
-        def unregister() -> None:
-            callbacks = self._cancel.get(run_id, [])
-            if callback in callbacks:
-                callbacks.remove(callback)
-            if not callbacks:
-                self._cancel.pop(run_id, None)
-
         return unregister

@@ -27,6 +27,7 @@ from redis.exceptions import RedisError
 
 from threadline.broker.base import Broker, StreamEvent
 from threadline.broker.keys import Keys
+from threadline.broker.local import LocalSignals
 from threadline.errors import Unavailable
 
 log = logging.getLogger("threadline.broker")
@@ -86,11 +87,8 @@ class RedisBroker(Broker):
                                         **options)
         self._pubsub: PubSub | None = None
         self._listening: asyncio.Task[None] | None = None
-        # Counted wake-ups, as in MemoryBroker: one wake-up wakes one idle slot of this process.
-        self._wakeups = 0
-        self._work = asyncio.Condition()
-        self._done: dict[str, asyncio.Event] = {}
-        self._cancel: dict[str, list[Any]] = {}
+        # What this process does with a signal, wherever it came from (shared with MemoryBroker).
+        self._signals = LocalSignals()
         # Runs whose stored early cancel still has to be read (Redis failed at registration, or resubscribed).
         self._unchecked: set[str] = set()
 
@@ -174,56 +172,31 @@ class RedisBroker(Broker):
     # Wake-ups.
 
     async def wake_workers(self) -> None:
-        await self._wake_here()  # an idle slot of this process at once, without a round trip
+        await self._signals.wake()  # an idle slot of this process at once, without a round trip
         try:
             await self._signal(self._keys.wake_channel)
         except Unavailable as exc:
             log.warning("Redis broker: a wake-up was lost (%s); idle workers poll", exc)
 
     async def wait_for_work(self, timeout: float) -> None:
-        async with self._work:
-            if self._wakeups == 0:
-                try:
-                    await asyncio.wait_for(self._work.wait_for(lambda: self._wakeups > 0), timeout)
-                except TimeoutError:
-                    return
-            self._wakeups -= 1
-
-    async def _wake_here(self) -> None:
-        async with self._work:
-            self._wakeups = min(self._wakeups + 1, 1024)
-            self._work.notify(1)
+        await self._signals.wait_for_work(timeout)
 
     # Run done.
 
     async def notify_run_done(self, run_id: str) -> None:
-        self._done_here(run_id)
+        self._signals.done(run_id)
         try:
             await self._signal(self._keys.done_channel(run_id))
         except Unavailable as exc:
             log.warning("Redis broker: run-done of %s was lost (%s); waiters re-check", run_id, exc)
 
     def listen_run_done(self, run_id: str) -> Any:
-        event = self._done.setdefault(run_id, asyncio.Event())
-
-        async def wait(timeout: float | None) -> bool:
-            try:
-                await asyncio.wait_for(event.wait(), timeout)
-                return True
-            except TimeoutError:
-                return False
-
-        return wait
-
-    def _done_here(self, run_id: str) -> None:
-        event = self._done.pop(run_id, None)
-        if event is not None:
-            event.set()
+        return self._signals.listen_done(run_id)
 
     # Cancel.
 
     async def send_cancel(self, run_id: str, action: str) -> None:
-        applied = self._cancel_here(run_id, action)
+        applied = self._signals.cancel(run_id, action)
         async with self._exchange(), self._redis.pipeline(transaction=False) as pipe:
             if not applied:  # kept for a worker between its claim and its registration
                 pipe.set(self._keys.early_cancel(run_id), action, ex=self.retain_seconds)
@@ -231,7 +204,7 @@ class RedisBroker(Broker):
             await pipe.execute()
 
     async def on_cancel(self, run_id: str, callback: Any) -> Any:
-        self._cancel.setdefault(run_id, []).append(callback)
+        unregister = self._signals.register_cancel(run_id, callback)
         try:
             async with self._exchange():
                 early: Any = await self._redis.getdel(self._keys.early_cancel(run_id))
@@ -241,21 +214,7 @@ class RedisBroker(Broker):
         else:
             if early is not None:
                 callback(early.decode())
-
-        def unregister() -> None:
-            callbacks = self._cancel.get(run_id, [])
-            if callback in callbacks:
-                callbacks.remove(callback)
-            if not callbacks:
-                self._cancel.pop(run_id, None)
-
         return unregister
-
-    def _cancel_here(self, run_id: str, action: str) -> bool:
-        callbacks = list(self._cancel.get(run_id, []))
-        for callback in callbacks:
-            callback(action)
-        return bool(callbacks)
 
     # The listener.
 
@@ -302,19 +261,18 @@ class RedisBroker(Broker):
                     log.warning("Redis broker: subscribed again; re-checking what may have been missed")
                     # Each of these is safe to repeat: a worker slot claims nothing, a waiter re-checks
                     # storage, a cancel applied twice is one cancel.
-                    await self._wake_here()
-                    for run_id in list(self._done):
-                        self._done_here(run_id)
-                    self._unchecked.update(self._cancel)
+                    await self._signals.wake()
+                    self._signals.done_all()
+                    self._unchecked.update(self._signals.cancel_ids())
                     backoff = 0.1
                 for run_id in list(self._unchecked):
                     early: Any = None
-                    if run_id in self._cancel:  # else it stays stored for the run's registration
+                    if self._signals.has_cancel(run_id):  # else it stays stored for the run's registration
                         async with self._exchange():
                             early = await self._redis.getdel(self._keys.early_cancel(run_id))
                     self._unchecked.discard(run_id)
                     if early is not None:
-                        self._cancel_here(run_id, early.decode())
+                        self._signals.cancel(run_id, early.decode())
                 message = await self._pubsub.get_message(ignore_subscribe_messages=True, timeout=self.block_seconds)
                 if message is not None:
                     await self._dispatch(message)
@@ -332,11 +290,11 @@ class RedisBroker(Broker):
             return  # applied here when it was sent
         kind, run_id = self._keys.parse_channel(message["channel"].decode(errors="replace"))
         if kind == "wake":
-            await self._wake_here()
+            await self._signals.wake()
         elif kind == "done":
-            self._done_here(run_id)
-        elif kind == "cancel" and self._cancel.get(run_id):
+            self._signals.done(run_id)
+        elif kind == "cancel" and self._signals.has_cancel(run_id):
             # Delivered: nothing is left for a later registration (deleted before the callbacks run).
             async with self._exchange():
                 await self._redis.delete(self._keys.early_cancel(run_id))
-            self._cancel_here(run_id, payload)
+            self._signals.cancel(run_id, payload)
