@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -130,3 +131,25 @@ async def _assert_cancelled_and_stopped(live: LangGraphClient, tid: str, tag: st
     done = len([w for w in WORK_LOG if w.startswith(f"{tag}:")])
     await asyncio.sleep(0.2)
     assert len([w for w in WORK_LOG if w.startswith(f"{tag}:")]) == done < 200
+
+
+async def test_a_broker_failure_mid_stream_is_reported_and_does_not_cancel_the_run(
+        runtime: Any, http: httpx.AsyncClient) -> None:
+    """Only a client that leaves cancels a streamed run: our own failure (the broker) ends the stream with an
+    `error` event and the run goes on."""
+    from threadline.errors import Unavailable
+
+    async def failing_subscribe(run_id: str, **_: Any) -> AsyncIterator[Any]:
+        raise Unavailable("Redis is unavailable: connection reset")
+        yield  # an async generator
+
+    runtime.broker.subscribe = failing_subscribe
+    tid = (await http.post("/threads", json={})).json()["thread_id"]
+    r = await http.post(f"/threads/{tid}/runs/stream", json={
+        "assistant_id": "slow", "input": {"tag": "bf", "steps": 3, "delay": 0.01}, "stream_mode": "custom"})
+    assert r.status_code == 200
+    assert "event: error" in r.text and "Unavailable" in r.text
+    run = (await http.get(f"/threads/{tid}/runs")).json()[0]
+    joined = await http.get(f"/threads/{tid}/runs/{run['run_id']}/join")
+    assert joined.status_code == 200 and joined.json()["done"] == ["bf"]
+    assert (await http.get(f"/threads/{tid}/runs/{run['run_id']}")).json()["status"] == "success"

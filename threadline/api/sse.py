@@ -11,6 +11,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from threadline.api.metrics import metrics_of
 from threadline.broker.base import StreamEvent
+from threadline.serde import dumps
 
 log = logging.getLogger("threadline.api")
 
@@ -22,13 +23,17 @@ def event_response(
     """Relay `events`; `on_disconnect` runs when the client leaves before the stream ends."""
 
     async def frames() -> AsyncIterator[ServerSentEvent]:
-        finished = False
+        left = True  # until the events end or fail, stopping early means the client went away
         try:
             async for ev in events:
                 yield ServerSentEvent(data=ev.data.decode(), event=ev.event, id=ev.id)
-            finished = True
+            left = False
+        except Exception as exc:  # our side failed (the broker, say): tell the client; the run goes on
+            left = False
+            log.warning("event stream failed: %s: %s", type(exc).__name__, exc)
+            yield ServerSentEvent(event="error", data=dumps({"error": type(exc).__name__, "message": str(exc)}).decode())
         finally:
-            if not finished and on_disconnect is not None:
+            if left and on_disconnect is not None:
                 # The client went away mid-run: shielded so the cancel survives our own cancellation.
                 try:
                     await asyncio.shield(on_disconnect())
