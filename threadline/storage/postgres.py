@@ -339,22 +339,16 @@ class PostgresStorage(Storage):
         if worker_id is not None:
             guard = " AND worker_id = %s AND attempt = %s AND status = 'running'"
             params += [worker_id, attempt]
-        changes = {k: v for k, v in (thread_changes or {}).items() if k != "status"}
-        sets = "".join(f", {_q(k)} = %s" for k in changes)
-        # One statement (so one round trip, its own transaction): end the run and reconcile its thread. All
-        # parts see the snapshot from before the statement, where this run is still active: hence `<> fin`.
-        sql = (
-            "WITH fin AS (UPDATE runs SET status = %s, error = %s, output = %s, lease_expires_at = NULL, "
-            f"  updated_at = now() WHERE run_id = %s{guard} RETURNING *), "
-            "thread AS (UPDATE threads t SET status = CASE WHEN EXISTS (SELECT 1 FROM runs r "
-            f"    WHERE r.thread_id = t.thread_id AND r.{_ACTIVE} AND r.run_id <> fin.run_id) THEN 'busy' "
-            f"    ELSE %s END, updated_at = now(){sets} FROM fin WHERE t.thread_id = fin.thread_id) "
-            "SELECT * FROM fin")
-        params += [(thread_changes or {}).get("status") or "idle", *(_param(k, v) for k, v in changes.items())]
-        async with self._pool.connection() as db:
-            cur = await db.execute(sql, params)
+        async with self._tx() as db:
+            cur = await db.execute(
+                "UPDATE runs SET status = %s, error = %s, output = %s, lease_expires_at = NULL, updated_at = now() "
+                f"WHERE run_id = %s{guard} RETURNING *", params)
             found = await cur.fetchone()
-        return _row(found) if found is not None else None
+            if found is None:
+                return None
+            finished = _row(found)
+            await _reconcile_thread(db, finished["thread_id"], thread_changes or {})
+        return finished
 
     async def cancel_pending_runs(self, run_ids: list[str], status: str) -> list[str]:
         if not run_ids:
@@ -529,7 +523,13 @@ async def _has_pgvector(pool: AsyncConnectionPool) -> bool:
 
 async def _reconcile_thread(db: psycopg.AsyncConnection, thread_id: str, changes: Row,
                             only_if_busy: bool = False) -> None:
-    """A thread is busy while it has an active run; otherwise it takes the status the finisher computed."""
+    """A thread is busy while it has an active run; otherwise it takes the status the finisher computed.
+
+    The thread row is locked first, as `enqueue_run` locks it: a run enqueued concurrently is then either
+    seen here (thread stays busy) or enqueued after us (and marks the thread busy itself). Without the lock
+    our later UPDATE would wait for the enqueue and then overwrite its `busy` with `idle`.
+    """
+    await db.execute("SELECT 1 FROM threads WHERE thread_id = %s FOR UPDATE", (thread_id,))
     cur = await db.execute(f"SELECT 1 FROM runs WHERE thread_id = %s AND {_ACTIVE} LIMIT 1", (thread_id,))
     active = await cur.fetchone() is not None
     changes = dict(changes)
