@@ -177,3 +177,64 @@ async def test_memory_database_is_refused() -> None:
 
     with pytest.raises(ConfigError, match="file path"):
         await open_storage("sqlite:///:memory:")
+
+
+def _lifecycle(base: str, tid: str) -> list[tuple[str, str]]:
+    """(run id, event) of every root lifecycle event in the thread's protocol log so far."""
+    out: list[tuple[str, str]] = []
+    with httpx.stream("POST", f"{base}/threads/{tid}/stream/events", json={"channels": ["lifecycle"]},
+                      timeout=10) as r:
+        for line in r.iter_lines():
+            if line.startswith("data:"):
+                import json
+
+                env = json.loads(line[5:])
+                if env["params"]["namespace"] == []:
+                    out.append((env["event_id"].split(":")[0], env["params"]["data"]["event"]))
+            elif line == "" and out and out[-1][1] in ("completed", "failed"):
+                break
+    return out
+
+
+def _protocol_run(base: str, tid: str, steps: int) -> str:
+    r = httpx.post(f"{base}/threads/{tid}/commands", json={"id": 1, "method": "run.start", "params": {
+        "assistant_id": "slow", "input": {"tag": "p", "steps": steps, "delay": 0.05}}}, timeout=10)
+    return r.json()["result"]["run_id"]
+
+
+def test_a_protocol_run_stopped_by_a_shutdown_ends_once_with_its_real_end(tmp_path: Path) -> None:
+    """SIGTERM returns the run to the queue: its clients must not be told `interrupted` before it runs again."""
+    db, log = tmp_path / "t.db", tmp_path / "server.log"
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = _start(db, port, log)
+    try:
+        tid = httpx.post(f"{base}/threads", json={}).json()["thread_id"]
+        run_id = _protocol_run(base, tid, 40)
+        _wait_running(base, tid, run_id)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+        proc = _start(db, port, log)
+        ends = [event for rid, event in _lifecycle(base, tid) if rid == run_id and event != "started"]
+        assert ends == ["completed"]
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def test_a_protocol_run_whose_worker_died_without_retries_ends_failed(tmp_path: Path) -> None:
+    db, log = tmp_path / "t.db", tmp_path / "server.log"
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = _start(db, port, log, run_retries="0")
+    try:
+        tid = httpx.post(f"{base}/threads", json={}).json()["thread_id"]
+        run_id = _protocol_run(base, tid, 200)
+        _wait_running(base, tid, run_id)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        proc = _start(db, port, log, run_retries="0")
+        assert [event for rid, event in _lifecycle(base, tid) if rid == run_id] == ["started", "failed"]
+    finally:
+        proc.kill()
+        proc.wait(10)

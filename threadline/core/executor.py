@@ -13,6 +13,7 @@ from threadline.broker.base import Broker
 from threadline.core.graphs import GraphRegistry
 from threadline.core.lease import FencedCheckpointer, Lease, LeaseLost
 from threadline.core.messages import MessageStreamer
+from threadline.core.protocol_events import ProtocolRun
 from threadline.core.metrics import Metrics
 from threadline.core.state import bind, run_output, snapshot_json, thread_config, thread_fields
 from threadline.core.threads import Threads
@@ -103,6 +104,8 @@ class Executor:
         run_id, thread_id = run["run_id"], run["thread_id"]
         status, error, output, action = "success", None, None, None
         started = time.monotonic()
+        protocol = ProtocolRun(self.storage, self.broker, run, lease, run["assistant_id"]) \
+            if (run["kwargs"] or {}).get("protocol") else None  # started through /commands
         try:
             stop.started = True
             if stop.action is not None:
@@ -111,11 +114,12 @@ class Executor:
             assistant = await self.storage.get_assistant(run["assistant_id"])
             if assistant is None:
                 raise LookupError(f"Assistant {run['assistant_id']} no longer exists")
-            run["_graph_id"] = assistant["graph_id"]
+            if protocol is not None:
+                protocol.named(assistant["graph_id"])
             config = build_config(run, assistant, thread_id)
             async with self.graphs.graph(assistant["graph_id"], config) as graph:
                 bound = bind(graph, FencedCheckpointer(self.storage.checkpointer, lease), self.storage.store)
-                await self._stream(bound, run, config, assistant, lease)
+                await self._stream(bound, run, config, assistant, lease, protocol)
                 snap = await bound.aget_state(thread_config(thread_id))
             state = snapshot_json(snap)
             output = run_output(state)
@@ -150,24 +154,21 @@ class Executor:
         if not lease.valid():
             log.warning("run %s ended after its lease lapsed; its result is discarded", run_id)
             return "lost"
-        if (run["kwargs"] or {}).get("protocol") and not run.get("_protocol_streaming") and status != "success":
-            await self._protocol_terminal(run, lease, status, error)
+        if protocol is not None and status != "success":
+            await self._protocol_end(protocol, run_id, status, error)
         lease.finishing = True
         await self._finish(run, worker_id, status, error, output, thread_changes, action)
         if self.metrics is not None:
             self.metrics.run_finished(status, time.monotonic() - started)
         return status
 
-    async def _protocol_terminal(self, run: Row, lease: Lease, status: str, error: Any) -> None:
-        """The protocol run ended before its graph streamed: its client still needs the terminal lifecycle."""
-        from threadline.core.protocol_events import write_terminal
-
+    async def _protocol_end(self, protocol: ProtocolRun, run_id: str, status: str, error: Any) -> None:
+        """A protocol run cancelled by a user or failed: its clients wait for the root terminal event."""
         message = f"{error['error']}: {error['message']}" if error else None
         try:
-            await write_terminal(self.storage, self.broker, run, run.get("_graph_id") or run["assistant_id"],
-                                 "failed" if status == "error" else "interrupted", message, lease)
+            await protocol.end("failed" if status == "error" else "interrupted", message)
         except Exception:
-            log.exception("could not write the terminal lifecycle event of run %s", run["run_id"])
+            log.exception("could not write the terminal lifecycle event of run %s", run_id)
 
     async def _announce_end(self, run_id: str) -> None:
         await self.broker.end_stream(run_id)
@@ -202,7 +203,8 @@ class Executor:
             payload = {**run_out(finished), "values": finished.get("output"), "error": finished.get("error")}
             asyncio.create_task(_post_webhook(run["kwargs"]["webhook"], payload))
 
-    async def _stream(self, graph: Any, run: Row, config: dict[str, Any], assistant: Row, lease: Lease) -> None:
+    async def _stream(self, graph: Any, run: Row, config: dict[str, Any], assistant: Row, lease: Lease,
+                      protocol: ProtocolRun | None) -> None:
         kwargs = run["kwargs"]
         modes = requested_modes(kwargs)
         lg_modes = sorted({STREAM_MODES[m] for m in modes if STREAM_MODES.get(m)})
@@ -224,12 +226,7 @@ class Executor:
         if "events" in modes:
             await self._stream_events(graph, run, config, options, publish)
             return
-        if kwargs.get("protocol"):  # started through /commands: Protocol v2 events into the thread's log
-            from threadline.core.protocol_events import ProtocolRun
-
-            run["_protocol_streaming"] = True  # from here on, ProtocolRun writes the terminal lifecycle
-
-            protocol = ProtocolRun(self.storage, self.broker, run, lease, assistant["graph_id"])
+        if protocol is not None:  # Protocol v2 events go into the thread's log
             await protocol.stream(graph, graph_input(kwargs), config, options)
             return
         async for part in graph.astream(graph_input(kwargs), config, **options):

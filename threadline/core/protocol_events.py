@@ -10,7 +10,6 @@ and read them from storage. Storage is the source of truth; the broker only wake
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 from langchain_core.messages import AIMessageChunk, BaseMessage, ToolMessage
 
 from threadline.broker.base import Broker
-from threadline.core.lease import Lease, LeaseLost
+from threadline.core.lease import Lease
 from threadline.serde import dumps, to_jsonable
 from threadline.storage.base import NewThreadEvent, Storage
 
@@ -240,33 +239,41 @@ class EventWriter:
 
 
 class ProtocolRun:
-    """Streams one run's graph as protocol events, from `lifecycle: started` to its terminal event."""
+    """One run's protocol lifecycle: `started`, its graph's events, then exactly one root terminal event.
+
+    The graph's own end (`completed`, or `interrupted` when it waits for input) is written by `stream`; an
+    end the executor decides (cancelled by a user, failed) by `end`. A run stopped by a shutdown or a lost
+    lease gets neither: whoever runs it next writes its end.
+    """
 
     def __init__(self, storage: Storage, broker: Broker, run: dict[str, Any], lease: Lease, graph_name: str) -> None:
         self.converter = StreamConverter(graph_name)
         self.writer = EventWriter(storage, broker, run["thread_id"], run["run_id"], lease)
+        self.started = self.ended = False
+
+    def named(self, graph_name: str) -> None:
+        """The graph is known once the assistant is read (before that, the assistant id stands in)."""
+        self.converter.graph_name = graph_name
 
     async def stream(self, graph: Any, graph_input: Any, config: dict[str, Any], options: dict[str, Any]) -> None:
         options = {**options, "stream_mode": PROTOCOL_STREAM_MODES, "subgraphs": True}
         config = {**config, "configurable": {**config["configurable"], CONFIG_KEY_STREAM_MESSAGES_V2: True}}
         await self.writer.add([self.converter.started()])
-        try:
-            async for part in _parts(graph.astream(graph_input, config, version="v2", **options)):
-                await self.writer.add(self.converter.convert(part))
-        except asyncio.CancelledError:
-            with contextlib.suppress(Exception):  # best effort: the run was cancelled (or its lease lost)
-                await self.writer.add([self.converter.finished("interrupted")])
-                await self.writer.flush()
-            raise
-        except LeaseLost:
-            raise
-        except Exception as exc:
-            await self.writer.add([self.converter.finished("failed", f"{type(exc).__name__}: {exc}")])
-            await self.writer.flush()
-            raise
-        status = "interrupted" if self.converter.root_interrupts else "completed"
-        await self.writer.add([self.converter.finished(status)])
+        self.started = True
+        async for part in _parts(graph.astream(graph_input, config, version="v2", **options)):
+            await self.writer.add(self.converter.convert(part))
+        await self._finish("interrupted" if self.converter.root_interrupts else "completed")
+
+    async def end(self, status: str, error: str | None = None) -> None:
+        """The run ended other than by its graph finishing: `interrupted` (cancelled) or `failed`."""
+        if not self.ended:
+            await self._finish(status, error)
+
+    async def _finish(self, status: str, error: str | None = None) -> None:
+        events = [] if self.started else [self.converter.started()]
+        await self.writer.add([*events, self.converter.finished(status, error)])
         await self.writer.flush()
+        self.started = self.ended = True
 
 
 class _Unleased:
@@ -276,14 +283,25 @@ class _Unleased:
         return None
 
 
-async def write_terminal(storage: Storage, broker: Broker, run: dict[str, Any], graph_name: str, status: str,
-                         error: str | None = None, lease: Lease | None = None) -> None:
-    """A protocol run that ended without streaming (it failed before its graph ran, or was cancelled while
-    queued) still gets its root lifecycle, `started` then `status`: clients wait for that terminal event."""
-    converter = StreamConverter(graph_name)
-    writer = EventWriter(storage, broker, run["thread_id"], run["run_id"], lease or _Unleased())  # type: ignore[arg-type]
-    await writer.add([converter.started(), converter.finished(status, error)])
-    await writer.flush()
+async def end_without_worker(storage: Storage, broker: Broker, run: dict[str, Any], status: str,
+                             error: Any = None) -> None:
+    """A run that ended with no worker to tell its story (cancelled while queued; failed when its worker died
+    and no retries were left) still ends its stream, wakes its waiters and, when started through the
+    protocol, gets `started` and a root terminal event: clients wait for that event."""
+    try:
+        if (run.get("kwargs") or {}).get("protocol"):
+            assistant = await storage.get_assistant(run["assistant_id"])
+            writer = EventWriter(storage, broker, run["thread_id"], run["run_id"], _Unleased())  # type: ignore[arg-type]
+            converter = StreamConverter((assistant or {}).get("graph_id") or run["assistant_id"])
+            message = f"{error['error']}: {error['message']}" if error else None
+            # A run whose worker died had usually written `started` already (its first lifecycle event).
+            began = await storage.read_thread_events(run["thread_id"], run_id=run["run_id"], method="lifecycle",
+                                                     limit=1)
+            await writer.add([*([] if began else [converter.started()]), converter.finished(status, message)])
+            await writer.flush()
+    finally:
+        await broker.end_stream(run["run_id"])
+        await broker.notify_run_done(run["run_id"])
 
 
 async def _parts(stream: AsyncIterator[Any]) -> AsyncIterator[dict[str, Any]]:

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from threadline.broker.base import Broker, StreamEvent
 from threadline.core.assistants import Assistants
+from threadline.core.protocol_events import end_without_worker
 from threadline.core.thread_stream import thread_signal
 from threadline.core.threads import Threads
 from threadline.errors import Conflict, InvalidInput, NotFound
@@ -154,14 +155,7 @@ class Runs:
         """Bookkeeping for a run that ended without a worker: rollback, signals, stream end."""
         if action == "rollback":
             await self.storage.delete_run(run["run_id"])
-        if (run.get("kwargs") or {}).get("protocol"):  # its client waits for a terminal lifecycle event
-            from threadline.core.protocol_events import write_terminal
-
-            assistant = await self.storage.get_assistant(run["assistant_id"])
-            await write_terminal(self.storage, self.broker, run, (assistant or {}).get("graph_id") or
-                                 run["assistant_id"], "interrupted")
-        await self.broker.end_stream(run["run_id"])
-        await self.broker.notify_run_done(run["run_id"])
+        await end_without_worker(self.storage, self.broker, run, "interrupted")
         await self.broker.wake_workers()  # the thread's next pending run may now be claimable
 
     async def cancel_many(self, *, run_ids: list[str] | None = None, thread_id: str | None = None,

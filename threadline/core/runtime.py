@@ -17,6 +17,7 @@ from threadline.core.assistants import Assistants
 from threadline.core.executor import Executor
 from threadline.core.graphs import GraphRegistry
 from threadline.core.metrics import Metrics
+from threadline.core.protocol_events import end_without_worker
 from threadline.core.runs import Runs
 from threadline.core.threads import Threads
 from threadline.core.worker import WorkerPool
@@ -90,8 +91,7 @@ class Runtime:
         if requeued or failed:
             log.warning("recovered runs of a stopped process: %d requeued, %d failed", len(requeued), len(failed))
         for run in failed:
-            await self.broker.end_stream(run["run_id"])
-            await self.broker.notify_run_done(run["run_id"])
+            await end_without_worker(self.storage, self.broker, run, "failed", run.get("error"))
         self.started = {"requeued": [r["run_id"] for r in requeued], "failed": [r["run_id"] for r in failed]}
         if self.workers is not None:
             await self.workers.start()

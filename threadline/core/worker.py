@@ -19,6 +19,7 @@ from typing import Any
 from threadline.broker.base import Broker
 from threadline.core.executor import Executor, StopSignal
 from threadline.core.lease import Lease
+from threadline.core.protocol_events import end_without_worker
 from threadline.storage.base import Row, Storage
 
 log = logging.getLogger("threadline.worker")
@@ -157,5 +158,4 @@ class WorkerPool:
                 await self.broker.wake_workers()
             for run in failed:
                 log.warning("run %s lost its worker (lease expired) with no retries left: error", run["run_id"])
-                await self.broker.end_stream(run["run_id"])
-                await self.broker.notify_run_done(run["run_id"])
+                await end_without_worker(self.storage, self.broker, run, "failed", run.get("error"))
