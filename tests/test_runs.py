@@ -238,3 +238,30 @@ async def test_a_thread_created_by_a_run_carries_the_run_metadata(sdk: LangGraph
     await sdk.runs.join(tid, run["run_id"])
     thread = await sdk.threads.get(tid)
     assert thread["metadata"] == {"graph_id": "echo", "assistant_id": run["assistant_id"], "m": 3}
+
+
+async def test_bulk_cancel_goes_on_when_one_run_finishes_meanwhile(runtime: Any, sdk: LangGraphClient) -> None:
+    """`/runs/cancel` picks the active runs, then stops each: one finishing in between must not stop the rest."""
+    done_tid = (await sdk.threads.create())["thread_id"]
+    done = await sdk.runs.create(done_tid, "slow", input={"tag": "d", "steps": 1, "delay": 0})
+    await sdk.runs.join(done_tid, done["run_id"])
+    busy_tid = (await sdk.threads.create())["thread_id"]
+    busy = await sdk.runs.create(busy_tid, "slow", input={"tag": "b", "steps": 500, "delay": 0.02})
+    real = runtime.storage.get_run
+    seen: set[str] = set()
+
+    async def stale_once(run_id: str) -> Any:  # the picking step saw `done` before it finished
+        row = await real(run_id)
+        if run_id == done["run_id"] and run_id not in seen:
+            seen.add(run_id)
+            return {**row, "status": "running"}
+        return row
+
+    runtime.storage.get_run = stale_once
+    try:
+        await runtime.runs.cancel_many(run_ids=[done["run_id"], busy["run_id"]])
+    finally:
+        runtime.storage.get_run = real
+    await asyncio.wait_for(sdk.runs.join(busy_tid, busy["run_id"]), 20)
+    assert (await sdk.runs.get(busy_tid, busy["run_id"]))["status"] == "interrupted"
+    assert (await sdk.runs.get(done_tid, done["run_id"]))["status"] == "success"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any, Literal
 from uuid import UUID
 
@@ -36,7 +35,7 @@ async def _create(rt: Runtime, thread_id: str | None, body: RunCreate) -> dict[s
 def _stream(rt: Runtime, run: dict[str, Any], *, last_event_id: str | None = None, replay: bool = True,
             cancel_on_disconnect: bool = False) -> Response:
     async def disconnect() -> None:
-        await rt.runs.cancel(run["run_id"], action="interrupt")
+        await rt.runs.stop(run["run_id"], action="interrupt")
 
     return event_response(
         rt.runs.stream(run["run_id"], last_event_id=last_event_id, replay=replay),
@@ -61,8 +60,7 @@ async def wait_done(request: Request, rt: Runtime, run: dict[str, Any], *, cance
             waiting.cancel()
     if not waiting.done():
         if cancel_on_disconnect:
-            with contextlib.suppress(NotFound):  # it finished meanwhile
-                await rt.runs.cancel(run["run_id"], action="interrupt")
+            await rt.runs.stop(run["run_id"], action="interrupt")
         raise ClientGone()
     done = waiting.result()
     if done is None:

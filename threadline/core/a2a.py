@@ -564,10 +564,7 @@ class A2ATasks:
         task_id, latest = await self.locate(task_id, context_id)
         state = await self.state_of(latest)
         if state in (S.TASK_STATE_SUBMITTED, S.TASK_STATE_WORKING):
-            try:
-                await self.rt.runs.cancel(latest["run_id"], wait=True)
-            except NotFound:  # it finished meanwhile
-                pass
+            await self.rt.runs.stop(latest["run_id"], wait=True)  # one that finished meanwhile stays as it is
             latest = await self.rt.runs.get(latest["run_id"])
         elif state == S.TASK_STATE_INPUT_REQUIRED:
             latest = await self._cancel_waiting(task_id, latest)
@@ -583,7 +580,7 @@ class A2ATasks:
         # A marker run that never becomes available to workers, cancelled at once: the task's latest run.
         marker = await self.rt.runs.create(thread_id, {"assistant_id": self.assistant_id, "after_seconds": 86_400,
                                                        "metadata": {TASK_KEY: task_id}})
-        await self.rt.runs.cancel(marker["run_id"])
+        await self.rt.runs.stop(marker["run_id"])
         try:  # as the reference: the graph ends here, so the thread no longer shows a pending interrupt
             await self.rt.threads.update_state(thread_id, values=None, as_node="__end__")
         except Exception:

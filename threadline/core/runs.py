@@ -71,10 +71,7 @@ class Runs:
         strategy: MultitaskStrategy = body.get("multitask_strategy") or "enqueue"
         if strategy in ("interrupt", "rollback"):
             for active in await self.storage.active_runs(thread_id):
-                try:
-                    await self.cancel(active["run_id"], action=strategy, wait=False)
-                except NotFound:  # it finished meanwhile
-                    pass
+                await self.stop(active["run_id"], action=strategy)
         now = datetime.now(timezone.utc)
         available = now + timedelta(seconds=float(body.get("after_seconds") or 0))
         run = {
@@ -139,10 +136,23 @@ class Runs:
 
     async def cancel(self, run_id: str, thread_id: str | None = None, *, wait: bool = False,
                      action: Literal["interrupt", "rollback"] = "interrupt") -> Row | None:
-        """Cancel a run: pending runs never start; running ones are cancelled at their next await."""
+        """A client's cancel: 404 when the run has already finished (as the reference), else `stop`."""
         run = await self.get(run_id, thread_id)
         if run["status"] in TERMINAL:
             raise NotFound("No matching runs to cancel: the run has already finished")
+        return await self._stop(run, wait=wait, action=action)
+
+    async def stop(self, run_id: str, *, wait: bool = False,
+                   action: Literal["interrupt", "rollback"] = "interrupt") -> Row | None:
+        """Stop the run if it is still active; a run that finished meanwhile is simply returned."""
+        run = await self.storage.get_run(run_id)
+        if run is None or run["status"] in TERMINAL:
+            return run
+        return await self._stop(run, wait=wait, action=action)
+
+    async def _stop(self, run: Row, *, wait: bool, action: Literal["interrupt", "rollback"]) -> Row | None:
+        """Pending runs never start; running ones are cancelled at their next await."""
+        run_id = run["run_id"]
         if await self.storage.cancel_pending_runs([run_id], "interrupted"):
             await self._after_stop(run, action)
             return None if action == "rollback" else await self.storage.get_run(run_id)
@@ -176,15 +186,12 @@ class Runs:
         if not targets:
             raise NotFound("No runs found to cancel.")
         for run in targets:
-            await self.cancel(run["run_id"], action=action)
+            await self.stop(run["run_id"], action=action)  # one that finished meanwhile is left as it is
         return len(targets)
 
     async def cancel_thread_runs(self, thread_id: str) -> None:
         for run in await self.storage.active_runs(thread_id):
-            try:
-                await self.cancel(run["run_id"], action="interrupt", wait=True)
-            except NotFound:  # it finished meanwhile
-                pass
+            await self.stop(run["run_id"], action="interrupt", wait=True)
 
     async def stream(self, run_id: str, *, last_event_id: str | None = None,
                      replay: bool = False) -> AsyncIterator[StreamEvent]:
