@@ -10,12 +10,16 @@ from typing import Any, Literal
 from threadline.broker.base import Broker, StreamEvent
 from threadline.core.assistants import Assistants
 from threadline.core.protocol_events import end_without_worker
-from threadline.core.thread_stream import thread_signal
 from threadline.core.threads import Threads
 from threadline.errors import Conflict, InvalidInput, NotFound
 from threadline.storage.base import Row, Storage
 
 TERMINAL = ("success", "error", "timeout", "interrupted")
+
+
+def thread_signal(thread_id: str) -> str:
+    """The key, in the broker's run-done signal space, that announces a new run on a thread."""
+    return f"thread:{thread_id}"
 MultitaskStrategy = Literal["reject", "interrupt", "rollback", "enqueue"]
 
 # Keys of a run request kept in the run's `kwargs` and read by the executor.
