@@ -300,15 +300,7 @@ class SQLiteStorage(Storage):
     async def heartbeat_runs(self, worker_id: str, held: dict[str, int], lease_seconds: float) -> set[str]:
         if not held:
             return set()
-        kept: set[str] = set()
-        async with self._tx() as db:
-            for run_id, attempt in held.items():
-                cur = await db.execute(
-                    "UPDATE runs SET lease_expires_at = ? WHERE run_id = ? AND worker_id = ? AND attempt = ? "
-                    "AND status = 'running'", (iso_after(lease_seconds), run_id, worker_id, attempt))
-                if cur.rowcount:
-                    kept.add(run_id)
-        return kept
+        return await self._write(_heartbeat, worker_id, held, lease_seconds)
 
     async def release_runs(self, worker_id: str, held: dict[str, int]) -> list[str]:
         released = []
@@ -650,6 +642,15 @@ def _finish(db: sqlite3.Connection, run_id: str, status: str, error: Any, output
     assert finished is not None
     _reconcile_now(db, finished["thread_id"], thread_changes, now)
     return finished
+
+
+def _heartbeat(db: sqlite3.Connection, worker_id: str, held: dict[str, int], lease_seconds: float) -> set[str]:
+    """One statement for every held run (a run deleted or taken meanwhile is not returned)."""
+    marks = ", ".join("?" for _ in held)
+    rows = db.execute(f"UPDATE runs SET lease_expires_at = ? WHERE worker_id = ? AND status = 'running' "
+                      f"AND run_id IN ({marks}) RETURNING run_id, attempt",
+                      [iso_after(lease_seconds), worker_id, *held]).fetchall()
+    return {r["run_id"] for r in rows if held.get(r["run_id"]) == r["attempt"]}
 
 
 def _reconcile_now(db: sqlite3.Connection, thread_id: str, changes: Row, now: str,
