@@ -516,9 +516,27 @@ async def _delete_threads(db: psycopg.AsyncConnection, thread_ids: list[str], *,
 
 
 async def _has_pgvector(pool: AsyncConnectionPool) -> bool:
+    """pgvector is installed, or available and this role may install it (LangGraph's store setup will).
+
+    "Available" alone is not enough: on managed databases a role often may not CREATE EXTENSION, and then
+    the exact scan is the way, not a failed start.
+    """
     async with pool.connection() as conn:
-        cur = await conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'")
-        return await cur.fetchone() is not None
+        cur = await conn.execute("SELECT (SELECT 1 FROM pg_extension WHERE extname = 'vector') AS installed, "
+                                 "(SELECT 1 FROM pg_available_extensions WHERE name = 'vector') AS available")
+        found = await cur.fetchone()
+        if found["installed"]:
+            return True
+        if not found["available"]:
+            return False
+        try:
+            async with conn.transaction():
+                await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        except psycopg.Error as exc:
+            log.warning("pgvector is available but cannot be installed by this role (%s): semantic search "
+                        "uses an exact scan", exc)
+            return False
+        return True
 
 
 async def _reconcile_thread(db: psycopg.AsyncConnection, thread_id: str, changes: Row,
