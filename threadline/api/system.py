@@ -10,9 +10,8 @@ from threadline import __version__
 from threadline.api.common import JSON, runtime
 
 router = APIRouter(tags=["System"])
-# Optional surfaces, each reported in /info's flags as enabled when the app serves (documents) its path.
-SURFACES = {"a2a": "/a2a/{assistant_id}", "mcp": "/mcp", "streaming_protocol": "/threads/{thread_id}/commands",
-            "metrics": "/metrics"}
+# Surfaces beyond the REST core; every one is served (none is optional yet).
+SURFACES = ("a2a", "mcp", "streaming_protocol", "metrics")
 
 
 @router.get("/ok")
@@ -33,7 +32,7 @@ async def info(request: Request) -> JSON:
         "server": "threadline",
         "langgraph_py_version": _version("langgraph"),
         "flags": {"assistants": True, "crons": False, "langsmith": False, "agent_protocol": True,
-                  **{surface: _serves(request, path) for surface, path in SURFACES.items()}},
+                  **dict.fromkeys(SURFACES, True)},
         "storage": {"backend": rt.storage.url.split(":", 1)[0], **rt.storage.capabilities,
                     # langgraph.json checkpointer.ttl; null: only threads given a `ttl` expire.
                     "thread_ttl": asdict(rt.threads.ttl) if rt.threads.ttl else None},
@@ -43,10 +42,6 @@ async def info(request: Request) -> JSON:
         "workers": {"size": rt.workers.size if rt.workers else 0, "busy": rt.workers.busy if rt.workers else 0},
         "queue": stats,
     })
-
-
-def _serves(request: Request, path: str) -> bool:
-    return path in request.app.openapi().get("paths", {})  # built once, then cached by FastAPI
 
 
 def _version(package: str) -> str | None:
