@@ -27,6 +27,7 @@ from starlette.responses import Response
 
 from threadline import __version__, errors
 from threadline.api import jsonrpc
+from threadline.api.sse import CountedEventSource
 from threadline.api.common import JSON, runtime
 from threadline.core.a2a import (
     A2AError,
@@ -225,7 +226,8 @@ def _error(req_id: jsonrpc.RequestId, exc: Exception) -> dict[str, Any]:
     if isinstance(exc, PARAM_ERRORS):
         return jsonrpc.error(req_id, jsonrpc.INVALID_PARAMS, exc.message)
     log.exception("A2A request failed")
-    return jsonrpc.error(req_id, jsonrpc.INTERNAL_ERROR, f"Internal error: {type(exc).__name__}: {exc}")
+    # Logged here in full; the client gets no internals (database or Redis messages), as MCP's answer.
+    return jsonrpc.error(req_id, jsonrpc.INTERNAL_ERROR, "Internal error")
 
 
 async def _assistant(rt: Runtime, assistant_id: str) -> dict[str, Any]:
@@ -245,7 +247,7 @@ def _sse(rt: Runtime, req_id: jsonrpc.RequestId, version: str,
             yield ServerSentEvent(data=dumps(_error(req_id, exc)).decode())
 
     # A client that leaves does not cancel the task: it can read it later (GetTask) or cancel it (CancelTask).
-    return EventSourceResponse(events(), ping=rt.settings.heartbeat_seconds)
+    return CountedEventSource(events(), ping=rt.settings.heartbeat_seconds)
 
 
 @router.post("/a2a/{assistant_id}")

@@ -40,10 +40,10 @@ def event_response(
                 except Exception:
                     log.exception("on_disconnect handler failed")
 
-    return _CountedEventSource(frames(), ping=heartbeat, headers=headers)
+    return CountedEventSource(frames(), ping=heartbeat, headers=headers)
 
 
-class _CountedEventSource(EventSourceResponse):
+class CountedEventSource(EventSourceResponse):
     """Counted among the app's open stream subscribers for as long as it is being served."""
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
