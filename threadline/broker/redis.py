@@ -119,11 +119,11 @@ class RedisBroker(Broker):
 
     async def publish(self, run_id: str, event: str, data: bytes) -> str:
         events = self._keys.events(run_id)
-        async with self._exchange(), self._redis.pipeline(transaction=True) as pipe:
+        # One round trip, no MULTI/EXEC: the expiry only has to follow the append, not be atomic with it
+        # (end_stream sets both keys' retention itself).
+        async with self._exchange(), self._redis.pipeline(transaction=False) as pipe:
             pipe.xadd(events, {"e": event, "d": data}, maxlen=self._buffer, approximate=False)
             pipe.expire(events, self.live_seconds)
-            # A no-op unless the stream has ended: events and end flag keep expiring together.
-            pipe.expire(self._keys.end(run_id), self.live_seconds)
             event_id, *_ = await pipe.execute()
         return str(event_id, "ascii")
 
