@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 
 
@@ -43,3 +45,18 @@ async def test_oversized_body_is_413(http: httpx.AsyncClient) -> None:
 async def test_cors_allows_browsers(http: httpx.AsyncClient) -> None:
     r = await http.options("/threads", headers={"Origin": "https://studio.example", "Access-Control-Request-Method": "POST"})
     assert r.status_code == 200 and r.headers["access-control-allow-origin"] in ("*", "https://studio.example")
+
+
+async def test_readiness_is_503_when_redis_cannot_answer(runtime: Any, http: httpx.AsyncClient) -> None:
+    """A real Redis client to a port nothing listens on: readiness fails with a JSON body, liveness stays up."""
+    from threadline.broker.redis import RedisBroker
+
+    dead = RedisBroker("redis://127.0.0.1:1/0")
+    real, runtime.broker = runtime.broker, dead
+    try:
+        r = await http.get("/ok", params={"check_db": 1})
+        assert r.status_code == 503 and "Redis" in r.json()["detail"]
+        assert (await http.get("/ok")).status_code == 200
+    finally:
+        runtime.broker = real
+        await dead.close()
