@@ -63,11 +63,18 @@ async def served(settings: Settings) -> AsyncIterator[tuple[Any, object]]:
 
 @contextlib.asynccontextmanager
 async def serving(settings: Settings) -> AsyncIterator[str]:
-    """The app served by uvicorn on a free loopback port (for real clients and real sockets); its base URL."""
+    """Threadline served by uvicorn on a free loopback port (for real clients and real sockets); its base URL."""
+    async with serving_asgi(create_app(settings)) as url:
+        yield url
+
+
+@contextlib.asynccontextmanager
+async def serving_asgi(asgi_app: Any) -> AsyncIterator[str]:
+    """Any ASGI app served by uvicorn on a free loopback port; its base URL."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(asgi_app, host="127.0.0.1", port=port, log_level="warning"))
     task = asyncio.create_task(server.serve())
     while not server.started:
         if task.done():

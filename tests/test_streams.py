@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from langgraph_sdk.client import LangGraphClient
+
+from tests.conftest import serving_asgi
 
 
 
@@ -97,22 +97,10 @@ async def test_webhook_receives_the_finished_run(sdk: LangGraphClient) -> None:
         arrived.set()
         return Response(status_code=204)
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    server = uvicorn.Server(uvicorn.Config(Starlette(routes=[Route("/hook", hook, methods=["POST"])]),
-                                           host="127.0.0.1", port=port, log_level="warning"))
-    task = asyncio.create_task(server.serve())
-    try:
-        while not server.started:
-            await asyncio.sleep(0.02)
+    async with serving_asgi(Starlette(routes=[Route("/hook", hook, methods=["POST"])])) as receiver:
         tid = (await sdk.threads.create())["thread_id"]
-        run = await sdk.runs.create(tid, "counter", input={"increment": 2}, webhook=f"http://127.0.0.1:{port}/hook")
+        run = await sdk.runs.create(tid, "counter", input={"increment": 2}, webhook=f"{receiver}/hook")
         await asyncio.wait_for(arrived.wait(), 10)
-    finally:
-        server.should_exit = True
-        await task
     assert received[0]["run_id"] == run["run_id"] and received[0]["status"] == "success"
     assert received[0]["values"]["count"] == 2 and received[0]["error"] is None
     assert "worker_id" not in received[0]  # the public run, not the storage row
