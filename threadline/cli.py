@@ -80,11 +80,10 @@ async def work(settings: Settings) -> None:
 
     if settings.workers < 1:
         raise ConfigError("threadline worker needs --workers 1 or more")
-    runtime = await Runtime.open(settings)
-    if not runtime.storage.capabilities.get("multi_process") or settings.redis_url is None:
-        await runtime.close()
+    if not (settings.database_url or "").startswith(("postgresql:", "postgres:")) or settings.redis_url is None:
         raise ConfigError("a separate worker process needs a shared database and broker: "
                           "--database-url postgresql://… and --redis-url redis://…")
+    runtime = await Runtime.open(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -17,10 +17,9 @@ from threadline.core.assistants import Assistants
 from threadline.core.executor import Executor
 from threadline.core.graphs import GraphRegistry
 from threadline.core.metrics import Metrics
-from threadline.core.protocol_events import end_without_worker
 from threadline.core.runs import Runs
 from threadline.core.threads import Threads
-from threadline.core.worker import WorkerPool
+from threadline.core.worker import WorkerPool, recover
 from threadline.loader import resolve_store_index
 from threadline.settings import Settings
 from threadline.storage import open_storage
@@ -87,11 +86,7 @@ class Runtime:
         # One process owns an embedded database: whatever it left running died with it. Shared databases
         # have live peers, so only runs whose lease lapsed are taken back (and the sweeper keeps doing so).
         shared = self.storage.capabilities.get("multi_process", False)
-        requeued, failed = await self.storage.recover_runs(self.settings.run_retries, expired_only=shared)
-        if requeued or failed:
-            log.warning("recovered runs of a stopped process: %d requeued, %d failed", len(requeued), len(failed))
-        for run in failed:
-            await end_without_worker(self.storage, self.broker, run, "failed", run.get("error"))
+        requeued, failed = await recover(self.storage, self.broker, self.settings.run_retries, expired_only=shared)
         self.started = {"requeued": [r["run_id"] for r in requeued], "failed": [r["run_id"] for r in failed]}
         if self.workers is not None:
             await self.workers.start()

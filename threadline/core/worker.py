@@ -41,7 +41,7 @@ class WorkerPool:
         self.sweep = sweep
         self.worker_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._loops: list[asyncio.Task[None]] = []
-        self._running: dict[str, tuple[asyncio.Task[Any], Lease, StopSignal]] = {}
+        self._running: dict[str, tuple[asyncio.Task[Any], Lease]] = {}
         self._stopping = False
 
     @property
@@ -59,10 +59,10 @@ class WorkerPool:
         self._stopping = True
         for task in self._loops:
             task.cancel()
-        held = {run_id: lease.attempt for run_id, (_, lease, _) in self._running.items() if lease.valid()}
-        for task, _, _ in list(self._running.values()):
+        held = {run_id: lease.attempt for run_id, (_, lease) in self._running.items() if lease.valid()}
+        for task, _ in list(self._running.values()):
             task.cancel()
-        for task in [*self._loops, *(t for t, _, _ in self._running.values())]:
+        for task in [*self._loops, *(t for t, _ in self._running.values())]:
             with contextlib.suppress(BaseException):
                 await task
         if held:
@@ -104,7 +104,7 @@ class WorkerPool:
         unregister = await self.broker.on_cancel(run["run_id"], on_cancel)
         task = asyncio.create_task(self.executor.execute(run, self.worker_id, stop, lease))
         holder.append(task)
-        self._running[run["run_id"]] = (task, lease, stop)
+        self._running[run["run_id"]] = (task, lease)
         try:
             await task
         except asyncio.CancelledError:
@@ -124,7 +124,7 @@ class WorkerPool:
         """Extend every held lease each third of the lease; stop runs whose lease is gone."""
         while True:
             await asyncio.sleep(self.lease_seconds / 3)
-            leases = {run_id: lease for run_id, (_, lease, _) in self._running.items()}
+            leases = {run_id: lease for run_id, (_, lease) in self._running.items()}
             if not leases:
                 continue
             sent = time.monotonic()
@@ -148,14 +148,21 @@ class WorkerPool:
         while True:
             await asyncio.sleep(self.lease_seconds / 2)
             try:
-                requeued, failed = await self.storage.recover_runs(self.max_attempts, expired_only=True)
+                await recover(self.storage, self.broker, self.max_attempts, expired_only=True)
             except Exception:
                 log.exception("sweeping expired leases failed")
-                continue
-            for run in requeued:
-                log.warning("run %s lost its worker (lease expired): queued again", run["run_id"])
-            if requeued:
-                await self.broker.wake_workers()
-            for run in failed:
-                log.warning("run %s lost its worker (lease expired) with no retries left: error", run["run_id"])
-                await end_without_worker(self.storage, self.broker, run, "failed", run.get("error"))
+
+
+async def recover(storage: Storage, broker: Broker, max_attempts: int, *,
+                  expired_only: bool) -> tuple[list[Row], list[Row]]:
+    """Take back the runs of workers that are gone: requeue them (and wake a worker), or fail them (and end
+    their streams, wake their waiters and tell protocol clients). At start, and in the sweeper."""
+    requeued, failed = await storage.recover_runs(max_attempts, expired_only=expired_only)
+    for run in requeued:
+        log.warning("run %s lost its worker: queued again (attempt %d done)", run["run_id"], run["attempt"])
+    for run in failed:
+        log.warning("run %s lost its worker with no retries left: error", run["run_id"])
+        await end_without_worker(storage, broker, run, "failed", run.get("error"))
+    if requeued:
+        await broker.wake_workers()
+    return requeued, failed
