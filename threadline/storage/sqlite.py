@@ -459,24 +459,7 @@ class SQLiteStorage(Storage):
                                    events: list[NewThreadEvent]) -> list[int]:
         if not events:
             return []
-        now = now_iso()
-        # One writer at a time (BEGIN IMMEDIATE): reading the counter and bumping it cannot interleave.
-        async with self._tx() as db:
-            found = await _one(db, "SELECT last_seq FROM thread_event_counters WHERE thread_id = ?", (thread_id,))
-            first = (found["last_seq"] if found else 0) + 1
-            last = first + len(events) - 1
-            await db.execute(
-                "INSERT INTO thread_event_counters (thread_id, last_seq) VALUES (?, ?) "
-                "ON CONFLICT (thread_id) DO UPDATE SET last_seq = excluded.last_seq", (thread_id, last))
-            await db.executemany(
-                "INSERT INTO thread_events (thread_id, seq, run_id, method, channel, namespace, params, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [(thread_id, first + i, run_id, e.method, e.channel, e.namespace, e.params, now)
-                 for i, e in enumerate(events)])
-            if last > THREAD_EVENTS_KEPT:
-                await db.execute("DELETE FROM thread_events WHERE thread_id = ? AND seq <= ?",
-                                 (thread_id, last - THREAD_EVENTS_KEPT))
-        return list(range(first, last + 1))
+        return await self._write(_append_events, thread_id, run_id, events)
 
     async def read_thread_events(self, thread_id: str, *, after: int = 0, limit: int = 500,
                                  run_id: str | None = None, method: str | None = None) -> list[Row]:
@@ -642,6 +625,24 @@ def _finish(db: sqlite3.Connection, run_id: str, status: str, error: Any, output
     assert finished is not None
     _reconcile_now(db, finished["thread_id"], thread_changes, now)
     return finished
+
+
+def _append_events(db: sqlite3.Connection, thread_id: str, run_id: str | None,
+                   events: list[NewThreadEvent]) -> list[int]:
+    """Number the events on from the thread's counter and store them, keeping the newest; one transaction
+    (BEGIN IMMEDIATE: reading the counter and bumping it cannot interleave), one trip per batch."""
+    now = now_iso()
+    last = db.execute("INSERT INTO thread_event_counters (thread_id, last_seq) VALUES (?, ?) ON CONFLICT (thread_id) "
+                      "DO UPDATE SET last_seq = last_seq + excluded.last_seq RETURNING last_seq",
+                      (thread_id, len(events))).fetchone()["last_seq"]
+    first = last - len(events) + 1
+    db.executemany(
+        "INSERT INTO thread_events (thread_id, seq, run_id, method, channel, namespace, params, created_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [(thread_id, first + i, run_id, e.method, e.channel, e.namespace, e.params, now) for i, e in enumerate(events)])
+    if last > THREAD_EVENTS_KEPT:
+        db.execute("DELETE FROM thread_events WHERE thread_id = ? AND seq <= ?", (thread_id, last - THREAD_EVENTS_KEPT))
+    return list(range(first, last + 1))
 
 
 def _heartbeat(db: sqlite3.Connection, worker_id: str, held: dict[str, int], lease_seconds: float) -> set[str]:
