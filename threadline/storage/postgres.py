@@ -13,7 +13,6 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from datetime import datetime, timezone
-from importlib import resources
 from typing import Any, Literal
 
 import psycopg
@@ -23,7 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from threadline.errors import ConfigError, Conflict, NotFound, Unavailable
 from threadline.storage.base import THREAD_EVENTS_KEPT, NewThreadEvent, Row, SortOrder, Storage
-from threadline.storage.sql import JSON_COLUMNS, now_iso, thread_ttl_columns, worker_lost
+from threadline.storage.sql import JSON_COLUMNS, MIGRATIONS_TABLE, pending_migrations, now_iso, thread_ttl_columns, worker_lost
 
 log = logging.getLogger("threadline.storage")
 
@@ -488,18 +487,15 @@ class PostgresStorage(Storage):
 
 
 async def _apply_migrations(conn: psycopg.AsyncConnection) -> list[str]:
-    await conn.execute("CREATE TABLE IF NOT EXISTS threadline_migrations (name TEXT PRIMARY KEY, applied_at TEXT)")
+    await conn.execute(MIGRATIONS_TABLE)
     cur = await conn.execute("SELECT name FROM threadline_migrations")
-    done = {r["name"] for r in await cur.fetchall()}
     applied = []
-    folder = resources.files("threadline.storage") / "migrations" / "postgres"
-    for entry in sorted(folder.iterdir(), key=lambda p: p.name):
-        if entry.name.endswith(".sql") and entry.name not in done:
-            async with conn.transaction():  # the migration and its record commit together, or not at all
-                await conn.execute(entry.read_text(), prepare=False)  # type: ignore[arg-type]
-                await conn.execute("INSERT INTO threadline_migrations (name, applied_at) VALUES (%s, %s)",
-                                   (entry.name, now_iso()))
-            applied.append(entry.name)
+    for name, script in pending_migrations("postgres", {r["name"] for r in await cur.fetchall()}):
+        async with conn.transaction():  # the migration and its record commit together, or not at all
+            await conn.execute(script, prepare=False)  # type: ignore[arg-type]
+            await conn.execute("INSERT INTO threadline_migrations (name, applied_at) VALUES (%s, %s)",
+                               (name, now_iso()))
+        applied.append(name)
     return applied
 
 

@@ -44,18 +44,24 @@ def where(clauses: list[tuple[str, list]], *, metadata: dict | None = None, valu
     return ("WHERE " + " AND ".join(parts) if parts else ""), params
 
 
+MIGRATIONS_TABLE = "CREATE TABLE IF NOT EXISTS threadline_migrations (name TEXT PRIMARY KEY, applied_at TEXT)"
+
+
+def pending_migrations(dialect: str, done: set[str]) -> list[tuple[str, str]]:
+    """(name, SQL) of the numbered `.sql` files under migrations/<dialect> not yet recorded, in order."""
+    folder = resources.files("threadline.storage") / "migrations" / dialect
+    return [(entry.name, entry.read_text()) for entry in sorted(folder.iterdir(), key=lambda p: p.name)
+            if entry.name.endswith(".sql") and entry.name not in done]
+
+
 async def apply_migrations(conn: Any, dialect: str) -> list[str]:
-    """Apply numbered `.sql` files under migrations/<dialect> not yet recorded; return those applied."""
-    await conn.execute("CREATE TABLE IF NOT EXISTS threadline_migrations (name TEXT PRIMARY KEY, applied_at TEXT)")
+    """SQLite: apply the pending migrations; each commits with its record, or not at all."""
+    await conn.execute(MIGRATIONS_TABLE)
     async with conn.execute("SELECT name FROM threadline_migrations") as cur:
         done = {r[0] for r in await cur.fetchall()}
-    folder = resources.files("threadline.storage") / "migrations" / dialect
     applied = []
-    for entry in sorted(folder.iterdir(), key=lambda p: p.name):
-        if not entry.name.endswith(".sql") or entry.name in done:
-            continue
-        # The migration and its record commit together, or not at all.
-        record = f"INSERT INTO threadline_migrations (name, applied_at) VALUES ('{entry.name}', '{now_iso()}');"
-        await conn.executescript(f"BEGIN;\n{entry.read_text()}\n{record}\nCOMMIT;")
-        applied.append(entry.name)
+    for name, script in pending_migrations(dialect, done):
+        record = f"INSERT INTO threadline_migrations (name, applied_at) VALUES ('{name}', '{now_iso()}');"
+        await conn.executescript(f"BEGIN;\n{script}\n{record}\nCOMMIT;")
+        applied.append(name)
     return applied
