@@ -212,12 +212,6 @@ STREAMING = (_stream, _subscribe)
 
 # --- HTTP ---------------------------------------------------------------------------------------------------------
 
-def _accepts(header: str | None, media_type: str) -> bool:
-    if not header:
-        return True
-    ranges = {r.split(";", 1)[0].strip().lower() for r in header.split(",")}
-    return bool(ranges & {"*/*", media_type, media_type.split("/")[0] + "/*"})
-
 
 def _error(req_id: jsonrpc.RequestId, exc: Exception) -> dict[str, Any]:
     """The one table from exceptions to JSON-RPC errors: nothing here becomes an HTTP 500."""
@@ -267,7 +261,7 @@ async def a2a_rpc(request: Request, assistant_id: str) -> Response:
         return JSON(jsonrpc.error(call.id, jsonrpc.METHOD_NOT_FOUND, f"Method not found: {call.method}"))
     handler, version = found
     wanted = "text/event-stream" if handler in STREAMING else "application/json"
-    if not _accepts(request.headers.get("accept"), wanted):
+    if not jsonrpc.accepts(request.headers.get("accept"), wanted):
         raise errors.BadRequest(f"Accept header must include {wanted} for {call.method}")
     log.debug("A2A %s (A2A-Version: %s)", call.method, request.headers.get("a2a-version"))
     rt = runtime(request)

@@ -84,3 +84,12 @@ def error(id: RequestId, code: int, message: str, data: Any = None) -> dict[str,
     if data is not None:
         err["data"] = data
     return {"jsonrpc": "2.0", "id": id, "error": err}
+
+
+def accepts(header: str | None, *media_types: str) -> bool:
+    """Whether an `Accept` header admits one of `media_types` (no header admits everything)."""
+    if not header:
+        return True
+    ranges = {r.split(";", 1)[0].strip().lower() for r in header.split(",")}
+    wanted = {"*/*", *media_types, *(m.split("/")[0] + "/*" for m in media_types)}
+    return bool(ranges & wanted)

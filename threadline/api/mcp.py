@@ -33,7 +33,6 @@ router = APIRouter(tags=["MCP"])
 VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 LATEST = VERSIONS[-1]
 PAGE_SIZE = 100  # tools per `tools/list` page, as LangGraph's server
-ACCEPTED = {"application/json", "text/event-stream", "application/*", "*/*"}
 ANNOTATIONS = {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": False, "openWorldHint": True}
 # LangChain message types in an input schema: a tool caller sends the user's message as a plain string.
 MESSAGE_DEFS = frozenset({
@@ -49,7 +48,7 @@ RPC_CODES = {errors.NotFound: jsonrpc.INVALID_PARAMS, errors.InvalidInput: jsonr
 async def post(request: Request) -> Response:
     """One JSON-RPC message. Framing errors get HTTP 400 with a JSON-RPC error body; a request always gets
     HTTP 200 with its result or error; notifications and responses get 202 with no body."""
-    if not _acceptable(request.headers.get("accept")):
+    if not jsonrpc.accepts(request.headers.get("accept"), "application/json", "text/event-stream"):
         return JSON(jsonrpc.error(None, jsonrpc.INVALID_REQUEST,
                                   "Not Acceptable: accept application/json or text/event-stream"), status_code=400)
     try:
@@ -76,12 +75,6 @@ for _path in ("/mcp", "/mcp/"):
     router.add_api_route(_path, post, methods=["POST"], include_in_schema=_path == "/mcp", summary="MCP (JSON-RPC)")
     router.add_api_route(_path, delete, methods=["DELETE"], include_in_schema=_path == "/mcp",
                          summary="End an MCP session (no-op)")
-
-
-def _acceptable(accept: str | None) -> bool:
-    if not accept:
-        return True
-    return any(part.split(";")[0].strip().lower() in ACCEPTED for part in accept.split(","))
 
 
 async def _dispatch(request: Request, message: jsonrpc.Incoming, version: str) -> Any:
