@@ -88,7 +88,7 @@ class Executor:
     """Runs one run to its end and records the outcome. Used by the worker pool."""
 
     def __init__(self, storage: Storage, broker: Broker, graphs: GraphRegistry, threads: Threads,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics) -> None:
         self.metrics = metrics
         self.storage = storage
         self.broker = broker
@@ -158,8 +158,7 @@ class Executor:
             await self._protocol_end(protocol, run_id, status, error)
         lease.finishing = True
         await self._finish(run, worker_id, status, error, output, thread_changes, action)
-        if self.metrics is not None:
-            self.metrics.run_finished(status, time.monotonic() - started)
+        self.metrics.run_finished(status, time.monotonic() - started)
         return status
 
     async def _protocol_end(self, protocol: ProtocolRun, run_id: str, status: str, error: Any) -> None:
