@@ -71,6 +71,14 @@ def build_config(run: Row, assistant: Row, thread_id: str) -> dict[str, Any]:
     return config
 
 
+def run_durability(kwargs: dict[str, Any]) -> str:
+    """The run's `durability`, else the legacy `checkpoint_during` (false: "exit"), else LangGraph's default,
+    "async". Always passed explicitly: the checkpointer reads it to know whether a write may be buffered."""
+    if kwargs.get("durability"):
+        return kwargs["durability"]
+    return "exit" if kwargs.get("checkpoint_during") is False else "async"
+
+
 def graph_input(kwargs: dict[str, Any]) -> Any:
     command = kwargs.get("command")
     if command:
@@ -215,8 +223,7 @@ class Executor:
         }
         if context is not None:
             options["context"] = context
-        if kwargs.get("durability"):
-            options["durability"] = kwargs["durability"]
+        options["durability"] = run_durability(kwargs)
         messages = MessageStreamer(legacy="messages" in modes, tuples="messages-tuple" in modes)
 
         async def publish(event: str, data: Any) -> None:

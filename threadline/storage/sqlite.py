@@ -6,23 +6,24 @@ import asyncio
 import contextlib
 import fcntl
 import json
+import logging
 import sqlite3
-import time
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import IO, Any, Literal
 
 import aiosqlite
-from langgraph.checkpoint.sqlite import SqliteSaver
-from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.store.base import Op, Result, SearchOp
 from langgraph.store.sqlite.aio import AsyncSqliteStore
 
 from threadline.errors import ConfigError, Conflict, NotFound, Unavailable
 from threadline.storage.base import THREAD_EVENTS_KEPT, NewThreadEvent, Row, SortOrder, Storage
+from threadline.storage.sqlite_saver import GroupedSqliteSaver, begin_now, in_transaction
 from threadline.storage.sql import (
     JSON_COLUMNS, apply_migrations, dumps, iso_after, now_iso, thread_ttl_columns, where, worker_lost,
 )
+
+log = logging.getLogger("threadline.storage")
 
 _ASSISTANT_SORT = {"assistant_id", "graph_id", "name", "created_at", "updated_at"}
 _THREAD_SORT = {"thread_id", "status", "created_at", "updated_at"}
@@ -34,19 +35,18 @@ class SQLiteStorage(Storage):
     capabilities = {"vector_search": True, "ttl": True, "multi_process": False}
 
     def __init__(self, url: str, conn: aiosqlite.Connection, read_conn: aiosqlite.Connection,
-                 saver_conn: aiosqlite.Connection, store_conn: aiosqlite.Connection, store: AsyncSqliteStore,
-                 file_lock: IO[bytes]) -> None:
+                 store_conn: aiosqlite.Connection, store: AsyncSqliteStore, file_lock: IO[bytes]) -> None:
         self.url = url
         self._conn = conn
         # Reads use their own connection: on the writer's connection they would see another task's
         # transaction half done (a run already `success` while its thread is not yet updated).
         self._read = read_conn
         self._file_lock = file_lock
-        self._saver_conn = saver_conn
         self._store_conn = store_conn
-        self.checkpointer = _OneTripSqliteSaver(saver_conn)
         self.store = store
         self._lock = asyncio.Lock()
+        # LangGraph's checkpointer shares our writer connection and lock (sqlite_saver.py says why).
+        self.checkpointer = GroupedSqliteSaver(conn, self._lock)
         # One read at a time on the read connection: overlapping statements there would share one
         # snapshot, and a read could miss a write committed just before it.
         self._read_lock = asyncio.Lock()
@@ -61,13 +61,13 @@ class SQLiteStorage(Storage):
         lock = _lock_exclusively(Path(path))
         conns: list[aiosqlite.Connection] = []
         try:
-            for _ in range(4):
+            for _ in range(3):
                 conn = await aiosqlite.connect(path, isolation_level=None)
                 conns.append(conn)
                 await conn.execute("PRAGMA journal_mode=WAL")
                 await conn.execute("PRAGMA busy_timeout=30000")
                 await conn.execute("PRAGMA synchronous=NORMAL")
-            conn, read_conn, saver_conn, store_conn = conns
+            conn, read_conn, store_conn = conns
             conn.row_factory = read_conn.row_factory = aiosqlite.Row
             await apply_migrations(conn, "sqlite")
             store = _SqliteStore(store_conn, index=store_index, ttl=store_ttl)  # type: ignore[arg-type]
@@ -78,7 +78,7 @@ class SQLiteStorage(Storage):
                     "store.index needs SQLite extension loading (for sqlite-vec), which this Python's sqlite3 "
                     f"lacks ({exc}); use a Python built with loadable extensions, or remove store.index"
                 ) from exc
-            self = cls(url, conn, read_conn, saver_conn, store_conn, store, lock)
+            self = cls(url, conn, read_conn, store_conn, store, lock)
             self.capabilities = {**cls.capabilities, "vector_index": "sqlite-vec" if store_index else None}
             await self.checkpointer.setup()
             if store_ttl and store_ttl.get("sweep_interval_minutes"):
@@ -94,7 +94,11 @@ class SQLiteStorage(Storage):
     async def close(self) -> None:
         with contextlib.suppress(Exception):
             await self.store.stop_ttl_sweeper(timeout=1)
-        for conn in (self._conn, self._read, self._saver_conn, self._store_conn):
+        try:
+            await self.checkpointer.flush()  # what runs wrote with durability="async" and is still buffered
+        except Exception:
+            log.exception("could not commit buffered checkpoint writes at shutdown")
+        for conn in (self._conn, self._read, self._store_conn):
             with contextlib.suppress(Exception):
                 await conn.close()
         self._file_lock.close()  # releases the lock
@@ -118,13 +122,14 @@ class SQLiteStorage(Storage):
             await self._conn.execute("COMMIT")
 
     async def _begin(self) -> None:
-        await self._conn._execute(_begin_now, self._conn._conn)
+        await self.checkpointer.trip(begin_now)
 
     async def _write(self, fn: Any, *args: Any) -> Any:
         """Run `fn(sqlite3_connection, *args)` as one transaction in ONE trip to the writer's thread: the hot
-        queue verbs (enqueue, claim, finish) would otherwise cost a thread hand-off per statement."""
+        queue verbs (enqueue, claim, finish) would otherwise cost a thread hand-off per statement. Like every
+        trip there, it first commits the checkpointer's buffered writes."""
         async with self._lock:
-            return await self._conn._execute(_in_transaction, self._conn._conn, fn, *args)
+            return await self.checkpointer.trip(in_transaction, fn, *args)
 
     async def _fetchall(self, sql: str, params: tuple | list = ()) -> list[Row]:
         async with self._read_lock:
@@ -295,7 +300,8 @@ class SQLiteStorage(Storage):
                                  thread_ttl_columns(thread_ttl_minutes), new_thread_metadata or {})
 
     async def claim_run(self, worker_id: str, lease_seconds: float) -> Row | None:
-        return await self._write(_claim, worker_id, lease_seconds)
+        async with self._lock:
+            return await self.checkpointer.trip(_claim_if_any, worker_id, lease_seconds)
 
     async def heartbeat_runs(self, worker_id: str, held: dict[str, int], lease_seconds: float) -> set[str]:
         if not held:
@@ -408,51 +414,16 @@ class SQLiteStorage(Storage):
 
     # --- checkpoint helpers ----------------------------------------------------
     async def delete_checkpoints_for_run(self, thread_id: str, run_id: str) -> None:
-        async with self.checkpointer.lock:
-            db = self._saver_conn
-            await db.execute(
-                "DELETE FROM writes WHERE thread_id = ? AND checkpoint_id IN (SELECT checkpoint_id FROM checkpoints "
-                "WHERE thread_id = ? AND json_extract(CAST(metadata AS TEXT), '$.run_id') = ?)",
-                (thread_id, thread_id, run_id),
-            )
-            await db.execute(
-                "DELETE FROM checkpoints WHERE thread_id = ? AND json_extract(CAST(metadata AS TEXT), '$.run_id') = ?",
-                (thread_id, run_id),
-            )
-            await db.commit()
+        await self._write(_delete_run_checkpoints, thread_id, run_id)
 
     async def copy_checkpoints(self, source_thread_id: str, target_thread_id: str) -> None:
-        async with self.checkpointer.lock:
-            db = self._saver_conn
-            await db.execute(
-                "INSERT OR REPLACE INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, "
-                "type, checkpoint, metadata) SELECT ?, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, "
-                "checkpoint, metadata FROM checkpoints WHERE thread_id = ?", (target_thread_id, source_thread_id),
-            )
-            await db.execute(
-                "INSERT OR REPLACE INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, "
-                "channel, type, value) SELECT ?, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, "
-                "type, value FROM writes WHERE thread_id = ?", (target_thread_id, source_thread_id),
-            )
-            await db.commit()
+        await self._write(_copy_checkpoints, source_thread_id, target_thread_id)
 
     async def prune_checkpoints(self, thread_id: str, strategy: Literal["delete", "keep_latest"]) -> None:
         if strategy == "delete":
             await self.checkpointer.adelete_thread(thread_id)
-            return
-        async with self.checkpointer.lock:
-            db = self._saver_conn
-            keep = ("SELECT checkpoint_ns, MAX(checkpoint_id) FROM checkpoints WHERE thread_id = ? "
-                    "GROUP BY checkpoint_ns")
-            await db.execute(
-                f"DELETE FROM writes WHERE thread_id = ? AND (checkpoint_ns, checkpoint_id) NOT IN ({keep})",
-                (thread_id, thread_id),
-            )
-            await db.execute(
-                f"DELETE FROM checkpoints WHERE thread_id = ? AND (checkpoint_ns, checkpoint_id) NOT IN ({keep})",
-                (thread_id, thread_id),
-            )
-            await db.commit()
+        else:
+            await self._write(_keep_latest_checkpoints, thread_id)
 
     # --- protocol events ---------------------------------------------------------
     async def append_thread_events(self, thread_id: str, run_id: str | None,
@@ -495,33 +466,29 @@ class _SqliteStore(AsyncSqliteStore):
         return results
 
 
-class _OneTripSqliteSaver(AsyncSqliteSaver):
-    """LangGraph's async SQLite saver whose hot paths (read the latest checkpoint, write a checkpoint, write a
-    task's writes, delete a thread) run LangGraph's own sync code in one trip to the connection's thread, instead of one trip
-    per statement, fetch and cursor close. Same tables, same serializer, same SQL; under the same lock.
-    """
+def _delete_run_checkpoints(db: sqlite3.Connection, thread_id: str, run_id: str) -> None:
+    written_by_run = ("SELECT checkpoint_id FROM checkpoints WHERE thread_id = ? "
+                      "AND json_extract(CAST(metadata AS TEXT), '$.run_id') = ?")
+    db.execute(f"DELETE FROM writes WHERE thread_id = ? AND checkpoint_id IN ({written_by_run})",
+               (thread_id, thread_id, run_id))
+    db.execute("DELETE FROM checkpoints WHERE thread_id = ? AND json_extract(CAST(metadata AS TEXT), '$.run_id') = ?",
+               (thread_id, run_id))
 
-    def __init__(self, conn: aiosqlite.Connection) -> None:
-        super().__init__(conn)
-        # The same sqlite3 connection, only ever used on aiosqlite's thread (through `_execute`).
-        self._sync = SqliteSaver(conn._conn, serde=self.serde)
-        self._sync.is_setup = True  # the async saver's setup() creates the tables
 
-    async def aget_tuple(self, config: Any) -> Any:
-        async with self.lock:
-            return await self.conn._execute(self._sync.get_tuple, config)
+def _copy_checkpoints(db: sqlite3.Connection, source_thread_id: str, target_thread_id: str) -> None:
+    db.execute("INSERT OR REPLACE INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, "
+               "type, checkpoint, metadata) SELECT ?, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, "
+               "checkpoint, metadata FROM checkpoints WHERE thread_id = ?", (target_thread_id, source_thread_id))
+    db.execute("INSERT OR REPLACE INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, "
+               "channel, type, value) SELECT ?, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, "
+               "type, value FROM writes WHERE thread_id = ?", (target_thread_id, source_thread_id))
 
-    async def aput(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
-        async with self.lock:
-            return await self.conn._execute(self._sync.put, config, checkpoint, metadata, new_versions)
 
-    async def aput_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
-        async with self.lock:
-            await self.conn._execute(self._sync.put_writes, config, writes, task_id, task_path)
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        async with self.lock:
-            await self.conn._execute(self._sync.delete_thread, thread_id)
+def _keep_latest_checkpoints(db: sqlite3.Connection, thread_id: str) -> None:
+    keep = "SELECT checkpoint_ns, MAX(checkpoint_id) FROM checkpoints WHERE thread_id = ? GROUP BY checkpoint_ns"
+    for table in ("writes", "checkpoints"):
+        db.execute(f"DELETE FROM {table} WHERE thread_id = ? AND (checkpoint_ns, checkpoint_id) NOT IN ({keep})",
+                   (thread_id, thread_id))
 
 
 def _lock_exclusively(db: Path) -> IO[bytes]:
@@ -540,31 +507,6 @@ def _lock_exclusively(db: Path) -> IO[bytes]:
             "(give this one its own --database-url, or use PostgreSQL to run several)"
         ) from None
     return handle
-
-
-def _begin_now(db: sqlite3.Connection) -> None:
-    """BEGIN IMMEDIATE, retried: SQLite can refuse at once (not after busy_timeout) while another connection
-    (the checkpointer's, the store's) holds the write lock in some WAL states. Runs on the writer's thread."""
-    for attempt in range(50):
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or attempt == 49:
-                raise
-            time.sleep(min(0.005 * (attempt + 1), 0.1))
-
-
-def _in_transaction(db: sqlite3.Connection, fn: Any, *args: Any) -> Any:
-    """On the writer's thread: begin, `fn`, then COMMIT (or ROLLBACK if it raised)."""
-    _begin_now(db)
-    try:
-        result = fn(db, *args)
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-    db.execute("COMMIT")
-    return result
 
 
 def _enqueue(db: sqlite3.Connection, run: Row, thread_metadata: dict[str, Any], create_thread: bool,
@@ -591,17 +533,26 @@ def _enqueue(db: sqlite3.Connection, run: Row, thread_metadata: dict[str, Any], 
     return created
 
 
+_CLAIMABLE = (
+    "SELECT run_id FROM runs r WHERE status = 'pending' AND available_at <= ? "
+    "AND NOT EXISTS (SELECT 1 FROM runs o WHERE o.thread_id = r.thread_id AND o.status = 'running') "
+    "AND NOT EXISTS (SELECT 1 FROM runs e WHERE e.thread_id = r.thread_id "
+    "               AND e.status = 'pending' AND e.seq < r.seq) "
+    "ORDER BY seq LIMIT 1"
+)
+
+
+def _claim_if_any(db: sqlite3.Connection, worker_id: str, lease_seconds: float) -> Row | None:
+    """On the writer's thread: look first without the write lock (most claims by idle slots find nothing, and
+    a write transaction would make the checkpointer's connection wait), then claim in a transaction."""
+    if _one_now(db, _CLAIMABLE, (now_iso(),)) is None:
+        return None
+    return in_transaction(db, _claim, worker_id, lease_seconds)
+
+
 def _claim(db: sqlite3.Connection, worker_id: str, lease_seconds: float) -> Row | None:
     now = now_iso()
-    found = _one_now(
-        db,
-        "SELECT run_id FROM runs r WHERE status = 'pending' AND available_at <= ? "
-        "AND NOT EXISTS (SELECT 1 FROM runs o WHERE o.thread_id = r.thread_id AND o.status = 'running') "
-        "AND NOT EXISTS (SELECT 1 FROM runs e WHERE e.thread_id = r.thread_id "
-        "               AND e.status = 'pending' AND e.seq < r.seq) "
-        "ORDER BY seq LIMIT 1",
-        (now,),
-    )
+    found = _one_now(db, _CLAIMABLE, (now,))
     if found is None:
         return None
     db.execute("UPDATE runs SET status = 'running', worker_id = ?, attempt = attempt + 1, lease_expires_at = ?, "
