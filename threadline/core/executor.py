@@ -115,10 +115,11 @@ class Executor:
         protocol = ProtocolRun(self.storage, self.broker, run, lease, run["assistant_id"]) \
             if (run["kwargs"] or {}).get("protocol") else None  # started through /commands
         try:
+            # First, even when a cancel is already waiting: a claimed run's stream always starts with it.
+            await self._publish(lease, "metadata", {"run_id": run_id, "attempt": run.get("attempt", 1)})
             stop.started = True
             if stop.action is not None:
                 raise asyncio.CancelledError
-            await self._publish(lease, "metadata", {"run_id": run_id, "attempt": run.get("attempt", 1)})
             assistant = await self.storage.get_assistant(run["assistant_id"])
             if assistant is None:
                 raise LookupError(f"Assistant {run['assistant_id']} no longer exists")

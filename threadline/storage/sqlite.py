@@ -18,7 +18,8 @@ from langgraph.store.sqlite.aio import AsyncSqliteStore
 
 from threadline.errors import ConfigError, Conflict, NotFound, Unavailable
 from threadline.storage.base import THREAD_EVENTS_KEPT, NewThreadEvent, Row, SortOrder, Storage
-from threadline.storage.sqlite_saver import GroupedSqliteSaver, begin_now, in_transaction
+from threadline.storage.sqlite_saver import WriterSqliteSaver
+from threadline.storage.sqlite_writer import Writer, begin_now, in_transaction, retrying
 from threadline.storage.sql import (
     JSON_COLUMNS, apply_migrations, dumps, iso_after, now_iso, thread_ttl_columns, where, worker_lost,
 )
@@ -35,7 +36,8 @@ class SQLiteStorage(Storage):
     capabilities = {"vector_search": True, "ttl": True, "multi_process": False}
 
     def __init__(self, url: str, conn: aiosqlite.Connection, read_conn: aiosqlite.Connection,
-                 store_conn: aiosqlite.Connection, store: AsyncSqliteStore, file_lock: IO[bytes]) -> None:
+                 store_conn: aiosqlite.Connection, wal_conn: aiosqlite.Connection, store: AsyncSqliteStore,
+                 file_lock: IO[bytes]) -> None:
         self.url = url
         self._conn = conn
         # Reads use their own connection: on the writer's connection they would see another task's
@@ -44,9 +46,11 @@ class SQLiteStorage(Storage):
         self._file_lock = file_lock
         self._store_conn = store_conn
         self.store = store
-        self._lock = asyncio.Lock()
-        # LangGraph's checkpointer shares our writer connection and lock (sqlite_saver.py says why).
-        self.checkpointer = GroupedSqliteSaver(conn, self._lock)
+        self._wal_conn = wal_conn
+        # Every writer of this process (our tables, LangGraph's checkpointer) uses one connection, mostly
+        # from the event loop (sqlite_writer.py says why); the store keeps its own.
+        self.writer = Writer(conn, wal_conn)
+        self.checkpointer = WriterSqliteSaver(self.writer)
         # One read at a time on the read connection: overlapping statements there would share one
         # snapshot, and a read could miss a write committed just before it.
         self._read_lock = asyncio.Lock()
@@ -61,13 +65,14 @@ class SQLiteStorage(Storage):
         lock = _lock_exclusively(Path(path))
         conns: list[aiosqlite.Connection] = []
         try:
-            for _ in range(3):
-                conn = await aiosqlite.connect(path, isolation_level=None)
+            for _ in range(4):
+                # Used from the loop as well as from aiosqlite's thread (one at a time, under a lock).
+                conn = await aiosqlite.connect(path, isolation_level=None, check_same_thread=False)
                 conns.append(conn)
                 await conn.execute("PRAGMA journal_mode=WAL")
                 await conn.execute("PRAGMA busy_timeout=30000")
                 await conn.execute("PRAGMA synchronous=NORMAL")
-            conn, read_conn, store_conn = conns
+            conn, read_conn, store_conn, wal_conn = conns
             conn.row_factory = read_conn.row_factory = aiosqlite.Row
             await apply_migrations(conn, "sqlite")
             store = _SqliteStore(store_conn, index=store_index, ttl=store_ttl)  # type: ignore[arg-type]
@@ -78,9 +83,10 @@ class SQLiteStorage(Storage):
                     "store.index needs SQLite extension loading (for sqlite-vec), which this Python's sqlite3 "
                     f"lacks ({exc}); use a Python built with loadable extensions, or remove store.index"
                 ) from exc
-            self = cls(url, conn, read_conn, store_conn, store, lock)
+            self = cls(url, conn, read_conn, store_conn, wal_conn, store, lock)
             self.capabilities = {**cls.capabilities, "vector_index": "sqlite-vec" if store_index else None}
             await self.checkpointer.setup()
+            await Writer.prepare(conn)
             if store_ttl and store_ttl.get("sweep_interval_minutes"):
                 await store.start_ttl_sweeper()
         except BaseException:
@@ -94,11 +100,8 @@ class SQLiteStorage(Storage):
     async def close(self) -> None:
         with contextlib.suppress(Exception):
             await self.store.stop_ttl_sweeper(timeout=1)
-        try:
-            await self.checkpointer.flush()  # what runs wrote with durability="async" and is still buffered
-        except Exception:
-            log.exception("could not commit buffered checkpoint writes at shutdown")
-        for conn in (self._conn, self._read, self._store_conn):
+        await self.writer.close()
+        for conn in (self._conn, self._read, self._store_conn, self._wal_conn):
             with contextlib.suppress(Exception):
                 await conn.close()
         self._file_lock.close()  # releases the lock
@@ -112,7 +115,7 @@ class SQLiteStorage(Storage):
     # --- helpers -------------------------------------------------------------
     @contextlib.asynccontextmanager
     async def _tx(self) -> AsyncIterator[aiosqlite.Connection]:
-        async with self._lock:
+        async with self.writer.lock:
             await self._begin()
             try:
                 yield self._conn
@@ -122,14 +125,12 @@ class SQLiteStorage(Storage):
             await self._conn.execute("COMMIT")
 
     async def _begin(self) -> None:
-        await self.checkpointer.trip(begin_now)
+        await self._conn._execute(retrying, begin_now, self._conn._conn)
 
-    async def _write(self, fn: Any, *args: Any) -> Any:
-        """Run `fn(sqlite3_connection, *args)` as one transaction in ONE trip to the writer's thread: the hot
-        queue verbs (enqueue, claim, finish) would otherwise cost a thread hand-off per statement. Like every
-        trip there, it first commits the checkpointer's buffered writes."""
-        async with self._lock:
-            return await self.checkpointer.trip(in_transaction, fn, *args)
+    async def _write(self, fn: Any, *args: Any, inline: bool = True) -> Any:
+        """Run `fn(sqlite3_connection, *args)` as one transaction, on the event loop unless `inline` is false
+        (work that may touch many rows) or the database is locked (see sqlite_writer.py)."""
+        return await self.writer.run(in_transaction, fn, *args, inline=inline)
 
     async def _fetchall(self, sql: str, params: tuple | list = ()) -> list[Row]:
         async with self._read_lock:
@@ -139,6 +140,13 @@ class SQLiteStorage(Storage):
     async def _fetchone(self, sql: str, params: tuple | list = ()) -> Row | None:
         rows = await self._fetchall(sql, params)
         return rows[0] if rows else None
+
+    async def _point(self, sql: str, params: tuple | list = ()) -> Row | None:
+        """One row by key, read on the event loop: microseconds, where a trip to the thread costs hundreds
+        (a WAL reader never waits for a writer)."""
+        async with self._read_lock:
+            rows = self._read._conn.execute(sql, params).fetchall()
+        return _row(rows[0]) if rows else None
 
     # --- assistants ----------------------------------------------------------
     async def create_assistant(self, row: Row, *, if_exists: Literal["raise", "do_nothing"]) -> Row:
@@ -156,7 +164,7 @@ class SQLiteStorage(Storage):
         return found
 
     async def get_assistant(self, assistant_id: str) -> Row | None:
-        return await self._fetchone("SELECT * FROM assistants WHERE assistant_id = ?", (assistant_id,))
+        return await self._point("SELECT * FROM assistants WHERE assistant_id = ?", (assistant_id,))
 
     def _assistant_filter(self, graph_id: str | None, name: str | None, metadata: dict | None) -> tuple[str, list]:
         clauses: list[tuple[str, list]] = []
@@ -238,7 +246,7 @@ class SQLiteStorage(Storage):
         return found
 
     async def get_thread(self, thread_id: str) -> Row | None:
-        return await self._fetchone("SELECT * FROM threads WHERE thread_id = ?", (thread_id,))
+        return await self._point("SELECT * FROM threads WHERE thread_id = ?", (thread_id,))
 
     async def update_thread(self, thread_id: str, changes: Row, *, merge_metadata: dict | None = None) -> Row | None:
         async with self._tx() as db:
@@ -254,7 +262,7 @@ class SQLiteStorage(Storage):
         return await self.get_thread(thread_id)
 
     async def delete_thread(self, thread_id: str, *, keep_runs: bool = False) -> bool:
-        deleted = await self._write(_delete_threads, [thread_id], keep_runs) > 0
+        deleted = await self._write(_delete_threads, [thread_id], keep_runs, inline=False) > 0
         await self.checkpointer.adelete_thread(thread_id)
         return deleted
 
@@ -300,8 +308,7 @@ class SQLiteStorage(Storage):
                                  thread_ttl_columns(thread_ttl_minutes), new_thread_metadata or {})
 
     async def claim_run(self, worker_id: str, lease_seconds: float) -> Row | None:
-        async with self._lock:
-            return await self.checkpointer.trip(_claim_if_any, worker_id, lease_seconds)
+        return await self.writer.run(_claim_if_any, worker_id, lease_seconds)
 
     async def heartbeat_runs(self, worker_id: str, held: dict[str, int], lease_seconds: float) -> set[str]:
         if not held:
@@ -342,7 +349,7 @@ class SQLiteStorage(Storage):
         return [r["run_id"] for r in rows]
 
     async def get_run(self, run_id: str) -> Row | None:
-        return await self._fetchone("SELECT * FROM runs WHERE run_id = ?", (run_id,))
+        return await self._point("SELECT * FROM runs WHERE run_id = ?", (run_id,))
 
     async def search_runs(self, *, thread_id, assistant_id, status, metadata, limit, offset) -> list[Row]:
         clauses: list[tuple[str, list]] = []
@@ -417,13 +424,13 @@ class SQLiteStorage(Storage):
         await self._write(_delete_run_checkpoints, thread_id, run_id)
 
     async def copy_checkpoints(self, source_thread_id: str, target_thread_id: str) -> None:
-        await self._write(_copy_checkpoints, source_thread_id, target_thread_id)
+        await self._write(_copy_checkpoints, source_thread_id, target_thread_id, inline=False)
 
     async def prune_checkpoints(self, thread_id: str, strategy: Literal["delete", "keep_latest"]) -> None:
         if strategy == "delete":
             await self.checkpointer.adelete_thread(thread_id)
         else:
-            await self._write(_keep_latest_checkpoints, thread_id)
+            await self._write(_keep_latest_checkpoints, thread_id, inline=False)
 
     # --- protocol events ---------------------------------------------------------
     async def append_thread_events(self, thread_id: str, run_id: str | None,
