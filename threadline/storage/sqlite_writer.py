@@ -9,8 +9,8 @@ connection: no two connections of ours contend for SQLite's write lock).
 The loop never waits on SQLite's lock: the connection's `busy_timeout` is 0, and work that finds the
 database locked (the store's connection, or another program, is writing) is handed to the connection's
 thread, which retries until the lock is free. WAL checkpoints (the fsync) are taken off the loop too: the
-connection does not checkpoint on commit, and every `CHECKPOINT_EVERY` commits a passive checkpoint runs on
-a connection of its own.
+connection does not checkpoint on commit, and every `CHECKPOINT_EVERY` writing transactions a checkpoint runs
+on a connection of its own, on its thread, while writers wait for the lock.
 """
 
 from __future__ import annotations
@@ -92,8 +92,12 @@ class Writer:
             self._checkpointing = asyncio.create_task(self._checkpoint_wal(), name="threadline-wal-checkpoint")
 
     async def _checkpoint_wal(self) -> None:
+        # Under the lock: no write lands while it runs, so it completes, and the next write starts the WAL
+        # over from its beginning (a checkpoint racing a stream of writes never completes, and the WAL grows).
+        # Writers wait their turn meanwhile; the loop does not.
         try:
-            await self._wal_conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            async with self.lock:
+                await self._wal_conn.execute_fetchall("PRAGMA wal_checkpoint(PASSIVE)")
         except Exception:  # the next one tries again; the WAL only grows meanwhile
             log.exception("WAL checkpoint failed")
 

@@ -1,0 +1,94 @@
+"""The embedded backend's write connection runs on the event loop: it must never block the loop on SQLite's
+lock, must still finish work that found the database locked, and must keep the WAL from growing."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from threadline.storage import open_storage
+from threadline.storage import sqlite_writer
+
+
+def _run_row(thread_id: str) -> dict:
+    now = datetime.now(timezone.utc).isoformat()
+    return {"run_id": str(uuid.uuid4()), "thread_id": thread_id, "assistant_id": "a", "status": "pending",
+            "metadata": {}, "kwargs": {}, "available_at": now, "created_at": now, "updated_at": now}
+
+
+async def test_a_write_that_finds_the_database_locked_waits_off_the_loop(tmp_path: Path) -> None:
+    storage = await open_storage(f"sqlite:///{tmp_path / 'tl.db'}")
+    try:
+        other = sqlite3.connect(tmp_path / "tl.db", isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another connection holds SQLite's write lock
+        tid = str(uuid.uuid4())
+        enqueue = asyncio.create_task(storage.enqueue_run(_run_row(tid), thread_metadata={}, create_thread=True,
+                                                          reject_if_active=False))
+        # The loop keeps turning while the enqueue waits for the lock.
+        ticks, started = 0, time.monotonic()
+        while time.monotonic() - started < 0.3:
+            await asyncio.sleep(0.01)
+            ticks += 1
+        assert not enqueue.done()
+        assert ticks >= 15, f"the event loop was blocked: {ticks} ticks in 0.3 s"
+        other.execute("COMMIT")
+        other.close()
+        run = await asyncio.wait_for(enqueue, 10)
+        assert (await storage.get_run(run["run_id"]))["status"] == "pending"
+        assert (await storage.get_thread(tid))["status"] == "busy"
+    finally:
+        await storage.close()
+
+
+async def test_a_write_cancelled_while_waiting_for_the_lock_keeps_the_connection_until_it_ends(
+        tmp_path: Path) -> None:
+    storage = await open_storage(f"sqlite:///{tmp_path / 'tl.db'}")
+    try:
+        other = sqlite3.connect(tmp_path / "tl.db", isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        tid = str(uuid.uuid4())
+        waiting = asyncio.create_task(storage.enqueue_run(_run_row(tid), thread_metadata={}, create_thread=True,
+                                                          reject_if_active=False))
+        await asyncio.sleep(0.1)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        # The thread still holds the connection: the next write waits its turn instead of running beside it.
+        second = asyncio.create_task(storage.enqueue_run(_run_row(str(uuid.uuid4())), thread_metadata={},
+                                                         create_thread=True, reject_if_active=False))
+        await asyncio.sleep(0.1)
+        assert not second.done()
+        other.execute("COMMIT")
+        other.close()
+        await asyncio.wait_for(second, 10)
+        # The cancelled caller's enqueue still happened once, whole: its thread is there and busy.
+        assert (await storage.get_thread(tid))["status"] == "busy"
+    finally:
+        await storage.close()
+
+
+async def test_the_wal_is_checkpointed_off_the_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def wal_size_after(writes: int, every: int) -> int:
+        monkeypatch.setattr(sqlite_writer, "CHECKPOINT_EVERY", every)
+        db = tmp_path / f"wal-{every}.db"
+        storage = await open_storage(f"sqlite:///{db}")
+        try:
+            for _ in range(writes):
+                await storage.enqueue_run(_run_row(str(uuid.uuid4())), thread_metadata={}, create_thread=True,
+                                          reject_if_active=False)
+                await asyncio.sleep(0)  # lets a scheduled checkpoint run
+            await storage.writer.close()  # waits for a checkpoint in flight
+            return (db.parent / (db.name + "-wal")).stat().st_size
+        finally:
+            await storage.close()
+
+    never = await wal_size_after(600, every=10**9)
+    often = await wal_size_after(600, every=20)
+    # Without checkpoints the WAL holds every page written; with them, writers start over at its beginning.
+    assert often * 3 < never, (often, never)
