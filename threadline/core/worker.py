@@ -69,7 +69,8 @@ class WorkerPool:
             try:
                 released = await self.storage.release_runs(self.worker_id, held)
                 log.info("returned %d unfinished run(s) to the queue", len(released))
-                await self.broker.wake_workers()
+                for _ in released:  # one wake-up per run, as at enqueue
+                    await self.broker.wake_workers()
             except Exception:  # they come back when their leases lapse
                 log.exception("could not return runs to the queue at shutdown")
 
@@ -85,9 +86,8 @@ class WorkerPool:
             if run is None:
                 await self.broker.wait_for_work(self.poll_seconds)
                 continue
-            # There may be more where this came from: pass the wake-up on to another idle slot.
-            await self.broker.wake_workers()
-            # Finishing it may unblock the thread's next run: this slot claims again at once, no wake-up needed.
+            # Every enqueued run sends its own wake-up (counted: one idle slot each), so none is passed on.
+            # Finishing this run may unblock its thread's next run: this slot claims again at once.
             await self._execute(run, Lease(run["run_id"], run["attempt"], self.lease_seconds, since=sent))
 
     async def _execute(self, run: Row, lease: Lease) -> None:
@@ -163,6 +163,6 @@ async def recover(storage: Storage, broker: Broker, max_attempts: int, *,
     for run in failed:
         log.warning("run %s lost its worker with no retries left: error", run["run_id"])
         await end_without_worker(storage, broker, run, "failed", run.get("error"))
-    if requeued:
+    for _ in requeued:  # one wake-up per run, as at enqueue
         await broker.wake_workers()
     return requeued, failed

@@ -534,8 +534,7 @@ def _enqueue(db: sqlite3.Connection, run: Row, thread_metadata: dict[str, Any], 
                            "different multitask strategy.")
         db.execute("UPDATE threads SET status = 'busy', metadata = ?, updated_at = ? WHERE thread_id = ?",
                    (dumps({**thread["metadata"], **thread_metadata}), now, thread_id))
-    _insert_now(db, "runs", run)
-    created = _one_now(db, "SELECT * FROM runs WHERE run_id = ?", (run["run_id"],))
+    created = _insert_now(db, "runs", run, returning=True)
     assert created is not None
     return created
 
@@ -562,9 +561,9 @@ def _claim(db: sqlite3.Connection, worker_id: str, lease_seconds: float) -> Row 
     found = _one_now(db, _CLAIMABLE, (now,))
     if found is None:
         return None
-    db.execute("UPDATE runs SET status = 'running', worker_id = ?, attempt = attempt + 1, lease_expires_at = ?, "
-               "updated_at = ? WHERE run_id = ?", (worker_id, iso_after(lease_seconds), now, found["run_id"]))
-    return _one_now(db, "SELECT * FROM runs WHERE run_id = ?", (found["run_id"],))
+    return _one_now(db, "UPDATE runs SET status = 'running', worker_id = ?, attempt = attempt + 1, "
+                        "lease_expires_at = ?, updated_at = ? WHERE run_id = ? RETURNING *",
+                    (worker_id, iso_after(lease_seconds), now, found["run_id"]))
 
 
 def _finish(db: sqlite3.Connection, run_id: str, status: str, error: Any, output: Any, thread_changes: Row,
@@ -575,12 +574,10 @@ def _finish(db: sqlite3.Connection, run_id: str, status: str, error: Any, output
     if worker_id is not None:
         guard = " AND worker_id = ? AND attempt = ? AND status = 'running'"
         params += [worker_id, attempt]
-    cur = db.execute("UPDATE runs SET status = ?, error = ?, output = ?, lease_expires_at = NULL, updated_at = ? "
-                     f"WHERE run_id = ?{guard}", params)
-    if cur.rowcount == 0:
+    finished = _one_now(db, "UPDATE runs SET status = ?, error = ?, output = ?, lease_expires_at = NULL, "
+                            f"updated_at = ? WHERE run_id = ?{guard} RETURNING *", params)
+    if finished is None:
         return None
-    finished = _one_now(db, "SELECT * FROM runs WHERE run_id = ?", (run_id,))
-    assert finished is not None
     _reconcile_now(db, finished["thread_id"], thread_changes, now)
     return finished
 
@@ -640,14 +637,21 @@ async def _reconcile_thread(db: aiosqlite.Connection, thread_id: str, changes: R
 
 
 def _one_now(db: sqlite3.Connection, sql: str, params: tuple | list = ()) -> Row | None:
-    found = db.execute(sql, params).fetchone()
+    cur = db.execute(sql, params)
+    found = cur.fetchone()
+    cur.close()  # an UPDATE … RETURNING is only complete once its statement is done
     return _row(found) if found is not None else None
 
 
-def _insert_now(db: sqlite3.Connection, table: str, row: Row) -> None:
+def _insert_now(db: sqlite3.Connection, table: str, row: Row, *, returning: bool = False) -> Row | None:
     cols = list(row)
-    db.execute(f"INSERT INTO {table} ({', '.join(_q(c) for c in cols)}) VALUES ({', '.join('?' for _ in cols)})",
-               [_param(c, row[c]) for c in cols])
+    cur = db.execute(f"INSERT INTO {table} ({', '.join(_q(c) for c in cols)}) VALUES ({', '.join('?' for _ in cols)})"
+                     + (" RETURNING *" if returning else ""), [_param(c, row[c]) for c in cols])
+    if not returning:
+        return None
+    inserted = cur.fetchone()
+    cur.close()
+    return _row(inserted)
 
 
 def _delete_threads(db: sqlite3.Connection, thread_ids: list[str], keep_runs: bool) -> int:

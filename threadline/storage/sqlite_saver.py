@@ -50,7 +50,7 @@ class WriterSqliteSaver(AsyncSqliteSaver):
         type_, blob = self.serde.dumps_typed(checkpoint)
         meta = json.dumps(get_checkpoint_metadata(config, metadata), ensure_ascii=False).encode("utf-8", "ignore")
         row = (thread_id, checkpoint_ns, checkpoint["id"], configurable.get("checkpoint_id"), type_, blob, meta)
-        await self.writer.run(in_transaction, _insert, _PUT_CHECKPOINT, [row])
+        await self.writer.run(_insert, _PUT_CHECKPOINT, [row])
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns,
                                  "checkpoint_id": checkpoint["id"]}}
 
@@ -60,7 +60,7 @@ class WriterSqliteSaver(AsyncSqliteSaver):
         rows = [(*key, task_id, task_path, WRITES_IDX_MAP.get(channel, idx), channel, *self.serde.dumps_typed(value))
                 for idx, (channel, value) in enumerate(writes)]
         sql = _PUT_WRITES.format("REPLACE" if all(w[0] in WRITES_IDX_MAP for w in writes) else "IGNORE")
-        await self.writer.run(in_transaction, _insert, sql, rows)
+        await self.writer.run(_insert, sql, rows)
 
     async def aget_tuple(self, config: Any) -> CheckpointTuple | None:
         return await self.writer.run(_get_tuple, self._reader, config)
@@ -76,6 +76,14 @@ def delete_thread_checkpoints(db: sqlite3.Connection, thread_id: str) -> None:
 
 
 def _insert(db: sqlite3.Connection, sql: str, rows: list[tuple[Any, ...]]) -> None:
+    """One row: one statement, its own transaction. More: one transaction (each would commit alone)."""
+    if len(rows) == 1:
+        db.execute(sql, rows[0])
+    else:
+        in_transaction(db, _insert_many, sql, rows)
+
+
+def _insert_many(db: sqlite3.Connection, sql: str, rows: list[tuple[Any, ...]]) -> None:
     db.executemany(sql, rows)
 
 
