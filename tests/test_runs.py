@@ -33,6 +33,22 @@ async def test_wait_returns_values(sdk: LangGraphClient) -> None:
     assert out["count"] == 4 and out["log"] == ["x"]
 
 
+async def test_durability_decides_which_checkpoints_are_kept(sdk: LangGraphClient, http: httpx.AsyncClient) -> None:
+    """`durability` is LangGraph's: "exit" keeps only the final checkpoint; the legacy `checkpoint_during: false`
+    means "exit"; the default ("async") and "sync" keep every step's."""
+    kept = {}
+    for name, fields in {"default": {}, "sync": {"durability": "sync"}, "exit": {"durability": "exit"},
+                         "legacy": {"checkpoint_during": False}}.items():
+        tid = (await sdk.threads.create())["thread_id"]
+        r = await http.post(f"/threads/{tid}/runs/wait", json={"assistant_id": "counter",
+                                                                "input": {"increment": 2}, **fields})
+        assert r.status_code == 200 and r.json()["count"] == 2, r.text
+        kept[name] = len(await sdk.threads.get_history(tid, limit=100))
+        assert (await sdk.threads.get_state(tid))["values"]["count"] == 2
+    assert kept["exit"] == kept["legacy"] == 1
+    assert kept["default"] == kept["sync"] > 1
+
+
 async def test_default_assistant_when_omitted(http: httpx.AsyncClient) -> None:
     tid = (await http.post("/threads", json={})).json()["thread_id"]
     r = await http.post(f"/threads/{tid}/runs/wait", json={"input": {"message": "yo"}})
