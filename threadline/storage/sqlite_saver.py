@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import AsyncIterator
 from typing import Any
 
 from langgraph.checkpoint.base import WRITES_IDX_MAP, CheckpointTuple, get_checkpoint_metadata
@@ -64,6 +65,13 @@ class WriterSqliteSaver(AsyncSqliteSaver):
 
     async def aget_tuple(self, config: Any) -> CheckpointTuple | None:
         return await self.writer.run(_get_tuple, self._reader, config)
+
+    async def alist(self, config: Any, **kwargs: Any) -> AsyncIterator[CheckpointTuple]:
+        # LangGraph's own, read whole before the first is handed out: it holds the writer's lock while it
+        # reads, and every write of the process waits for that lock, not for what the caller does with each.
+        found = [item async for item in super().alist(config, **kwargs)]
+        for item in found:
+            yield item
 
     async def adelete_thread(self, thread_id: str) -> None:
         # A thread can hold many checkpoints: deleted on the connection's thread, not on the loop.
