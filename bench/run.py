@@ -15,9 +15,15 @@ Columns:
 Cells (per server): ``POST /runs/wait`` (stateless) and
 ``POST /threads/{id}/runs/wait`` (a distinct, pre-created thread per request) at
 each concurrency, then time-to-first-token on ``POST /runs/stream`` with
-``stream_mode=messages-tuple``. Servers run one at a time, never concurrently.
+``stream_mode=messages-tuple``, and the client's null round trip (``GET /ok``,
+sequential). Servers run one at a time, never concurrently.
 Then the scale-out cells (``bench/scaleout.py``): ``POST /threads/{id}/runs/wait`` on
 PostgreSQL + Redis with one API process and 1, 2 and 4 worker processes.
+
+Every measured request goes through one ``aiohttp.ClientSession`` per server column
+(or scale-out cell), built by ``client_session``: httpx's async client costs about
+2 ms more per request on this kind of machine, which would be counted as server
+overhead. Untimed helpers (``GET /ok`` polling at startup) use httpx.
 
 Results are printed as tables and written to ``bench/results/latest.json``.
 See ``bench/README.md`` for how to read the ratios. There are no timing
@@ -48,6 +54,12 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterator
 
 import httpx
+
+try:
+    import aiohttp
+except ImportError:  # pragma: no cover - a hint instead of a traceback
+    sys.exit('bench/run.py needs aiohttp (the measuring HTTP client): pip install -e ".[test,bench]"')
+
 import scaleout  # the scale-out cells (PostgreSQL + Redis, 1 API + N worker processes); see bench/scaleout.py
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -56,6 +68,7 @@ PROJECT_DIR = BENCH_DIR / "project"
 GRAPH_ID = "bench"
 EXPECTED_REPLY = "the quick brown fox jumps over the lazy dog"
 RUN_INPUT = {"messages": [{"role": "user", "content": "hi"}]}
+NULL_RTT_SAMPLES = 200  # sequential GET /ok per server column: the client's own round trip
 INSTALL_HINT = (
     'python -m venv .refvenv && .refvenv/bin/pip install "langgraph-cli[inmem]"\n'
     "  (then re-run, or point BENCH_REFERENCE_BIN at the venv's `langgraph` binary)"
@@ -319,23 +332,61 @@ async def wait_ready(base_url: str, proc: subprocess.Popen, timeout_s: float) ->
     raise ServerFailed(f"/ok did not answer 200 within {timeout_s:.0f}s")
 
 
-def raise_for(r: httpx.Response, what: str) -> None:
+def raise_for(r: Reply | httpx.Response, what: str) -> None:
     if r.status_code >= 300:
         raise RuntimeError(f"{what} -> HTTP {r.status_code}: {r.text[:300]}")
+
+
+# --------------------------------------------------------------------------- measuring client
+
+
+@dataclass
+class Reply:
+    """A fully read response of a measured request (the parts the checks look at)."""
+
+    status_code: int
+    content: bytes
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        return json.loads(self.content)
+
+
+def client_session(base_url: str, max_concurrency: int, timeout_s: float) -> aiohttp.ClientSession:
+    """The client of every measured request (server columns and scale-out cells alike): a pool of
+    `max_concurrency + 8` keep-alive connections, and `timeout_s` for connecting (pool wait included)
+    and for each read, like the httpx client it replaced (``timeout=timeout_s``: connect/read/pool,
+    no total)."""
+    connector = aiohttp.TCPConnector(limit=max_concurrency + 8, limit_per_host=0, keepalive_timeout=5.0)
+    timeout = aiohttp.ClientTimeout(total=None, connect=timeout_s, sock_connect=timeout_s, sock_read=timeout_s)
+    return aiohttp.ClientSession(base_url=base_url, connector=connector, timeout=timeout)
+
+
+async def fetch(session: aiohttp.ClientSession, method: str, path: str, *, json_body: Any = None,
+                params: dict[str, str] | None = None) -> Reply:
+    """One request, its body read in full (the connection goes back to the pool)."""
+    async with session.request(method, path, json=json_body, params=params) as resp:
+        return Reply(resp.status, await resp.read())
 
 
 async def bench_http(name: str, base_url: str, proc: subprocess.Popen, cfg: argparse.Namespace) -> dict[str, Any]:
     ready_s = await wait_ready(base_url, proc, cfg.startup_timeout)
     log(f"  {name}: /ok after {ready_s:.1f}s")
     max_c = max(cfg.concurrency)
-    limits = httpx.Limits(max_connections=max_c + 8, max_keepalive_connections=max_c + 8)
     body = {"assistant_id": GRAPH_ID, "input": RUN_INPUT}
     stream_body = {**body, "stream_mode": ["messages-tuple"]}
 
-    async with httpx.AsyncClient(base_url=base_url, timeout=cfg.request_timeout, limits=limits) as client:
+    async with client_session(base_url, max_c, cfg.request_timeout) as client:
+
+        async def null_rtt(_: int) -> None:
+            r = await fetch(client, "GET", "/ok")
+            raise_for(r, "GET /ok")
 
         async def stateless_wait(_: int) -> None:
-            r = await client.post("/runs/wait", json=body)
+            r = await fetch(client, "POST", "/runs/wait", json_body=body)
             raise_for(r, "POST /runs/wait")
             check_values(r.json())
 
@@ -348,7 +399,7 @@ async def bench_http(name: str, base_url: str, proc: subprocess.Popen, cfg: argp
 
             async def make(i: int) -> None:
                 for attempt in range(4):
-                    r = await client.post("/threads", json={})
+                    r = await fetch(client, "POST", "/threads", json_body={})
                     if r.status_code < 300:
                         ids[i] = r.json()["thread_id"]
                         return
@@ -364,7 +415,7 @@ async def bench_http(name: str, base_url: str, proc: subprocess.Popen, cfg: argp
 
         def thread_wait_op(thread_ids: list[str]) -> Callable[[int], Awaitable[None]]:
             async def op(i: int) -> None:
-                r = await client.post(f"/threads/{thread_ids[i]}/runs/wait", json=body)
+                r = await fetch(client, "POST", f"/threads/{thread_ids[i]}/runs/wait", json_body=body)
                 raise_for(r, "POST /threads/{id}/runs/wait")
                 check_values(r.json())
 
@@ -374,13 +425,12 @@ async def bench_http(name: str, base_url: str, proc: subprocess.Popen, cfg: argp
             t0 = time.perf_counter()
             first = None
             event = None
-            async with client.stream("POST", "/runs/stream", json=stream_body) as r:
-                if r.status_code >= 300:
-                    await r.aread()
-                    raise_for(r, "POST /runs/stream")
-                async for line in r.aiter_lines():
-                    if line.startswith("event:"):
-                        event = line[len("event:"):].strip()
+            async with client.post("/runs/stream", json=stream_body) as resp:
+                if resp.status >= 300:
+                    raise_for(Reply(resp.status, await resp.read()), "POST /runs/stream")
+                async for raw in resp.content:  # one line per item, as it arrives (b"...\r\n" or b"...\n")
+                    if raw.startswith(b"event:"):
+                        event = raw[len(b"event:"):].decode("utf-8", errors="replace").strip()
                         if event == "error":
                             raise RuntimeError("stream emitted an error event")
                         if first is None and event == "messages":
@@ -394,12 +444,18 @@ async def bench_http(name: str, base_url: str, proc: subprocess.Popen, cfg: argp
             await run_cell(stateless_wait, cfg.warmup, min(4, max_c), cfg.cell_seconds),
             await run_cell(thread_wait_op(await create_threads(cfg.warmup)), cfg.warmup, min(4, max_c), cfg.cell_seconds),
             await run_cell(lambda i: stream_ttft(i), max(2, cfg.warmup // 4), 1, cfg.cell_seconds),
+            await run_cell(null_rtt, cfg.warmup, 1, cfg.cell_seconds),
         ]
         for w in warm:
             if w.completed == 0:
                 raise ServerFailed(f"warm-up failed: {w.first_error}")
 
         out: dict[str, Any] = {"ready_after_s": round(ready_s, 2), "wait": {"stateless": {}, "thread": {}}}
+        # The client's own round trip on this server (HTTP + the client, next to no server work).
+        res = await run_cell(null_rtt, NULL_RTT_SAMPLES, 1, cfg.cell_seconds)
+        out["null_rtt"] = {"endpoint": "GET /ok", **res.summary()}
+        out["null_rtt_ms"] = out["null_rtt"]["p50_ms"]
+        log(f"  {name:<10} GET /ok    c=1   {fmt_cell(out['null_rtt'])}  (client null round trip)")
         for c in cfg.concurrency:
             n = cfg.n_for(c)
             res = await run_cell(stateless_wait, n, c, cfg.cell_seconds)
@@ -528,8 +584,12 @@ def compute_ratios(results: dict[str, Any], cfg: argparse.Namespace) -> dict[str
     def ttft(col: str) -> float | None:
         return ((results.get(col) or {}).get("ttft") or {}).get("ttft_p50_ms")
 
+    def null_rtt(col: str) -> float | None:
+        return (results.get(col) or {}).get("null_rtt_ms")
+
     return {
         "wait": wait,
+        "null_rtt_ms": {"threadline": null_rtt("threadline"), "reference": null_rtt("reference")},
         "ttft": {
             "threadline_over_reference_p50": ratio(ttft("threadline"), ttft("reference")),
             "threadline_p50_overhead_over_floor_ms": diff(ttft("threadline"), ttft("floor")),
@@ -590,6 +650,14 @@ def render_tables(results: dict[str, Any], ratios: dict[str, Any], cfg: argparse
                 f"{fmt(r['threadline_over_floor_runs_per_s'], 3):>17}"
             )
     lines.append("  TL/ref runs/s > 1: threadline has more throughput; TL/ref p50 < 1: threadline is faster.")
+    rtt = ratios.get("null_rtt_ms") or {}
+
+    def rtt_ms(col: str) -> str:
+        return "-" if rtt.get(col) is None else f"{rtt[col]:.2f} ms"
+
+    lines.append(
+        f"client null round trip (GET /ok p50): threadline {rtt_ms('threadline')}, reference {rtt_ms('reference')}"
+    )
 
     lines.append("")
     lines.append("Time to first streamed token (POST /runs/stream, stream_mode=messages-tuple, c=1)")
@@ -621,6 +689,8 @@ def render_tables(results: dict[str, Any], ratios: dict[str, Any], cfg: argparse
                     errs.append(f"  {col} {kind} c={c}: {s['first_error']}")
         if (data.get("ttft") or {}).get("first_error"):
             errs.append(f"  {col} ttft: {data['ttft']['first_error']}")
+        if (data.get("null_rtt") or {}).get("first_error"):
+            errs.append(f"  {col} null round trip (GET /ok): {data['null_rtt']['first_error']}")
         for e in data.get("setup_errors") or []:
             errs.append(f"  {col} setup (thread creation, retried): {e}")
     if errs:
@@ -763,6 +833,8 @@ def main(argv: list[str] | None = None) -> int:
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
         "graph": str(PROJECT_DIR / "graph.py"),
+        "http_client": "aiohttp.ClientSession per server column / scale-out cell "
+                       "(TCPConnector limit = max concurrency + 8, keep-alive)",
         "settings": {
             "concurrency": cfg.concurrency, "n_c1": cfg.n1, "n_cgt1": cfg.n, "ttft_samples": cfg.ttft_samples,
             "warmup": cfg.warmup, "cell_seconds": cfg.cell_seconds, "request_timeout": cfg.request_timeout,
@@ -774,6 +846,7 @@ def main(argv: list[str] | None = None) -> int:
             "langgraph": package_version(None, "langgraph"),
             "langchain-core": package_version(None, "langchain-core"),
             "httpx": package_version(None, "httpx"),
+            "aiohttp": package_version(None, "aiohttp"),
             "reference_bin": str(ref_bin) if ref_bin else None,
             "reference_langgraph_api": package_version(ref_python, "langgraph-api") if ref_python and ref_python.exists() else None,
             "reference_langgraph_cli": package_version(ref_python, "langgraph-cli") if ref_python and ref_python.exists() else None,

@@ -11,7 +11,8 @@ Called by ``bench/run.py`` after the other columns (``--skip scaleout`` drops it
   ``THREADLINE_CONFIG``);
 * once the API answers ``/ok?check_db=1`` and every worker has printed its start line: a warm-up,
   then ``POST /threads/{id}/runs/wait`` at each ``--concurrency`` with run.py's ``run_cell`` (same
-  graph, same body, same checks, a distinct pre-created thread per request). After each cell the
+  graph, same body, same checks, same client (run.py's ``client_session``: one aiohttp session per
+  cell), a distinct pre-created thread per request). After each cell the
   ``runs`` table says which worker process ran how many runs (fan-out), and at the end whether any
   run was retried or did not succeed.
 
@@ -32,8 +33,6 @@ import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
-
-import httpx
 
 # run.py's helpers (cells, checks, formatting). When run.py is the script, this imports it once more
 # as the module `run`: it only defines functions and constants, so that is harmless.
@@ -269,11 +268,12 @@ async def measure(n_workers: int, base_url: str, procs: Procs, api: subprocess.P
     worker_ids = await wait_workers(workers, max(5.0, cfg.startup_timeout - (time.perf_counter() - t0)))
     ready_s = time.perf_counter() - t0
     max_c = max(concurrencies)
-    limits = httpx.Limits(max_connections=max_c + 8, max_keepalive_connections=max_c + 8)
     body = {"assistant_id": bench.GRAPH_ID, "input": bench.RUN_INPUT}  # the same request as run.py's cells
 
-    async with httpx.AsyncClient(base_url=base_url, timeout=cfg.request_timeout, limits=limits) as client:
-        r = await client.get("/ok", params={"check_db": 1})  # readiness: PostgreSQL answers, Redis pings
+    # The same client as run.py's server columns (one aiohttp session, max_c + 8 keep-alive connections).
+    async with bench.client_session(base_url, max_c, cfg.request_timeout) as client:
+        # readiness: PostgreSQL answers, Redis pings
+        r = await bench.fetch(client, "GET", "/ok", params={"check_db": "1"})
         bench.raise_for(r, "GET /ok?check_db=1")
         bench.log(f"  scale-out {n_workers}w: ready after {ready_s:.1f}s (workers {', '.join(worker_ids)})")
 
@@ -281,7 +281,7 @@ async def measure(n_workers: int, base_url: str, procs: Procs, api: subprocess.P
             ids: list[str] = [""] * count
 
             async def make(i: int) -> None:
-                r = await client.post("/threads", json={})
+                r = await bench.fetch(client, "POST", "/threads", json_body={})
                 bench.raise_for(r, "POST /threads")
                 ids[i] = r.json()["thread_id"]
 
@@ -292,7 +292,7 @@ async def measure(n_workers: int, base_url: str, procs: Procs, api: subprocess.P
 
         def thread_wait_op(thread_ids: list[str]) -> Callable[[int], Awaitable[None]]:
             async def op(i: int) -> None:
-                r = await client.post(f"/threads/{thread_ids[i]}/runs/wait", json=body)
+                r = await bench.fetch(client, "POST", f"/threads/{thread_ids[i]}/runs/wait", json_body=body)
                 bench.raise_for(r, "POST /threads/{id}/runs/wait")
                 bench.check_values(r.json())
 
