@@ -46,3 +46,29 @@ async def test_a_finish_does_not_mark_idle_a_thread_that_just_got_a_run(database
         assert (await storage.get_thread(tid))["status"] == "busy"
     finally:
         await storage.close()
+
+
+async def test_a_released_run_has_spent_no_attempt_and_a_stale_holder_cannot_release_it(database_url: str) -> None:
+    """SIGTERM hands runs back with release_runs: the next claim is the same attempt, and a release (or a
+    finish) by a worker that no longer holds that attempt changes nothing."""
+    storage = await open_storage(database_url)
+    try:
+        now = datetime.now(timezone.utc).isoformat()
+        run_id = str(uuid.uuid4())
+        await storage.enqueue_run(
+            {"run_id": run_id, "thread_id": str(uuid.uuid4()), "assistant_id": "a", "status": "pending",
+             "metadata": {}, "kwargs": {}, "available_at": now, "created_at": now, "updated_at": now},
+            thread_metadata={}, create_thread=True, reject_if_active=False)
+        first = await storage.claim_run("w1", 30)
+        assert first is not None and first["run_id"] == run_id and first["attempt"] == 1
+        assert await storage.release_runs("w1", {run_id: 1}) == [run_id]
+        released = await storage.get_run(run_id)
+        assert released["status"] == "pending" and released["attempt"] == 0 and released["worker_id"] is None
+        second = await storage.claim_run("w2", 30)
+        assert second is not None and second["run_id"] == run_id and second["attempt"] == 1
+        assert await storage.release_runs("w1", {run_id: 1}) == []  # w1 no longer holds it
+        assert await storage.finish_run(run_id, "success", worker_id="w1", attempt=1) is None
+        assert (await storage.get_run(run_id))["status"] == "running"
+        assert (await storage.finish_run(run_id, "success", worker_id="w2", attempt=1))["status"] == "success"
+    finally:
+        await storage.close()
