@@ -18,7 +18,7 @@ from langgraph.store.sqlite.aio import AsyncSqliteStore
 
 from threadline.errors import ConfigError, Conflict, NotFound, Unavailable
 from threadline.storage.base import THREAD_EVENTS_KEPT, NewThreadEvent, Row, SortOrder, Storage
-from threadline.storage.sqlite_saver import WriterSqliteSaver
+from threadline.storage.sqlite_saver import WriterSqliteSaver, delete_thread_checkpoints
 from threadline.storage.sqlite_writer import Writer, begin_now, in_transaction, retrying
 from threadline.storage.sql import (
     JSON_COLUMNS, apply_migrations, dumps, iso_after, now_iso, thread_ttl_columns, where, worker_lost,
@@ -262,9 +262,10 @@ class SQLiteStorage(Storage):
         return await self.get_thread(thread_id)
 
     async def delete_thread(self, thread_id: str, *, keep_runs: bool = False) -> bool:
-        deleted = await self._write(_delete_threads, [thread_id], keep_runs, inline=False) > 0
-        await self.checkpointer.adelete_thread(thread_id)
-        return deleted
+        # With its checkpoints, in one transaction. A thread can hold many rows: on the connection's thread,
+        # except the temporary thread of a stateless run (the only caller that keeps runs), which holds one
+        # run's worth and is deleted after every such run.
+        return await self._write(_delete_thread_and_checkpoints, thread_id, keep_runs, inline=keep_runs)
 
     async def delete_expired_threads(self, *, limit: int, now: str | None = None) -> list[str]:
         # One writer: no run can be enqueued between finding a thread idle and deleting it.
@@ -652,6 +653,12 @@ def _insert_now(db: sqlite3.Connection, table: str, row: Row, *, returning: bool
     inserted = cur.fetchone()
     cur.close()
     return _row(inserted)
+
+
+def _delete_thread_and_checkpoints(db: sqlite3.Connection, thread_id: str, keep_runs: bool) -> bool:
+    deleted = _delete_threads(db, [thread_id], keep_runs) > 0
+    delete_thread_checkpoints(db, thread_id)
+    return deleted
 
 
 def _delete_threads(db: sqlite3.Connection, thread_ids: list[str], keep_runs: bool) -> int:
