@@ -235,31 +235,13 @@ class SQLiteStorage(Storage):
 
     # --- threads -------------------------------------------------------------
     async def create_thread(self, row: Row, *, if_exists: Literal["raise", "do_nothing"]) -> Row:
-        async with self._tx() as db:
-            exists = await _one(db, "SELECT 1 FROM threads WHERE thread_id = ?", (row["thread_id"],))
-            if exists is None:
-                await _insert(db, "threads", row)
-            elif if_exists == "raise":
-                raise Conflict(f"Thread {row['thread_id']} already exists")
-        found = await self.get_thread(row["thread_id"])
-        assert found is not None
-        return found
+        return await self._write(_create_thread, row, if_exists)
 
     async def get_thread(self, thread_id: str) -> Row | None:
         return await self._point("SELECT * FROM threads WHERE thread_id = ?", (thread_id,))
 
     async def update_thread(self, thread_id: str, changes: Row, *, merge_metadata: dict | None = None) -> Row | None:
-        async with self._tx() as db:
-            current = await _one(db, "SELECT metadata FROM threads WHERE thread_id = ?", (thread_id,))
-            if current is None:
-                return None
-            changes = {**changes, "updated_at": now_iso()}
-            if merge_metadata:
-                changes["metadata"] = {**current["metadata"], **merge_metadata}
-            sets = ", ".join(f"{_q(k)} = ?" for k in changes)
-            await db.execute(f"UPDATE threads SET {sets} WHERE thread_id = ?",
-                             [_param(k, v) for k, v in changes.items()] + [thread_id])
-        return await self.get_thread(thread_id)
+        return await self._write(_update_thread, thread_id, changes, merge_metadata)
 
     async def delete_thread(self, thread_id: str, *, keep_runs: bool = False) -> bool:
         # With its checkpoints, in one transaction. A thread can hold many rows: on the connection's thread,
@@ -515,6 +497,36 @@ def _lock_exclusively(db: Path) -> IO[bytes]:
             "(give this one its own --database-url, or use PostgreSQL to run several)"
         ) from None
     return handle
+
+
+def _create_thread(db: sqlite3.Connection, row: Row, if_exists: str) -> Row:
+    found = _one_now(db, "SELECT * FROM threads WHERE thread_id = ?", (row["thread_id"],))
+    if found is not None:
+        if if_exists == "raise":
+            raise Conflict(f"Thread {row['thread_id']} already exists")
+        return found
+    _insert_now(db, "threads", row)
+    return _thread_now(db, row["thread_id"])
+
+
+def _thread_now(db: sqlite3.Connection, thread_id: str) -> Row:
+    """The thread as stored, read after the write: triggers keep `expires_at`, and RETURNING would show the
+    row from before they ran."""
+    found = _one_now(db, "SELECT * FROM threads WHERE thread_id = ?", (thread_id,))
+    assert found is not None
+    return found
+
+
+def _update_thread(db: sqlite3.Connection, thread_id: str, changes: Row, merge_metadata: dict | None) -> Row | None:
+    current = _one_now(db, "SELECT metadata FROM threads WHERE thread_id = ?", (thread_id,))
+    if current is None:
+        return None
+    changes = {**changes, "updated_at": now_iso()}
+    if merge_metadata:
+        changes["metadata"] = {**current["metadata"], **merge_metadata}
+    sets = ", ".join(f"{_q(k)} = ?" for k in changes)
+    db.execute(f"UPDATE threads SET {sets} WHERE thread_id = ?", [_param(k, v) for k, v in changes.items()] + [thread_id])
+    return _thread_now(db, thread_id)
 
 
 def _enqueue(db: sqlite3.Connection, run: Row, thread_metadata: dict[str, Any], create_thread: bool,
