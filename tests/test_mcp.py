@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -182,3 +183,24 @@ async def test_never_a_500(http: httpx.AsyncClient) -> None:
         assert r.status_code < 500, (body, r.text)
         if r.status_code != 202:
             assert "error" in r.json(), (body, r.text)
+
+
+async def test_a_client_that_leaves_a_tool_call_stops_its_run(live_url: str) -> None:
+    """tools/call runs the agent for as long as its client waits: one that leaves cancels the run, and the
+    agent does no further work."""
+    from tests.project.agents import WORK_LOG
+
+    async with httpx.AsyncClient(base_url=live_url, timeout=30) as http:
+        tools = (await _rpc(http, "tools/list", {})).json()["result"]["tools"]
+        slow = next(t["name"] for t in tools if t["name"].startswith("slow"))
+        calling = asyncio.create_task(_rpc(http, "tools/call", {
+            "name": slow, "arguments": {"tag": "mcpleft", "steps": 200, "delay": 0.02}}))
+        while not any(w.startswith("mcpleft:") for w in WORK_LOG):
+            await asyncio.sleep(0.01)
+        calling.cancel()  # the client goes away mid-call
+        with pytest.raises(asyncio.CancelledError):
+            await calling
+        await asyncio.sleep(0.3)  # the cancel reaches the run at its next await
+        done = sum(w.startswith("mcpleft:") for w in WORK_LOG)
+        await asyncio.sleep(0.3)
+        assert sum(w.startswith("mcpleft:") for w in WORK_LOG) == done < 200
