@@ -193,6 +193,27 @@ async def test_v1_subscribe_to_a_running_task_and_list_by_state(live_url: str,
         assert [t.id for t in listed.tasks] == expected
 
 
+async def test_v1_a_streaming_client_that_leaves_does_not_cancel_the_task(
+        live_url: str, client_http: httpx.AsyncClient) -> None:
+    """A2A tasks outlive their streams (a client may resubscribe or poll): leaving cancels nothing."""
+    from tests.project.agents import WORK_LOG
+
+    streaming = await a2a_client(live_url, client_http, SLOW, streaming=True)
+    poller = await a2a_client(live_url, client_http, SLOW, streaming=False)
+    stream = streaming.send_message(SendMessageRequest(
+        message=user_message(data({"tag": "a2a-left", "steps": 15, "delay": 0.02}))))
+    first = await anext(stream)
+    task_id = first.task.id if first.WhichOneof("payload") == "task" else first.status_update.task_id
+    await stream.aclose()  # the client goes away after the first event
+    for _ in range(300):
+        task = await poller.get_task(GetTaskRequest(id=task_id))
+        if task.status.state == TaskState.TASK_STATE_COMPLETED:
+            break
+        await asyncio.sleep(0.02)
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert len([w for w in WORK_LOG if w.startswith("a2a-left:")]) == 15
+
+
 async def test_v1_cancel_a_task_waiting_for_input(live_url: str, client_http: httpx.AsyncClient) -> None:
     client = await a2a_client(live_url, client_http, APPROVAL, streaming=False)
     task = [e async for e in client.send_message(SendMessageRequest(
