@@ -121,3 +121,25 @@ async def test_info_lists_enabled_surfaces(http: httpx.AsyncClient) -> None:
     assert flags["metrics"] is True and flags["mcp"] is True and flags["a2a"] is True
     assert flags["streaming_protocol"] is True
     assert flags["crons"] is False  # not built: only what is served is advertised
+
+
+async def test_a_client_that_leaves_a_wait_is_counted_as_499(live_url: str) -> None:
+    """Nobody reads the answer of a wait whose client left; the request is still counted, as 499."""
+    from tests.project.agents import WORK_LOG
+
+    async with httpx.AsyncClient(base_url=live_url, timeout=30) as http:
+        tid = (await http.post("/threads", json={})).json()["thread_id"]
+        waiting = asyncio.create_task(http.post(f"/threads/{tid}/runs/wait", json={
+            "assistant_id": "slow", "input": {"tag": "gone499", "steps": 200, "delay": 0.02}}))
+        while not any(w.startswith("gone499:") for w in WORK_LOG):
+            await asyncio.sleep(0.01)
+        waiting.cancel()
+
+        async def counted() -> Samples | None:
+            s = await scrape(http)
+            labels = {"method": "POST", "path": "/threads/{thread_id}/runs/wait", "status": "499"}
+            return s if value(s, "lg_api_http_requests_total", **labels) == 1 else None
+
+        s = await until(counted)
+        assert value(s, "lg_api_http_requests_total", method="POST", path="/threads/{thread_id}/runs/wait",
+                     status="200") == 0
