@@ -37,6 +37,7 @@ from typing import Any
 # run.py's helpers (cells, checks, formatting). When run.py is the script, this imports it once more
 # as the module `run`: it only defines functions and constants, so that is harmless.
 import run as bench
+from threadline.settings import redact_url  # the bench runs in the venv it launches threadline from
 
 DEFAULT_PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -87,15 +88,6 @@ def cpu_note() -> str:
 # --------------------------------------------------------------------------- services
 
 
-def redact(url: str) -> str:
-    """A URL without its password."""
-    if "@" not in url or "://" not in url:
-        return url
-    scheme, rest = url.split("://", 1)
-    creds, host = rest.rsplit("@", 1)
-    return f"{scheme}://{creds.split(':', 1)[0]}@{host}"
-
-
 def database_url(admin_url: str, dbname: str) -> str:
     import psycopg
 
@@ -117,13 +109,13 @@ def check_services(cfg: argparse.Namespace) -> str | None:
         with psycopg.connect(cfg.scaleout_pg_admin_url, autocommit=True, connect_timeout=5) as conn:
             conn.execute("SELECT 1")
     except Exception as exc:  # noqa: BLE001
-        return f"PostgreSQL unreachable at {redact(cfg.scaleout_pg_admin_url)}: {exc}"
+        return f"PostgreSQL unreachable at {redact_url(cfg.scaleout_pg_admin_url)}: {exc}"
     try:
         client = redis.Redis.from_url(cfg.scaleout_redis_url, socket_connect_timeout=5)
         client.ping()
         client.close()
     except Exception as exc:  # noqa: BLE001
-        return f"Redis unreachable at {redact(cfg.scaleout_redis_url)}: {exc}"
+        return f"Redis unreachable at {redact_url(cfg.scaleout_redis_url)}: {exc}"
     return None
 
 
@@ -414,7 +406,7 @@ def run(cfg: argparse.Namespace, results: dict[str, Any], base_env: dict[str, st
     settings = {
         "endpoint": ENDPOINT, "worker_processes": counts, "slots_per_worker": cfg.scaleout_slots,
         "api_processes": 1, "concurrency": concurrencies, "cpu_count": os.cpu_count(),
-        "pg_admin_url": redact(cfg.scaleout_pg_admin_url), "redis_url": redact(cfg.scaleout_redis_url),
+        "pg_admin_url": redact_url(cfg.scaleout_pg_admin_url), "redis_url": redact_url(cfg.scaleout_redis_url),
         "note": cpu_note(),
     }
     bench.log(f"\n[scale-out] PostgreSQL + Redis, {ENDPOINT}; worker processes {counts}, "

@@ -69,3 +69,12 @@ async def test_http_app_is_mounted_beside_our_routes(tmp_path: Path) -> None:
             assert (await client.get("/custom/hello")).json() == {"hello": "from the project"}
             assert (await client.get("/ok")).json() == {"ok": True}
             assert (await client.post("/assistants/search", json={})).json()[0]["graph_id"] == "counter"
+
+
+def test_urls_are_printed_without_their_password() -> None:
+    from threadline.settings import redact_url
+
+    assert redact_url("postgresql://app:s3cret@db:5432/prod") == "postgresql://app@db:5432/prod"
+    assert redact_url("redis://:s3cret@cache:6379/0") == "redis://@cache:6379/0"
+    assert redact_url("host=db user=app password=s3cret dbname=prod") == "host=db user=app password=*** dbname=prod"
+    assert redact_url("sqlite:///var/lib/tl.db") == "sqlite:///var/lib/tl.db"

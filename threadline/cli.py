@@ -11,7 +11,7 @@ from dataclasses import fields
 
 from threadline import __version__
 from threadline.errors import ConfigError
-from threadline.settings import Settings
+from threadline.settings import Settings, redact_url
 
 # Settings that only an HTTP server reads; `worker` and `migrate` do not take them.
 _HTTP_ONLY = {"host", "port", "max_body_bytes", "heartbeat_seconds"}
@@ -67,8 +67,8 @@ def serve(settings: Settings) -> None:
     print(f"  config:   {project.path}")
     print(f"  agents:   {', '.join(project.graphs)}"
           + (f" (default: {project.default_agent})" if project.default_agent else ""))
-    print(f"  data:     {_redact(settings.database_url or default_database_url())}")
-    print(f"  broker:   {_redact(settings.redis_url) if settings.redis_url else 'in-process'}")
+    print(f"  data:     {redact_url(settings.database_url or default_database_url())}")
+    print(f"  broker:   {redact_url(settings.redis_url) if settings.redis_url else 'in-process'}")
     print(f"  workers:  {settings.workers}")
     print(f"  listening on http://{settings.host}:{settings.port}  (docs at /docs)", flush=True)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level.lower())
@@ -105,13 +105,5 @@ async def migrate(settings: Settings) -> None:
     url = settings.database_url or default_database_url()
     storage = await open_storage(url)  # opening applies what is missing
     await storage.close()
-    print(f"threadline: schema of {_redact(url)} is up to date", flush=True)
+    print(f"threadline: schema of {redact_url(url)} is up to date", flush=True)
 
-
-def _redact(url: str) -> str:
-    """A URL without its password, for printing."""
-    if "@" not in url or "://" not in url:
-        return url
-    scheme, rest = url.split("://", 1)
-    creds, host = rest.rsplit("@", 1)
-    return f"{scheme}://{creds.split(':', 1)[0]}@{host}"

@@ -7,8 +7,21 @@ Precedence: CLI flag > environment variable `THREADLINE_<NAME>` > default.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any
+
+
+
+def redact_url(url: str) -> str:
+    """A database or Redis URL, or a libpq `key=value` string, without its password: for messages and logs."""
+    if "://" not in url:
+        return re.sub(r"(password\s*=\s*)\S+", r"\1***", url)
+    scheme, rest = url.split("://", 1)
+    if "@" not in rest:
+        return url
+    creds, host = rest.rsplit("@", 1)
+    return f"{scheme}://{creds.split(':', 1)[0]}@{host}"
 
 
 def _setting(default: Any, help: str, *, flag: bool = True) -> Any:

@@ -21,6 +21,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from threadline.errors import ConfigError, Conflict, NotFound, Unavailable
+from threadline.settings import redact_url
 from threadline.storage.base import THREAD_EVENTS_KEPT, NewThreadEvent, Row, SortOrder, Storage
 from threadline.storage.sql import JSON_COLUMNS, MIGRATIONS_TABLE, pending_migrations, now_iso, thread_ttl_columns, worker_lost
 
@@ -62,7 +63,7 @@ class PostgresStorage(Storage):
             await pool.open(wait=True, timeout=15)
         except Exception as exc:
             await pool.close()
-            raise ConfigError(f"cannot connect to PostgreSQL at {_redact(url)}: {exc}") from exc
+            raise ConfigError(f"cannot connect to PostgreSQL at {redact_url(url)}: {exc}") from exc
         try:
             vector = await _has_pgvector(pool)
             saver = AsyncPostgresSaver(pool)  # type: ignore[arg-type]
@@ -615,11 +616,3 @@ def _order(sort_by: str, sort_order: SortOrder, allowed: set[str], default: str,
 def _like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
-
-def _redact(url: str) -> str:
-    """The URL without its password, for messages."""
-    try:
-        info = psycopg.conninfo.conninfo_to_dict(url)
-    except psycopg.ProgrammingError:
-        return "<unparseable URL>"
-    return f"{info.get('host', 'localhost')}:{info.get('port', 5432)}/{info.get('dbname', '')}"
