@@ -291,7 +291,7 @@ class SQLiteStorage(Storage):
                                  thread_ttl_columns(thread_ttl_minutes), new_thread_metadata or {})
 
     async def claim_run(self, worker_id: str, lease_seconds: float) -> Row | None:
-        return await self.writer.run(_claim_if_any, worker_id, lease_seconds)
+        return await self.writer.run(_claim, worker_id, lease_seconds)
 
     async def heartbeat_runs(self, worker_id: str, held: dict[str, int], lease_seconds: float) -> set[str]:
         if not held:
@@ -561,22 +561,17 @@ _CLAIMABLE = (
 )
 
 
-def _claim_if_any(db: sqlite3.Connection, worker_id: str, lease_seconds: float) -> Row | None:
-    """On the writer's thread: look first without the write lock (most claims by idle slots find nothing, and
-    a write transaction would make the checkpointer's connection wait), then claim in a transaction."""
-    if _one_now(db, _CLAIMABLE, (now_iso(),)) is None:
-        return None
-    return in_transaction(db, _claim, worker_id, lease_seconds)
-
-
 def _claim(db: sqlite3.Connection, worker_id: str, lease_seconds: float) -> Row | None:
+    """The oldest claimable run, claimed. The search is a plain read: an idle slot's claim usually finds nothing,
+    and then takes no write lock. Every writer of `runs` uses this connection under the writer's lock, so what
+    it found is still claimable when the transaction begins (the UPDATE checks it is still pending anyway)."""
     now = now_iso()
     found = _one_now(db, _CLAIMABLE, (now,))
     if found is None:
         return None
-    return _one_now(db, "UPDATE runs SET status = 'running', worker_id = ?, attempt = attempt + 1, "
-                        "lease_expires_at = ?, updated_at = ? WHERE run_id = ? RETURNING *",
-                    (worker_id, iso_after(lease_seconds), now, found["run_id"]))
+    return in_transaction(db, _one_now, "UPDATE runs SET status = 'running', worker_id = ?, attempt = attempt + 1, "
+                                        "lease_expires_at = ?, updated_at = ? WHERE run_id = ? AND status = 'pending' "
+                                        "RETURNING *", (worker_id, iso_after(lease_seconds), now, found["run_id"]))
 
 
 def _finish(db: sqlite3.Connection, run_id: str, status: str, error: Any, output: Any, thread_changes: Row,
