@@ -250,18 +250,9 @@ class SQLiteStorage(Storage):
         return await self._write(_delete_thread_and_checkpoints, thread_id, keep_runs, inline=keep_runs)
 
     async def delete_expired_threads(self, *, limit: int, now: str | None = None) -> list[str]:
-        # One writer: no run can be enqueued between finding a thread idle and deleting it.
-        async with self._tx() as db:
-            rows = await db.execute_fetchall(
-                "SELECT thread_id FROM threads t WHERE expires_at IS NOT NULL AND expires_at <= ? "
-                "AND status != 'busy' AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.thread_id = t.thread_id "
-                "AND r.status IN ('pending', 'running')) ORDER BY expires_at LIMIT ?",
-                (now or now_iso(), limit))
-            expired = [r["thread_id"] for r in rows]
-            await db._execute(_delete_threads, db._conn, expired, False)
-        for thread_id in expired:
-            await self.checkpointer.adelete_thread(thread_id)
-        return expired
+        # One transaction on the writer: no run can be enqueued between finding a thread idle and deleting it,
+        # and a thread goes with its checkpoints. Many rows: on the connection's thread.
+        return await self._write(_delete_expired_threads, now or now_iso(), limit, inline=False)
 
     def _thread_filter(self, ids, metadata, values, status) -> tuple[str, list]:
         clauses: list[tuple[str, list]] = []
@@ -660,6 +651,17 @@ def _insert_now(db: sqlite3.Connection, table: str, row: Row, *, returning: bool
     inserted = cur.fetchone()
     cur.close()
     return _row(inserted)
+
+
+def _delete_expired_threads(db: sqlite3.Connection, now: str, limit: int) -> list[str]:
+    expired = [r["thread_id"] for r in db.execute(
+        "SELECT thread_id FROM threads t WHERE expires_at IS NOT NULL AND expires_at <= ? "
+        "AND status != 'busy' AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.thread_id = t.thread_id "
+        "AND r.status IN ('pending', 'running')) ORDER BY expires_at LIMIT ?", (now, limit)).fetchall()]
+    _delete_threads(db, expired, False)
+    for thread_id in expired:
+        delete_thread_checkpoints(db, thread_id)
+    return expired
 
 
 def _delete_thread_and_checkpoints(db: sqlite3.Connection, thread_id: str, keep_runs: bool) -> bool:
