@@ -23,7 +23,10 @@ from psycopg_pool import AsyncConnectionPool
 from threadline.errors import ConfigError, Conflict, NotFound, Unavailable
 from threadline.settings import redact_url
 from threadline.storage.base import THREAD_EVENTS_KEPT, NewThreadEvent, Row, SortOrder, Storage
-from threadline.storage.sql import JSON_COLUMNS, MIGRATIONS_TABLE, pending_migrations, now_iso, thread_ttl_columns, worker_lost
+from threadline.storage.sql import (
+    JSON_COLUMNS, MIGRATIONS_TABLE, event_bounds, now_iso, pending_migrations, thread_event_bounds_select,
+    thread_events_select, thread_ttl_columns, worker_lost,
+)
 
 log = logging.getLogger("threadline.storage")
 
@@ -474,17 +477,10 @@ class PostgresStorage(Storage):
 
     async def read_thread_events(self, thread_id: str, *, after: int = 0, limit: int = 500,
                                  run_id: str | None = None, method: str | None = None) -> list[Row]:
-        sql, params = "SELECT * FROM thread_events WHERE thread_id = %s AND seq > %s", [thread_id, after]
-        for col, val in (("run_id", run_id), ("method", method)):
-            if val is not None:
-                sql += f" AND {col} = %s"
-                params.append(val)
-        return await self._fetchall(sql + " ORDER BY seq LIMIT %s", [*params, limit])
+        return await self._fetchall(*thread_events_select("%s", thread_id, after, limit, run_id, method))
 
     async def thread_event_bounds(self, thread_id: str) -> tuple[int, int]:
-        row = await self._fetchone("SELECT MIN(seq) AS lo, MAX(seq) AS hi FROM thread_events WHERE thread_id = %s",
-                                   (thread_id,))
-        return (int(row["lo"] or 0), int(row["hi"] or 0)) if row else (0, 0)
+        return event_bounds(await self._fetchone(thread_event_bounds_select("%s"), (thread_id,)))
 
 
 async def _apply_migrations(conn: psycopg.AsyncConnection) -> list[str]:

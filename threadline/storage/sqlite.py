@@ -21,7 +21,8 @@ from threadline.storage.base import THREAD_EVENTS_KEPT, NewThreadEvent, Row, Sor
 from threadline.storage.sqlite_saver import WriterSqliteSaver, delete_thread_checkpoints
 from threadline.storage.sqlite_writer import Writer, begin_now, in_transaction, retrying
 from threadline.storage.sql import (
-    JSON_COLUMNS, apply_migrations, dumps, iso_after, now_iso, thread_ttl_columns, where, worker_lost,
+    JSON_COLUMNS, apply_migrations, dumps, event_bounds, iso_after, now_iso, thread_event_bounds_select,
+    thread_events_select, thread_ttl_columns, where, worker_lost,
 )
 
 log = logging.getLogger("threadline.storage")
@@ -415,17 +416,10 @@ class SQLiteStorage(Storage):
 
     async def read_thread_events(self, thread_id: str, *, after: int = 0, limit: int = 500,
                                  run_id: str | None = None, method: str | None = None) -> list[Row]:
-        sql, params = "SELECT * FROM thread_events WHERE thread_id = ? AND seq > ?", [thread_id, after]
-        for col, val in (("run_id", run_id), ("method", method)):
-            if val is not None:
-                sql += f" AND {col} = ?"
-                params.append(val)
-        return await self._fetchall(sql + " ORDER BY seq LIMIT ?", [*params, limit])
+        return await self._fetchall(*thread_events_select("?", thread_id, after, limit, run_id, method))
 
     async def thread_event_bounds(self, thread_id: str) -> tuple[int, int]:
-        row = await self._fetchone("SELECT MIN(seq) AS lo, MAX(seq) AS hi FROM thread_events WHERE thread_id = ?",
-                                   (thread_id,))
-        return (int(row["lo"] or 0), int(row["hi"] or 0)) if row else (0, 0)
+        return event_bounds(await self._fetchone(thread_event_bounds_select("?"), (thread_id,)))
 
 
 class _SqliteStore(AsyncSqliteStore):
