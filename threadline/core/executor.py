@@ -73,7 +73,7 @@ def build_config(run: Row, assistant: Row, thread_id: str) -> dict[str, Any]:
 
 def run_durability(kwargs: dict[str, Any]) -> str:
     """The run's `durability`, else the legacy `checkpoint_during` (false: "exit"), else LangGraph's default,
-    "async". Always passed explicitly: the checkpointer reads it to know whether a write may be buffered."""
+    "async"."""
     if kwargs.get("durability"):
         return kwargs["durability"]
     return "exit" if kwargs.get("checkpoint_during") is False else "async"

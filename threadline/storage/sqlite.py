@@ -60,7 +60,7 @@ class SQLiteStorage(Storage):
     async def open(cls, url: str, *, store_index: dict | None = None, store_ttl: dict | None = None) -> SQLiteStorage:
         path = url.removeprefix("sqlite:").removeprefix("///")
         if not path or ":memory:" in path:
-            # Our tables, the checkpointer and the store use separate connections: they must share a file.
+            # Several connections (writer, reads, the store, WAL checkpoints) must share one file.
             raise ConfigError(f"{url}: the SQLite backend needs a file path (sqlite:///path/to/file.db)")
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         lock = _lock_exclusively(Path(path))
@@ -87,7 +87,7 @@ class SQLiteStorage(Storage):
             self = cls(url, conn, read_conn, store_conn, wal_conn, store, lock)
             self.capabilities = {**cls.capabilities, "vector_index": "sqlite-vec" if store_index else None}
             await self.checkpointer.setup()
-            await Writer.prepare(conn)
+            await self.writer.prepare()
             if store_ttl and store_ttl.get("sweep_interval_minutes"):
                 await store.start_ttl_sweeper()
         except BaseException:

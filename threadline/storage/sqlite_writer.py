@@ -41,11 +41,10 @@ class Writer:
         self._commits = 0
         self._checkpointing: asyncio.Task[Any] | None = None
 
-    @classmethod
-    async def prepare(cls, conn: aiosqlite.Connection) -> None:
-        """Set the write connection up for use from the loop (after migrations, which may wait for locks)."""
-        await conn.execute("PRAGMA busy_timeout=0")
-        await conn.execute("PRAGMA wal_autocheckpoint=0")
+    async def prepare(self) -> None:
+        """Set the connection up for use from the loop (after migrations and setup, which may wait for locks)."""
+        await self.conn.execute("PRAGMA busy_timeout=0")
+        await self.conn.execute("PRAGMA wal_autocheckpoint=0")
 
     async def run(self, fn: Callable[..., Any], *args: Any, inline: bool = True) -> Any:
         """`fn(sqlite3_connection, *args)` under the lock: on the loop when `inline` and the database is not
