@@ -396,7 +396,8 @@ class SQLiteStorage(Storage):
 
     # --- checkpoint helpers ----------------------------------------------------
     async def delete_checkpoints_for_run(self, thread_id: str, run_id: str) -> None:
-        await self._write(_delete_run_checkpoints, thread_id, run_id)
+        # Finds the run's checkpoints by scanning the thread's metadata: on the connection's thread.
+        await self._write(_delete_run_checkpoints, thread_id, run_id, inline=False)
 
     async def copy_checkpoints(self, source_thread_id: str, target_thread_id: str) -> None:
         await self._write(_copy_checkpoints, source_thread_id, target_thread_id, inline=False)
