@@ -55,6 +55,8 @@ from typing import Any, Awaitable, Callable, Iterator
 
 import httpx
 
+from threadline.cli import event_loop_name, run_loop  # the bench runs in the venv it launches threadline from
+
 try:
     import aiohttp
 except ImportError:  # pragma: no cover - a hint instead of a traceback
@@ -487,7 +489,7 @@ def run_server_column(name: str, argv: list[str], cwd: Path, env: dict[str, str]
     with server_process(name, argv, cwd, env, log_path) as proc:
         base_url = argv_url(argv)
         try:
-            out = asyncio.run(bench_http(name, base_url, proc, cfg))
+            out = run_loop(bench_http(name, base_url, proc, cfg))
         except Exception as exc:  # noqa: BLE001 - report and carry on with the other columns
             log(f"  {name}: FAILED: {type(exc).__name__}: {exc}\n  --- last lines of {log_path} ---\n{tail(log_path)}")
             return {"skipped": f"failed: {type(exc).__name__}: {exc}", "log": str(log_path)}
@@ -770,9 +772,9 @@ def main(argv: list[str] | None = None) -> int:
         if "floor" in cfg.skip:
             results["floor"] = {"skipped": "--skip floor"}
         else:
-            log("\n[floor] graph.ainvoke in-process, InMemorySaver, a thread id per call")
+            log(f"\n[floor] graph.ainvoke in-process, InMemorySaver, a thread id per call, on {event_loop_name()}")
             try:
-                results["floor"] = asyncio.run(bench_floor(cfg))
+                results["floor"] = run_loop(bench_floor(cfg))
             except Exception as exc:  # noqa: BLE001
                 log(f"  floor: FAILED: {type(exc).__name__}: {exc}")
                 results["floor"] = {"skipped": f"failed: {type(exc).__name__}: {exc}"}
@@ -833,6 +835,9 @@ def main(argv: list[str] | None = None) -> int:
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
         "graph": str(PROJECT_DIR / "graph.py"),
+        # The floor, the client and `threadline serve` all run on this loop; the reference picks its own
+        # (uvicorn's "auto": uvloop, which its venv installs).
+        "event_loop": event_loop_name(),
         "http_client": "aiohttp.ClientSession per server column / scale-out cell "
                        "(TCPConnector limit = max concurrency + 8, keep-alive)",
         "settings": {

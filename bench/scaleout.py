@@ -37,7 +37,8 @@ from typing import Any
 # run.py's helpers (cells, checks, formatting). When run.py is the script, this imports it once more
 # as the module `run`: it only defines functions and constants, so that is harmless.
 import run as bench
-from threadline.settings import redact_url  # the bench runs in the venv it launches threadline from
+from threadline.cli import run_loop  # the bench runs in the venv it launches threadline from
+from threadline.settings import redact_url
 
 DEFAULT_PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -359,7 +360,7 @@ def one_config(n_workers: int, cfg: argparse.Namespace, base_env: dict[str, str]
             workers.append((procs.start(f"worker {i + 1}", argv, env, log_path), log_path))
         api = procs.start("api", [*tl_argv_prefix, "serve", "--host", "127.0.0.1", "--port", str(port),
                                   "--workers", "0"], env, api_log)
-        out.update(asyncio.run(measure(n_workers, base_url, procs, api, workers, db_url, cfg, concurrencies)))
+        out.update(run_loop(measure(n_workers, base_url, procs, api, workers, db_url, cfg, concurrencies)))
     except BaseException as exc:
         out["failed"] = f"{type(exc).__name__}: {exc}"[:800]
         bench.log(f"  scale-out {n_workers}w: FAILED: {out['failed']}")

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import logging
 import signal
 import sys
+from collections.abc import Coroutine
 from dataclasses import fields
+from typing import Any, TypeVar
 
 from threadline import __version__
 from threadline.errors import ConfigError
@@ -15,6 +18,7 @@ from threadline.settings import Settings, redact_url
 
 # Settings that only an HTTP server reads; `worker` and `migrate` do not take them.
 _HTTP_ONLY = {"host", "port", "max_body_bytes", "heartbeat_seconds"}
+T = TypeVar("T")
 _COMMANDS = {
     "serve": ("Start the server: the HTTP API and (unless --workers 0) in-process workers.", None),
     "worker": ("Run workers only: claim and execute runs from a shared PostgreSQL database.", _HTTP_ONLY),
@@ -47,12 +51,26 @@ def main(argv: list[str] | None = None) -> None:
         if args.command == "serve":
             serve(settings)
         elif args.command == "worker":
-            asyncio.run(work(settings))
+            run_loop(work(settings))
         else:
-            asyncio.run(migrate(settings))
+            run_loop(migrate(settings))
     except ConfigError as exc:
         print(f"threadline: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc
+
+
+def event_loop_name() -> str:
+    """The event loop `serve` (uvicorn's "auto"), `worker` and the bench run on: uvloop where installed."""
+    return "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
+
+
+def run_loop(main: Coroutine[Any, Any, T]) -> T:
+    """Run `main` to its end on the loop `event_loop_name()` names."""
+    if event_loop_name() == "uvloop":
+        import uvloop
+
+        return uvloop.run(main)
+    return asyncio.run(main)
 
 
 def serve(settings: Settings) -> None:
