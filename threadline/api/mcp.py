@@ -139,7 +139,7 @@ async def _call_tool(request: Request, rt: Runtime, params: Any, raw: dict[str, 
     body: dict[str, Any] = {"assistant_id": row["assistant_id"], "input": params.arguments or {}}
     if isinstance(raw.get("context"), dict):  # LangGraph's extension: the run's context
         body["context"] = raw["context"]
-    run = await rt.runs.create(None, body)
+    run = await rt.runs.create(None, body, start_here=True)
     done = await wait_done(request, rt, run, cancel_on_disconnect=True)
     output = await rt.runs.output(done)
     if done["status"] == "error":

@@ -25,11 +25,13 @@ def _run_path(run: dict[str, Any]) -> str:
     return f"/threads/{run['thread_id']}/runs/{run['run_id']}"
 
 
-async def _create(rt: Runtime, thread_id: str | None, body: RunCreate) -> dict[str, Any]:
-    """A run on the path's thread, else on the body's `thread_id` (the Agent Protocol), else stateless."""
+async def _create(rt: Runtime, thread_id: str | None, body: RunCreate, *, waited: bool = False) -> dict[str, Any]:
+    """A run on the path's thread, else on the body's `thread_id` (the Agent Protocol), else stateless.
+
+    `waited`: this request waits for the run (`/wait`, `/stream`), so it may start on this process at once."""
     data = body.core_body()
     body_thread = data.pop("thread_id", None)
-    return await rt.runs.create(thread_id or (str(body_thread) if body_thread else None), data)
+    return await rt.runs.create(thread_id or (str(body_thread) if body_thread else None), data, start_here=waited)
 
 
 def _stream(rt: Runtime, run: dict[str, Any], *, last_event_id: str | None = None, replay: bool = True,
@@ -89,14 +91,14 @@ async def create_thread_run(request: Request, thread_id: UUID, body: RunCreate) 
 @router.post("/threads/{thread_id}/runs/stream")
 async def stream_thread_run(request: Request, thread_id: UUID, body: RunCreate) -> Response:
     rt = runtime(request)
-    run = await _create(rt, str(thread_id), body)
+    run = await _create(rt, str(thread_id), body, waited=True)
     return _stream(rt, run, cancel_on_disconnect=_disconnect_cancels(body))
 
 
 @router.post("/threads/{thread_id}/runs/wait")
 async def wait_thread_run(request: Request, thread_id: UUID, body: RunCreate) -> JSON:
     rt = runtime(request)
-    run = await _create(rt, str(thread_id), body)
+    run = await _create(rt, str(thread_id), body, waited=True)
     done = await wait_done(request, rt, run, cancel_on_disconnect=_disconnect_cancels(body))
     return JSON(await rt.runs.output(done), headers={"Content-Location": _run_path(run),
                                                      "Location": f"{_run_path(run)}/join"})
@@ -172,7 +174,7 @@ async def create_run(request: Request, body: RunCreate) -> JSON:
 @router.post("/runs/stream")
 async def stream_run(request: Request, body: RunCreate) -> Response:
     rt = runtime(request)
-    run = await _create(rt, None, body)
+    run = await _create(rt, None, body, waited=True)
     return _stream(rt, run, cancel_on_disconnect=_disconnect_cancels(body))
 
 
@@ -181,7 +183,7 @@ async def wait_run(request: Request, body: RunCreate) -> JSON:
     """LangGraph's shape (the output itself) by default; the Agent Protocol's RunWaitResponse when the
     request names its agent with the protocol's `agent_id`."""
     rt = runtime(request)
-    run = await _create(rt, None, body)
+    run = await _create(rt, None, body, waited=True)
     done = await wait_done(request, rt, run, cancel_on_disconnect=_disconnect_cancels(body))
     output = await rt.runs.output(done)
     if body.agent_id is not None:

@@ -103,8 +103,9 @@ class Executor:
         self.graphs = graphs
         self.threads = threads
 
-    async def execute(self, run: Row, worker_id: str, stop: StopSignal, lease: Lease) -> str:
-        """Execute `run`; returns its final status ("lost" when the lease was lost: nothing is written).
+    async def execute(self, run: Row, worker_id: str, stop: StopSignal, lease: Lease) -> Row | None:
+        """Execute `run`; returns it as finished, or None when this worker wrote no outcome (its lease was
+        lost, or it no longer held the run) or the run is gone (rolled back).
 
         A cancel arrives as CancelledError with `stop.action` set; without it (shutdown, lost lease) the
         error propagates and the run's fate is left to whoever holds it next.
@@ -149,7 +150,7 @@ class Executor:
         except Exception as exc:  # the agent's own failure: recorded on the run, shown to the client
             if isinstance(exc, LeaseLost) or not lease.valid():
                 log.warning("run %s: lease lost (%s); leaving it to the worker that holds it now", run_id, exc)
-                return "lost"
+                return None
             status = "error"
             error = {"error": type(exc).__name__, "message": str(exc)}
             log.info("run %s failed: %s: %s", run_id, type(exc).__name__, exc)
@@ -162,13 +163,13 @@ class Executor:
             thread_changes["status"] = "error"
         if not lease.valid():
             log.warning("run %s ended after its lease lapsed; its result is discarded", run_id)
-            return "lost"
+            return None
         if protocol is not None and status != "success":
             await self._protocol_end(protocol, run_id, status, error)
         lease.finishing = True
-        await self._finish(run, worker_id, status, error, output, thread_changes, action)
+        finished = await self._finish(run, worker_id, status, error, output, thread_changes, action)
         self.metrics.run_finished(status, time.monotonic() - started)
-        return status
+        return finished
 
     async def _protocol_end(self, protocol: ProtocolRun, run_id: str, status: str, error: Any) -> None:
         """A protocol run cancelled by a user or failed: its clients wait for the root terminal event."""
@@ -187,7 +188,8 @@ class Executor:
         await self.broker.publish(lease.run_id, event, dumps(data))
 
     async def _finish(self, run: Row, worker_id: str, status: str, error: Any, output: Any,
-                      thread_changes: dict[str, Any], action: str | None) -> None:
+                      thread_changes: dict[str, Any], action: str | None) -> Row | None:
+        """Write the outcome and announce the end; the finished run (None if it was not ours, or rolled back)."""
         run_id, thread_id = run["run_id"], run["thread_id"]
         finished = None
         try:
@@ -210,6 +212,7 @@ class Executor:
         if finished is not None and run["kwargs"].get("webhook"):
             payload = {**run_out(finished), "values": finished.get("output"), "error": finished.get("error")}
             asyncio.create_task(_post_webhook(run["kwargs"]["webhook"], payload))
+        return None if action == "rollback" else finished
 
     async def _stream(self, graph: Any, run: Row, config: dict[str, Any], assistant: Row, lease: Lease,
                       protocol: ProtocolRun | None) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
@@ -11,6 +13,7 @@ from threadline.broker.base import Broker, StreamEvent
 from threadline.core.assistants import Assistants
 from threadline.core.protocol_events import end_without_worker
 from threadline.core.threads import Threads
+from threadline.core.worker import WorkerPool
 from threadline.errors import Conflict, InvalidInput, NotFound
 from threadline.storage.base import Row, Storage
 
@@ -34,11 +37,13 @@ KWARG_KEYS = (
 class Runs:
     """Run operations. Execution itself is the worker's (see `threadline.core.worker`)."""
 
-    def __init__(self, storage: Storage, broker: Broker, assistants: Assistants, threads: Threads) -> None:
+    def __init__(self, storage: Storage, broker: Broker, assistants: Assistants, threads: Threads,
+                 workers: WorkerPool | None = None) -> None:
         self.storage = storage
         self.broker = broker
         self.assistants = assistants
         self.threads = threads
+        self.workers = workers  # this process's pool, if it has one: see `create(start_here=True)`
 
     async def _resolve_assistant(self, assistant_id: str | None) -> Row:
         if assistant_id:
@@ -53,10 +58,13 @@ class Runs:
             )
         return await self.assistants.get(default)
 
-    async def create(self, thread_id: str | None, body: dict[str, Any]) -> Row:
-        """Validate, apply the multitask strategy and enqueue; returns the pending run.
+    async def create(self, thread_id: str | None, body: dict[str, Any], *, start_here: bool = False) -> Row:
+        """Validate, apply the multitask strategy and enqueue; returns the run as created.
 
-        `thread_id=None` is a stateless run on a temporary thread.
+        `thread_id=None` is a stateless run on a temporary thread. With `start_here` (the caller waits for the
+        run: `/wait`, `/stream`), a run that can start now, on a thread with no other active run, while this
+        process has a free worker slot, is created already claimed by that slot and starts at once, with no
+        queue hop; `wait` then takes its outcome from the slot. Otherwise the run is created pending.
         """
         assistant = await self._resolve_assistant(body.get("assistant_id"))
         if body.get("input") is not None and body.get("command") is not None:
@@ -77,7 +85,8 @@ class Runs:
             for active in await self.storage.active_runs(thread_id):
                 await self.stop(active["run_id"], action=strategy)
         now = datetime.now(timezone.utc)
-        available = now + timedelta(seconds=float(body.get("after_seconds") or 0))
+        delay = float(body.get("after_seconds") or 0)
+        available = now + timedelta(seconds=delay)
         run = {
             "run_id": str(uuid.uuid4()), "thread_id": thread_id, "assistant_id": assistant["assistant_id"],
             "status": "pending", "kwargs": kwargs,
@@ -85,14 +94,29 @@ class Runs:
             "multitask_strategy": strategy, "available_at": available.isoformat(),
             "created_at": now.isoformat(), "updated_at": now.isoformat(),
         }
-        created = await self.storage.enqueue_run(
-            run, thread_metadata={"graph_id": assistant["graph_id"], "assistant_id": assistant["assistant_id"]},
-            create_thread=create_thread, reject_if_active=strategy == "reject",
-            thread_ttl_minutes=self.threads.default_ttl,
-            # As the reference: a thread a run creates also carries the run's metadata.
-            new_thread_metadata={**((body.get("config") or {}).get("metadata") or {}), **(body.get("metadata") or {})},
-        )
-        await self.broker.wake_workers()
+        pool = self.workers if start_here and delay <= 0 and self.workers is not None and self.workers.reserve() \
+            else None
+        sent = time.monotonic()
+        try:
+            created = await self.storage.enqueue_run(
+                run, thread_metadata={"graph_id": assistant["graph_id"], "assistant_id": assistant["assistant_id"]},
+                create_thread=create_thread, reject_if_active=strategy == "reject",
+                thread_ttl_minutes=self.threads.default_ttl,
+                # As the reference: a thread a run creates also carries the run's metadata.
+                new_thread_metadata={**((body.get("config") or {}).get("metadata") or {}),
+                                     **(body.get("metadata") or {})},
+                claim_for=(pool.worker_id, pool.lease_seconds) if pool is not None else None,
+            )
+        except BaseException:
+            if pool is not None:
+                await pool.unreserve()
+            raise
+        if pool is not None and created["status"] == "running":
+            pool.adopt(created, since=sent)
+        else:
+            if pool is not None:
+                await pool.unreserve()
+            await self.broker.wake_workers()
         await self.broker.notify_run_done(thread_signal(thread_id))  # wakes followers of the thread
         return created
 
@@ -125,8 +149,19 @@ class Runs:
     async def wait(self, run_id: str, thread_id: str | None = None) -> Row | None:
         """Return the run once it is terminal (None if it was deleted meanwhile, as by a rollback).
 
-        Woken by the run ending, not by polling: the 30 s re-check only guards against a lost wake-up.
+        Woken by the run ending, not by polling: the 30 s re-check only guards against a lost wake-up. A run
+        this process started itself (`create(start_here=True)`) is awaited on its slot.
         """
+        here = self.workers.started_here(run_id) if self.workers is not None else None
+        if here is not None:
+            try:
+                finished = await asyncio.shield(here)
+            except asyncio.CancelledError:
+                if not here.cancelled():
+                    raise  # this waiter was cancelled, not the run
+                finished = None  # the pool stopped (shutdown) and put the run back in the queue
+            if finished is not None and (thread_id is None or finished["thread_id"] == thread_id):
+                return finished
         first = True
         while True:
             listen = self.broker.listen_run_done(run_id)

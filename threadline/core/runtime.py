@@ -72,13 +72,13 @@ class Runtime:
                         "this process: run only one process on it", storage.url.split(":", 1)[0])
         assistants = Assistants(storage, graphs)
         threads = Threads(storage, graphs, project.checkpointer_ttl)
-        runs = Runs(storage, broker, assistants, threads)
         metrics = Metrics()
         workers = None
         if settings.workers > 0:
             workers = WorkerPool(storage, broker, Executor(storage, broker, graphs, threads, metrics), settings.workers,
                                  lease_seconds=settings.lease_seconds, max_attempts=settings.run_retries,
                                  sweep=storage.capabilities.get("multi_process", False))
+        runs = Runs(storage, broker, assistants, threads, workers)
         return cls(settings, project, graphs, storage, broker, assistants, threads, runs, workers, metrics=metrics)
 
     async def start(self) -> None:

@@ -3,6 +3,11 @@
 Each process has one pool of `size` slots. Wake-ups come from the broker; polling is the backstop. One
 heartbeat task extends the leases of every run this pool holds; in a multi-process deployment a sweeper
 retries or fails the runs of workers whose leases lapsed.
+
+A run whose client waits for it (`/wait`, `/stream`) and that this process can start at once is claimed in
+the transaction that creates it and executed here (`reserve`, `adopt`): no wake-up, no separate claim, and
+its waiter is handed the finished run directly (`started_here`). Slots are counted across both ways in, so
+the pool never runs more than `size` runs.
 """
 
 from __future__ import annotations
@@ -42,11 +47,46 @@ class WorkerPool:
         self.worker_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._loops: list[asyncio.Task[None]] = []
         self._running: dict[str, tuple[asyncio.Task[Any], Lease]] = {}
+        self._adopted: dict[str, asyncio.Task[Row | None]] = {}
+        self._reserved = 0  # slots taken for a claim in flight, not yet in `_running`
+        self._freed = asyncio.Condition()  # notified when a slot frees: a loop that found none full tries again
         self._stopping = False
 
     @property
     def busy(self) -> int:
         return len(self._running)
+
+    @property
+    def free(self) -> int:
+        """Slots neither running a run nor reserved for a claim in flight."""
+        return self.size - len(self._running) - self._reserved
+
+    def reserve(self) -> bool:
+        """Take a free slot for a claim about to be made; `unreserve` it if the claim finds nothing."""
+        if not self._loops or self._stopping or self.free <= 0:
+            return False
+        self._reserved += 1
+        return True
+
+    async def unreserve(self) -> None:
+        self._reserved -= 1
+        await self._slot_freed()
+
+    def adopt(self, run: Row, *, since: float) -> None:
+        """Execute on a `reserve`d slot a run claimed for this pool when it was created (`since`: just before)."""
+        lease = Lease(run["run_id"], run["attempt"], self.lease_seconds, since=since)
+        task = asyncio.create_task(self._execute(run, lease), name=f"threadline-run-{run['run_id']}")
+        self._adopted[run["run_id"]] = task
+        task.add_done_callback(lambda _: self._adopted.pop(run["run_id"], None))
+
+    def started_here(self, run_id: str) -> asyncio.Task[Row | None] | None:
+        """The execution of an adopted run still in progress: it ends with the finished run, or None when
+        this pool did not write its outcome (lease lost, shutdown, rolled back)."""
+        return self._adopted.get(run_id)
+
+    async def _slot_freed(self) -> None:
+        async with self._freed:
+            self._freed.notify_all()
 
     async def start(self) -> None:
         self._loops = [asyncio.create_task(self._loop(i), name=f"threadline-worker-{i}") for i in range(self.size)]
@@ -57,12 +97,12 @@ class WorkerPool:
     async def stop(self) -> None:
         """Stop claiming; cancel runs in flight and put them back in the queue for another worker."""
         self._stopping = True
-        for task in self._loops:
+        for task in [*self._loops, *self._adopted.values()]:
             task.cancel()
         held = {run_id: lease.attempt for run_id, (_, lease) in self._running.items() if lease.valid()}
         for task, _ in list(self._running.values()):
             task.cancel()
-        for task in [*self._loops, *(t for t, _ in self._running.values())]:
+        for task in [*self._loops, *self._adopted.values(), *(t for t, _ in self._running.values())]:
             with contextlib.suppress(BaseException):
                 await task
         if held:
@@ -76,21 +116,28 @@ class WorkerPool:
 
     async def _loop(self, slot: int) -> None:
         while not self._stopping:
+            if not self.reserve():  # every slot holds a run, some of them adopted
+                async with self._freed:
+                    await self._freed.wait_for(lambda: self._stopping or self.free > 0)
+                continue
             try:
                 sent = time.monotonic()
                 run = await self.storage.claim_run(self.worker_id, self.lease_seconds)
             except Exception:
+                await self.unreserve()
                 log.exception("claiming a run failed; retrying")
                 await asyncio.sleep(self.poll_seconds)
                 continue
             if run is None:
+                await self.unreserve()
                 await self.broker.wait_for_work(self.poll_seconds)
                 continue
             # Every enqueued run sends its own wake-up (counted: one idle slot each), so none is passed on.
             # Finishing this run may unblock its thread's next run: this slot claims again at once.
             await self._execute(run, Lease(run["run_id"], run["attempt"], self.lease_seconds, since=sent))
 
-    async def _execute(self, run: Row, lease: Lease) -> None:
+    async def _execute(self, run: Row, lease: Lease) -> Row | None:
+        """Execute a claimed run on the slot `reserve`d for it; the finished run, or None (see `started_here`)."""
         stop = StopSignal()
         holder: list[asyncio.Task[Any]] = []
 
@@ -101,24 +148,31 @@ class WorkerPool:
                     holder[0].cancel()
 
         # Registered before the task exists: a cancel that arrived since the claim is applied at its start.
-        unregister = await self.broker.on_cancel(run["run_id"], on_cancel)
+        try:
+            unregister = await self.broker.on_cancel(run["run_id"], on_cancel)
+        except BaseException:
+            await self.unreserve()
+            raise
         task = asyncio.create_task(self.executor.execute(run, self.worker_id, stop, lease))
         holder.append(task)
         self._running[run["run_id"]] = (task, lease)
+        self._reserved -= 1  # the slot is now counted in `_running`
         try:
-            await task
+            return await task
         except asyncio.CancelledError:
             if not task.done():
                 task.cancel()
             current = asyncio.current_task()
             if not self._stopping and (lease.lost or (current is not None and not current.cancelling())):
-                return  # the run's task was stopped (lease lost, or cancelled early), not this slot: carry on
+                return None  # the run's task was stopped (lease lost, or cancelled early), not this slot: carry on
             raise
         except Exception:
             log.exception("run %s crashed the executor", run["run_id"])
+            return None
         finally:
             unregister()
             self._running.pop(run["run_id"], None)
+            await asyncio.shield(self._slot_freed())
 
     async def _heartbeat(self) -> None:
         """Extend every held lease each third of the lease; stop runs whose lease is gone."""

@@ -120,12 +120,15 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     async def enqueue_run(self, run: Row, *, thread_metadata: dict[str, Any], create_thread: bool,
                           reject_if_active: bool, thread_ttl_minutes: float | None = None,
-                          new_thread_metadata: dict[str, Any] | None = None) -> Row:
+                          new_thread_metadata: dict[str, Any] | None = None,
+                          claim_for: tuple[str, float] | None = None) -> Row:
         """Insert a pending run, mark its thread busy and merge `thread_metadata` into it, atomically.
 
         A missing thread is created (with `new_thread_metadata` under `thread_metadata`, expiring after
         `thread_ttl_minutes`) when `create_thread`, else
         NotFound. Raises Conflict when `reject_if_active` and the thread has a pending or running run.
+        With `claim_for=(worker_id, lease_seconds)`, a run available now on a thread with no other active
+        run is inserted already claimed by that worker, as `claim_run` would (`running`, attempt 1, leased).
         """
 
     @abc.abstractmethod

@@ -267,7 +267,8 @@ class PostgresStorage(Storage):
     # --- runs and the queue ----------------------------------------------------
     async def enqueue_run(self, run: Row, *, thread_metadata: dict[str, Any], create_thread: bool,
                           reject_if_active: bool, thread_ttl_minutes: float | None = None,
-                          new_thread_metadata: dict[str, Any] | None = None) -> Row:
+                          new_thread_metadata: dict[str, Any] | None = None,
+                          claim_for: tuple[str, float] | None = None) -> Row:
         now, thread_id = run["created_at"], run["thread_id"]
         async with self._tx() as db:
             if create_thread:
@@ -280,14 +281,23 @@ class PostgresStorage(Storage):
             thread = await _one(db, "SELECT thread_id FROM threads WHERE thread_id = %s FOR UPDATE", (thread_id,))
             if thread is None:
                 raise NotFound(f"Thread {thread_id} not found")
-            if reject_if_active and await _one(
-                    db, f"SELECT 1 FROM runs WHERE thread_id = %s AND {_ACTIVE} LIMIT 1", (thread_id,)):
+            active = (reject_if_active or claim_for is not None) and await _one(
+                db, f"SELECT 1 FROM runs WHERE thread_id = %s AND {_ACTIVE} LIMIT 1", (thread_id,)) is not None
+            if reject_if_active and active:
                 raise Conflict("Thread is already running a task. Wait for it to finish or choose a "
                                "different multitask strategy.")
             await db.execute("UPDATE threads SET status = 'busy', metadata = metadata || %s, updated_at = %s "
                              "WHERE thread_id = %s", (Jsonb(thread_metadata), now, thread_id))
             cur = await _insert(db, "runs", run, returning=True)
             created = await cur.fetchone()
+            if claim_for is not None and not active and run["available_at"] <= now:
+                # Claimed as `claim_run` does, on the database's clock; the thread's row lock keeps any other
+                # run of this thread from being enqueued or claimed meanwhile.
+                cur = await db.execute(
+                    "UPDATE runs SET status = 'running', worker_id = %s, attempt = attempt + 1, "
+                    "lease_expires_at = now() + make_interval(secs => %s), updated_at = now() "
+                    "WHERE run_id = %s RETURNING *", (claim_for[0], claim_for[1], run["run_id"]))
+                created = await cur.fetchone()
         assert created is not None
         return _row(created)
 

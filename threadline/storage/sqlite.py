@@ -278,9 +278,10 @@ class SQLiteStorage(Storage):
     # --- runs and the queue ----------------------------------------------------
     async def enqueue_run(self, run: Row, *, thread_metadata: dict[str, Any], create_thread: bool,
                           reject_if_active: bool, thread_ttl_minutes: float | None = None,
-                          new_thread_metadata: dict[str, Any] | None = None) -> Row:
+                          new_thread_metadata: dict[str, Any] | None = None,
+                          claim_for: tuple[str, float] | None = None) -> Row:
         return await self._write(_enqueue, run, thread_metadata, create_thread, reject_if_active,
-                                 thread_ttl_columns(thread_ttl_minutes), new_thread_metadata or {})
+                                 thread_ttl_columns(thread_ttl_minutes), new_thread_metadata or {}, claim_for)
 
     async def claim_run(self, worker_id: str, lease_seconds: float) -> Row | None:
         return await self.writer.run(_claim, worker_id, lease_seconds)
@@ -516,23 +517,31 @@ def _update_thread(db: sqlite3.Connection, thread_id: str, changes: Row, merge_m
 
 
 def _enqueue(db: sqlite3.Connection, run: Row, thread_metadata: dict[str, Any], create_thread: bool,
-             reject_if_active: bool, ttl_columns: Row, new_thread_metadata: dict[str, Any]) -> Row:
+             reject_if_active: bool, ttl_columns: Row, new_thread_metadata: dict[str, Any],
+             claim_for: tuple[str, float] | None) -> Row:
     now, thread_id = run["created_at"], run["thread_id"]
     thread = _one_now(db, "SELECT metadata FROM threads WHERE thread_id = ?", (thread_id,))
     if thread is None and not create_thread:
         raise NotFound(f"Thread {thread_id} not found")
+    active = False
     if thread is None:
         _insert_now(db, "threads", {
             "thread_id": thread_id, "status": "busy", "config": {}, "interrupts": {},
             "metadata": {**new_thread_metadata, **thread_metadata}, "created_at": now, "updated_at": now,
             **ttl_columns})
     else:
-        if reject_if_active and _one_now(
-                db, "SELECT 1 FROM runs WHERE thread_id = ? AND status IN ('pending', 'running') LIMIT 1", (thread_id,)):
+        if reject_if_active or claim_for is not None:
+            active = _one_now(db, "SELECT 1 FROM runs WHERE thread_id = ? AND status IN ('pending', 'running') "
+                                  "LIMIT 1", (thread_id,)) is not None
+        if reject_if_active and active:
             raise Conflict("Thread is already running a task. Wait for it to finish or choose a "
                            "different multitask strategy.")
         db.execute("UPDATE threads SET status = 'busy', metadata = ?, updated_at = ? WHERE thread_id = ?",
                    (dumps({**thread["metadata"], **thread_metadata}), now, thread_id))
+    if claim_for is not None and not active and run["available_at"] <= now:
+        worker_id, lease_seconds = claim_for
+        run = {**run, "status": "running", "worker_id": worker_id, "attempt": 1,
+               "lease_expires_at": iso_after(lease_seconds)}
     created = _insert_now(db, "runs", run, returning=True)
     assert created is not None
     return created

@@ -1,0 +1,132 @@
+"""A run its request waits for starts at once on a free local slot, claimed in the transaction that creates it
+(`Runs.create(start_here=True)`, `WorkerPool.reserve`/`adopt`); every other run goes through the queue."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import PROJECT
+from threadline.core.runtime import Runtime
+from threadline.core.worker import WorkerPool
+from threadline.settings import Settings
+
+
+@pytest.fixture
+def settings(backend: Any) -> Settings:
+    """One slot, so that a test can fill it."""
+    return Settings(config=str(PROJECT), workers=1, heartbeat_seconds=5.0, **backend.settings())
+
+
+async def idle(pool: WorkerPool | None) -> None:
+    """Until the pool's slot is free and its loop is asleep: a slot claims once at start and once after each
+    run, and while that claim is in flight the slot is reserved for it."""
+    assert pool is not None
+    for _ in range(300):
+        await asyncio.sleep(0.02)
+        if pool.free == pool.size:
+            return
+    raise AssertionError("the pool never became idle")
+
+
+def record_claims(runtime: Runtime) -> list[str]:
+    """The ids of the runs the worker loops claimed from the queue."""
+    claimed: list[str] = []
+    claim = runtime.storage.claim_run
+
+    async def recording(*args: Any, **kwargs: Any) -> Any:
+        run = await claim(*args, **kwargs)
+        if run is not None:
+            claimed.append(run["run_id"])
+        return run
+
+    runtime.storage.claim_run = recording  # type: ignore[method-assign]
+    return claimed
+
+
+async def test_a_waited_run_starts_without_a_claim_and_a_background_run_is_queued(
+        http: httpx.AsyncClient, runtime: Runtime) -> None:
+    claimed = record_claims(runtime)
+    tid = (await http.post("/threads", json={})).json()["thread_id"]
+    await idle(runtime.workers)
+    r = await http.post(f"/threads/{tid}/runs/wait", json={"assistant_id": "counter", "input": {"increment": 3}})
+    assert r.status_code == 200 and r.json()["count"] == 3, r.text
+    (waited,) = (await http.get(f"/threads/{tid}/runs")).json()
+    assert waited["status"] == "success"
+    assert waited["run_id"] not in claimed
+
+    r = await http.post(f"/threads/{tid}/runs", json={"assistant_id": "counter", "input": {"increment": 1}})
+    background = r.json()
+    assert background["status"] == "pending"  # as the reference shows a created run
+    assert (await http.get(f"/threads/{tid}/runs/{background['run_id']}/join")).json()["count"] == 4
+    assert background["run_id"] in claimed
+
+    await idle(runtime.workers)  # the join returns as the run ends; its slot frees and claims again just after
+    async with http.stream("POST", "/runs/stream", json={"assistant_id": "counter", "input": {"increment": 2}}) as s:
+        body = (await s.aread()).decode()
+    assert '"count":2' in body.replace(" ", "")
+    streamed = body.split('"run_id":"', 1)[1].split('"', 1)[0]
+    assert streamed not in claimed
+    assert (await http.get(f"/runs/{streamed}")).json()["status"] == "success"
+
+
+async def test_a_full_pool_and_a_busy_thread_send_a_waited_run_through_the_queue(
+        http: httpx.AsyncClient, runtime: Runtime) -> None:
+    claimed = record_claims(runtime)
+    assert runtime.workers is not None and runtime.workers.size == 1
+    first = (await http.post("/threads", json={})).json()["thread_id"]
+    other = (await http.post("/threads", json={})).json()["thread_id"]
+    busy = await http.post(f"/threads/{first}/runs", json={"assistant_id": "slow",
+                                                             "input": {"tag": "a", "steps": 8, "delay": 0.05}})
+    busy_id = busy.json()["run_id"]
+    for _ in range(200):
+        if (await http.get(f"/threads/{first}/runs/{busy_id}")).json()["status"] == "running":
+            break
+        await asyncio.sleep(0.01)
+
+    # The one slot is taken: a waited run on another thread waits in the queue, it does not start beside it.
+    waiting = asyncio.create_task(http.post(f"/threads/{other}/runs/wait", json={
+        "assistant_id": "slow", "input": {"tag": "b", "steps": 1, "delay": 0.01}}))
+    for _ in range(200):
+        runs = (await http.get(f"/threads/{other}/runs")).json()
+        if runs:
+            break
+        await asyncio.sleep(0.01)
+    assert runs[0]["status"] == "pending"
+    assert runtime.workers.busy == 1
+    r = await waiting
+    assert r.status_code == 200 and r.json()["done"] == ["b"]
+    assert runs[0]["run_id"] in claimed
+
+    # Its own thread busy: a waited run queues behind the thread's run even with the slot free.
+    queued = await http.post(f"/threads/{first}/runs", json={"assistant_id": "slow",
+                                                               "input": {"tag": "c", "steps": 4, "delay": 0.05}})
+    r = await http.post(f"/threads/{first}/runs/wait", json={"assistant_id": "slow",
+                                                               "input": {"tag": "d", "steps": 1, "delay": 0.01}})
+    assert r.status_code == 200 and r.json()["done"] == ["a", "c", "d"]
+    ids = {run["run_id"] for run in (await http.get(f"/threads/{first}/runs")).json()}
+    assert ids - {busy_id, queued.json()["run_id"]} <= set(claimed)
+
+
+async def test_a_started_run_goes_back_to_the_queue_at_shutdown(settings: Settings) -> None:
+    runtime = await Runtime.open(settings)
+    try:
+        await runtime.start()
+        assert runtime.workers is not None
+        await idle(runtime.workers)
+        run = await runtime.runs.create(str(uuid.uuid4()), {
+            "assistant_id": "slow", "if_not_exists": "create", "input": {"tag": "s", "steps": 50, "delay": 0.05}},
+            start_here=True)
+        assert run["status"] == "running" and run["attempt"] == 1
+        assert runtime.workers.started_here(run["run_id"]) is not None
+        await asyncio.sleep(0.1)
+        await runtime.workers.stop()
+        released = await runtime.storage.get_run(run["run_id"])
+        assert released is not None and released["status"] == "pending"
+        assert runtime.workers.started_here(run["run_id"]) is None
+    finally:
+        await runtime.close()
