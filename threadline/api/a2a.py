@@ -18,7 +18,7 @@ from typing import Any
 from a2a.compat.v0_3 import conversions
 from a2a.compat.v0_3 import types as v03
 from a2a.types import a2a_pb2 as pb
-from fastapi import APIRouter, Request
+from fastapi import Request
 from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 from google.protobuf.message import Message as Proto
 from pydantic import ValidationError
@@ -28,7 +28,7 @@ from starlette.responses import Response
 from threadline import __version__, errors
 from threadline.api import jsonrpc
 from threadline.api.sse import CountedEventSource
-from threadline.api.common import JSON, runtime
+from threadline.api.common import JSON, Router, runtime
 from threadline.core.a2a import (
     A2AError,
     A2ATasks,
@@ -42,7 +42,7 @@ from threadline.serde import dumps
 from threadline.storage.base import Row
 
 log = logging.getLogger("threadline.api")
-router = APIRouter(tags=["A2A"])
+router = Router(tags=["A2A"])
 
 V03, V10 = "0.3", "1.0"
 ROLES = {"user": pb.Role.ROLE_USER, "ROLE_USER": pb.Role.ROLE_USER,

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 
-from threadline.api.common import JSON, runtime
+from threadline.api.common import JSON, Router, runtime
 from threadline.api.models import AgentSearch
 
-router = APIRouter(prefix="/agents", tags=["Agents"])
+router = Router(prefix="/agents", tags=["Agents"])
 
 
 def agent_out(row: dict[str, Any]) -> dict[str, Any]:

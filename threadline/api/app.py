@@ -45,7 +45,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(metrics.RequestMetrics)  # outermost: counts every request, 413s and preflights included
     app.state.project = project
     errors.install(app)
-    for module in (system, metrics, assistants, agents, threads, protocol, runs, store, mcp, a2a):
+    for module in (runs, threads, protocol, assistants, store, system, metrics, agents, mcp, a2a):
         app.include_router(module.router)
     if project.http_app:
         _mount_user_app(app, project)

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 
-from threadline.api.common import JSON, no_content, paginated, runtime, select
+from threadline.api.common import JSON, Router, no_content, paginated, runtime, select
 from threadline.shapes import assistant_out, version_out
 from threadline.api.models import (
     AssistantCount, AssistantCreate, AssistantPatch, AssistantSearch, AssistantVersions, SetLatest,
 )
 
-router = APIRouter(prefix="/assistants", tags=["Assistants"])
+router = Router(prefix="/assistants", tags=["Assistants"])
 
 
 @router.post("")

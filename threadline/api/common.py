@@ -4,12 +4,44 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import Request
+from fastapi import APIRouter, Request
 from starlette.responses import Response
+from starlette.routing import Match
+from starlette.types import Scope
 
 from threadline.core.runtime import Runtime
 from threadline.shapes import run_out
 from threadline.serde import dumps
+
+
+class Router(APIRouter):
+    """An `APIRouter` that declines a request at once when none of its routes starts with the request path's
+    first segment (`/threads`, `/runs`, ...).
+
+    FastAPI (0.16x) matches an included router by trying each of its routes in turn, at about 6 µs a route
+    on our 2-core machines, and the app tries its routers in turn: a request for the last routes paid for
+    every route before them (`POST /threads/{id}/runs/wait`: 0.26 ms, measured in-process through ASGI).
+    """
+
+    _heads: tuple[int, frozenset[str] | None] | None = None
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        heads = self._route_heads()
+        if heads is not None:
+            path = scope.get("path", "")
+            root = scope.get("root_path", "")
+            if root and path.startswith(root):
+                path = path[len(root):]
+            if path.split("/", 2)[1 if path.startswith("/") else 0] not in heads:
+                return Match.NONE, {}
+        return super().matches(scope)
+
+    def _route_heads(self) -> frozenset[str] | None:
+        """The first path segments of this router's routes; None if one begins with a parameter."""
+        if self._heads is None or self._heads[0] != len(self.routes):
+            firsts = {str(getattr(route, "path", "/{}")).split("/", 2)[1] for route in self.routes}
+            self._heads = (len(self.routes), None if any("{" in f for f in firsts) else frozenset(firsts))
+        return self._heads[1]
 
 
 def runtime(request: Request) -> Runtime:

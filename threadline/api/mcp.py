@@ -13,7 +13,7 @@ import logging
 import re
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from mcp_types import Tool
 from mcp_types import methods as mcp_methods
 from pydantic import ValidationError
@@ -21,14 +21,14 @@ from starlette.responses import Response
 
 from threadline import __version__, errors
 from threadline.api import jsonrpc
-from threadline.api.common import JSON, runtime
+from threadline.api.common import JSON, Router, runtime
 from threadline.api.runs import wait_done
 from threadline.core.runtime import Runtime
 from threadline.serde import dumps
 from threadline.storage.base import Row
 
 log = logging.getLogger("threadline.api")
-router = APIRouter(tags=["MCP"])
+router = Router(tags=["MCP"])
 
 VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 LATEST = VERSIONS[-1]

@@ -5,13 +5,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from starlette.responses import Response
 
-from threadline.api.common import JSON, runtime
+from threadline.api.common import JSON, Router, runtime
 from threadline.core.metrics import CONTENT_TYPE, Metrics, Snapshot
 
-router = APIRouter(tags=["System"])
+router = Router(tags=["System"])
 
 
 def metrics_of(scope: Any) -> Metrics | None:

@@ -15,10 +15,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 from uuid import UUID
 
-from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
+from fastapi import Request, WebSocket, WebSocketDisconnect
 from starlette.responses import JSONResponse, Response
 
-from threadline.api.common import JSON, runtime
+from threadline.api.common import JSON, Router, runtime
 from threadline.api.sse import event_response
 from threadline.broker.base import StreamEvent
 from threadline.core.protocol import (
@@ -37,7 +37,7 @@ from threadline.core.runtime import Runtime
 from threadline.errors import BadRequest
 
 log = logging.getLogger("threadline.api")
-router = APIRouter(prefix="/threads", tags=["Protocol v2"])
+router = Router(prefix="/threads", tags=["Protocol v2"])
 
 INVALID_ENVELOPE = "Protocol commands must include an integer id and string method."
 

@@ -6,17 +6,17 @@ import asyncio
 from typing import Any, Literal
 from uuid import UUID
 
-from fastapi import APIRouter, Header, Query, Request
+from fastapi import Header, Query, Request
 from starlette.responses import Response
 
-from threadline.api.common import JSON, no_content, runtime, select, spec_run_out
+from threadline.api.common import JSON, Router, no_content, runtime, select, spec_run_out
 from threadline.shapes import run_out
 from threadline.api.models import RunCancelMany, RunCreate, RunSearch
 from threadline.api.sse import event_response
 from threadline.core.runtime import Runtime
 from threadline.errors import ClientGone, InvalidInput, NotFound
 
-router = APIRouter(tags=["Runs"])
+router = Router(tags=["Runs"])
 CancelAction = Literal["interrupt", "rollback"]
 RunStatus = Literal["pending", "running", "error", "success", "timeout", "interrupted"]
 

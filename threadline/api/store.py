@@ -5,14 +5,14 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from starlette.responses import Response
 
-from threadline.api.common import JSON, no_content, runtime
+from threadline.api.common import JSON, Router, no_content, runtime
 from threadline.api.models import StoreDelete, StoreNamespaces, StorePut, StoreSearch
 from threadline.errors import InvalidInput
 
-router = APIRouter(prefix="/store", tags=["Store"])
+router = Router(prefix="/store", tags=["Store"])
 
 
 def _namespace(labels: list[str] | None, *, allow_empty: bool = False) -> tuple[str, ...]:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 
 from threadline import __version__
-from threadline.api.common import JSON, runtime
+from threadline.api.common import JSON, Router, runtime
 
-router = APIRouter(tags=["System"])
+router = Router(tags=["System"])
 # Surfaces beyond the REST core; every one is served (none is optional yet).
 SURFACES = ("a2a", "mcp", "streaming_protocol", "metrics")
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Literal
 from uuid import UUID
 
-from fastapi import APIRouter, Header, Query, Request
+from fastapi import Header, Query, Request
 from starlette.responses import Response
 
-from threadline.api.common import JSON, no_content, paginated, runtime, select
+from threadline.api.common import JSON, Router, no_content, paginated, runtime, select
 from threadline.api.sse import event_response
 from threadline.core.thread_stream import follow_thread
 from threadline.shapes import thread_out
@@ -17,7 +17,7 @@ from threadline.api.models import (
     ttl_minutes,
 )
 
-router = APIRouter(prefix="/threads", tags=["Threads"])
+router = Router(prefix="/threads", tags=["Threads"])
 
 
 @router.post("")
