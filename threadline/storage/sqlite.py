@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 import aiosqlite
+import orjson
 from langgraph.store.base import Op, Result, SearchOp
 from langgraph.store.sqlite.aio import AsyncSqliteStore
 
@@ -713,8 +714,17 @@ def _row(r: Any) -> Row:
     out = dict(r)
     for col in JSON_COLUMNS:
         if col in out and isinstance(out[col], str):
-            out[col] = json.loads(out[col])
+            out[col] = _json(out[col])
     return out
+
+
+def _json(text: str) -> Any:
+    """orjson (a few times faster), else the standard parser: `dumps` lets NaN and Infinity through,
+    which orjson refuses."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
 
 
 def _order(sort_by: str, sort_order: SortOrder, allowed: set[str], default: str) -> str:
