@@ -281,3 +281,21 @@ async def test_bulk_cancel_goes_on_when_one_run_finishes_meanwhile(runtime: Any,
     await asyncio.wait_for(sdk.runs.join(busy_tid, busy["run_id"]), 20)
     assert (await sdk.runs.get(busy_tid, busy["run_id"]))["status"] == "interrupted"
     assert (await sdk.runs.get(done_tid, done["run_id"]))["status"] == "success"
+
+
+async def test_a_finished_run_has_its_checkpoints_committed(sdk: LangGraphClient, database_url: str) -> None:
+    """On SQLite an `async`-durability run's checkpoints are committed in groups: by the time the run is
+    reported finished they are committed, as another connection sees."""
+    if not database_url.startswith("sqlite"):
+        pytest.skip("group commit is the embedded backend's")
+    import sqlite3
+
+    tid = (await sdk.threads.create())["thread_id"]
+    out = await sdk.runs.wait(tid, "counter", input={"increment": 2})
+    assert out["count"] == 2
+    other = sqlite3.connect(database_url.removeprefix("sqlite:///"))
+    try:
+        kept = other.execute("SELECT count(*) FROM checkpoints WHERE thread_id = ?", (tid,)).fetchone()[0]
+    finally:
+        other.close()
+    assert kept == len(await sdk.threads.get_history(tid, limit=100)) > 1

@@ -92,3 +92,76 @@ async def test_the_wal_is_checkpointed_off_the_loop(tmp_path: Path, monkeypatch:
     often = await wal_size_after(600, every=20)
     # Without checkpoints the WAL holds every page written; with them, writers start over at its beginning.
     assert often * 3 < never, (often, never)
+
+
+def _committed_checkpoints(db_path: Path, thread_id: str) -> int:
+    """What another connection sees: only committed rows."""
+    other = sqlite3.connect(db_path)
+    try:
+        return other.execute("SELECT count(*) FROM checkpoints WHERE thread_id = ?", (thread_id,)).fetchone()[0]
+    finally:
+        other.close()
+
+
+async def _put(saver: object, thread_id: str, step: int) -> None:
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    checkpoint = empty_checkpoint()
+    config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    saved = await saver.aput(config, checkpoint, {"source": "loop", "step": step}, {})  # type: ignore[attr-defined]
+    # A task's writes, several rows: one savepoint inside the group.
+    await saver.aput_writes(saved, [("a", 1), ("b", 2)], task_id=str(uuid.uuid4()))  # type: ignore[attr-defined]
+
+
+async def test_grouped_checkpoint_writes_commit_on_the_next_lock_user_or_soon_after(tmp_path: Path,
+                                                                                   monkeypatch) -> None:
+    """`async`/`exit` runs' checkpoint writes join one transaction: the process reads them at once, other
+    connections once the group commits, which the next non-grouped user of the lock does first."""
+    db_path = tmp_path / "tl.db"
+    storage = await open_storage(f"sqlite:///{db_path}")
+    try:
+        monkeypatch.setattr(sqlite_writer, "GROUP_SECONDS", 3600.0)  # only the next lock user commits
+        grouped = storage.run_checkpointer("async")
+        assert grouped is not storage.checkpointer and storage.run_checkpointer("exit") is grouped
+        tid = str(uuid.uuid4())
+        for step in range(3):
+            await _put(grouped, tid, step)
+        assert _committed_checkpoints(db_path, tid) == 0  # not committed yet
+        found = await storage.checkpointer.aget_tuple({"configurable": {"thread_id": tid, "checkpoint_ns": ""}})
+        assert found is not None and found.metadata["step"] == 2  # reads under the lock commit the group first
+        assert _committed_checkpoints(db_path, tid) == 3
+        # Our own tables' writes commit what was grouped before them, and themselves, before they return.
+        tid2 = str(uuid.uuid4())
+        await _put(grouped, tid2, 0)
+        run = await storage.enqueue_run(_run_row(tid2), thread_metadata={}, create_thread=True, reject_if_active=False)
+        assert _committed_checkpoints(db_path, tid2) == 1
+        other = sqlite3.connect(db_path)
+        assert other.execute("SELECT status FROM runs WHERE run_id = ?", (run["run_id"],)).fetchone() == ("pending",)
+        other.close()
+
+        monkeypatch.setattr(sqlite_writer, "GROUP_SECONDS", 0.01)  # and with nobody else writing: soon after
+        tid3 = str(uuid.uuid4())
+        await _put(grouped, tid3, 0)
+        for _ in range(100):
+            if _committed_checkpoints(db_path, tid3):
+                break
+            await asyncio.sleep(0.01)
+        assert _committed_checkpoints(db_path, tid3) == 1
+
+        # `sync` runs commit every write before it returns.
+        tid4 = str(uuid.uuid4())
+        await _put(storage.run_checkpointer("sync"), tid4, 0)
+        assert _committed_checkpoints(db_path, tid4) == 1
+    finally:
+        await storage.close()
+
+
+async def test_closing_commits_an_open_group(tmp_path: Path, monkeypatch) -> None:
+    db_path = tmp_path / "tl.db"
+    storage = await open_storage(f"sqlite:///{db_path}")
+    monkeypatch.setattr(sqlite_writer, "GROUP_SECONDS", 3600.0)
+    tid = str(uuid.uuid4())
+    await _put(storage.run_checkpointer("async"), tid, 0)
+    assert _committed_checkpoints(db_path, tid) == 0
+    await storage.close()
+    assert _committed_checkpoints(db_path, tid) == 1

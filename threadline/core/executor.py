@@ -128,7 +128,8 @@ class Executor:
                 protocol.named(assistant["graph_id"])
             config = build_config(run, assistant, thread_id)
             async with self.graphs.graph(assistant["graph_id"], config) as graph:
-                bound = bind(graph, FencedCheckpointer(self.storage.checkpointer, lease), self.storage.store)
+                checkpointer = self.storage.run_checkpointer(run_durability(run["kwargs"] or {}))
+                bound = bind(graph, FencedCheckpointer(checkpointer, lease), self.storage.store)
                 await self._stream(bound, run, config, assistant, lease, protocol)
                 snap = await bound.aget_state(thread_config(thread_id))
             state = snapshot_json(snap)

@@ -117,6 +117,10 @@ class Storage(abc.ABC):
     ) -> int: ...
 
     # --- runs and the queue ----------------------------------------------------
+    def run_checkpointer(self, durability: str) -> Any:
+        """The checkpointer a run with this LangGraph `durability` writes through (by default, `checkpointer`)."""
+        return self.checkpointer
+
     @abc.abstractmethod
     async def enqueue_run(self, run: Row, *, thread_metadata: dict[str, Any], create_thread: bool,
                           reject_if_active: bool, thread_ttl_minutes: float | None = None,

@@ -277,6 +277,10 @@ class SQLiteStorage(Storage):
         return int(row["n"]) if row else 0
 
     # --- runs and the queue ----------------------------------------------------
+    def run_checkpointer(self, durability: str) -> Any:
+        # `sync` commits each write before the next step; `async` and `exit` allow the group commit.
+        return self.checkpointer if durability == "sync" else self.checkpointer.grouped()
+
     async def enqueue_run(self, run: Row, *, thread_metadata: dict[str, Any], create_thread: bool,
                           reject_if_active: bool, thread_ttl_minutes: float | None = None,
                           new_thread_metadata: dict[str, Any] | None = None,

@@ -5,7 +5,8 @@ when it starts and ends. LangGraph's `AsyncSqliteSaver` makes each of those one 
 connection thread, on a connection of its own whose write lock our queue's connection then waits for. This
 saver uses the storage's `Writer` instead (see `sqlite_writer.py`): each write is one short transaction
 run on the event loop, and a read of the latest checkpoint runs there too, with LangGraph's own code.
-Every write is committed before it returns, whatever the run's `durability` (it costs microseconds).
+Every write is committed before it returns, except through `grouped()`, the saver of `async` and `exit`
+runs, whose writes are committed in groups (`sqlite_writer.py`, "Group commit").
 
 The tables and rows are LangGraph's `SqliteSaver`'s. A checkpoint and a task's writes are serialized as
 LangGraph serializes them, on the caller's task, so a value that cannot be serialized fails its own run.
@@ -37,13 +38,23 @@ class WriterSqliteSaver(AsyncSqliteSaver):
     """See the module docstring. LangGraph's other async methods (list, delta history, setup) run as they
     are, on the connection's thread, under the same lock."""
 
-    def __init__(self, writer: Writer) -> None:
+    def __init__(self, writer: Writer, *, group: bool = False) -> None:
         super().__init__(writer.conn)
         self.writer = writer
         self.lock = writer.lock  # type: ignore[assignment]  # LangGraph's own methods take it
         # LangGraph's sync saver on the same sqlite3 connection, called only under the writer's lock.
         self._reader = SqliteSaver(writer.conn._conn, serde=self.serde)
         self._reader.is_setup = True  # setup() creates the tables
+        self._group = group
+        self._grouped: WriterSqliteSaver | None = self if group else None
+
+    def grouped(self) -> WriterSqliteSaver:
+        """This saver, its checkpoint writes committed in groups (`sqlite_writer.py`, "Group commit"): for runs
+        whose durability is `async` or `exit`."""
+        if self._grouped is None:
+            self._grouped = WriterSqliteSaver(self.writer, group=True)
+            self._grouped.is_setup = True
+        return self._grouped
 
     async def aput(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
         configurable = config["configurable"]
@@ -51,7 +62,7 @@ class WriterSqliteSaver(AsyncSqliteSaver):
         type_, blob = self.serde.dumps_typed(checkpoint)
         meta = json.dumps(get_checkpoint_metadata(config, metadata), ensure_ascii=False).encode("utf-8", "ignore")
         row = (thread_id, checkpoint_ns, checkpoint["id"], configurable.get("checkpoint_id"), type_, blob, meta)
-        await self.writer.run(_insert, _PUT_CHECKPOINT, [row])
+        await self.writer.run(_insert, _PUT_CHECKPOINT, [row], group=self._group)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns,
                                  "checkpoint_id": checkpoint["id"]}}
 
@@ -61,7 +72,7 @@ class WriterSqliteSaver(AsyncSqliteSaver):
         rows = [(*key, task_id, task_path, WRITES_IDX_MAP.get(channel, idx), channel, *self.serde.dumps_typed(value))
                 for idx, (channel, value) in enumerate(writes)]
         sql = _PUT_WRITES.format("REPLACE" if all(w[0] in WRITES_IDX_MAP for w in writes) else "IGNORE")
-        await self.writer.run(_insert, sql, rows)
+        await self.writer.run(_insert, sql, rows, group=self._group)
 
     async def aget_tuple(self, config: Any) -> CheckpointTuple | None:
         return await self.writer.run(_get_tuple, self._reader, config)

@@ -11,6 +11,16 @@ database locked (the store's connection, or another program, is writing) is hand
 thread, which retries until the lock is free. WAL checkpoints (the fsync) are taken off the loop too: the
 connection does not checkpoint on commit, and every `CHECKPOINT_EVERY` writing transactions a checkpoint runs
 on a connection of its own, on its thread, while writers wait for the lock.
+
+**Group commit.** A run whose `durability` is LangGraph's `async` or `exit` writes its checkpoints with
+`group=True`: they join one open transaction instead of committing each (seven commits for a two-step
+run). The group is committed by the next user of the lock that is not itself a grouped write (the lock
+commits it on acquire: our own transactions, LangGraph's saver methods, the WAL checkpoint, the run's final
+state read and its finish), and at the latest `GROUP_SECONDS` after its first write. So every write of our
+tables still commits before it returns, a run is never recorded as finished before its checkpoints are
+durable, and a crash loses at most the last `GROUP_SECONDS` of an unfinished run's checkpoints, which
+LangGraph's `async` durability allows (the run itself is retried or failed at restart). `sync` runs commit
+each write, as before.
 """
 
 from __future__ import annotations
@@ -28,6 +38,25 @@ log = logging.getLogger("threadline.storage")
 
 CHECKPOINT_EVERY = 500  # commits between WAL checkpoints
 BUSY_RETRY_SECONDS = 30.0  # how long the connection's thread waits for SQLite's write lock
+GROUP_SECONDS = 0.01  # the longest a group of checkpoint writes stays uncommitted
+
+
+class _CommittingLock(asyncio.Lock):
+    """The writer's lock: whoever takes it finds no group open (it commits the group first), except a
+    grouped write, which takes it with `asyncio.Lock.acquire`."""
+
+    def __init__(self, writer: Writer) -> None:
+        super().__init__()
+        self._writer = writer
+
+    async def acquire(self) -> bool:
+        await super().acquire()
+        try:
+            self._writer._commit_group()
+        except BaseException:
+            self.release()
+            raise
+        return True
 
 
 class Writer:
@@ -36,33 +65,44 @@ class Writer:
 
     def __init__(self, conn: aiosqlite.Connection, wal_conn: aiosqlite.Connection) -> None:
         self.conn = conn
-        self.lock = asyncio.Lock()
+        self.lock = _CommittingLock(self)
         self._wal_conn = wal_conn
         self._commits = 0
         self._checkpointing: asyncio.Task[Any] | None = None
+        self._group_open = False
+        self._group_timer: asyncio.TimerHandle | None = None
+        self._group_flush: asyncio.Task[None] | None = None
 
     async def prepare(self) -> None:
         """Set the connection up for use from the loop (after migrations and setup, which may wait for locks)."""
         await self.conn.execute("PRAGMA busy_timeout=0")
         await self.conn.execute("PRAGMA wal_autocheckpoint=0")
 
-    async def run(self, fn: Callable[..., Any], *args: Any, inline: bool = True) -> Any:
+    async def run(self, fn: Callable[..., Any], *args: Any, inline: bool = True, group: bool = False) -> Any:
         """`fn(sqlite3_connection, *args)` under the lock: on the loop when `inline` and the database is not
         locked, else on the connection's thread. `fn` must be safe to run again after it raised `locked`
-        (one transaction, or one statement)."""
-        await self.lock.acquire()
+        (one transaction, or one statement). With `group`, `fn` joins the open group of writes (see the
+        module docstring) instead of committing on its own."""
+        if group:
+            await asyncio.Lock.acquire(self.lock)  # joins the group rather than committing it
+        else:
+            await self.lock.acquire()
         release = True
         try:
             db = self.conn._conn
             changes = db.total_changes
             if inline:
                 try:
+                    if group and not self._group_open:
+                        db.execute("BEGIN IMMEDIATE")
+                        self._open_group()
                     result = fn(db, *args)
                 except sqlite3.OperationalError as exc:
                     if not is_busy(exc):
                         raise
                 else:
-                    self._wrote(db.total_changes != changes)
+                    if not group:
+                        self._wrote(db.total_changes != changes)
                     return result
             work = asyncio.ensure_future(self.conn._execute(retrying, fn, db, *args))
             try:
@@ -77,6 +117,39 @@ class Writer:
         finally:
             if release:
                 self.lock.release()
+
+    def _open_group(self) -> None:
+        self._group_open = True
+        self._group_timer = asyncio.get_running_loop().call_later(GROUP_SECONDS, self._flush_group)
+
+    def _flush_group(self) -> None:
+        self._group_timer = None
+        if self._group_open and (self._group_flush is None or self._group_flush.done()):
+            self._group_flush = asyncio.create_task(self._take_lock(), name="threadline-group-commit")
+
+    async def _take_lock(self) -> None:
+        try:
+            async with self.lock:  # taking it commits the group
+                pass
+        except Exception:
+            log.exception("committing a group of checkpoint writes failed")
+
+    def _commit_group(self) -> None:
+        """Under the lock: commit the open group, if any (on failure it is rolled back, and the error raised)."""
+        if not self._group_open:
+            return
+        self._group_open = False
+        if self._group_timer is not None:
+            self._group_timer.cancel()
+            self._group_timer = None
+        db = self.conn._conn
+        try:
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        self._wrote(True)
 
     def _release_after(self, work: asyncio.Future[Any]) -> None:
         self.lock.release()
@@ -101,6 +174,7 @@ class Writer:
             log.exception("WAL checkpoint failed")
 
     async def close(self) -> None:
+        await self._take_lock()  # commits an open group
         if self._checkpointing is not None:
             await asyncio.gather(self._checkpointing, return_exceptions=True)
 
@@ -129,7 +203,18 @@ def begin_now(db: sqlite3.Connection) -> None:
 
 
 def in_transaction(db: sqlite3.Connection, fn: Callable[..., Any], *args: Any) -> Any:
-    """BEGIN IMMEDIATE, `fn(db, *args)`, then COMMIT (or ROLLBACK if it raised)."""
+    """BEGIN IMMEDIATE, `fn(db, *args)`, then COMMIT (or ROLLBACK if it raised). Inside an open group of
+    writes: a savepoint, so a failure undoes `fn`'s writes only."""
+    if db.in_transaction:
+        db.execute("SAVEPOINT grouped")
+        try:
+            result = fn(db, *args)
+        except BaseException:
+            db.execute("ROLLBACK TO grouped")
+            db.execute("RELEASE grouped")
+            raise
+        db.execute("RELEASE grouped")
+        return result
     db.execute("BEGIN IMMEDIATE")
     try:
         result = fn(db, *args)
