@@ -106,10 +106,15 @@ class CellResult:
     latencies: list[float]
     first_error: str | None
     truncated: bool
+    paired: list[float] | None = None  # the in-process floor, timed right after each request (c=1)
 
     def summary(self) -> dict[str, Any]:
         rps = self.completed / self.wall_s if self.wall_s > 0 else None
-        return {
+        extra = {} if not self.paired else {
+            "paired_floor_samples": len(self.paired),
+            "paired_floor_p50_ms": ms(percentile(self.paired, 50)),
+        }
+        return {**extra, 
             "concurrency": self.concurrency,
             "requested": self.requested,
             "completed": self.completed,
@@ -126,12 +131,20 @@ class CellResult:
 
 
 async def run_cell(
-    op: Callable[[int], Awaitable[None]], n: int, concurrency: int, time_limit_s: float
+    op: Callable[[int], Awaitable[None]], n: int, concurrency: int, time_limit_s: float,
+    paired: Callable[[], Awaitable[None]] | None = None,
 ) -> CellResult:
     """Closed loop: `concurrency` workers share `n` requests; each worker sends its
     next request as soon as its previous one finished. No new request starts after
-    `time_limit_s` (in-flight ones are allowed to finish)."""
+    `time_limit_s` (in-flight ones are allowed to finish).
+
+    `paired` (concurrency 1 only): after each request, one in-process floor run is
+    timed too, so the overhead over the floor compares samples taken under the same
+    machine conditions (on a shared VM the floor drifts by a millisecond or more
+    between minutes; measured alone, before the servers, it would carry that drift)."""
+    assert paired is None or concurrency == 1
     latencies: list[float] = []
+    paired_latencies: list[float] = []
     errors = 0
     first_error: str | None = None
     next_index = 0
@@ -156,10 +169,17 @@ async def run_cell(
                     first_error = f"{type(exc).__name__}: {exc}"[:500]
             else:
                 latencies.append(time.perf_counter() - t0)
+                if paired is not None:
+                    t1 = time.perf_counter()
+                    await paired()
+                    paired_latencies.append(time.perf_counter() - t1)
 
     await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
     wall = time.perf_counter() - start
-    return CellResult(n, concurrency, len(latencies), errors, wall, latencies, first_error, truncated)
+    if paired is not None:  # the floor runs are not part of the cell's own throughput
+        wall -= sum(paired_latencies)
+    return CellResult(n, concurrency, len(latencies), errors, wall, latencies, first_error, truncated,
+                      paired_latencies if paired is not None else None)
 
 
 async def run_ttft(
@@ -220,14 +240,19 @@ def check_values(values: Any) -> None:
         raise RuntimeError(f"unexpected last message in output: {str(values)[:300]}")
 
 
-async def bench_floor(cfg: argparse.Namespace) -> dict[str, Any]:
+def floor_graph() -> Any:
     from langgraph.checkpoint.memory import InMemorySaver
 
-    module = load_graph_module()
-    graph = module.build().compile(checkpointer=InMemorySaver())
+    return load_graph_module().build().compile(checkpointer=InMemorySaver())
 
-    def config() -> dict[str, Any]:
-        return {"configurable": {"thread_id": str(uuid.uuid4())}}
+
+def floor_config() -> dict[str, Any]:
+    return {"configurable": {"thread_id": str(uuid.uuid4())}}
+
+
+async def bench_floor(cfg: argparse.Namespace) -> dict[str, Any]:
+    graph = floor_graph()
+    config = floor_config
 
     async def invoke(_: int) -> None:
         check_values(await graph.ainvoke(RUN_INPUT, config()))
@@ -381,6 +406,11 @@ async def bench_http(name: str, base_url: str, proc: subprocess.Popen, cfg: argp
     body = {"assistant_id": GRAPH_ID, "input": RUN_INPUT}
     stream_body = {**body, "stream_mode": ["messages-tuple"]}
 
+    floor = floor_graph()
+
+    async def floor_run() -> None:  # paired with each request of the c=1 cells
+        check_values(await floor.ainvoke(RUN_INPUT, floor_config()))
+
     async with client_session(base_url, max_c, cfg.request_timeout) as client:
 
         async def null_rtt(_: int) -> None:
@@ -447,6 +477,7 @@ async def bench_http(name: str, base_url: str, proc: subprocess.Popen, cfg: argp
             await run_cell(thread_wait_op(await create_threads(cfg.warmup)), cfg.warmup, min(4, max_c), cfg.cell_seconds),
             await run_cell(lambda i: stream_ttft(i), max(2, cfg.warmup // 4), 1, cfg.cell_seconds),
             await run_cell(null_rtt, cfg.warmup, 1, cfg.cell_seconds),
+            await run_cell(lambda _: floor_run(), cfg.warmup, 1, cfg.cell_seconds),
         ]
         for w in warm:
             if w.completed == 0:
@@ -460,7 +491,7 @@ async def bench_http(name: str, base_url: str, proc: subprocess.Popen, cfg: argp
         log(f"  {name:<10} GET /ok    c=1   {fmt_cell(out['null_rtt'])}  (client null round trip)")
         for c in cfg.concurrency:
             n = cfg.n_for(c)
-            res = await run_cell(stateless_wait, n, c, cfg.cell_seconds)
+            res = await run_cell(stateless_wait, n, c, cfg.cell_seconds, paired=floor_run if c == 1 else None)
             out["wait"]["stateless"][str(c)] = res.summary()
             log(f"  {name:<10} stateless  c={c:<3} {fmt_cell(out['wait']['stateless'][str(c)])}")
         for c in cfg.concurrency:
@@ -471,7 +502,8 @@ async def bench_http(name: str, base_url: str, proc: subprocess.Popen, cfg: argp
                 out["wait"]["thread"][str(c)] = failed_cell(n, c, str(exc))
                 log(f"  {name:<10} thread     c={c:<3} FAILED: {exc}")
                 continue
-            res = await run_cell(thread_wait_op(thread_ids), n, c, cfg.cell_seconds)
+            res = await run_cell(thread_wait_op(thread_ids), n, c, cfg.cell_seconds,
+                                 paired=floor_run if c == 1 else None)
             out["wait"]["thread"][str(c)] = res.summary()
             log(f"  {name:<10} thread     c={c:<3} {fmt_cell(out['wait']['thread'][str(c)])}")
         out["ttft"] = await run_ttft(stream_ttft, cfg.ttft_samples, cfg.cell_seconds)
@@ -573,12 +605,20 @@ def compute_ratios(results: dict[str, Any], cfg: argparse.Namespace) -> dict[str
         wait[kind] = {}
         for c in cfg.concurrency:
             tl, ref, fl = cell("threadline", kind, c), cell("reference", kind, c), cell("floor", kind, c)
+            # The overhead over the floor at c=1 is taken against the floor runs paired with that cell's
+            # requests (`run_cell(paired=...)`); elsewhere against the floor column, measured on its own.
             wait[kind][str(c)] = {
                 "threadline_over_reference_runs_per_s": ratio(tl.get("runs_per_s"), ref.get("runs_per_s")),
                 "threadline_over_reference_p50": ratio(tl.get("p50_ms"), ref.get("p50_ms")),
                 "threadline_over_reference_p99": ratio(tl.get("p99_ms"), ref.get("p99_ms")),
-                "threadline_p50_overhead_over_floor_ms": diff(tl.get("p50_ms"), fl.get("p50_ms")),
-                "reference_p50_overhead_over_floor_ms": diff(ref.get("p50_ms"), fl.get("p50_ms")),
+                "threadline_p50_overhead_over_floor_ms": diff(tl.get("p50_ms"),
+                                                              tl.get("paired_floor_p50_ms", fl.get("p50_ms"))),
+                "reference_p50_overhead_over_floor_ms": diff(ref.get("p50_ms"),
+                                                             ref.get("paired_floor_p50_ms", fl.get("p50_ms"))),
+                "threadline_paired_floor_p50_ms": tl.get("paired_floor_p50_ms"),
+                "reference_paired_floor_p50_ms": ref.get("paired_floor_p50_ms"),
+                "threadline_p50_overhead_over_floor_alone_ms": diff(tl.get("p50_ms"), fl.get("p50_ms")),
+                "reference_p50_overhead_over_floor_alone_ms": diff(ref.get("p50_ms"), fl.get("p50_ms")),
                 "threadline_over_floor_runs_per_s": ratio(tl.get("runs_per_s"), fl.get("runs_per_s")),
                 "reference_over_floor_runs_per_s": ratio(ref.get("runs_per_s"), fl.get("runs_per_s")),
             }
@@ -652,6 +692,15 @@ def render_tables(results: dict[str, Any], ratios: dict[str, Any], cfg: argparse
                 f"{fmt(r['threadline_over_floor_runs_per_s'], 3):>17}"
             )
     lines.append("  TL/ref runs/s > 1: threadline has more throughput; TL/ref p50 < 1: threadline is faster.")
+    lines.append("  c=1 `-floor p50 ms`: against the floor run in-process right after each request of that cell "
+                 "(paired; the floor column's own cell is measured alone, before the servers).")
+    for kind in ("stateless", "thread"):
+        r = ratios["wait"][kind].get("1") or {}
+        if r.get("threadline_paired_floor_p50_ms") is not None or r.get("reference_paired_floor_p50_ms") is not None:
+            lines.append(f"  {kind} c=1: paired floor p50 {fmt(r.get('threadline_paired_floor_p50_ms'), 2)} ms (TL cell), "
+                         f"{fmt(r.get('reference_paired_floor_p50_ms'), 2)} ms (ref cell); against the floor column "
+                         f"instead: TL-floor {fmt(r.get('threadline_p50_overhead_over_floor_alone_ms'), 2)} ms, "
+                         f"ref-floor {fmt(r.get('reference_p50_overhead_over_floor_alone_ms'), 2)} ms")
     rtt = ratios.get("null_rtt_ms") or {}
 
     def rtt_ms(col: str) -> str:
