@@ -103,9 +103,11 @@ class Executor:
         self.graphs = graphs
         self.threads = threads
 
-    async def execute(self, run: Row, worker_id: str, stop: StopSignal, lease: Lease) -> Row | None:
+    async def execute(self, run: Row, worker_id: str, stop: StopSignal, lease: Lease,
+                      assistant: Row | None = None) -> Row | None:
         """Execute `run`; returns it as finished, or None when this worker wrote no outcome (its lease was
-        lost, or it no longer held the run) or the run is gone (rolled back).
+        lost, or it no longer held the run) or the run is gone (rolled back). `assistant`: the run's, when
+        the caller has just read it (a run started as it was created); else it is read here.
 
         A cancel arrives as CancelledError with `stop.action` set; without it (shutdown, lost lease) the
         error propagates and the run's fate is left to whoever holds it next.
@@ -121,7 +123,8 @@ class Executor:
             stop.started = True
             if stop.action is not None:
                 raise asyncio.CancelledError
-            assistant = await self.storage.get_assistant(run["assistant_id"])
+            if assistant is None:
+                assistant = await self.storage.get_assistant(run["assistant_id"])
             if assistant is None:
                 raise LookupError(f"Assistant {run['assistant_id']} no longer exists")
             if protocol is not None:

@@ -112,7 +112,7 @@ class Runs:
                 await pool.unreserve()
             raise
         if pool is not None and created["status"] == "running":
-            pool.adopt(created, since=sent)
+            pool.adopt(created, since=sent, assistant=assistant)
         else:
             if pool is not None:
                 await pool.unreserve()

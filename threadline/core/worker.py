@@ -72,10 +72,11 @@ class WorkerPool:
         self._reserved -= 1
         await self._slot_freed()
 
-    def adopt(self, run: Row, *, since: float) -> None:
-        """Execute on a `reserve`d slot a run claimed for this pool when it was created (`since`: just before)."""
+    def adopt(self, run: Row, *, since: float, assistant: Row | None = None) -> None:
+        """Execute on a `reserve`d slot a run claimed for this pool when it was created (`since`: just before;
+        `assistant`: its assistant as just read, so the run does not read it again)."""
         lease = Lease(run["run_id"], run["attempt"], self.lease_seconds, since=since)
-        task = asyncio.create_task(self._execute(run, lease), name=f"threadline-run-{run['run_id']}")
+        task = asyncio.create_task(self._execute(run, lease, assistant), name=f"threadline-run-{run['run_id']}")
         self._adopted[run["run_id"]] = task
         task.add_done_callback(lambda _: self._adopted.pop(run["run_id"], None))
 
@@ -136,7 +137,7 @@ class WorkerPool:
             # Finishing this run may unblock its thread's next run: this slot claims again at once.
             await self._execute(run, Lease(run["run_id"], run["attempt"], self.lease_seconds, since=sent))
 
-    async def _execute(self, run: Row, lease: Lease) -> Row | None:
+    async def _execute(self, run: Row, lease: Lease, assistant: Row | None = None) -> Row | None:
         """Execute a claimed run on the slot `reserve`d for it; the finished run, or None (see `started_here`)."""
         stop = StopSignal()
         holder: list[asyncio.Task[Any]] = []
@@ -153,7 +154,7 @@ class WorkerPool:
         except BaseException:
             await self.unreserve()
             raise
-        task = asyncio.create_task(self.executor.execute(run, self.worker_id, stop, lease))
+        task = asyncio.create_task(self.executor.execute(run, self.worker_id, stop, lease, assistant))
         holder.append(task)
         self._running[run["run_id"]] = (task, lease)
         self._reserved -= 1  # the slot is now counted in `_running`
