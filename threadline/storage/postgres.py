@@ -54,8 +54,7 @@ class PostgresStorage(Storage):
     @classmethod
     async def open(cls, url: str, *, store_index: dict | None = None, store_ttl: dict | None = None,
                    pool_size: int = 10) -> PostgresStorage:
-        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-
+        from threadline.storage.postgres_saver import InlineWritesPostgresSaver
         from threadline.storage.vectors import postgres_store
 
         pool = AsyncConnectionPool(
@@ -69,7 +68,7 @@ class PostgresStorage(Storage):
             raise ConfigError(f"cannot connect to PostgreSQL at {redact_url(url)}: {exc}") from exc
         try:
             vector = await _has_pgvector(pool)
-            saver = AsyncPostgresSaver(pool)  # type: ignore[arg-type]
+            saver = InlineWritesPostgresSaver(pool)  # type: ignore[arg-type]
             store, vector_index = postgres_store(pool, index=store_index, ttl=store_ttl, pgvector=vector)
             self = cls(url, pool, saver, store, vector_index)
             await self.migrate()
