@@ -130,3 +130,39 @@ async def test_a_started_run_goes_back_to_the_queue_at_shutdown(settings: Settin
         assert runtime.workers.started_here(run["run_id"]) is None
     finally:
         await runtime.close()
+
+
+async def test_a_run_adopted_just_before_shutdown_goes_back_to_the_queue(settings: Settings) -> None:
+    """Stopped before the run's task even began: the run was claimed at its creation, so it is released all
+    the same (else it would wait for its lease to lapse, or for the next start)."""
+    runtime = await Runtime.open(settings)
+    try:
+        await runtime.start()
+        assert runtime.workers is not None
+        await idle(runtime.workers)
+        run = await runtime.runs.create(str(uuid.uuid4()), {
+            "assistant_id": "slow", "if_not_exists": "create", "input": {"tag": "s", "steps": 50, "delay": 0.05}},
+            start_here=True)
+        assert run["status"] == "running"
+        await runtime.workers.stop()  # no await in between: the adopted task has not run a step
+        released = await runtime.storage.get_run(run["run_id"])
+        assert released is not None and released["status"] == "pending"
+    finally:
+        await runtime.close()
+
+
+async def test_creates_that_fail_give_their_reserved_slot_back(http: httpx.AsyncClient, runtime: Runtime) -> None:
+    """A waited run's slot is reserved before its enqueue: an enqueue that fails (a missing thread, a
+    rejected strategy) must not keep it, or the one slot would be gone for good."""
+    claimed = record_claims(runtime)
+    await idle(runtime.workers)
+    for _ in range(3):
+        r = await http.post(f"/threads/{uuid.uuid4()}/runs/wait", json={"assistant_id": "counter", "input": {}})
+        assert r.status_code == 404
+    assert runtime.workers is not None and runtime.workers.free == 1
+    tid = (await http.post("/threads", json={})).json()["thread_id"]
+    await idle(runtime.workers)
+    r = await http.post(f"/threads/{tid}/runs/wait", json={"assistant_id": "counter", "input": {"increment": 1}})
+    assert r.status_code == 200 and r.json()["count"] == 1
+    (run,) = (await http.get(f"/threads/{tid}/runs")).json()
+    assert run["run_id"] not in claimed  # started at once on the slot, not through the queue

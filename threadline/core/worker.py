@@ -47,7 +47,7 @@ class WorkerPool:
         self.worker_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._loops: list[asyncio.Task[None]] = []
         self._running: dict[str, tuple[asyncio.Task[Any], Lease]] = {}
-        self._adopted: dict[str, asyncio.Task[Row | None]] = {}
+        self._adopted: dict[str, tuple[asyncio.Task[Row | None], Lease]] = {}
         self._reserved = 0  # slots taken for a claim in flight, not yet in `_running`
         self._freed = asyncio.Condition()  # notified when a slot frees: a loop that found none full tries again
         self._stopping = False
@@ -77,13 +77,14 @@ class WorkerPool:
         `assistant`: its assistant as just read, so the run does not read it again)."""
         lease = Lease(run["run_id"], run["attempt"], self.lease_seconds, since=since)
         task = asyncio.create_task(self._execute(run, lease, assistant), name=f"threadline-run-{run['run_id']}")
-        self._adopted[run["run_id"]] = task
+        self._adopted[run["run_id"]] = (task, lease)
         task.add_done_callback(lambda _: self._adopted.pop(run["run_id"], None))
 
     def started_here(self, run_id: str) -> asyncio.Task[Row | None] | None:
         """The execution of an adopted run still in progress: it ends with the finished run, or None when
         this pool did not write its outcome (lease lost, shutdown, rolled back)."""
-        return self._adopted.get(run_id)
+        found = self._adopted.get(run_id)
+        return found[0] if found is not None else None
 
     async def _slot_freed(self) -> None:
         async with self._freed:
@@ -98,12 +99,14 @@ class WorkerPool:
     async def stop(self) -> None:
         """Stop claiming; cancel runs in flight and put them back in the queue for another worker."""
         self._stopping = True
-        for task in [*self._loops, *self._adopted.values()]:
+        # An adopted run is held from its creation, before its task has started and joined `_running`.
+        holding = {**self._adopted, **self._running}
+        for task in [*self._loops, *(t for t, _ in self._adopted.values())]:
             task.cancel()
-        held = {run_id: lease.attempt for run_id, (_, lease) in self._running.items() if lease.valid()}
+        held = {run_id: lease.attempt for run_id, (_, lease) in holding.items() if lease.valid()}
         for task, _ in list(self._running.values()):
             task.cancel()
-        for task in [*self._loops, *self._adopted.values(), *(t for t, _ in self._running.values())]:
+        for task in [*self._loops, *(t for t, _ in holding.values())]:
             with contextlib.suppress(BaseException):
                 await task
         if held:
