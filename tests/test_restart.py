@@ -111,6 +111,53 @@ def test_sigkill_mid_run_is_recovered(tmp_path: Path) -> None:
         proc.wait(10)
 
 
+def test_sigkill_mid_waited_run_is_recovered(tmp_path: Path) -> None:
+    """A run its client waits for starts at once on the server's slot and writes its checkpoints in groups
+    (`async` durability): killed mid-run, it is retried at restart from what was committed, and its thread
+    is usable."""
+    import threading
+
+    db, log = tmp_path / "t.db", tmp_path / "server.log"
+    port = _free_port()
+    proc = _start(db, port, log)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        tid = httpx.post(f"{base}/threads", json={}).json()["thread_id"]
+        waiting = threading.Thread(target=lambda: _ignore_errors(lambda: httpx.post(
+            f"{base}/threads/{tid}/runs/wait", timeout=30,
+            json={"assistant_id": "slow", "input": {"tag": "w", "steps": 30, "delay": 0.05}})))
+        waiting.start()
+        deadline = time.monotonic() + 20
+        while not (runs := httpx.get(f"{base}/threads/{tid}/runs").json()) or runs[0]["status"] != "running":
+            assert time.monotonic() < deadline, "the run never started"
+            time.sleep(0.02)
+        run_id = runs[0]["run_id"]
+        time.sleep(0.3)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        waiting.join(10)
+
+        proc = _start(db, port, log)
+        joined = httpx.get(f"{base}/threads/{tid}/runs/{run_id}/join", timeout=60)
+        assert joined.status_code == 200 and joined.json()["done"] == ["w"]
+        final = httpx.get(f"{base}/threads/{tid}/runs/{run_id}").json()
+        assert final["status"] == "success"
+        assert httpx.get(f"{base}/threads/{tid}").json()["status"] == "idle"
+        again = httpx.post(f"{base}/threads/{tid}/runs/wait", json={
+            "assistant_id": "slow", "input": {"tag": "after", "steps": 1}}, timeout=30)
+        assert again.status_code == 200 and again.json()["done"] == ["w", "after"]
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def _ignore_errors(call: object) -> None:
+    try:
+        call()  # type: ignore[operator]
+    except httpx.HTTPError:
+        pass  # the server was killed under it
+
+
 def test_sigkill_without_retries_ends_run_as_error(tmp_path: Path) -> None:
     db, log = tmp_path / "t.db", tmp_path / "server.log"
     port = _free_port()
