@@ -8,7 +8,7 @@ import fcntl
 import json
 import logging
 import sqlite3
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any, Literal
 
@@ -20,7 +20,7 @@ from langgraph.store.sqlite.aio import AsyncSqliteStore
 from threadline.errors import ConfigError, Conflict, NotFound, Unavailable
 from threadline.storage.base import THREAD_EVENTS_KEPT, NewThreadEvent, Row, SortOrder, Storage
 from threadline.storage.sqlite_saver import WriterSqliteSaver, delete_thread_checkpoints
-from threadline.storage.sqlite_writer import Writer, begin_now, in_transaction, retrying
+from threadline.storage.sqlite_writer import Writer, in_transaction
 from threadline.storage.sql import (
     JSON_COLUMNS, apply_migrations, dumps, event_bounds, iso_after, now_iso, thread_event_bounds_select,
     thread_events_select, thread_ttl_columns, where, worker_lost,
@@ -115,20 +115,6 @@ class SQLiteStorage(Storage):
             raise Unavailable(f"database unavailable: {exc}") from exc
 
     # --- helpers -------------------------------------------------------------
-    @contextlib.asynccontextmanager
-    async def _tx(self) -> AsyncIterator[aiosqlite.Connection]:
-        async with self.writer.lock:
-            await self._begin()
-            try:
-                yield self._conn
-            except BaseException:
-                await self._conn.execute("ROLLBACK")
-                raise
-            await self._conn.execute("COMMIT")
-
-    async def _begin(self) -> None:
-        await self._conn._execute(retrying, begin_now, self._conn._conn)
-
     async def _write(self, fn: Any, *args: Any, inline: bool = True) -> Any:
         """Run `fn(sqlite3_connection, *args)` as one transaction, on the event loop unless `inline` is false
         (work that may touch many rows) or the database is locked (see sqlite_writer.py)."""
@@ -152,15 +138,7 @@ class SQLiteStorage(Storage):
 
     # --- assistants ----------------------------------------------------------
     async def create_assistant(self, row: Row, *, if_exists: Literal["raise", "do_nothing"]) -> Row:
-        async with self._tx() as db:
-            exists = await _one(db, "SELECT 1 FROM assistants WHERE assistant_id = ?", (row["assistant_id"],))
-            if exists is None:
-                await _insert(db, "assistants", row)
-                version = {k: row[k] for k in ("assistant_id", "version", "graph_id", "name", "description",
-                                               "config", "context", "metadata", "created_at")}
-                await _insert(db, "assistant_versions", version)
-            elif if_exists == "raise":
-                raise Conflict(f"Assistant {row['assistant_id']} already exists")
+        await self._write(_create_assistant, row, if_exists, inline=False)
         found = await self.get_assistant(row["assistant_id"])
         assert found is not None
         return found
@@ -189,30 +167,13 @@ class SQLiteStorage(Storage):
         return int(row["n"]) if row else 0
 
     async def update_assistant(self, assistant_id: str, changes: Row) -> Row:
-        async with self._tx() as db:
-            current = await _one(db, "SELECT * FROM assistants WHERE assistant_id = ?", (assistant_id,))
-            if current is None:
-                raise NotFound(f"Assistant {assistant_id} not found")
-            top = await _one(db, "SELECT MAX(version) AS v FROM assistant_versions WHERE assistant_id = ?",
-                             (assistant_id,))
-            latest = (top or {}).get("v") or 0
-            new = {**current, **changes, "version": latest + 1, "updated_at": now_iso()}
-            version = {k: new[k] for k in ("assistant_id", "version", "graph_id", "name", "description",
-                                           "config", "context", "metadata")}
-            version["created_at"] = new["updated_at"]
-            await _insert(db, "assistant_versions", version)
-            sets = ", ".join(f"{_q(k)} = ?" for k in new if k != "assistant_id")
-            await db.execute(f"UPDATE assistants SET {sets} WHERE assistant_id = ?",
-                             [_param(k, new[k]) for k in new if k != "assistant_id"] + [assistant_id])
+        await self._write(_update_assistant, assistant_id, changes, inline=False)
         found = await self.get_assistant(assistant_id)
         assert found is not None
         return found
 
     async def delete_assistant(self, assistant_id: str) -> bool:
-        async with self._tx() as db:
-            await db.execute("DELETE FROM assistant_versions WHERE assistant_id = ?", (assistant_id,))
-            cur = await db.execute("DELETE FROM assistants WHERE assistant_id = ?", (assistant_id,))
-            return cur.rowcount > 0
+        return await self._write(_delete_assistant, assistant_id, inline=False)
 
     async def list_assistant_versions(self, assistant_id, *, metadata, limit, offset) -> list[Row]:
         cond, params = where([("assistant_id = ?", [assistant_id])], metadata=metadata)
@@ -222,17 +183,8 @@ class SQLiteStorage(Storage):
         )
 
     async def set_assistant_version(self, assistant_id: str, version: int) -> Row | None:
-        async with self._tx() as db:
-            v = await _one(db, "SELECT * FROM assistant_versions WHERE assistant_id = ? AND version = ?",
-                           (assistant_id, version))
-            if v is None:
-                return None
-            await db.execute(
-                "UPDATE assistants SET graph_id = ?, name = ?, description = ?, config = ?, context = ?, "
-                "metadata = ?, version = ?, updated_at = ? WHERE assistant_id = ?",
-                (v["graph_id"], v["name"], v["description"], dumps(v["config"]), dumps(v["context"]),
-                 dumps(v["metadata"]), version, now_iso(), assistant_id),
-            )
+        if not await self._write(_set_assistant_version, assistant_id, version, inline=False):
+            return None
         return await self.get_assistant(assistant_id)
 
     # --- threads -------------------------------------------------------------
@@ -297,16 +249,7 @@ class SQLiteStorage(Storage):
         return await self._write(_heartbeat, worker_id, held, lease_seconds)
 
     async def release_runs(self, worker_id: str, held: dict[str, int]) -> list[str]:
-        released = []
-        async with self._tx() as db:
-            for run_id, attempt in held.items():
-                cur = await db.execute(
-                    "UPDATE runs SET status = 'pending', worker_id = NULL, lease_expires_at = NULL, "
-                    "attempt = attempt - 1, updated_at = ? WHERE run_id = ? AND worker_id = ? AND attempt = ? "
-                    "AND status = 'running'", (now_iso(), run_id, worker_id, attempt))
-                if cur.rowcount:
-                    released.append(run_id)
-        return released
+        return await self._write(_release, worker_id, held, inline=False)
 
     async def finish_run(self, run_id, status, *, error=None, output=None, thread_changes=None,
                          worker_id=None, attempt=None) -> Row | None:
@@ -315,19 +258,7 @@ class SQLiteStorage(Storage):
     async def cancel_pending_runs(self, run_ids: list[str], status: str) -> list[str]:
         if not run_ids:
             return []
-        now = now_iso()
-        marks = ", ".join("?" for _ in run_ids)
-        async with self._tx() as db:
-            async with db.execute(
-                f"SELECT run_id, thread_id FROM runs WHERE status = 'pending' AND run_id IN ({marks})", run_ids
-            ) as cur:
-                rows = [dict(r) for r in await cur.fetchall()]
-            for r in rows:
-                await db.execute("UPDATE runs SET status = ?, updated_at = ? WHERE run_id = ?",
-                                 (status, now, r["run_id"]))
-            for thread_id in {r["thread_id"] for r in rows}:
-                await _reconcile_thread(db, thread_id, {}, now)
-        return [r["run_id"] for r in rows]
+        return await self._write(_cancel_pending, run_ids, status, inline=False)
 
     async def get_run(self, run_id: str) -> Row | None:
         return await self._point("SELECT * FROM runs WHERE run_id = ?", (run_id,))
@@ -343,13 +274,7 @@ class SQLiteStorage(Storage):
         )
 
     async def delete_run(self, run_id: str) -> bool:
-        async with self._tx() as db:
-            found = await _one(db, "SELECT thread_id FROM runs WHERE run_id = ?", (run_id,))
-            if found is None:
-                return False
-            await db.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
-            await _reconcile_thread(db, found["thread_id"], {}, now_iso(), only_if_busy=True)
-        return True
+        return await self._write(_delete_run, run_id, inline=False)
 
     async def active_runs(self, thread_id: str) -> list[Row]:
         return await self._fetchall(
@@ -365,32 +290,7 @@ class SQLiteStorage(Storage):
         return int(row["seq"] or 0) if row else 0
 
     async def recover_runs(self, max_attempts: int, *, expired_only: bool) -> tuple[list[Row], list[Row]]:
-        now = now_iso()
-        async with self._tx() as db:
-            lapsed = " AND lease_expires_at < ?" if expired_only else ""
-            async with db.execute(f"SELECT * FROM runs WHERE status = 'running'{lapsed}",
-                                  (now,) if expired_only else ()) as cur:
-                rows = [_row(r) for r in await cur.fetchall()]
-            requeued, failed = [], []
-            for r in rows:
-                if r["attempt"] <= max_attempts:
-                    await db.execute("UPDATE runs SET status = 'pending', worker_id = NULL, lease_expires_at = NULL, "
-                                     "updated_at = ? WHERE run_id = ?", (now, r["run_id"]))
-                    requeued.append(r)
-                else:
-                    err = worker_lost(r["attempt"])
-                    await db.execute("UPDATE runs SET status = 'error', error = ?, worker_id = NULL, "
-                                     "lease_expires_at = NULL, updated_at = ? WHERE run_id = ?",
-                                     (dumps(err), now, r["run_id"]))
-                    failed.append({**r, "status": "error", "error": err})
-                    await _reconcile_thread(db, r["thread_id"], {"status": "error", "error": err}, now)
-            # A thread marked busy with no active run (e.g. a crash between writes) is reconciled too.
-            await db.execute(
-                "UPDATE threads SET status = 'idle', updated_at = ? WHERE status = 'busy' AND NOT EXISTS "
-                "(SELECT 1 FROM runs WHERE runs.thread_id = threads.thread_id AND runs.status IN "
-                "('pending', 'running'))", (now,),
-            )
-        return requeued, failed
+        return await self._write(_recover, max_attempts, expired_only, inline=False)
 
     async def queue_stats(self) -> Row:
         row = await self._fetchone(
@@ -638,10 +538,99 @@ def _reconcile_now(db: sqlite3.Connection, thread_id: str, changes: Row, now: st
                [_param(k, v) for k, v in changes.items()] + [thread_id])
 
 
-async def _reconcile_thread(db: aiosqlite.Connection, thread_id: str, changes: Row, now: str,
-                            only_if_busy: bool = False) -> None:
-    """`_reconcile_now` inside an async transaction, in one trip to the writer's thread."""
-    await db._execute(_reconcile_now, db._conn, thread_id, changes, now, only_if_busy)
+def _create_assistant(db: sqlite3.Connection, row: Row, if_exists: str) -> None:
+    if _one_now(db, "SELECT 1 FROM assistants WHERE assistant_id = ?", (row["assistant_id"],)) is not None:
+        if if_exists == "raise":
+            raise Conflict(f"Assistant {row['assistant_id']} already exists")
+        return
+    _insert_now(db, "assistants", row)
+    _insert_now(db, "assistant_versions", {k: row[k] for k in (
+        "assistant_id", "version", "graph_id", "name", "description", "config", "context", "metadata", "created_at")})
+
+
+def _update_assistant(db: sqlite3.Connection, assistant_id: str, changes: Row) -> None:
+    current = _one_now(db, "SELECT * FROM assistants WHERE assistant_id = ?", (assistant_id,))
+    if current is None:
+        raise NotFound(f"Assistant {assistant_id} not found")
+    top = _one_now(db, "SELECT MAX(version) AS v FROM assistant_versions WHERE assistant_id = ?", (assistant_id,))
+    new = {**current, **changes, "version": ((top or {}).get("v") or 0) + 1, "updated_at": now_iso()}
+    version = {k: new[k] for k in ("assistant_id", "version", "graph_id", "name", "description",
+                                   "config", "context", "metadata")}
+    _insert_now(db, "assistant_versions", {**version, "created_at": new["updated_at"]})
+    sets = ", ".join(f"{_q(k)} = ?" for k in new if k != "assistant_id")
+    db.execute(f"UPDATE assistants SET {sets} WHERE assistant_id = ?",
+               [_param(k, new[k]) for k in new if k != "assistant_id"] + [assistant_id])
+
+
+def _delete_assistant(db: sqlite3.Connection, assistant_id: str) -> bool:
+    db.execute("DELETE FROM assistant_versions WHERE assistant_id = ?", (assistant_id,))
+    return db.execute("DELETE FROM assistants WHERE assistant_id = ?", (assistant_id,)).rowcount > 0
+
+
+def _set_assistant_version(db: sqlite3.Connection, assistant_id: str, version: int) -> bool:
+    v = _one_now(db, "SELECT * FROM assistant_versions WHERE assistant_id = ? AND version = ?",
+                 (assistant_id, version))
+    if v is None:
+        return False
+    db.execute("UPDATE assistants SET graph_id = ?, name = ?, description = ?, config = ?, context = ?, "
+               "metadata = ?, version = ?, updated_at = ? WHERE assistant_id = ?",
+               (v["graph_id"], v["name"], v["description"], dumps(v["config"]), dumps(v["context"]),
+                dumps(v["metadata"]), version, now_iso(), assistant_id))
+    return True
+
+
+def _release(db: sqlite3.Connection, worker_id: str, held: dict[str, int]) -> list[str]:
+    """Runs back in the queue without spending an attempt, if `worker_id` still holds that attempt."""
+    now = now_iso()
+    return [run_id for run_id, attempt in held.items() if db.execute(
+        "UPDATE runs SET status = 'pending', worker_id = NULL, lease_expires_at = NULL, attempt = attempt - 1, "
+        "updated_at = ? WHERE run_id = ? AND worker_id = ? AND attempt = ? AND status = 'running'",
+        (now, run_id, worker_id, attempt)).rowcount]
+
+
+def _cancel_pending(db: sqlite3.Connection, run_ids: list[str], status: str) -> list[str]:
+    now = now_iso()
+    marks = ", ".join("?" for _ in run_ids)
+    rows = db.execute(f"SELECT run_id, thread_id FROM runs WHERE status = 'pending' AND run_id IN ({marks})",
+                      run_ids).fetchall()
+    for r in rows:
+        db.execute("UPDATE runs SET status = ?, updated_at = ? WHERE run_id = ?", (status, now, r["run_id"]))
+    for thread_id in {r["thread_id"] for r in rows}:
+        _reconcile_now(db, thread_id, {}, now)
+    return [r["run_id"] for r in rows]
+
+
+def _delete_run(db: sqlite3.Connection, run_id: str) -> bool:
+    found = _one_now(db, "SELECT thread_id FROM runs WHERE run_id = ?", (run_id,))
+    if found is None:
+        return False
+    db.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
+    _reconcile_now(db, found["thread_id"], {}, now_iso(), only_if_busy=True)
+    return True
+
+
+def _recover(db: sqlite3.Connection, max_attempts: int, expired_only: bool) -> tuple[list[Row], list[Row]]:
+    now = now_iso()
+    lapsed = " AND lease_expires_at < ?" if expired_only else ""
+    rows = [_row(r) for r in db.execute(f"SELECT * FROM runs WHERE status = 'running'{lapsed}",
+                                        (now,) if expired_only else ()).fetchall()]
+    requeued, failed = [], []
+    for r in rows:
+        if r["attempt"] <= max_attempts:
+            db.execute("UPDATE runs SET status = 'pending', worker_id = NULL, lease_expires_at = NULL, "
+                       "updated_at = ? WHERE run_id = ?", (now, r["run_id"]))
+            requeued.append(r)
+        else:
+            err = worker_lost(r["attempt"])
+            db.execute("UPDATE runs SET status = 'error', error = ?, worker_id = NULL, lease_expires_at = NULL, "
+                       "updated_at = ? WHERE run_id = ?", (dumps(err), now, r["run_id"]))
+            failed.append({**r, "status": "error", "error": err})
+            _reconcile_now(db, r["thread_id"], {"status": "error", "error": err}, now)
+    # A thread marked busy with no active run (e.g. a crash between writes) is reconciled too.
+    db.execute("UPDATE threads SET status = 'idle', updated_at = ? WHERE status = 'busy' AND NOT EXISTS "
+               "(SELECT 1 FROM runs WHERE runs.thread_id = threads.thread_id AND runs.status IN "
+               "('pending', 'running'))", (now,))
+    return requeued, failed
 
 
 def _one_now(db: sqlite3.Connection, sql: str, params: tuple | list = ()) -> Row | None:
@@ -690,20 +679,6 @@ def _delete_threads(db: sqlite3.Connection, thread_ids: list[str], keep_runs: bo
         db.execute(f"DELETE FROM {table} WHERE thread_id IN {ids}", thread_ids)
     cur = db.execute(f"DELETE FROM threads WHERE thread_id IN {ids}", thread_ids)
     return cur.rowcount
-
-
-async def _one(db: aiosqlite.Connection, sql: str, params: tuple | list = ()) -> Row | None:
-    """One row, read on the writer's connection inside its transaction (one trip to its thread)."""
-    rows = await db.execute_fetchall(sql, params)
-    return _row(rows[0]) if rows else None
-
-
-async def _insert(db: aiosqlite.Connection, table: str, row: Row) -> None:
-    cols = list(row)
-    await db.execute(
-        f"INSERT INTO {table} ({', '.join(_q(c) for c in cols)}) VALUES ({', '.join('?' for _ in cols)})",
-        [_param(c, row[c]) for c in cols],
-    )
 
 
 def _q(col: str) -> str:

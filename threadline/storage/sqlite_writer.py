@@ -198,10 +198,6 @@ def retrying(fn: Callable[..., Any], db: sqlite3.Connection, *args: Any) -> Any:
         delay = min(delay * 2, 0.05)
 
 
-def begin_now(db: sqlite3.Connection) -> None:
-    db.execute("BEGIN IMMEDIATE")
-
-
 def in_transaction(db: sqlite3.Connection, fn: Callable[..., Any], *args: Any) -> Any:
     """BEGIN IMMEDIATE, `fn(db, *args)`, then COMMIT (or ROLLBACK if it raised). Inside an open group of
     writes: a savepoint, so a failure undoes `fn`'s writes only."""
