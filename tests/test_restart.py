@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -82,73 +83,50 @@ def _wait_running(base: str, tid: str, run_id: str) -> None:
         time.sleep(0.02)
 
 
-def test_sigkill_mid_run_is_recovered(tmp_path: Path) -> None:
+@pytest.mark.parametrize("waited", [False, True], ids=["background", "waited"])
+def test_sigkill_mid_run_is_recovered(tmp_path: Path, waited: bool) -> None:
+    """Killed mid-run, a run is retried once at restart (run_retries=1) and its thread is usable. A waited
+    run starts at once on the server's own slot and writes its checkpoints in groups (`async` durability):
+    it is retried from what was committed."""
     db, log = tmp_path / "t.db", tmp_path / "server.log"
     port = _free_port()
     proc = _start(db, port, log)
     base = f"http://127.0.0.1:{port}"
     try:
         tid = httpx.post(f"{base}/threads", json={}).json()["thread_id"]
-        run = httpx.post(f"{base}/threads/{tid}/runs", json={
-            "assistant_id": "slow", "input": {"tag": "k", "steps": 30, "delay": 0.05}}).json()
-        _wait_running(base, tid, run["run_id"])
+        body = {"assistant_id": "slow", "input": {"tag": "k", "steps": 30, "delay": 0.05}}
+        if waited:  # the client waits in the background; the kill ends its request
+            threading.Thread(target=_ignore_errors, daemon=True, args=(
+                lambda: httpx.post(f"{base}/threads/{tid}/runs/wait", timeout=30, json=body),)).start()
+            deadline = time.monotonic() + 20
+            while not (runs := httpx.get(f"{base}/threads/{tid}/runs").json()):
+                assert time.monotonic() < deadline, "the run was never created"
+                time.sleep(0.02)
+            run_id = runs[0]["run_id"]
+        else:
+            run_id = httpx.post(f"{base}/threads/{tid}/runs", json=body).json()["run_id"]
+        _wait_running(base, tid, run_id)
         time.sleep(0.2)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
 
         proc = _start(db, port, log)
-        # The run that was running is retried once (run_retries=1) and ends as success.
-        joined = httpx.get(f"{base}/threads/{tid}/runs/{run['run_id']}/join", timeout=60)
-        assert joined.status_code == 200 and joined.json()["done"] == ["k"]
-        final = httpx.get(f"{base}/threads/{tid}/runs/{run['run_id']}").json()
-        assert final["status"] == "success"
-        assert httpx.get(f"{base}/threads/{tid}").json()["status"] == "idle"
-        again = httpx.post(f"{base}/threads/{tid}/runs/wait", json={
-            "assistant_id": "slow", "input": {"tag": "after", "steps": 1}}, timeout=30)
-        assert again.status_code == 200 and again.json()["done"] == ["k", "after"]
+        _assert_retried_and_usable(base, tid, run_id, "k")
     finally:
         proc.kill()
         proc.wait(10)
 
 
-def test_sigkill_mid_waited_run_is_recovered(tmp_path: Path) -> None:
-    """A run its client waits for starts at once on the server's slot and writes its checkpoints in groups
-    (`async` durability): killed mid-run, it is retried at restart from what was committed, and its thread
-    is usable."""
-    import threading
-
-    db, log = tmp_path / "t.db", tmp_path / "server.log"
-    port = _free_port()
-    proc = _start(db, port, log)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        tid = httpx.post(f"{base}/threads", json={}).json()["thread_id"]
-        waiting = threading.Thread(target=lambda: _ignore_errors(lambda: httpx.post(
-            f"{base}/threads/{tid}/runs/wait", timeout=30,
-            json={"assistant_id": "slow", "input": {"tag": "w", "steps": 30, "delay": 0.05}})))
-        waiting.start()
-        deadline = time.monotonic() + 20
-        while not (runs := httpx.get(f"{base}/threads/{tid}/runs").json()) or runs[0]["status"] != "running":
-            assert time.monotonic() < deadline, "the run never started"
-            time.sleep(0.02)
-        run_id = runs[0]["run_id"]
-        time.sleep(0.3)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-        waiting.join(10)
-
-        proc = _start(db, port, log)
-        joined = httpx.get(f"{base}/threads/{tid}/runs/{run_id}/join", timeout=60)
-        assert joined.status_code == 200 and joined.json()["done"] == ["w"]
-        final = httpx.get(f"{base}/threads/{tid}/runs/{run_id}").json()
-        assert final["status"] == "success"
-        assert httpx.get(f"{base}/threads/{tid}").json()["status"] == "idle"
-        again = httpx.post(f"{base}/threads/{tid}/runs/wait", json={
-            "assistant_id": "slow", "input": {"tag": "after", "steps": 1}}, timeout=30)
-        assert again.status_code == 200 and again.json()["done"] == ["w", "after"]
-    finally:
-        proc.kill()
-        proc.wait(10)
+def _assert_retried_and_usable(base: str, tid: str, run_id: str, tag: str) -> None:
+    """After the restart: the run is retried to success, its thread is idle and takes a new run."""
+    joined = httpx.get(f"{base}/threads/{tid}/runs/{run_id}/join", timeout=60)
+    assert joined.status_code == 200 and joined.json()["done"] == [tag]
+    final = httpx.get(f"{base}/threads/{tid}/runs/{run_id}").json()
+    assert final["status"] == "success"
+    assert httpx.get(f"{base}/threads/{tid}").json()["status"] == "idle"
+    again = httpx.post(f"{base}/threads/{tid}/runs/wait", json={
+        "assistant_id": "slow", "input": {"tag": "after", "steps": 1}}, timeout=30)
+    assert again.status_code == 200 and again.json()["done"] == [tag, "after"]
 
 
 def _ignore_errors(call: object) -> None:
