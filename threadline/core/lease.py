@@ -14,7 +14,10 @@ import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
-from langgraph.checkpoint.base import BaseCheckpointSaver, ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver, ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple, copy_checkpoint,
+    get_checkpoint_metadata,
+)
 
 
 class LeaseLost(Exception):
@@ -48,14 +51,28 @@ class Lease:
 
 
 class FencedCheckpointer(BaseCheckpointSaver):
-    """The thread's checkpointer for one run: reads pass through; writes first check the run's lease."""
+    """The thread's checkpointer for one run: reads pass through; writes first check the run's lease.
+
+    It also remembers the last checkpoint the run saved at the root of the thread, as long as no task has
+    written against it: the thread's latest state, which the executor reads when the run ends, then comes
+    from memory instead of a storage read and deserialization. A checkpoint with writes against it (an
+    interrupt, a failed task) is read from storage, which holds those writes. `async` durability saves in
+    the background, so a write may be put before or after its checkpoint: `_written` keeps the ids written
+    against, and either order drops the remembered checkpoint.
+    """
 
     def __init__(self, inner: BaseCheckpointSaver, lease: Lease) -> None:
         super().__init__(serde=inner.serde)
         self.inner = inner
         self.lease = lease
+        self._latest: CheckpointTuple | None = None
+        self._written: set[str] = set()
 
     async def aget_tuple(self, config: Any) -> CheckpointTuple | None:
+        latest, wanted = self._latest, config["configurable"]
+        if (latest is not None and not wanted.get("checkpoint_id") and not wanted.get("checkpoint_ns")
+                and str(wanted.get("thread_id")) == latest.config["configurable"]["thread_id"]):
+            return latest
         return await self.inner.aget_tuple(config)
 
     def alist(self, config: Any, **kwargs: Any) -> AsyncIterator[CheckpointTuple]:
@@ -64,11 +81,25 @@ class FencedCheckpointer(BaseCheckpointSaver):
     async def aput(self, config: Any, checkpoint: Checkpoint, metadata: CheckpointMetadata,
                    new_versions: ChannelVersions) -> Any:
         self.lease.check()
-        return await self.inner.aput(config, checkpoint, metadata, new_versions)
+        remember = not config["configurable"].get("checkpoint_ns")
+        if remember:
+            # As storage will hold them: LangGraph changes neither after the call, but copies cost little.
+            checkpoint, metadata = copy_checkpoint(checkpoint), get_checkpoint_metadata(config, metadata)
+        saved = await self.inner.aput(config, checkpoint, metadata, new_versions)
+        if remember:
+            parent = config["configurable"].get("checkpoint_id")
+            self._latest = None if checkpoint["id"] in self._written else CheckpointTuple(
+                saved, checkpoint, metadata,
+                {"configurable": {**saved["configurable"], "checkpoint_id": parent}} if parent else None, [])
+        return saved
 
     async def aput_writes(self, config: Any, writes: Sequence[tuple[str, Any]], task_id: str,
                           task_path: str = "") -> None:
         self.lease.check()
+        written = config["configurable"].get("checkpoint_id")
+        self._written.add(written)
+        if self._latest is not None and self._latest.checkpoint["id"] == written:
+            self._latest = None
         await self.inner.aput_writes(config, writes, task_id, task_path)
 
     async def aget_delta_channel_history(self, *args: Any, **kwargs: Any) -> Any:
