@@ -34,6 +34,18 @@ KWARG_KEYS = (
 )
 
 
+def run_metadata(assistant: Row, thread_metadata: dict[str, Any] | None, body: dict[str, Any]) -> dict[str, Any]:
+    """As LangGraph's server: the assistant's metadata, then the thread's (None: the run creates the thread),
+    then the run config's, then the request's, and the assistant id. Clients find a run's context there
+    (deepagents finds the launching agent of a subagent's run in its thread's metadata)."""
+    ids = {"graph_id": assistant["graph_id"], "assistant_id": assistant["assistant_id"]}
+    # The run tags its thread with `ids` first.
+    from_thread = {**thread_metadata, **ids} if thread_metadata is not None else {}
+    return {**(assistant.get("metadata") or {}), **from_thread,
+            **((body.get("config") or {}).get("metadata") or {}), **(body.get("metadata") or {}),
+            "assistant_id": assistant["assistant_id"]}
+
+
 class Runs:
     """Run operations. Execution itself is the worker's (see `threadline.core.worker`)."""
 
@@ -71,7 +83,6 @@ class Runs:
             raise InvalidInput("Give either input or command, not both")
         kwargs = {k: body[k] for k in KWARG_KEYS if body.get(k) is not None}
         create_thread = body.get("if_not_exists") == "create"
-        stateless = thread_id is None
         if thread_id is None:
             thread_id, create_thread = str(uuid.uuid4()), True
             kwargs.setdefault("on_completion", "delete")
@@ -89,8 +100,7 @@ class Runs:
         available = now + timedelta(seconds=delay)
         run = {
             "run_id": str(uuid.uuid4()), "thread_id": thread_id, "assistant_id": assistant["assistant_id"],
-            "status": "pending", "kwargs": kwargs,
-            "metadata": await self._run_metadata(assistant, None if stateless else thread_id, body),
+            "status": "pending", "kwargs": kwargs, "metadata": {},
             "multitask_strategy": strategy, "available_at": available.isoformat(),
             "created_at": now.isoformat(), "updated_at": now.isoformat(),
         }
@@ -106,6 +116,7 @@ class Runs:
                 new_thread_metadata={**((body.get("config") or {}).get("metadata") or {}),
                                      **(body.get("metadata") or {})},
                 claim_for=(pool.worker_id, pool.lease_seconds) if pool is not None else None,
+                run_metadata=lambda thread: run_metadata(assistant, thread, body),
             )
         except BaseException:
             if pool is not None:
@@ -119,17 +130,6 @@ class Runs:
             await self.broker.wake_workers()
         await self.broker.notify_run_done(thread_signal(thread_id))  # wakes followers of the thread
         return created
-
-    async def _run_metadata(self, assistant: Row, thread_id: str | None, body: dict[str, Any]) -> dict[str, Any]:
-        """As LangGraph's server: the assistant's metadata, then the thread's, then the run config's, then
-        the request's, and the assistant id. Clients find a run's context there (deepagents finds the
-        launching agent of a subagent's run in its thread's metadata). A stateless run has no thread yet."""
-        thread = await self.storage.get_thread(thread_id) if thread_id is not None else None
-        ids = {"graph_id": assistant["graph_id"], "assistant_id": assistant["assistant_id"]}
-        from_thread = {**thread["metadata"], **ids} if thread else {}  # the run tags its thread with these first
-        return {**(assistant.get("metadata") or {}), **from_thread,
-                **((body.get("config") or {}).get("metadata") or {}), **(body.get("metadata") or {}),
-                "assistant_id": assistant["assistant_id"]}
 
     async def get(self, run_id: str, thread_id: str | None = None) -> Row:
         run = await self.storage.get_run(run_id)

@@ -7,6 +7,7 @@ The run queue is the runs table: creating a run and enqueuing it are one transac
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -125,8 +126,12 @@ class Storage(abc.ABC):
     async def enqueue_run(self, run: Row, *, thread_metadata: dict[str, Any], create_thread: bool,
                           reject_if_active: bool, thread_ttl_minutes: float | None = None,
                           new_thread_metadata: dict[str, Any] | None = None,
-                          claim_for: tuple[str, float] | None = None) -> Row:
+                          claim_for: tuple[str, float] | None = None,
+                          run_metadata: Callable[[dict[str, Any] | None], dict[str, Any]] | None = None) -> Row:
         """Insert a pending run, mark its thread busy and merge `thread_metadata` into it, atomically.
+
+        `run_metadata`, when given, makes the run's `metadata`: it is called in the transaction with the
+        thread's metadata as it was before this run (None when this call creates the thread).
 
         A missing thread is created (with `new_thread_metadata` under `thread_metadata`, expiring after
         `thread_ttl_minutes`) when `create_thread`, else

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timezone
 from typing import Any, Literal
 
@@ -267,19 +267,24 @@ class PostgresStorage(Storage):
     async def enqueue_run(self, run: Row, *, thread_metadata: dict[str, Any], create_thread: bool,
                           reject_if_active: bool, thread_ttl_minutes: float | None = None,
                           new_thread_metadata: dict[str, Any] | None = None,
-                          claim_for: tuple[str, float] | None = None) -> Row:
+                          claim_for: tuple[str, float] | None = None,
+                          run_metadata: Callable[[dict[str, Any] | None], dict[str, Any]] | None = None) -> Row:
         now, thread_id = run["created_at"], run["thread_id"]
         async with self._tx() as db:
+            created_thread = False
             if create_thread:
-                await _insert(db, "threads", {
+                cur = await _insert(db, "threads", {
                     "thread_id": thread_id, "status": "busy", "metadata": new_thread_metadata or {}, "config": {},
                     "interrupts": {},
                     "created_at": now, "updated_at": now, **thread_ttl_columns(thread_ttl_minutes)},
-                    on_conflict="(thread_id) DO NOTHING")
+                    on_conflict="(thread_id) DO NOTHING", returning=True)
+                created_thread = await cur.fetchone() is not None
             # The thread row lock orders concurrent enqueues on one thread (reject sees the other's run).
-            thread = await _one(db, "SELECT thread_id FROM threads WHERE thread_id = %s FOR UPDATE", (thread_id,))
+            thread = await _one(db, "SELECT metadata FROM threads WHERE thread_id = %s FOR UPDATE", (thread_id,))
             if thread is None:
                 raise NotFound(f"Thread {thread_id} not found")
+            if run_metadata is not None:
+                run = {**run, "metadata": run_metadata(None if created_thread else thread["metadata"])}
             active = (reject_if_active or claim_for is not None) and await _one(
                 db, f"SELECT 1 FROM runs WHERE thread_id = %s AND {_ACTIVE} LIMIT 1", (thread_id,)) is not None
             if reject_if_active and active:

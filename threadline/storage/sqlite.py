@@ -8,7 +8,7 @@ import fcntl
 import json
 import logging
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any, Literal
 
@@ -236,9 +236,11 @@ class SQLiteStorage(Storage):
     async def enqueue_run(self, run: Row, *, thread_metadata: dict[str, Any], create_thread: bool,
                           reject_if_active: bool, thread_ttl_minutes: float | None = None,
                           new_thread_metadata: dict[str, Any] | None = None,
-                          claim_for: tuple[str, float] | None = None) -> Row:
+                          claim_for: tuple[str, float] | None = None,
+                          run_metadata: Callable[[dict[str, Any] | None], dict[str, Any]] | None = None) -> Row:
         return await self._write(_enqueue, run, thread_metadata, create_thread, reject_if_active,
-                                 thread_ttl_columns(thread_ttl_minutes), new_thread_metadata or {}, claim_for)
+                                 thread_ttl_columns(thread_ttl_minutes), new_thread_metadata or {}, claim_for,
+                                 run_metadata)
 
     async def claim_run(self, worker_id: str, lease_seconds: float) -> Row | None:
         return await self.writer.run(_claim, worker_id, lease_seconds)
@@ -423,11 +425,13 @@ def _update_thread(db: sqlite3.Connection, thread_id: str, changes: Row, merge_m
 
 def _enqueue(db: sqlite3.Connection, run: Row, thread_metadata: dict[str, Any], create_thread: bool,
              reject_if_active: bool, ttl_columns: Row, new_thread_metadata: dict[str, Any],
-             claim_for: tuple[str, float] | None) -> Row:
+             claim_for: tuple[str, float] | None, run_metadata: Callable[[Row | None], Row] | None) -> Row:
     now, thread_id = run["created_at"], run["thread_id"]
     thread = _one_now(db, "SELECT metadata FROM threads WHERE thread_id = ?", (thread_id,))
     if thread is None and not create_thread:
         raise NotFound(f"Thread {thread_id} not found")
+    if run_metadata is not None:
+        run = {**run, "metadata": run_metadata(thread["metadata"] if thread is not None else None)}
     active = False
     if thread is None:
         _insert_now(db, "threads", {
@@ -477,15 +481,18 @@ def _claim(db: sqlite3.Connection, worker_id: str, lease_seconds: float) -> Row 
 def _finish(db: sqlite3.Connection, run_id: str, status: str, error: Any, output: Any, thread_changes: Row,
             worker_id: str | None, attempt: int | None) -> Row | None:
     now = now_iso()
-    guard, params = "", [status, dumps(error) if error is not None else None,
-                         dumps(output) if output is not None else None, now, run_id]
+    output_json = dumps(output) if output is not None else None
+    guard, params = "", [status, dumps(error) if error is not None else None, output_json, now, run_id]
     if worker_id is not None:
         guard = " AND worker_id = ? AND attempt = ? AND status = 'running'"
         params += [worker_id, attempt]
+    # The output, often the thread's whole state, is neither read back nor encoded twice.
     finished = _one_now(db, "UPDATE runs SET status = ?, error = ?, output = ?, lease_expires_at = NULL, "
-                            f"updated_at = ? WHERE run_id = ?{guard} RETURNING *", params)
+                            f"updated_at = ? WHERE run_id = ?{guard} RETURNING *", params, as_given={"output": output})
     if finished is None:
         return None
+    if output_json is not None and thread_changes.get("values") is output:
+        thread_changes = {**thread_changes, "values": Encoded(output_json)}
     _reconcile_now(db, finished["thread_id"], thread_changes, now)
     return finished
 
@@ -633,11 +640,13 @@ def _recover(db: sqlite3.Connection, max_attempts: int, expired_only: bool) -> t
     return requeued, failed
 
 
-def _one_now(db: sqlite3.Connection, sql: str, params: tuple | list = ()) -> Row | None:
+def _one_now(db: sqlite3.Connection, sql: str, params: tuple | list = (), *, as_given: Row | None = None) -> Row | None:
+    """The statement's one row. `as_given`: columns the caller has just written, taken as they are instead
+    of decoded from the row."""
     cur = db.execute(sql, params)
     found = cur.fetchone()
     cur.close()  # an UPDATE … RETURNING is only complete once its statement is done
-    return _row(found) if found is not None else None
+    return _row(found, as_given) if found is not None else None
 
 
 def _insert_now(db: sqlite3.Connection, table: str, row: Row, *, returning: bool = False) -> Row | None:
@@ -685,14 +694,22 @@ def _q(col: str) -> str:
     return f'"{col}"'
 
 
+class Encoded(str):
+    """A JSON column's value already encoded."""
+
+
 def _param(col: str, value: Any) -> Any:
+    if isinstance(value, Encoded):
+        return str(value)
     return dumps(value) if col in JSON_COLUMNS and value is not None else value
 
 
-def _row(r: Any) -> Row:
+def _row(r: Any, as_given: Row | None = None) -> Row:
     out = dict(r)
     for col in JSON_COLUMNS:
-        if col in out and isinstance(out[col], str):
+        if as_given and col in as_given:
+            out[col] = as_given[col]
+        elif col in out and isinstance(out[col], str):
             out[col] = _json(out[col])
     return out
 
