@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any, Literal
@@ -20,6 +21,7 @@ from threadline.storage.sql import now_iso
 SYSTEM_NAMESPACE = uuid.UUID("6ba7b821-9dad-11d1-80b4-00c04fd430c8")
 
 
+@functools.lru_cache(maxsize=1024)
 def system_assistant_id(graph_id: str) -> str:
     return str(uuid.uuid5(SYSTEM_NAMESPACE, graph_id))
 

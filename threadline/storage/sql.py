@@ -7,6 +7,8 @@ from datetime import datetime, timedelta, timezone
 from importlib import resources
 from typing import Any
 
+import orjson
+
 JSON_COLUMNS = {"config", "context", "metadata", "values", "interrupts", "error", "kwargs", "output"}
 
 
@@ -30,7 +32,12 @@ def worker_lost(attempts: int) -> dict[str, str]:
 
 
 def dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    """A JSON column's text. orjson, as LangGraph's server: NaN and Infinity become null (PostgreSQL's jsonb
+    has no such values). The standard encoder only for what orjson refuses (an int beyond 64 bits)."""
+    try:
+        return orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
 def where(clauses: list[tuple[str, list]], *, metadata: dict | None = None, values: dict | None = None) -> tuple[str, list]:
