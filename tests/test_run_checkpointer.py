@@ -114,3 +114,22 @@ async def test_a_write_put_before_its_checkpoint_is_saved_is_not_forgotten(datab
         assert found is not None and [w[1:] for w in found.pending_writes] == [("log", "late")]
     finally:
         await storage.close()
+
+
+@pytest.mark.parametrize("count", [1, 3, 600])
+async def test_a_tasks_writes_come_back_in_order(database_url: str, count: int) -> None:
+    """A task's writes, however many, are stored in one go and come back as the checkpoint's pending writes."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    storage = await open_storage(database_url)
+    try:
+        saver = storage.run_checkpointer("async")
+        thread = thread_config(str(uuid.uuid4()))
+        saved = await saver.aput(thread, empty_checkpoint(), {"source": "loop", "step": 0}, {})
+        task_id = str(uuid.uuid4())
+        await saver.aput_writes(saved, [("log", f"w{i}") for i in range(count)], task_id)
+        found = await saver.aget_tuple(thread)
+        assert found is not None
+        assert [w[1:] for w in found.pending_writes] == [("log", f"w{i}") for i in range(count)]
+    finally:
+        await storage.close()

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 from langgraph.checkpoint.base import (
-    BaseCheckpointSaver, ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple, copy_checkpoint,
+    BaseCheckpointSaver, ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple,
     get_checkpoint_metadata,
 )
 
@@ -62,7 +62,7 @@ class FencedCheckpointer(BaseCheckpointSaver):
     """
 
     def __init__(self, inner: BaseCheckpointSaver, lease: Lease) -> None:
-        super().__init__(serde=inner.serde)
+        self.serde = inner.serde  # already a typed serializer: the base class's check of it costs µs per run
         self.inner = inner
         self.lease = lease
         self._latest: CheckpointTuple | None = None
@@ -83,8 +83,9 @@ class FencedCheckpointer(BaseCheckpointSaver):
         self.lease.check()
         remember = not config["configurable"].get("checkpoint_ns")
         if remember:
-            # As storage will hold them: LangGraph changes neither after the call, but copies cost little.
-            checkpoint, metadata = copy_checkpoint(checkpoint), get_checkpoint_metadata(config, metadata)
+            # As storage holds it. LangGraph hands each save a checkpoint of its own, but it may still change
+            # the metadata it passed.
+            metadata = get_checkpoint_metadata(config, metadata)
         saved = await self.inner.aput(config, checkpoint, metadata, new_versions)
         if remember:
             parent = config["configurable"].get("checkpoint_id")

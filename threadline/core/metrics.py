@@ -102,13 +102,20 @@ class Metrics:
         for outcome in OUTCOMES:
             self.runs_finished.labels(status=outcome)
         self._live = _Live()
+        self._requests: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self.registry.register(self._live)
 
     def request_finished(self, method: str, path: str, status: int, seconds: float) -> None:
         """`path` is the route template (`/threads/{thread_id}`), never the raw path: cardinality stays bounded."""
         method = method if method in METHODS else "other"
-        self.http_requests.labels(method=method, path=path, status=str(status)).inc()
-        self.http_latency.labels(method=method, path=path).observe(seconds)
+        # The labelled children, looked up once per label set (the set is bounded: see above).
+        children = self._requests.get((method, path, status))
+        if children is None:
+            children = self._requests[(method, path, status)] = (
+                self.http_requests.labels(method=method, path=path, status=str(status)),
+                self.http_latency.labels(method=method, path=path))
+        children[0].inc()
+        children[1].observe(seconds)
 
     def run_finished(self, status: str, seconds: float) -> None:
         self.runs_finished.labels(status=status).inc()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from langgraph.pregel import Pregel
@@ -11,8 +12,11 @@ from threadline.serde import to_jsonable
 
 
 def bind(graph: Pregel, checkpointer: Any, store: Any) -> Pregel:
-    """The graph wired to our checkpointer and store."""
-    return graph.copy(update={"checkpointer": checkpointer, "store": store})
+    """The graph wired to our checkpointer and store: a shallow copy with those two attributes replaced.
+    `graph.copy(update=...)` would build the graph anew and validate it again, once per run."""
+    bound = copy.copy(graph)
+    bound.checkpointer, bound.store = checkpointer, store
+    return bound
 
 
 def thread_config(thread_id: str, checkpoint: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -94,10 +94,15 @@ def delete_thread_checkpoints(db: sqlite3.Connection, thread_id: str) -> None:
     db.execute("DELETE FROM writes WHERE thread_id = ?", (thread_id,))
 
 
+_ROWS_PER_STATEMENT = 500  # x 9 values: far below SQLite's limit on a statement's parameters
+
+
 def _insert(db: sqlite3.Connection, sql: str, rows: list[tuple[Any, ...]]) -> None:
-    """One row: one statement, its own transaction. More: one transaction (each would commit alone)."""
-    if len(rows) == 1:
-        db.execute(sql, rows[0])
+    """One statement, atomic by itself, for up to `_ROWS_PER_STATEMENT` rows (a task's writes: usually a
+    few); more go in one transaction."""
+    if len(rows) <= _ROWS_PER_STATEMENT:
+        values = sql[sql.index("VALUES ") + 7:]
+        db.execute(sql + (", " + values) * (len(rows) - 1), [v for row in rows for v in row])
     else:
         in_transaction(db, _insert_many, sql, rows)
 
