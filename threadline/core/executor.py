@@ -201,15 +201,15 @@ class Executor:
                 await self.storage.delete_checkpoints_for_run(thread_id, run_id)
                 thread_changes = {**await self.threads.current_fields(thread_id), "error": {
                     "error": "UserRollback", "message": f"rollback requested for run {run_id}"}}
+            # A stateless run's temporary thread goes with the run's end (not when another worker holds it).
             finished = await self.storage.finish_run(run_id, status, error=error, output=output,
                                                      thread_changes=thread_changes, worker_id=worker_id,
-                                                     attempt=run["attempt"])
+                                                     attempt=run["attempt"],
+                                                     delete_thread=bool((run["kwargs"] or {}).get("temporary")))
             if finished is None:
                 log.warning("run %s was no longer held by %s; its result was discarded", run_id, worker_id)
             if action == "rollback":
                 await self.storage.delete_run(run_id)
-            if (run["kwargs"] or {}).get("temporary"):
-                await self.storage.delete_thread(thread_id, keep_runs=True)
         finally:
             # Whatever failed above (or cancelled us), nobody is left waiting on this run.
             await asyncio.shield(self._announce_end(run_id))

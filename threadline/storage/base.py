@@ -93,8 +93,8 @@ class Storage(abc.ABC):
         """Set columns in `changes` and shallow-merge `merge_metadata` into metadata."""
 
     @abc.abstractmethod
-    async def delete_thread(self, thread_id: str, *, keep_runs: bool = False) -> bool:
-        """Delete the thread and its checkpoints, and its runs unless `keep_runs`."""
+    async def delete_thread(self, thread_id: str) -> bool:
+        """Delete the thread with its runs and checkpoints."""
 
     @abc.abstractmethod
     async def delete_expired_threads(self, *, limit: int, now: str | None = None) -> list[str]:
@@ -158,9 +158,11 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     async def finish_run(
         self, run_id: str, status: str, *, error: Any = None, output: Any = None, thread_changes: Row | None = None,
-        worker_id: str | None = None, attempt: int | None = None,
+        worker_id: str | None = None, attempt: int | None = None, delete_thread: bool = False,
     ) -> Row | None:
         """End a run and reconcile its thread: busy while it has other active runs, else `thread_changes`.
+        With `delete_thread` (the temporary thread of a stateless run), the thread is deleted instead, with
+        its checkpoints; its runs are kept.
 
         When `worker_id` and `attempt` are given, only the holder of that claim may end it (returns None
         otherwise): a worker whose lease expired and whose run was claimed again writes nothing.

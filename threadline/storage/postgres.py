@@ -223,9 +223,9 @@ class PostgresStorage(Storage):
             found = await cur.fetchone()
         return _row(found) if found else None
 
-    async def delete_thread(self, thread_id: str, *, keep_runs: bool = False) -> bool:
+    async def delete_thread(self, thread_id: str) -> bool:
         async with self._tx() as db:
-            deleted = await _delete_threads(db, [thread_id], keep_runs=keep_runs) > 0
+            deleted = await _delete_threads(db, [thread_id], keep_runs=False) > 0
         await self.checkpointer.adelete_thread(thread_id)
         return deleted
 
@@ -351,7 +351,7 @@ class PostgresStorage(Storage):
             return [r["run_id"] for r in await cur.fetchall()]
 
     async def finish_run(self, run_id, status, *, error=None, output=None, thread_changes=None,
-                         worker_id=None, attempt=None) -> Row | None:
+                         worker_id=None, attempt=None, delete_thread=False) -> Row | None:
         guard, params = "", [status, _json(error), _json(output), run_id]
         if worker_id is not None:
             guard = " AND worker_id = %s AND attempt = %s AND status = 'running'"
@@ -364,7 +364,12 @@ class PostgresStorage(Storage):
             if found is None:
                 return None
             finished = _row(found)
-            await _reconcile_thread(db, finished["thread_id"], thread_changes or {})
+            if delete_thread:
+                await _delete_threads(db, [finished["thread_id"]], keep_runs=True)
+            else:
+                await _reconcile_thread(db, finished["thread_id"], thread_changes or {})
+        if delete_thread:
+            await self.checkpointer.adelete_thread(finished["thread_id"])
         return finished
 
     async def cancel_pending_runs(self, run_ids: list[str], status: str) -> list[str]:

@@ -197,11 +197,9 @@ class SQLiteStorage(Storage):
     async def update_thread(self, thread_id: str, changes: Row, *, merge_metadata: dict | None = None) -> Row | None:
         return await self._write(_update_thread, thread_id, changes, merge_metadata)
 
-    async def delete_thread(self, thread_id: str, *, keep_runs: bool = False) -> bool:
-        # With its checkpoints, in one transaction. A thread can hold many rows: on the connection's thread,
-        # except the temporary thread of a stateless run (the only caller that keeps runs), which holds one
-        # run's worth and is deleted after every such run.
-        return await self._write(_delete_thread_and_checkpoints, thread_id, keep_runs, inline=keep_runs)
+    async def delete_thread(self, thread_id: str) -> bool:
+        # With its checkpoints, in one transaction. A thread can hold many rows: on the connection's thread.
+        return await self._write(_delete_thread_and_checkpoints, thread_id, False, inline=False)
 
     async def delete_expired_threads(self, *, limit: int, now: str | None = None) -> list[str]:
         # One transaction on the writer: no run can be enqueued between finding a thread idle and deleting it,
@@ -254,8 +252,9 @@ class SQLiteStorage(Storage):
         return await self._write(_release, worker_id, held, inline=False)
 
     async def finish_run(self, run_id, status, *, error=None, output=None, thread_changes=None,
-                         worker_id=None, attempt=None) -> Row | None:
-        return await self._write(_finish, run_id, status, error, output, thread_changes or {}, worker_id, attempt)
+                         worker_id=None, attempt=None, delete_thread=False) -> Row | None:
+        return await self._write(_finish, run_id, status, error, output, thread_changes or {}, worker_id, attempt,
+                                 delete_thread)
 
     async def cancel_pending_runs(self, run_ids: list[str], status: str) -> list[str]:
         if not run_ids:
@@ -479,7 +478,7 @@ def _claim(db: sqlite3.Connection, worker_id: str, lease_seconds: float) -> Row 
 
 
 def _finish(db: sqlite3.Connection, run_id: str, status: str, error: Any, output: Any, thread_changes: Row,
-            worker_id: str | None, attempt: int | None) -> Row | None:
+            worker_id: str | None, attempt: int | None, delete_thread: bool) -> Row | None:
     now = now_iso()
     output_json = dumps(output) if output is not None else None
     guard, params = "", [status, dumps(error) if error is not None else None, output_json, now, run_id]
@@ -491,6 +490,9 @@ def _finish(db: sqlite3.Connection, run_id: str, status: str, error: Any, output
                             f"updated_at = ? WHERE run_id = ?{guard} RETURNING *", params, as_given={"output": output})
     if finished is None:
         return None
+    if delete_thread:
+        _delete_thread_and_checkpoints(db, finished["thread_id"], True)
+        return finished
     if output_json is not None and thread_changes.get("values") is output:
         thread_changes = {**thread_changes, "values": Encoded(output_json)}
     _reconcile_now(db, finished["thread_id"], thread_changes, now)
