@@ -54,9 +54,9 @@ async def test_a_released_run_has_spent_no_attempt_and_a_stale_holder_cannot_rel
     storage = await open_storage(database_url)
     try:
         now = datetime.now(timezone.utc).isoformat()
-        run_id = str(uuid.uuid4())
+        run_id, thread_id = str(uuid.uuid4()), str(uuid.uuid4())
         await storage.enqueue_run(
-            {"run_id": run_id, "thread_id": str(uuid.uuid4()), "assistant_id": "a", "status": "pending",
+            {"run_id": run_id, "thread_id": thread_id, "assistant_id": "a", "status": "pending",
              "metadata": {}, "kwargs": {}, "available_at": now, "created_at": now, "updated_at": now},
             thread_metadata={}, create_thread=True, reject_if_active=False)
         first = await storage.claim_run("w1", 30)
@@ -67,8 +67,11 @@ async def test_a_released_run_has_spent_no_attempt_and_a_stale_holder_cannot_rel
         second = await storage.claim_run("w2", 30)
         assert second is not None and second["run_id"] == run_id and second["attempt"] == 1
         assert await storage.release_runs("w1", {run_id: 1}) == []  # w1 no longer holds it
-        assert await storage.finish_run(run_id, "success", worker_id="w1", attempt=1) is None
+        assert await storage.finish_run(run_id, "success", worker_id="w1", attempt=1,
+                                        thread_changes={"values": {"stale": True}}) is None
         assert (await storage.get_run(run_id))["status"] == "running"
+        thread = await storage.get_thread(thread_id)  # nor did the stale finish touch the thread
+        assert thread["status"] == "busy" and thread["values"] != {"stale": True}
         assert (await storage.finish_run(run_id, "success", worker_id="w2", attempt=1))["status"] == "success"
     finally:
         await storage.close()

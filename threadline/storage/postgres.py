@@ -113,6 +113,13 @@ class PostgresStorage(Storage):
         async with self._pool.connection() as conn, conn.transaction():
             yield conn
 
+    @contextlib.asynccontextmanager
+    async def _pipelined_tx(self) -> AsyncIterator[psycopg.AsyncConnection]:
+        """A transaction in psycopg's pipeline mode: a statement is sent at once, and its result waited for
+        only when it is fetched (which sends everything queued before it too)."""
+        async with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
+            yield conn
+
     async def _fetchall(self, sql: str, params: tuple | list = ()) -> list[Row]:
         async with self._pool.connection() as conn:
             cur = await conn.execute(sql, params)
@@ -270,38 +277,41 @@ class PostgresStorage(Storage):
                           claim_for: tuple[str, float] | None = None,
                           run_metadata: Callable[[dict[str, Any] | None], dict[str, Any]] | None = None) -> Row:
         now, thread_id = run["created_at"], run["thread_id"]
-        async with self._tx() as db:
-            created_thread = False
+        # Pipelined (psycopg's pipeline mode): the statements whose results decide nothing are sent with the
+        # next ones, so the enqueue takes three round trips (the thread and its active run, then the writes,
+        # then COMMIT), not one per statement.
+        async with self._pipelined_tx() as db:
+            inserted = None
             if create_thread:
-                cur = await _insert(db, "threads", {
+                inserted = await _insert(db, "threads", {
                     "thread_id": thread_id, "status": "busy", "metadata": new_thread_metadata or {}, "config": {},
                     "interrupts": {},
                     "created_at": now, "updated_at": now, **thread_ttl_columns(thread_ttl_minutes)},
                     on_conflict="(thread_id) DO NOTHING", returning=True)
-                created_thread = await cur.fetchone() is not None
             # The thread row lock orders concurrent enqueues on one thread (reject sees the other's run).
-            thread = await _one(db, "SELECT metadata FROM threads WHERE thread_id = %s FOR UPDATE", (thread_id,))
+            locked = await db.execute("SELECT metadata FROM threads WHERE thread_id = %s FOR UPDATE", (thread_id,))
+            active_cur = await db.execute(f"SELECT 1 FROM runs WHERE thread_id = %s AND {_ACTIVE} LIMIT 1",
+                                          (thread_id,)) if reject_if_active or claim_for is not None else None
+            created_thread = inserted is not None and await inserted.fetchone() is not None
+            thread = await locked.fetchone()
             if thread is None:
                 raise NotFound(f"Thread {thread_id} not found")
-            if run_metadata is not None:
-                run = {**run, "metadata": run_metadata(None if created_thread else thread["metadata"])}
-            active = (reject_if_active or claim_for is not None) and await _one(
-                db, f"SELECT 1 FROM runs WHERE thread_id = %s AND {_ACTIVE} LIMIT 1", (thread_id,)) is not None
+            active = active_cur is not None and await active_cur.fetchone() is not None
             if reject_if_active and active:
                 raise Conflict("Thread is already running a task. Wait for it to finish or choose a "
                                "different multitask strategy.")
+            if run_metadata is not None:
+                run = {**run, "metadata": run_metadata(None if created_thread else thread["metadata"])}
             await db.execute("UPDATE threads SET status = 'busy', metadata = metadata || %s, updated_at = %s "
                              "WHERE thread_id = %s", (Jsonb(thread_metadata), now, thread_id))
-            cur = await _insert(db, "runs", run, returning=True)
-            created = await cur.fetchone()
+            lease: tuple[str, float] | None = None
             if claim_for is not None and not active and run["available_at"] <= now:
-                # Claimed as `claim_run` does, on the database's clock; the thread's row lock keeps any other
-                # run of this thread from being enqueued or claimed meanwhile.
-                cur = await db.execute(
-                    "UPDATE runs SET status = 'running', worker_id = %s, attempt = attempt + 1, "
-                    "lease_expires_at = now() + make_interval(secs => %s), updated_at = now() "
-                    "WHERE run_id = %s RETURNING *", (claim_for[0], claim_for[1], run["run_id"]))
-                created = await cur.fetchone()
+                # Claimed as `claim_run` claims, the lease on the database's clock; the thread's row lock
+                # keeps any other run of this thread from being enqueued or claimed meanwhile.
+                run = {**run, "status": "running", "worker_id": claim_for[0], "attempt": 1}
+                lease = ("lease_expires_at", claim_for[1])
+            cur = await _insert(db, "runs", run, returning=True, lease=lease)
+            created = await cur.fetchone()
         assert created is not None
         return _row(created)
 
@@ -356,19 +366,22 @@ class PostgresStorage(Storage):
         if worker_id is not None:
             guard = " AND worker_id = %s AND attempt = %s AND status = 'running'"
             params += [worker_id, attempt]
-        async with self._tx() as db:
+        finished: Row | None = None
+        # Pipelined: the run's update and its thread's reconciliation go in one round trip, then COMMIT; when
+        # the run was not ours to end, the transaction is rolled back instead.
+        async with self._pipelined_tx() as db:
             cur = await db.execute(
-                "UPDATE runs SET status = %s, error = %s, output = %s, lease_expires_at = NULL, updated_at = now() "
-                f"WHERE run_id = %s{guard} RETURNING *", params)
+                "UPDATE runs SET status = %s, error = %s, output = %s, lease_expires_at = NULL, "
+                f"updated_at = now() WHERE run_id = %s{guard} RETURNING *", params)
+            if not delete_thread:
+                await _reconcile_thread_of_run(db, run_id, thread_changes or {})
             found = await cur.fetchone()
             if found is None:
-                return None
+                raise psycopg.Rollback()
             finished = _row(found)
             if delete_thread:
                 await _delete_threads(db, [finished["thread_id"]], keep_runs=True)
-            else:
-                await _reconcile_thread(db, finished["thread_id"], thread_changes or {})
-        if delete_thread:
+        if finished is not None and delete_thread:
             await self.checkpointer.adelete_thread(finished["thread_id"])
         return finished
 
@@ -576,6 +589,21 @@ async def _reconcile_thread(db: psycopg.AsyncConnection, thread_id: str, changes
                      [_param(k, v) for k, v in changes.items()] + [thread_id])
 
 
+async def _reconcile_thread_of_run(db: psycopg.AsyncConnection, run_id: str, changes: Row) -> None:
+    """`_reconcile_thread` for the thread of `run_id`, with no result waited for: the statements can be
+    pipelined behind the run's own update. Each sees what the statements before it in the transaction
+    wrote, and the status is decided in SQL after the thread's row is locked."""
+    thread = "(SELECT thread_id FROM runs WHERE run_id = %s)"
+    await db.execute(f"SELECT 1 FROM threads WHERE thread_id = {thread} FOR UPDATE", (run_id,))
+    status = changes.get("status", "idle")
+    changes = {k: v for k, v in changes.items() if k != "status"} | {"updated_at": now_iso()}
+    sets = ", ".join(f"{_q(k)} = %s" for k in changes)
+    await db.execute(
+        f"UPDATE threads SET {sets}, status = CASE WHEN EXISTS (SELECT 1 FROM runs r WHERE "
+        f"r.thread_id = threads.thread_id AND r.{_ACTIVE}) THEN 'busy' ELSE %s END WHERE thread_id = {thread}",
+        [*(_param(k, v) for k, v in changes.items()), status, run_id])
+
+
 async def _one(db: psycopg.AsyncConnection, sql: str, params: tuple | list = ()) -> Row | None:
     cur = await db.execute(sql, params)
     found = await cur.fetchone()
@@ -583,11 +611,18 @@ async def _one(db: psycopg.AsyncConnection, sql: str, params: tuple | list = ())
 
 
 async def _insert(db: psycopg.AsyncConnection, table: str, row: Row, *, on_conflict: str | None = None,
-                  returning: bool = False) -> psycopg.AsyncCursor:
-    cols = list(row)
-    sql = (f"INSERT INTO {table} ({', '.join(_q(c) for c in cols)}) VALUES ({', '.join('%s' for _ in cols)})"
+                  returning: bool = False, lease: tuple[str, float] | None = None) -> psycopg.AsyncCursor:
+    """`lease=(column, seconds)`: that column is set to the database's `now()` plus `seconds`."""
+    cols = [c for c in row if lease is None or c != lease[0]]
+    marks = ["%s" for _ in cols]
+    params = [_param(c, row[c]) for c in cols]
+    if lease is not None:
+        cols.append(lease[0])
+        marks.append("now() + make_interval(secs => %s)")
+        params.append(lease[1])
+    sql = (f"INSERT INTO {table} ({', '.join(_q(c) for c in cols)}) VALUES ({', '.join(marks)})"
            + (f" ON CONFLICT {on_conflict}" if on_conflict else "") + (" RETURNING *" if returning else ""))
-    return await db.execute(sql, [_param(c, row[c]) for c in cols])
+    return await db.execute(sql, params)
 
 
 def _where(clauses: list[tuple[str, list]], *, metadata: dict | None = None,
