@@ -199,6 +199,38 @@ async def test_cancelled_subscriber_releases_its_connection(broker: Broker, peer
     assert await _collect(peer, "r", replay=True) == _numbers(0, 1)
 
 
+async def test_posts_are_stored_in_order_and_before_the_end(broker: Broker, peer: Broker) -> None:
+    """A run's executor posts its events without waiting for each: they still reach every process in order,
+    all of them before the end, which comes last."""
+    live = asyncio.create_task(_collect(peer, "r", replay=True))
+    other = asyncio.create_task(_collect(peer, "r2", replay=True))
+    for i in range(100):
+        await broker.post("r", "values", str(i).encode())
+        await broker.post("r2", "values", str(-i).encode())
+    await broker.end_stream("r")
+    assert await _collect(peer, "r", replay=True) == _numbers(*range(100))
+    assert await asyncio.wait_for(live, 10) == _numbers(*range(100))
+    await broker.end_stream("r2")
+    assert await asyncio.wait_for(other, 10) == _numbers(*(-i for i in range(100)))
+
+
+async def test_a_posted_stream_expires_after_its_end(redis_deployment: Deployment) -> None:
+    """Posted events keep the stream alive for `live_seconds`; its end shortens that to `retain_seconds`."""
+    broker = await redis_deployment.open()
+    assert isinstance(broker, RedisBroker)
+    client = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        await broker.post("r", "values", b"0")
+        await broker.end_stream("r2")  # another run's end: sent after r's post, so r's post is stored
+        assert broker.retain_seconds < await client.ttl(redis_deployment.keys.events("r")) <= broker.live_seconds
+        await broker.post("r", "values", b"1")
+        await broker.end_stream("r")
+        for key in (redis_deployment.keys.events("r"), redis_deployment.keys.end("r")):
+            assert 0 < await client.ttl(key) <= broker.retain_seconds
+    finally:
+        await client.aclose()
+
+
 # Wake-ups.
 
 

@@ -24,9 +24,16 @@ class Broker(abc.ABC):
     async def publish(self, run_id: str, event: str, data: bytes) -> str:
         """Append an event to the run's stream; return its id."""
 
+    async def post(self, run_id: str, event: str, data: bytes) -> None:
+        """Append an event to the run's stream without waiting for it to be stored (a run's executor posts
+        its events as they come). A run's posts are stored in order, and all of them before `end_stream` of
+        that run returns; one that cannot be stored is logged, and the run goes on. By default, `publish`."""
+        await self.publish(run_id, event, data)
+
     @abc.abstractmethod
     async def end_stream(self, run_id: str) -> None:
-        """Mark the run's stream finished: subscribers drain what is buffered, then stop."""
+        """Mark the run's stream finished, after every event posted to it: subscribers drain what is
+        buffered, then stop."""
 
     @abc.abstractmethod
     def subscribe(self, run_id: str, *, after: str | None = None, replay: bool = False) -> AsyncIterator[StreamEvent]:

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -91,6 +92,10 @@ class RedisBroker(Broker):
         self._signals = LocalSignals()
         # Runs whose stored early cancel still has to be read (Redis failed at registration, or resubscribed).
         self._unchecked: set[str] = set()
+        # Posted events and stream ends not yet sent: (run_id, event, data), or (run_id, None, future) for an
+        # end, in order (see `post`).
+        self._outbox: deque[tuple[str, str | None, Any]] = deque()
+        self._sending: asyncio.Task[None] | None = None
 
     # Lifecycle.
 
@@ -105,6 +110,9 @@ class RedisBroker(Broker):
             await self._redis.ping()
 
     async def close(self) -> None:
+        if self._sending is not None:  # what was posted is sent first
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await self._sending
         if self._listening is not None:
             self._listening.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -127,15 +135,61 @@ class RedisBroker(Broker):
             event_id, *_ = await pipe.execute()
         return str(event_id, "ascii")
 
+    async def post(self, run_id: str, event: str, data: bytes) -> None:
+        self._outbox.append((run_id, event, data))
+        self._send_posts()
+
     async def end_stream(self, run_id: str) -> None:
-        # The end flag is a stream of its own: a blocking read of the events wakes on it too, and it takes
-        # no place in the events' buffer. Ending twice only renews the retention.
-        end = self._keys.end(run_id)
-        async with self._exchange(), self._redis.pipeline(transaction=True) as pipe:
-            pipe.xadd(end, {"end": "1"}, maxlen=1, approximate=False)
-            pipe.expire(end, self.retain_seconds)
-            pipe.expire(self._keys.events(run_id), self.retain_seconds)
-            await pipe.execute()
+        # After the run's posts, in the outbox's order; often in the same round trip as its last events.
+        ended = asyncio.get_running_loop().create_future()
+        self._outbox.append((run_id, None, ended))
+        self._send_posts()
+        await asyncio.shield(ended)
+
+    def _send_posts(self) -> None:
+        if self._sending is None or self._sending.done():
+            self._sending = asyncio.create_task(self._send_outbox(), name="threadline-redis-posts")
+
+    async def _send_outbox(self) -> None:
+        """Send what is posted, in order, a pipeline at a time: what is posted while one is in flight goes
+        in the next. A run's stream expires `live_seconds` after its last event, `retain_seconds` after its
+        end; the end flag is a stream of its own (a blocking read of the events wakes on it too, and it takes
+        no place in the events' buffer); ending twice only renews the retention."""
+        while self._outbox:
+            batch = list(self._outbox)
+            self._outbox.clear()
+            ends = [item[2] for item in batch if item[1] is None]
+            try:
+                async with self._exchange(), self._redis.pipeline(transaction=False) as pipe:
+                    expiring: set[str] = set()  # runs whose events' expiry this batch has set
+                    for run_id, event, data in batch:
+                        events = self._keys.events(run_id)
+                        if event is None:
+                            end = self._keys.end(run_id)
+                            pipe.xadd(end, {"end": "1"}, maxlen=1, approximate=False)
+                            pipe.expire(end, self.retain_seconds)
+                            pipe.expire(events, self.retain_seconds)
+                            expiring.add(run_id)
+                        else:
+                            pipe.xadd(events, {"e": event, "d": data}, maxlen=self._buffer, approximate=False)
+                            if run_id not in expiring:
+                                pipe.expire(events, self.live_seconds)
+                                expiring.add(run_id)
+                    await pipe.execute()
+            except Unavailable as exc:
+                log.warning("Redis broker: %d stream events and ends were not stored (%s)", len(batch), exc)
+                for ended in ends:
+                    if not ended.done():
+                        ended.set_exception(exc)
+            except BaseException as exc:
+                for ended in ends:
+                    if not ended.done():
+                        ended.set_exception(exc if isinstance(exc, Exception) else Unavailable(str(exc)))
+                raise
+            else:
+                for ended in ends:
+                    if not ended.done():
+                        ended.set_result(None)
 
     async def stream_started(self, run_id: str) -> bool:
         async with self._exchange():

@@ -189,7 +189,7 @@ class Executor:
 
     async def _publish(self, lease: Lease, event: str, data: Any) -> None:
         lease.check()  # a worker that lost the run must not write into the stream its successor owns
-        await self.broker.publish(lease.run_id, event, dumps(data))
+        await self.broker.post(lease.run_id, event, dumps(data))
 
     async def _finish(self, run: Row, worker_id: str, status: str, error: Any, output: Any,
                       thread_changes: dict[str, Any], action: str | None) -> Row | None:
