@@ -92,9 +92,9 @@ class RedisBroker(Broker):
         self._signals = LocalSignals()
         # Runs whose stored early cancel still has to be read (Redis failed at registration, or resubscribed).
         self._unchecked: set[str] = set()
-        # Posted events and stream ends not yet sent: (run_id, event, data), or (run_id, None, future) for an
-        # end, in order (see `post`).
-        self._outbox: deque[tuple[str, str | None, Any]] = deque()
+        # What is waiting to be sent, in order (see `post`): ("event", run_id, (event, data)),
+        # ("end", run_id, future), ("signal", channel, payload).
+        self._outbox: deque[tuple[str, str, Any]] = deque()
         self._sending: asyncio.Task[None] | None = None
 
     # Lifecycle.
@@ -136,13 +136,13 @@ class RedisBroker(Broker):
         return str(event_id, "ascii")
 
     async def post(self, run_id: str, event: str, data: bytes) -> None:
-        self._outbox.append((run_id, event, data))
+        self._outbox.append(("event", run_id, (event, data)))
         self._send_posts()
 
     async def end_stream(self, run_id: str) -> None:
         # After the run's posts, in the outbox's order; often in the same round trip as its last events.
         ended = asyncio.get_running_loop().create_future()
-        self._outbox.append((run_id, None, ended))
+        self._outbox.append(("end", run_id, ended))
         self._send_posts()
         await asyncio.shield(ended)
 
@@ -151,33 +151,38 @@ class RedisBroker(Broker):
             self._sending = asyncio.create_task(self._send_outbox(), name="threadline-redis-posts")
 
     async def _send_outbox(self) -> None:
-        """Send what is posted, in order, a pipeline at a time: what is posted while one is in flight goes
+        """Send what is queued, in order, a pipeline at a time: what is queued while one is in flight goes
         in the next. A run's stream expires `live_seconds` after its last event, `retain_seconds` after its
         end; the end flag is a stream of its own (a blocking read of the events wakes on it too, and it takes
         no place in the events' buffer); ending twice only renews the retention."""
         while self._outbox:
             batch = list(self._outbox)
             self._outbox.clear()
-            ends = [item[2] for item in batch if item[1] is None]
+            ends = [value for kind, _, value in batch if kind == "end"]
             try:
                 async with self._exchange(), self._redis.pipeline(transaction=False) as pipe:
                     expiring: set[str] = set()  # runs whose events' expiry this batch has set
-                    for run_id, event, data in batch:
-                        events = self._keys.events(run_id)
-                        if event is None:
-                            end = self._keys.end(run_id)
+                    for kind, name, value in batch:
+                        if kind == "signal":
+                            pipe.publish(name, f"{self._id} {value}")
+                            continue
+                        events = self._keys.events(name)
+                        if kind == "end":
+                            end = self._keys.end(name)
                             pipe.xadd(end, {"end": "1"}, maxlen=1, approximate=False)
                             pipe.expire(end, self.retain_seconds)
                             pipe.expire(events, self.retain_seconds)
-                            expiring.add(run_id)
+                            expiring.add(name)
                         else:
+                            event, data = value
                             pipe.xadd(events, {"e": event, "d": data}, maxlen=self._buffer, approximate=False)
-                            if run_id not in expiring:
+                            if name not in expiring:
                                 pipe.expire(events, self.live_seconds)
-                                expiring.add(run_id)
+                                expiring.add(name)
                     await pipe.execute()
             except Unavailable as exc:
-                log.warning("Redis broker: %d stream events and ends were not stored (%s)", len(batch), exc)
+                log.warning("Redis broker: %d stream events, ends and signals were not sent (%s); idle "
+                            "workers poll and waiters re-check", len(batch), exc)
                 for ended in ends:
                     if not ended.done():
                         ended.set_exception(exc)
@@ -227,10 +232,7 @@ class RedisBroker(Broker):
 
     async def wake_workers(self) -> None:
         await self._signals.wake()  # an idle slot of this process at once, without a round trip
-        try:
-            await self._signal(self._keys.wake_channel)
-        except Unavailable as exc:
-            log.warning("Redis broker: a wake-up was lost (%s); idle workers poll", exc)
+        self._signal(self._keys.wake_channel)
 
     async def wait_for_work(self, timeout: float) -> None:
         await self._signals.wait_for_work(timeout)
@@ -239,10 +241,7 @@ class RedisBroker(Broker):
 
     async def notify_run_done(self, run_id: str) -> None:
         self._signals.done(run_id)
-        try:
-            await self._signal(self._keys.done_channel(run_id))
-        except Unavailable as exc:
-            log.warning("Redis broker: run-done of %s was lost (%s); waiters re-check", run_id, exc)
+        self._signal(self._keys.done_channel(run_id))
 
     def listen_run_done(self, run_id: str) -> Any:
         return self._signals.listen_done(run_id)
@@ -275,9 +274,10 @@ class RedisBroker(Broker):
     def _exchange(self, extra_seconds: float = 0.0) -> contextlib.AbstractAsyncContextManager[None]:
         return _exchange(self.command_seconds + extra_seconds)
 
-    async def _signal(self, channel: str, payload: str = "") -> None:
-        async with self._exchange():
-            await self._redis.publish(channel, f"{self._id} {payload}")
+    def _signal(self, channel: str, payload: str = "") -> None:
+        """Queued with the posts, not waited for: a lost signal costs latency, never a stuck run."""
+        self._outbox.append(("signal", channel, payload))
+        self._send_posts()
 
     async def _subscribe(self) -> PubSub:
         """Subscribe to our channels; return once Redis confirmed, so no signal sent afterwards is missed."""
