@@ -151,3 +151,49 @@ async def test_creates_that_fail_give_their_reserved_slot_back(http: httpx.Async
     assert r.status_code == 200 and r.json()["count"] == 1
     (run,) = (await http.get(f"/threads/{tid}/runs")).json()
     assert run["run_id"] not in claimed  # started at once on the slot, not through the queue
+
+
+async def test_waits_on_one_thread_through_two_processes_run_one_at_a_time(backend: Any) -> None:
+    """Two API processes with workers of their own, on one PostgreSQL and Redis: waited runs on one thread,
+    sent to both at once, start at once where they can, and still run one at a time, in turn: each sees the
+    state the one before it left (the counter adds up) and each is run once."""
+    if backend.kind != "postgres":
+        pytest.skip("one process owns an SQLite file")
+    from asgi_lifespan import LifespanManager
+
+    from threadline.api.app import create_app
+
+    settings = Settings(config=str(PROJECT), workers=2, heartbeat_seconds=5.0, **backend.settings())
+    a_app, b_app = create_app(settings), create_app(settings)
+    async with LifespanManager(a_app, startup_timeout=30) as a, LifespanManager(b_app, startup_timeout=30) as b:
+        clients = [httpx.AsyncClient(transport=httpx.ASGITransport(app=m.app), base_url="http://threadline",  # type: ignore[arg-type]
+                                     timeout=60) for m in (a, b)]
+        started_here: list[list[str]] = [[], []]
+        for pool, started in zip((a_app.state.runtime.workers, b_app.state.runtime.workers), started_here):
+            def adopt(run: Any, *args: Any, _adopt: Any = pool.adopt, _started: list[str] = started,
+                      **kwargs: Any) -> Any:
+                _started.append(run["run_id"])
+                return _adopt(run, *args, **kwargs)
+            pool.adopt = adopt  # type: ignore[method-assign]
+        try:
+            tid = (await clients[0].post("/threads", json={})).json()["thread_id"]
+            rounds, per_round = 6, 6  # each round, the other process sends first
+            for r in range(rounds):
+                answers = await asyncio.gather(*(
+                    clients[(i + r) % 2].post(f"/threads/{tid}/runs/wait", json={
+                        "assistant_id": "counter", "input": {"increment": 1, "tag": f"{r}-{i}"}})
+                    for i in range(per_round)))
+                assert all(answer.status_code == 200 for answer in answers), [a.text for a in answers]
+            runs = (await clients[1].get(f"/threads/{tid}/runs", params={"limit": 100})).json()
+            assert len(runs) == rounds * per_round
+            assert all(run["status"] == "success" for run in runs)
+            state = (await clients[1].get(f"/threads/{tid}/state")).json()
+            assert state["values"]["count"] == rounds * per_round  # no two runs read the same state
+            assert sorted(state["values"]["log"]) == sorted(f"{r}-{i}" for r in range(rounds) for i in range(per_round))
+            assert (await clients[0].get(f"/threads/{tid}")).json()["status"] == "idle"
+            # Each process started some of them at once (the rest went through the queue).
+            assert all(started_here), started_here
+            assert not set(started_here[0]) & set(started_here[1])
+        finally:
+            for client in clients:
+                await client.aclose()
