@@ -9,8 +9,12 @@ from typing import Any
 import httpx
 import pytest
 from langgraph_sdk.client import LangGraphClient
+from sse_starlette import ServerSentEvent
+from sse_starlette.event import ensure_bytes
 
 from tests.conftest import serving_asgi
+from threadline.api.sse import frame
+from threadline.broker.base import StreamEvent
 
 
 
@@ -141,3 +145,14 @@ async def test_a_broker_failure_mid_stream_is_reported_and_does_not_cancel_the_r
     joined = await http.get(f"/threads/{tid}/runs/{run['run_id']}/join")
     assert joined.status_code == 200 and joined.json()["done"] == ["bf"]
     assert (await http.get(f"/threads/{tid}/runs/{run['run_id']}")).json()["status"] == "success"
+
+
+@pytest.mark.parametrize("event", [
+    StreamEvent("1764500000000-1", "values", '{"messages":[{"content":"é"}]}'.encode()),
+    StreamEvent("1764500000000-2", "messages|tools:1f1ecc", b"[]"),
+    StreamEvent("1764500000000-3", "custom", b'"two\\nlines"'),  # an escaped newline: one line of JSON
+    StreamEvent("1764500000000-4", "custom", b"two\nlines"),  # a raw one: two data lines
+])
+def test_an_event_is_framed_as_sse_starlette_frames_it(event: StreamEvent) -> None:
+    expected = ensure_bytes(ServerSentEvent(data=event.data.decode(), event=event.event, id=event.id), "\r\n")
+    assert ensure_bytes(frame(event), "\r\n") == expected

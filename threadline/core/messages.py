@@ -7,11 +7,11 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, BaseMessageChunk
 
-from threadline.serde import to_jsonable
-
 
 class MessageStreamer:
-    """Turns LangGraph `messages` chunks `(message, metadata)` into the events a client asked for."""
+    """Turns LangGraph `messages` chunks `(message, metadata)` into the events a client asked for. The events
+    carry the message and metadata as they are: encoding them (`threadline.serde.dumps`) makes them JSON,
+    without a Python pass over every token's metadata first."""
 
     def __init__(self, *, legacy: bool, tuples: bool) -> None:
         self.legacy = legacy
@@ -21,12 +21,12 @@ class MessageStreamer:
     def feed(self, chunk: tuple[Any, dict[str, Any]]) -> Iterator[tuple[str, Any]]:
         message, metadata = chunk
         if self.tuples:
-            yield "messages", [to_jsonable(message), to_jsonable(metadata)]
+            yield "messages", [message, metadata]
         if not self.legacy:
             return
         msg_id = getattr(message, "id", None) or ""
         if msg_id not in self._seen:
-            yield "messages/metadata", {msg_id: {"metadata": to_jsonable(metadata)}}
+            yield "messages/metadata", {msg_id: {"metadata": metadata}}
             self._seen[msg_id] = message
         else:
             prev = self._seen[msg_id]
@@ -36,4 +36,4 @@ class MessageStreamer:
                 self._seen[msg_id] = message
         current = self._seen[msg_id]
         kind = "messages/partial" if isinstance(message, BaseMessageChunk) else "messages/complete"
-        yield kind, [to_jsonable(current)]
+        yield kind, [current]
