@@ -156,3 +156,14 @@ async def test_a_broker_failure_mid_stream_is_reported_and_does_not_cancel_the_r
 def test_an_event_is_framed_as_sse_starlette_frames_it(event: StreamEvent) -> None:
     expected = ensure_bytes(ServerSentEvent(data=event.data.decode(), event=event.event, id=event.id), "\r\n")
     assert ensure_bytes(frame(event), "\r\n") == expected
+
+
+def test_the_send_override_still_replaces_sse_starlettes_method() -> None:
+    """`CountedEventSource` skips sse-starlette's per-event cancel scope by overriding a method of its own: if
+    sse-starlette renames it, the override is dead and this says so."""
+    from sse_starlette import EventSourceResponse
+
+    from threadline.api.sse import CountedEventSource
+
+    assert callable(getattr(EventSourceResponse, "_send_with_timeout", None))
+    assert CountedEventSource._send_with_timeout is not EventSourceResponse._send_with_timeout
