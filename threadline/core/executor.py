@@ -184,8 +184,10 @@ class Executor:
             log.exception("could not write the terminal lifecycle event of run %s", run_id)
 
     async def _announce_end(self, run_id: str) -> None:
-        await self.broker.end_stream(run_id)
+        # Waiters first: they read the run from storage, where it has ended; the stream's end follows, and
+        # the Redis broker sends both in one round trip.
         await self.broker.notify_run_done(run_id)
+        await self.broker.end_stream(run_id)
 
     async def _publish(self, lease: Lease, event: str, data: Any) -> None:
         lease.check()  # a worker that lost the run must not write into the stream its successor owns
