@@ -1,0 +1,161 @@
+#!/usr/bin/env python
+"""CPU per run of the whole app, in-process, against the floor: for changes too small for wall-clock A/Bs.
+
+    python bench/cpu.py                                  # 600 thread-run waits; CPU per run, app and floor
+    python bench/cpu.py --kind stream                    # 17-token messages-tuple streams instead
+    python bench/cpu.py --against /tmp/old --pairs 3     # old checkout and this one, alternating processes
+    python bench/cpu.py --profile /tmp/app.prof          # cProfile of the app's requests only
+
+The app is `create_app` on the bench graph (`bench/project`) over a fresh SQLite file, called through ASGI
+directly: no sockets, no client. After each request the floor (the graph in-process, `InMemorySaver`) runs
+once, and both are timed with `time.process_time()` (every thread of the process, so aiosqlite's and
+LangGraph's executor threads count). The printed ratio, app CPU over floor CPU, carries the machine's speed
+on both sides, which on a shared VM moves by 2-3x from one minute to the next; compare ratios, not
+milliseconds. `--against PATH` runs PATH's code (a checkout, e.g. `git archive <commit> | tar -x -C PATH`)
+and this one in alternating processes, `--pairs` times. A change of about 0.1 ms per run shows; smaller
+ones need more runs or pairs. No timing assertions anywhere: a measuring tool, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+PROJECT = HERE / "project"
+INPUT = {"messages": [{"role": "user", "content": "hi"}]}
+
+
+async def _call(app: Any, path: str, body: bytes) -> tuple[int, bytes]:
+    """One HTTP request through ASGI; its status and body. The client "disconnects" once the body is sent."""
+    received = False
+    done = asyncio.Event()
+    status, chunks = 0, []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal received
+        if not received:
+            received = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await done.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                done.set()
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+             "headers": [(b"host", b"bench"), (b"content-type", b"application/json"),
+                         (b"content-length", str(len(body)).encode())],
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
+    await app(scope, receive, send)
+    return status, b"".join(chunks)
+
+
+async def measure(runs: int, kind: str, profile: str | None) -> dict[str, float]:
+    import cProfile
+
+    import orjson
+    from asgi_lifespan import LifespanManager
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from threadline.api.app import create_app
+    from threadline.settings import Settings
+
+    sys.path.insert(0, str(PROJECT))
+    from graph import build  # the bench graph, as `bench/run.py` imports it for its floor
+
+    floor = build().compile(checkpointer=InMemorySaver())
+    body = {"assistant_id": "bench", "input": INPUT}
+    if kind == "stream":
+        body["stream_mode"] = ["messages-tuple"]
+    request = orjson.dumps(body)
+    with tempfile.TemporaryDirectory() as tmp:
+        app = create_app(Settings(config=str(PROJECT / "langgraph.json"), database_url=f"sqlite:///{tmp}/bench.db",
+                                  log_level="warning"))
+        async with LifespanManager(app):
+            threads = []
+            if kind == "thread":
+                for _ in range(runs + 20):
+                    threads.append(orjson.loads((await _call(app, "/threads", b"{}"))[1])["thread_id"])
+            path = {"thread": None, "stateless": "/runs/wait", "stream": "/runs/stream"}[kind]
+            profiler = cProfile.Profile() if profile else None
+            app_cpu = floor_cpu = 0.0
+            for i in range(runs + 20):  # the first 20 warm up
+                timed = i >= 20
+                started = time.process_time()
+                if profiler is not None and timed:
+                    profiler.enable()
+                status, answer = await _call(app, path or f"/threads/{threads[i]}/runs/wait", request)
+                if profiler is not None and timed:
+                    profiler.disable()
+                between = time.process_time()
+                if status != 200 or (kind == "stream" and b"event: messages" not in answer):
+                    raise SystemExit(f"request failed: {status} {answer[:200]!r}")
+                config = {"configurable": {"thread_id": str(uuid.uuid4())}}
+                if kind == "stream":
+                    async for _ in floor.astream(INPUT, config, stream_mode="messages"):
+                        pass
+                else:
+                    await floor.ainvoke(INPUT, config)
+                if timed:
+                    app_cpu += between - started
+                    floor_cpu += time.process_time() - between
+            if profiler is not None:
+                profiler.dump_stats(profile)
+    return {"app_ms": app_cpu / runs * 1000, "floor_ms": floor_cpu / runs * 1000, "ratio": app_cpu / floor_cpu}
+
+
+def _against(old: str, runs: int, kind: str, pairs: int) -> None:
+    results: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
+    for _ in range(pairs):
+        for name, path in (("old", old), ("new", str(HERE.parent))):
+            env = {**os.environ, "PYTHONPATH": path}
+            out = subprocess.run([sys.executable, str(HERE / "cpu.py"), "--runs", str(runs), "--kind", kind, "--json"],
+                                 env=env, capture_output=True, text=True, check=True, cwd=path)
+            results[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
+            print(f"{name}: {_line(results[name][-1])}", flush=True)
+    for name in ("old", "new"):
+        print(f"{name} ratio mean {statistics.mean(r['ratio'] for r in results[name]):.3f}")
+
+
+def _line(r: dict[str, float]) -> str:
+    return f"ratio {r['ratio']:.3f}  app {r['app_ms']:.3f} ms/run  floor {r['floor_ms']:.3f} ms/run"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=600)
+    parser.add_argument("--kind", choices=["thread", "stateless", "stream"], default="thread")
+    parser.add_argument("--against", help="a checkout of older code, measured in alternating processes")
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--profile", help="write a cProfile of the app's timed requests here")
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.against:
+        _against(args.against, args.runs, args.kind, args.pairs)
+        return
+    from threadline.cli import run_loop  # the loop `threadline serve` runs on
+
+    result = run_loop(measure(args.runs, args.kind, args.profile))
+    print(json.dumps(result) if args.json else _line(result))
+
+
+if __name__ == "__main__":
+    main()
