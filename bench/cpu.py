@@ -78,8 +78,8 @@ async def measure(runs: int, kind: str, profile: str | None) -> dict[str, float]
     from threadline.api.app import create_app
     from threadline.settings import Settings
 
-    sys.path.insert(0, str(PROJECT))
-    from graph import build  # the bench graph, as `bench/run.py` imports it for its floor
+    sys.path.insert(0, str(PROJECT))  # the bench graph, imported as `bench/run.py` imports it for its floor
+    from graph import build
 
     floor = build().compile(checkpointer=InMemorySaver())
     body = {"assistant_id": "bench", "input": INPUT}
