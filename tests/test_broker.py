@@ -357,3 +357,27 @@ async def test_redis_unreachable_is_unavailable() -> None:
     with pytest.raises(Unavailable):
         await broker.ping()
     await broker.close()
+
+
+async def test_posts_redis_cannot_store_are_logged_and_the_end_fails(
+        redis_deployment: Deployment, caplog: pytest.LogCaptureFixture) -> None:
+    """A run does not wait for its posts, so Redis failing under them does not fail the run: the lost
+    events are logged, and only the end of the stream, which the run does wait for, reports the failure."""
+    broker = await redis_deployment.open()
+    assert isinstance(broker, RedisBroker)
+    await broker.post("r", "values", b"0")
+    await broker.end_stream("r0")  # goes after r's post: once it returns, the post is stored
+    healthy = broker._redis
+    broker._redis = aioredis.Redis.from_url("redis://127.0.0.1:1/0")  # Redis is gone
+    try:
+        with caplog.at_level(logging.WARNING, logger="threadline.broker"):
+            await broker.post("r", "values", b"1")  # returns at once, as when Redis is up
+            with pytest.raises(Unavailable):
+                await broker.end_stream("r")
+        assert "were not sent" in caplog.text
+    finally:
+        await broker._redis.aclose()
+        broker._redis = healthy
+    await broker.post("r", "values", b"2")  # Redis is back: posting goes on
+    await broker.end_stream("r")
+    assert await _collect(broker, "r", replay=True) == _numbers(0, 2)
