@@ -54,7 +54,7 @@ class PostgresStorage(Storage):
     @classmethod
     async def open(cls, url: str, *, store_index: dict | None = None, store_ttl: dict | None = None,
                    pool_size: int = 10) -> PostgresStorage:
-        from threadline.storage.postgres_saver import InlineWritesPostgresSaver
+        from threadline.storage.postgres_saver import InlinePostgresSaver
         from threadline.storage.vectors import postgres_store
 
         pool = AsyncConnectionPool(
@@ -68,7 +68,7 @@ class PostgresStorage(Storage):
             raise ConfigError(f"cannot connect to PostgreSQL at {redact_url(url)}: {exc}") from exc
         try:
             vector = await _has_pgvector(pool)
-            saver = InlineWritesPostgresSaver(pool)  # type: ignore[arg-type]
+            saver = InlinePostgresSaver(pool)  # type: ignore[arg-type]
             store, vector_index = postgres_store(pool, index=store_index, ttl=store_ttl, pgvector=vector)
             self = cls(url, pool, saver, store, vector_index)
             await self.migrate()

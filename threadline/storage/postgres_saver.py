@@ -1,28 +1,68 @@
-"""LangGraph's PostgreSQL checkpointer, with a task's writes serialized on the caller's task.
+"""LangGraph's PostgreSQL checkpointer, with its serialization on the caller's task.
 
-`AsyncPostgresSaver.aput_writes` hands the serialization of a task's writes to a thread
-(`asyncio.to_thread`) before it sends them. A run writes once per task per step, the values are small, and
-the hand-off to a thread and back cost 140-500 µs on our 2-core machines (`bench/sqlite_hop.py` measures
-the same kind of trip), more than serializing them. The SQL, the rows and the serializer are LangGraph's.
+`AsyncPostgresSaver` hands the (de)serialization of a checkpoint's channel values and of a task's writes to a
+thread (`asyncio.to_thread`): in `aput`, `aput_writes`, and when it reads a checkpoint back. A run saves
+at every step, the values are small, and the hand-off to a thread and back cost 140-500 µs on our 2-core
+machines (`bench/sqlite_hop.py` measures the same kind of trip), more than serializing them.
+
+So the saver's module sees `asyncio` through `_Asyncio`, whose `to_thread` runs the function at once while
+`_inline` is set, and hands it to a thread as before otherwise. `InlinePostgresSaver` sets it, for the
+call's own task only (a context variable), around LangGraph's own `aput`, `aput_writes` and `aget_tuple`:
+the SQL, the rows, the serializer and the code are LangGraph's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import asyncio
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
-from langgraph.checkpoint.base import WRITES_IDX_MAP
+from langgraph.checkpoint.base import CheckpointTuple
+from langgraph.checkpoint.postgres import aio as langgraph_aio
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
+T = TypeVar("T")
 
-class InlineWritesPostgresSaver(AsyncPostgresSaver):
+_inline: contextvars.ContextVar[bool] = contextvars.ContextVar("threadline_inline_serialization", default=False)
+
+
+class _Asyncio:
+    """`asyncio`, except that `to_thread` runs the function on the calling task while `_inline` is set."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(asyncio, name)
+
+    @staticmethod
+    async def to_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        if _inline.get():
+            return fn(*args, **kwargs)
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+langgraph_aio.asyncio = _Asyncio()  # type: ignore[assignment]
+
+
+@contextlib.contextmanager
+def _serializing_inline() -> Iterator[None]:
+    token = _inline.set(True)
+    try:
+        yield
+    finally:
+        _inline.reset(token)
+
+
+class InlinePostgresSaver(AsyncPostgresSaver):
+    async def aput(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        with _serializing_inline():
+            return await super().aput(config, checkpoint, metadata, new_versions)
+
     async def aput_writes(self, config: Any, writes: Sequence[tuple[str, Any]], task_id: str,
                           task_path: str = "") -> None:
-        # As LangGraph's: writes to its special channels replace, other writes are kept.
-        query = (self.UPSERT_CHECKPOINT_WRITES_SQL if all(w[0] in WRITES_IDX_MAP for w in writes)
-                 else self.INSERT_CHECKPOINT_WRITES_SQL)
-        configurable = config["configurable"]
-        params = self._dump_writes(configurable["thread_id"], configurable["checkpoint_ns"],
-                                   configurable["checkpoint_id"], task_id, task_path, writes)
-        async with self._cursor(pipeline=True) as cur:
-            await cur.executemany(query, params)
+        with _serializing_inline():
+            await super().aput_writes(config, writes, task_id, task_path)
+
+    async def aget_tuple(self, config: Any) -> CheckpointTuple | None:
+        with _serializing_inline():
+            return await super().aget_tuple(config)
