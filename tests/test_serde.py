@@ -55,3 +55,17 @@ def test_values_around_messages() -> None:
     assert shown["messages"][0]["content"] == "hi"
     assert shown["interrupt"]["value"] == {"ask": "name?"} and shown["interrupt"]["id"] == "i"
     assert shown["at"] == "2026-01-02" and shown["set"] == [1]
+
+
+def test_a_model_whose_json_mode_fails_is_converted_from_its_python_dump() -> None:
+    import pydantic
+
+    class Picky(pydantic.BaseModel):
+        name: str
+
+        @pydantic.field_serializer("name", when_used="json")
+        def _refuse(self, value: str) -> str:
+            raise ValueError("not in JSON mode")
+
+    assert to_jsonable(Picky(name="x")) == {"name": "x"}
+    assert loads(dumps({"picky": Picky(name="x")})) == {"picky": {"name": "x"}}

@@ -18,7 +18,10 @@ def to_jsonable(obj: Any) -> Any:
     if obj is None or isinstance(obj, (str, int, float, bool)):
         return obj
     if isinstance(obj, pydantic.BaseModel):  # messages, most often: converted by pydantic itself, 4x faster
-        return obj.model_dump(mode="json", fallback=to_jsonable)
+        try:
+            return obj.model_dump(mode="json", fallback=to_jsonable)
+        except Exception:  # a model whose JSON mode fails (its own serializer, say): its Python dump, converted here
+            return to_jsonable(obj.model_dump())
     if isinstance(obj, Mapping):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple, set, frozenset)):
