@@ -14,17 +14,15 @@ LangGraph serializes them, on the caller's task, so a value that cannot be seria
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import AsyncIterator
 from typing import Any
-
-import orjson
 
 from langgraph.checkpoint.base import WRITES_IDX_MAP, CheckpointTuple, get_checkpoint_metadata
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
+from threadline.storage.sql import dumps
 from threadline.storage.sqlite_writer import Writer, in_transaction
 
 _PUT_CHECKPOINT = (
@@ -62,7 +60,8 @@ class WriterSqliteSaver(AsyncSqliteSaver):
         configurable = config["configurable"]
         thread_id, checkpoint_ns = str(configurable["thread_id"]), configurable["checkpoint_ns"]
         type_, blob = self.serde.dumps_typed(checkpoint)
-        meta = _metadata_json(get_checkpoint_metadata(config, metadata))
+        # JSON text, as LangGraph's `SqliteSaver` stores it; a lone surrogate is dropped, as it drops it.
+        meta = dumps(get_checkpoint_metadata(config, metadata)).encode("utf-8", "ignore")
         row = (thread_id, checkpoint_ns, checkpoint["id"], configurable.get("checkpoint_id"), type_, blob, meta)
         await self.writer.run(_insert, _PUT_CHECKPOINT, [row], group=self._group)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns,
@@ -89,15 +88,6 @@ class WriterSqliteSaver(AsyncSqliteSaver):
     async def adelete_thread(self, thread_id: str) -> None:
         # A thread can hold many checkpoints: deleted on the connection's thread, not on the loop.
         await self.writer.run(in_transaction, delete_thread_checkpoints, str(thread_id), inline=False)
-
-
-def _metadata_json(metadata: Any) -> bytes:
-    """As LangGraph's `SqliteSaver` stores it (JSON text), with orjson; the standard encoder for what orjson
-    refuses (a lone surrogate, dropped as LangGraph drops it; an int beyond 64 bits)."""
-    try:
-        return orjson.dumps(metadata)
-    except orjson.JSONEncodeError:
-        return json.dumps(metadata, ensure_ascii=False).encode("utf-8", "ignore")
 
 
 def delete_thread_checkpoints(db: sqlite3.Connection, thread_id: str) -> None:

@@ -17,10 +17,10 @@ on a connection of its own, on its thread, while writers wait for the lock.
 run). The group is committed by the next user of the lock that is not itself a grouped write (the lock
 commits it on acquire: our own transactions, LangGraph's saver methods, the WAL checkpoint, the run's final
 state read when it comes from storage, and its finish), and at the latest `GROUP_SECONDS` after its first
-write. So every write of our tables still commits before it returns, a run is never recorded as finished before its checkpoints are
-durable, and a crash loses at most the last `GROUP_SECONDS` of an unfinished run's checkpoints, which
-LangGraph's `async` durability allows (the run itself is retried or failed at restart). `sync` runs commit
-each write, as before.
+write. So every write of our tables still commits before it returns, a run is never recorded as finished
+before its checkpoints are durable, and a crash loses at most the last `GROUP_SECONDS` of an unfinished
+run's checkpoints, which LangGraph's `async` durability allows (the run itself is retried or failed at
+restart). `sync` runs commit each write, as before.
 """
 
 from __future__ import annotations
