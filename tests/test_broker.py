@@ -214,6 +214,17 @@ async def test_posts_are_stored_in_order_and_before_the_end(broker: Broker, peer
     assert await asyncio.wait_for(other, 10) == _numbers(*(-i for i in range(100)))
 
 
+async def test_posts_and_publishes_keep_their_order(broker: Broker, peer: Broker) -> None:
+    """A publish waits for its event to be stored and returns its id; posted before it, events come before."""
+    for i in range(30):
+        await broker.post("r", "values", str(i).encode())
+    last = await broker.publish("r", "values", b"30")
+    await broker.end_stream("r")
+    got = [ev async for ev in peer.subscribe("r", replay=True)]
+    assert [ev.data for ev in got] == _numbers(*range(31))
+    assert got[-1].id == last
+
+
 async def test_a_posted_stream_expires_after_its_end(redis_deployment: Deployment) -> None:
     """Posted events keep the stream alive for `live_seconds`; its end shortens that to `retain_seconds`."""
     broker = await redis_deployment.open()

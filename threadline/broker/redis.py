@@ -92,8 +92,8 @@ class RedisBroker(Broker):
         self._signals = LocalSignals()
         # Runs whose stored early cancel still has to be read (Redis failed at registration, or resubscribed).
         self._unchecked: set[str] = set()
-        # What is waiting to be sent, in order (see `post`): ("event", run_id, (event, data)),
-        # ("end", run_id, future), ("signal", channel, payload).
+        # What is waiting to be sent, in order (see `_send_outbox`): ("event", run_id, (event, data, future or
+        # None)), ("end", run_id, future), ("signal", channel, payload).
         self._outbox: deque[tuple[str, str, Any]] = deque()
         self._sending: asyncio.Task[None] | None = None
 
@@ -110,7 +110,7 @@ class RedisBroker(Broker):
             await self._redis.ping()
 
     async def close(self) -> None:
-        if self._sending is not None:  # what was posted is sent first
+        while self._sending is not None and not self._sending.done():  # what was queued is sent first
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await self._sending
         if self._listening is not None:
@@ -126,27 +126,22 @@ class RedisBroker(Broker):
     # Streams.
 
     async def publish(self, run_id: str, event: str, data: bytes) -> str:
-        events = self._keys.events(run_id)
-        # One round trip, no MULTI/EXEC: the expiry only has to follow the append, not be atomic with it
-        # (end_stream sets both keys' retention itself).
-        async with self._exchange(), self._redis.pipeline(transaction=False) as pipe:
-            pipe.xadd(events, {"e": event, "d": data}, maxlen=self._buffer, approximate=False)
-            pipe.expire(events, self.live_seconds)
-            event_id, *_ = await pipe.execute()
-        return str(event_id, "ascii")
+        # Through the same queue as posts, so the two keep their order; this one waits to be stored.
+        stored = asyncio.get_running_loop().create_future()
+        self._queue(("event", run_id, (event, data, stored)))
+        return await asyncio.shield(stored)
 
     async def post(self, run_id: str, event: str, data: bytes) -> None:
-        self._outbox.append(("event", run_id, (event, data)))
-        self._send_posts()
+        self._queue(("event", run_id, (event, data, None)))
 
     async def end_stream(self, run_id: str) -> None:
-        # After the run's posts, in the outbox's order; often in the same round trip as its last events.
+        # After the run's posts, in the queue's order; often in the same round trip as its last events.
         ended = asyncio.get_running_loop().create_future()
-        self._outbox.append(("end", run_id, ended))
-        self._send_posts()
+        self._queue(("end", run_id, ended))
         await asyncio.shield(ended)
 
-    def _send_posts(self) -> None:
+    def _queue(self, item: tuple[str, str, Any]) -> None:
+        self._outbox.append(item)
         if self._sending is None or self._sending.done():
             self._sending = asyncio.create_task(self._send_outbox(), name="threadline-redis-posts")
 
@@ -154,11 +149,12 @@ class RedisBroker(Broker):
         """Send what is queued, in order, a pipeline at a time: what is queued while one is in flight goes
         in the next. A run's stream expires `live_seconds` after its last event, `retain_seconds` after its
         end; the end flag is a stream of its own (a blocking read of the events wakes on it too, and it takes
-        no place in the events' buffer); ending twice only renews the retention."""
+        no place in the events' buffer); ending twice only renews the retention. Whoever waits for an item
+        (`publish`, `end_stream`) gets its outcome: the event's id, or the error."""
         while self._outbox:
             batch = list(self._outbox)
             self._outbox.clear()
-            ends = [value for kind, _, value in batch if kind == "end"]
+            waiting: list[tuple[int, asyncio.Future[Any]]] = []  # (index of the item's reply, its waiter)
             try:
                 async with self._exchange(), self._redis.pipeline(transaction=False) as pipe:
                     expiring: set[str] = set()  # runs whose events' expiry this batch has set
@@ -168,33 +164,34 @@ class RedisBroker(Broker):
                             continue
                         events = self._keys.events(name)
                         if kind == "end":
+                            waiting.append((len(pipe), value))
                             end = self._keys.end(name)
                             pipe.xadd(end, {"end": "1"}, maxlen=1, approximate=False)
                             pipe.expire(end, self.retain_seconds)
                             pipe.expire(events, self.retain_seconds)
                             expiring.add(name)
                         else:
-                            event, data = value
+                            event, data, stored = value
+                            if stored is not None:
+                                waiting.append((len(pipe), stored))
                             pipe.xadd(events, {"e": event, "d": data}, maxlen=self._buffer, approximate=False)
                             if name not in expiring:
                                 pipe.expire(events, self.live_seconds)
                                 expiring.add(name)
-                    await pipe.execute()
-            except Unavailable as exc:
+                    replies = await pipe.execute()
+            except BaseException as exc:
+                failure = exc if isinstance(exc, Exception) else Unavailable(f"Redis broker stopped: {exc!r}")
+                for _, waiter in waiting:
+                    if not waiter.done():
+                        waiter.set_exception(failure)
+                if not isinstance(exc, Unavailable):
+                    raise
                 log.warning("Redis broker: %d stream events, ends and signals were not sent (%s); idle "
                             "workers poll and waiters re-check", len(batch), exc)
-                for ended in ends:
-                    if not ended.done():
-                        ended.set_exception(exc)
-            except BaseException as exc:
-                for ended in ends:
-                    if not ended.done():
-                        ended.set_exception(exc if isinstance(exc, Exception) else Unavailable(str(exc)))
-                raise
             else:
-                for ended in ends:
-                    if not ended.done():
-                        ended.set_result(None)
+                for index, waiter in waiting:
+                    if not waiter.done():
+                        waiter.set_result(str(replies[index], "ascii"))
 
     async def stream_started(self, run_id: str) -> bool:
         async with self._exchange():
@@ -276,8 +273,7 @@ class RedisBroker(Broker):
 
     def _signal(self, channel: str, payload: str = "") -> None:
         """Queued with the posts, not waited for: a lost signal costs latency, never a stuck run."""
-        self._outbox.append(("signal", channel, payload))
-        self._send_posts()
+        self._queue(("signal", channel, payload))
 
     async def _subscribe(self) -> PubSub:
         """Subscribe to our channels; return once Redis confirmed, so no signal sent afterwards is missed."""
