@@ -244,6 +244,18 @@ async def test_delete_run(sdk: LangGraphClient, http: httpx.AsyncClient) -> None
     assert await sdk.runs.list(tid) == []
 
 
+async def test_deleting_a_finished_run_leaves_its_threads_status(sdk: LangGraphClient) -> None:
+    """A thread waiting on an interrupt stays `interrupted` when a finished run of it is deleted: only a thread
+    left `busy` with no active run becomes idle."""
+    tid = (await sdk.threads.create())["thread_id"]
+    first = await sdk.runs.create(tid, "counter", input={"increment": 1})
+    await sdk.runs.join(tid, first["run_id"])
+    await sdk.runs.wait(tid, "approval", input={"request": "deploy"})
+    assert (await sdk.threads.get(tid))["status"] == "interrupted"
+    await sdk.runs.delete(tid, first["run_id"])
+    assert (await sdk.threads.get(tid))["status"] == "interrupted"
+
+
 async def test_a_thread_created_by_a_run_carries_the_run_metadata(sdk: LangGraphClient) -> None:
     """As the reference (probed): the new thread gets the graph, the assistant and the run's metadata; the run
     gets the assistant's metadata and its own (no thread existed to inherit from)."""

@@ -374,7 +374,7 @@ class PostgresStorage(Storage):
                 "UPDATE runs SET status = %s, error = %s, output = %s, lease_expires_at = NULL, "
                 f"updated_at = now() WHERE run_id = %s{guard} RETURNING *", params)
             if not delete_thread:
-                await _reconcile_thread_of_run(db, run_id, thread_changes or {})
+                await _reconcile_thread(db, thread_changes or {}, run_id=run_id)
             found = await cur.fetchone()
             if found is None:
                 raise psycopg.Rollback()
@@ -394,7 +394,7 @@ class PostgresStorage(Storage):
                 "RETURNING run_id, thread_id", (status, list(run_ids)))
             rows = await cur.fetchall()
             for thread_id in sorted({r["thread_id"] for r in rows}):
-                await _reconcile_thread(db, thread_id, {})
+                await _reconcile_thread(db, {}, thread_id=thread_id)
         return [r["run_id"] for r in rows]
 
     async def get_run(self, run_id: str) -> Row | None:
@@ -413,7 +413,7 @@ class PostgresStorage(Storage):
             found = await cur.fetchone()
             if found is None:
                 return False
-            await _reconcile_thread(db, found["thread_id"], {}, only_if_busy=True)
+            await _reconcile_thread(db, {}, thread_id=found["thread_id"], only_if_busy=True)
         return True
 
     async def active_runs(self, thread_id: str) -> list[Row]:
@@ -444,7 +444,7 @@ class PostgresStorage(Storage):
                                      "lease_expires_at = NULL, updated_at = now() WHERE run_id = %s",
                                      (Jsonb(err), r["run_id"]))
                     failed.append({**r, "status": "error", "error": err})
-                    await _reconcile_thread(db, r["thread_id"], {"status": "error", "error": err})
+                    await _reconcile_thread(db, {"status": "error", "error": err}, thread_id=r["thread_id"])
             if not expired_only:
                 await db.execute(
                     "UPDATE threads SET status = 'idle', updated_at = now() WHERE status = 'busy' AND NOT EXISTS "
@@ -564,44 +564,27 @@ async def _has_pgvector(pool: AsyncConnectionPool) -> bool:
         return True
 
 
-async def _reconcile_thread(db: psycopg.AsyncConnection, thread_id: str, changes: Row,
-                            only_if_busy: bool = False) -> None:
-    """A thread is busy while it has an active run; otherwise it takes the status the finisher computed.
+async def _reconcile_thread(db: psycopg.AsyncConnection, changes: Row, *, thread_id: str | None = None,
+                            run_id: str | None = None, only_if_busy: bool = False) -> None:
+    """A thread is busy while it has an active run; otherwise it takes the status the finisher computed
+    (`changes["status"]`, else idle; with `only_if_busy` and no status given, only a busy thread changes).
 
-    The thread row is locked first, as `enqueue_run` locks it: a run enqueued concurrently is then either
-    seen here (thread stays busy) or enqueued after us (and marks the thread busy itself). Without the lock
-    our later UPDATE would wait for the enqueue and then overwrite its `busy` with `idle`.
+    The thread is named by its id, or by one of its runs (`run_id`). The status is decided in SQL, so no
+    result is waited for here: a finish pipelines these statements behind its run's own update. The thread
+    row is locked first, as `enqueue_run` locks it: a run enqueued concurrently is then either seen by the
+    UPDATE, a statement of its own that starts after the lock is held (the thread stays busy), or enqueued
+    after us (and marks the thread busy itself).
     """
-    await db.execute("SELECT 1 FROM threads WHERE thread_id = %s FOR UPDATE", (thread_id,))
-    cur = await db.execute(f"SELECT 1 FROM runs WHERE thread_id = %s AND {_ACTIVE} LIMIT 1", (thread_id,))
-    active = await cur.fetchone() is not None
-    changes = dict(changes)
-    if active:
-        changes["status"] = "busy"
-    elif "status" not in changes:
-        if only_if_busy:
-            await db.execute("UPDATE threads SET status = 'idle', updated_at = now() WHERE thread_id = %s "
-                             "AND status = 'busy'", (thread_id,))
-            return
-        changes["status"] = "idle"
-    changes["updated_at"] = now_iso()
-    await db.execute(f"UPDATE threads SET {', '.join(f'{_q(k)} = %s' for k in changes)} WHERE thread_id = %s",
-                     [_param(k, v) for k, v in changes.items()] + [thread_id])
-
-
-async def _reconcile_thread_of_run(db: psycopg.AsyncConnection, run_id: str, changes: Row) -> None:
-    """`_reconcile_thread` for the thread of `run_id`, with no result waited for: the statements can be
-    pipelined behind the run's own update. Each sees what the statements before it in the transaction
-    wrote, and the status is decided in SQL after the thread's row is locked."""
-    thread = "(SELECT thread_id FROM runs WHERE run_id = %s)"
-    await db.execute(f"SELECT 1 FROM threads WHERE thread_id = {thread} FOR UPDATE", (run_id,))
-    status = changes.get("status", "idle")
+    target, key = ("%s", thread_id) if run_id is None else ("(SELECT thread_id FROM runs WHERE run_id = %s)", run_id)
+    await db.execute(f"SELECT 1 FROM threads WHERE thread_id = {target} FOR UPDATE", (key,))
+    active = f"EXISTS (SELECT 1 FROM runs r WHERE r.thread_id = threads.thread_id AND r.{_ACTIVE})"
+    status = changes.get("status")
     changes = {k: v for k, v in changes.items() if k != "status"} | {"updated_at": now_iso()}
-    sets = ", ".join(f"{_q(k)} = %s" for k in changes)
+    only_busy = f" AND (status = 'busy' OR {active})" if only_if_busy and status is None else ""
     await db.execute(
-        f"UPDATE threads SET {sets}, status = CASE WHEN EXISTS (SELECT 1 FROM runs r WHERE "
-        f"r.thread_id = threads.thread_id AND r.{_ACTIVE}) THEN 'busy' ELSE %s END WHERE thread_id = {thread}",
-        [*(_param(k, v) for k, v in changes.items()), status, run_id])
+        f"UPDATE threads SET {''.join(f'{_q(k)} = %s, ' for k in changes)}"
+        f"status = CASE WHEN {active} THEN 'busy' ELSE %s END WHERE thread_id = {target}{only_busy}",
+        [*(_param(k, v) for k, v in changes.items()), status or "idle", key])
 
 
 async def _one(db: psycopg.AsyncConnection, sql: str, params: tuple | list = ()) -> Row | None:
