@@ -94,11 +94,11 @@ async def test_the_wal_is_checkpointed_off_the_loop(tmp_path: Path, monkeypatch:
     assert often * 3 < never, (often, never)
 
 
-def _committed_checkpoints(db_path: Path, thread_id: str) -> int:
-    """What another connection sees: only committed rows."""
+def _committed(db_path: Path, thread_id: str, table: str = "checkpoints") -> int:
+    """The thread's rows in `table` that another connection sees: only committed ones."""
     other = sqlite3.connect(db_path)
     try:
-        return other.execute("SELECT count(*) FROM checkpoints WHERE thread_id = ?", (thread_id,)).fetchone()[0]
+        return other.execute(f"SELECT count(*) FROM {table} WHERE thread_id = ?", (thread_id,)).fetchone()[0]
     finally:
         other.close()
 
@@ -126,15 +126,15 @@ async def test_grouped_checkpoint_writes_commit_on_the_next_lock_user_or_soon_af
         tid = str(uuid.uuid4())
         for step in range(3):
             await _put(grouped, tid, step)
-        assert _committed_checkpoints(db_path, tid) == 0  # not committed yet
+        assert _committed(db_path, tid) == 0  # not committed yet
         found = await storage.checkpointer.aget_tuple({"configurable": {"thread_id": tid, "checkpoint_ns": ""}})
         assert found is not None and found.metadata["step"] == 2  # reads under the lock commit the group first
-        assert _committed_checkpoints(db_path, tid) == 3
+        assert _committed(db_path, tid) == 3
         # Our own tables' writes commit what was grouped before them, and themselves, before they return.
         tid2 = str(uuid.uuid4())
         await _put(grouped, tid2, 0)
         run = await storage.enqueue_run(_run_row(tid2), thread_metadata={}, create_thread=True, reject_if_active=False)
-        assert _committed_checkpoints(db_path, tid2) == 1
+        assert _committed(db_path, tid2) == 1
         other = sqlite3.connect(db_path)
         assert other.execute("SELECT status FROM runs WHERE run_id = ?", (run["run_id"],)).fetchone() == ("pending",)
         other.close()
@@ -143,15 +143,15 @@ async def test_grouped_checkpoint_writes_commit_on_the_next_lock_user_or_soon_af
         tid3 = str(uuid.uuid4())
         await _put(grouped, tid3, 0)
         for _ in range(100):
-            if _committed_checkpoints(db_path, tid3):
+            if _committed(db_path, tid3):
                 break
             await asyncio.sleep(0.01)
-        assert _committed_checkpoints(db_path, tid3) == 1
+        assert _committed(db_path, tid3) == 1
 
         # `sync` runs commit every write before it returns.
         tid4 = str(uuid.uuid4())
         await _put(storage.run_checkpointer("sync"), tid4, 0)
-        assert _committed_checkpoints(db_path, tid4) == 1
+        assert _committed(db_path, tid4) == 1
     finally:
         await storage.close()
 
@@ -162,6 +162,36 @@ async def test_closing_commits_an_open_group(tmp_path: Path, monkeypatch) -> Non
     monkeypatch.setattr(sqlite_writer, "GROUP_SECONDS", 3600.0)
     tid = str(uuid.uuid4())
     await _put(storage.run_checkpointer("async"), tid, 0)
-    assert _committed_checkpoints(db_path, tid) == 0
+    assert _committed(db_path, tid) == 0
     await storage.close()
-    assert _committed_checkpoints(db_path, tid) == 1
+    assert _committed(db_path, tid) == 1
+
+
+async def test_a_grouped_write_that_finds_the_database_locked_waits_off_the_loop_and_commits(
+        tmp_path: Path, monkeypatch) -> None:
+    """A run's checkpoint write that cannot open a group (another connection holds SQLite's write lock, as the
+    store's may) waits on the connection's thread, the loop still turning, and is committed on its own; the
+    run's next writes group as usual."""
+    db_path = tmp_path / "tl.db"
+    storage = await open_storage(f"sqlite:///{db_path}")
+    try:
+        monkeypatch.setattr(sqlite_writer, "GROUP_SECONDS", 3600.0)  # a group would stay open: this must not
+        other = sqlite3.connect(db_path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        tid = str(uuid.uuid4())
+        put = asyncio.create_task(_put(storage.run_checkpointer("async"), tid, 0))
+        ticks, started = 0, time.monotonic()
+        while time.monotonic() - started < 0.3:
+            await asyncio.sleep(0.01)
+            ticks += 1
+        assert not put.done()
+        assert ticks >= 15, f"the event loop was blocked: {ticks} ticks in 0.3 s"
+        other.execute("COMMIT")
+        other.close()
+        await asyncio.wait_for(put, 10)
+        assert _committed(db_path, tid) == 1  # the checkpoint, committed on its own
+        assert _committed(db_path, tid, "writes") == 0  # its task's writes, put once the lock was free: grouped
+        await storage.checkpointer.aget_tuple({"configurable": {"thread_id": tid, "checkpoint_ns": ""}})
+        assert _committed(db_path, tid, "writes") == 2  # committed by the next user of the lock
+    finally:
+        await storage.close()
