@@ -97,7 +97,7 @@ async def test_bad_bodies_are_422_naming_the_field(http: httpx.AsyncClient) -> N
 
 
 async def test_agents_paths(http: httpx.AsyncClient) -> None:
-    agents = (await http.post("/agents/search", json={})).json()
+    agents = (await http.post("/agents/search", json={"limit": 100})).json()
     assert {a["name"] for a in agents} >= {"echo", "counter"}
     one = (await http.get(f"/agents/{system_id('echo')}")).json()
     assert one["agent_id"] == system_id("echo") and one["name"] == "echo"

@@ -130,8 +130,8 @@ class Assistants:
     async def _graph(self, assistant_id: str) -> AsyncIterator[tuple[Row, Pregel]]:
         """The assistant and its graph (a factory gets the assistant's config, as it would in a run)."""
         assistant = await self.get(assistant_id)
-        async with self.graphs.graph(assistant["graph_id"], {**assistant["config"],
-                                                             "configurable": assistant["context"]}) as graph:
+        async with self.graphs.graph(assistant["graph_id"], factory_config(assistant),
+                                     store=self.storage.store) as graph:
             yield assistant, graph
 
     async def schemas(self, assistant_id: str) -> dict[str, Any]:
@@ -145,6 +145,13 @@ class Assistants:
     async def subgraphs(self, assistant_id: str, namespace: str | None = None, recurse: bool = False) -> dict[str, Any]:
         async with self._graph(assistant_id) as (_, graph):
             return subgraph_schemas(graph, namespace, recurse)
+
+
+def factory_config(assistant: Row, thread_id: str | None = None) -> dict[str, Any]:
+    """The config a graph factory gets outside a run: the assistant's (its context as `configurable`), with
+    the thread's id when the graph is used for a thread's state."""
+    configurable = {**(assistant.get("context") or {}), **({"thread_id": thread_id} if thread_id else {})}
+    return {**(assistant.get("config") or {}), "configurable": configurable}
 
 
 def _mirror_context(config: dict | None, context: dict | None) -> tuple[dict, dict]:

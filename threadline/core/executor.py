@@ -71,6 +71,13 @@ def build_config(run: Row, assistant: Row, thread_id: str) -> dict[str, Any]:
     return config
 
 
+def run_context(run: Row, assistant: Row) -> dict[str, Any]:
+    """The run's context over the assistant's. Always a dict, `{}` when neither gives one, as on LangGraph's
+    server: a graph's `context_schema` (a dataclass or pydantic model) is then built from its defaults, so
+    `runtime.context.field` works in a run that sent no context."""
+    return {**(assistant.get("context") or {}), **((run["kwargs"] or {}).get("context") or {})}
+
+
 def run_durability(kwargs: dict[str, Any]) -> str:
     """The run's `durability`, else the legacy `checkpoint_during` (false: "exit"), else LangGraph's default,
     "async"."""
@@ -130,7 +137,8 @@ class Executor:
             if protocol is not None:
                 protocol.named(assistant["graph_id"])
             config = build_config(run, assistant, thread_id)
-            async with self.graphs.graph(assistant["graph_id"], config) as graph:
+            async with self.graphs.graph(assistant["graph_id"], config, access="threads.create_run",
+                                         store=self.storage.store, context=run_context(run, assistant)) as graph:
                 checkpointer = self.storage.run_checkpointer(run_durability(run["kwargs"] or {}))
                 bound = bind(graph, FencedCheckpointer(checkpointer, lease), self.storage.store)
                 await self._stream(bound, run, config, assistant, lease, protocol)
@@ -226,13 +234,11 @@ class Executor:
         modes = requested_modes(kwargs)
         lg_modes = sorted({STREAM_MODES[m] for m in modes if STREAM_MODES.get(m)})
         subgraphs = bool(kwargs.get("stream_subgraphs"))
-        context = {**(assistant.get("context") or {}), **(kwargs.get("context") or {})} or None
         options: dict[str, Any] = {
             "stream_mode": lg_modes or ["values"], "subgraphs": subgraphs,
             "interrupt_before": kwargs.get("interrupt_before"), "interrupt_after": kwargs.get("interrupt_after"),
+            "context": run_context(run, assistant),
         }
-        if context is not None:
-            options["context"] = context
         options["durability"] = run_durability(kwargs)
         messages = MessageStreamer(legacy="messages" in modes, tuples="messages-tuple" in modes)
 

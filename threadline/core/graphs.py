@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import logging
+import operator
 import sys
+import types
+import typing
 import warnings
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
+import typing_extensions
 from langgraph.graph import StateGraph
 from langgraph.pregel import Pregel
 
@@ -25,7 +30,7 @@ log = logging.getLogger("threadline.graphs")
 class GraphEntry:
     graph_id: str
     spec: str
-    target: Any  # a compiled graph, or a factory taking the run config
+    target: Any  # a compiled graph, or a factory (see `GraphRegistry.graph`)
 
     @property
     def is_factory(self) -> bool:
@@ -57,13 +62,21 @@ class GraphRegistry:
             raise NotFound(f"Graph '{graph_id}' not found. Served graphs: {', '.join(self.entries)}") from None
 
     @contextlib.asynccontextmanager
-    async def graph(self, graph_id: str, config: dict[str, Any] | None = None) -> AsyncIterator[Pregel]:
-        """Yield the compiled graph for one use (factories are called with the run config)."""
+    async def graph(self, graph_id: str, config: dict[str, Any] | None = None, *,
+                    access: AccessContext = "assistants.read", store: Any = None,
+                    context: Any = None) -> AsyncIterator[Pregel]:
+        """Yield the compiled graph for one use.
+
+        A factory is called as LangGraph's server calls it: with the config (the assistant's, merged with the
+        run's for a run), a `langgraph_sdk.runtime.ServerRuntime` telling why (`access`: running it, reading
+        or updating a thread's state, describing it) with the store and, for a run, its `context`; or both, or
+        neither, as its signature asks. It may be sync or async, and may return an (async) context manager,
+        entered for the length of the use."""
         entry = self.entry(graph_id)
         if not entry.is_factory:
             yield entry.target
             return
-        made = _call_factory(entry.target, config or {})
+        made = _call_factory(entry.target, config or {}, lambda: server_runtime(access, store, context))
         if inspect.isawaitable(made):
             made = await made
         if hasattr(made, "__aenter__"):
@@ -76,12 +89,44 @@ class GraphRegistry:
             yield _compiled(made, graph_id)
 
 
-def _call_factory(factory: Any, config: dict[str, Any]) -> Any:
+AccessContext = Literal["threads.create_run", "threads.update", "threads.read", "assistants.read"]
+
+
+def server_runtime(access: AccessContext, store: Any, context: Any) -> Any:
+    """The `ServerRuntime` a factory receives: its execution variant (with the run's context) for a run,
+    the read variant otherwise."""
+    from langgraph_sdk import runtime  # ServerRuntime: langgraph-sdk >= 0.3.5 (a dependency of langgraph)
+
+    if access == "threads.create_run":
+        return runtime._ExecutionRuntime(access_context=access, store=store, context=context)
+    return runtime._ReadRuntime(access_context=access, store=store)
+
+
+def _call_factory(factory: Any, config: dict[str, Any], make_runtime: Any) -> Any:
+    """Call `factory` with what its parameters ask for: the config, the runtime, both or neither.
+
+    A parameter is the runtime when it is named `runtime` or annotated with `ServerRuntime`; any other is
+    the config. So `(config)`, `(runtime)`, `(config, runtime)` and `()` all work, as on LangGraph's server."""
     try:
-        params = inspect.signature(factory).parameters
+        params = [p for p in inspect.signature(factory).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     except (TypeError, ValueError):
-        params = {}
-    return factory(config) if params else factory()
+        params = []
+    args: list[Any] = []
+    has_config = False
+    for param in params[:2]:
+        if _is_runtime_param(param) or (has_config and param.default is param.empty):
+            args.append(make_runtime())  # `(config, anything)`: the second is the runtime
+        elif not has_config:
+            args.append(config)
+            has_config = True
+    return factory(*args)
+
+
+def _is_runtime_param(param: inspect.Parameter) -> bool:
+    annotation = param.annotation
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", repr(annotation))
+    return param.name == "runtime" or "ServerRuntime" in str(text) or "ServerRuntime" in repr(annotation)
 
 
 def _compiled(obj: Any, graph_id: str) -> Pregel:
@@ -118,12 +163,23 @@ def describe_schemas(graph: Pregel, graph_id: str) -> dict[str, Any]:
 
     return {
         "graph_id": graph_id,
-        "input_schema": safe(graph.get_input_jsonschema),
-        "output_schema": safe(graph.get_output_jsonschema),
+        "input_schema": safe(lambda: _io_schema(graph, "input")),
+        "output_schema": safe(lambda: _io_schema(graph, "output")),
         "state_schema": safe(lambda: _state_schema(graph)),
         "config_schema": safe(graph.get_config_jsonschema),
         "context_schema": safe(graph.get_context_jsonschema),
     }
+
+
+def _io_schema(graph: Pregel, which: Literal["input", "output"]) -> Any:
+    """LangGraph's own input or output schema, except for a `typing.TypedDict` on Python < 3.12, which
+    pydantic refuses: it is described as its `typing_extensions` twin (LangGraph's server answers null)."""
+    typ = getattr(getattr(graph, "builder", None), f"{which}_schema", None)
+    if typ is not None and pydantic_compatible(typ) is not typ:
+        from pydantic import TypeAdapter
+
+        return TypeAdapter(pydantic_compatible(typ)).json_schema()
+    return graph.get_input_jsonschema() if which == "input" else graph.get_output_jsonschema()
 
 
 def _state_schema(graph: Pregel) -> Any:
@@ -133,7 +189,61 @@ def _state_schema(graph: Pregel) -> Any:
         return graph.get_output_jsonschema()
     from pydantic import TypeAdapter
 
-    return TypeAdapter(state).json_schema()
+    return TypeAdapter(pydantic_compatible(state)).json_schema()
+
+
+def pydantic_compatible(tp: Any, _seen: dict[Any, Any] | None = None) -> Any:
+    """`tp` with every `typing.TypedDict` in it (itself, its fields, their arguments) made a
+    `typing_extensions.TypedDict` with the same fields, which pydantic accepts on Python < 3.12 too.
+    `tp` itself when nothing needed converting."""
+    if sys.version_info >= (3, 12):
+        return tp
+    seen = {} if _seen is None else _seen
+    try:
+        if tp in seen:
+            return seen[tp]
+    except TypeError:  # an unhashable annotation argument (a metadata object): left as it is
+        return tp
+    if typing_extensions.is_typeddict(tp):
+        return _typed_dict_twin(tp, seen)
+    args = typing.get_args(tp)
+    if not args:
+        return tp
+    new_args = tuple(pydantic_compatible(a, seen) for a in args)
+    if all(n is a for n, a in zip(new_args, args)):
+        return tp
+    origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        return typing.Annotated[(new_args[0], *tp.__metadata__)]  # type: ignore[return-value]
+    if hasattr(tp, "copy_with"):  # typing's generic aliases (List[X], Union[X, Y], Optional[X])
+        return tp.copy_with(new_args)
+    if origin is types.UnionType:
+        return functools.reduce(operator.or_, new_args)
+    return origin[new_args] if origin is not None else tp
+
+
+_REQUIREDNESS = {typing.Required, typing.NotRequired, typing_extensions.Required, typing_extensions.NotRequired}
+
+
+def _typed_dict_twin(tp: Any, seen: dict[Any, Any]) -> Any:
+    hints = typing.get_type_hints(tp, include_extras=True)
+    seen[tp] = tp  # a recursive TypedDict stays as it is (pydantic will report it)
+    fields = {}
+    changed = type(tp).__module__ == "typing"  # pydantic refuses `typing.TypedDict` itself, not just its fields
+    for name, hint in hints.items():
+        if typing.get_origin(hint) in _REQUIREDNESS:  # kept by include_extras; set again below
+            hint = typing.get_args(hint)[0]
+        converted = pydantic_compatible(hint, seen)
+        changed = changed or converted is not hint
+        required = name in getattr(tp, "__required_keys__", ())
+        fields[name] = typing_extensions.Required[converted] if required else typing_extensions.NotRequired[converted]
+    if not changed:
+        return tp
+    twin = typing_extensions.TypedDict(tp.__name__, fields)  # type: ignore[operator]
+    twin.__doc__ = tp.__doc__
+    twin.__module__ = tp.__module__
+    seen[tp] = twin
+    return twin
 
 
 def draw(graph: Pregel, xray: int | bool = False) -> dict[str, Any]:

@@ -80,10 +80,12 @@ def pending_interrupts(state: dict[str, Any]) -> dict[str, list[dict[str, Any]]]
 
 
 def thread_fields(state: dict[str, Any]) -> dict[str, Any]:
-    """What a thread row caches of its latest state: values, pending interrupts, and the status they imply."""
+    """What a thread row caches of its latest state: values, pending interrupts, and the status they imply:
+    `interrupted` while the graph has tasks left to run (an `interrupt()`, a static breakpoint, a state
+    update made as a node with successors), as on LangGraph's server; otherwise `idle`."""
     interrupts = pending_interrupts(state)
     return {"values": state["values"] if state["checkpoint"] else None, "interrupts": interrupts,
-            "status": "interrupted" if interrupts else "idle"}
+            "status": "interrupted" if interrupts or state.get("next") else "idle"}
 
 
 def run_output(state: dict[str, Any]) -> Any:

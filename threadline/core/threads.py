@@ -11,7 +11,9 @@ from langgraph.pregel import Pregel
 from langgraph.types import StateUpdate
 
 from threadline.config import CheckpointerTTL
-from threadline.core.graphs import GraphRegistry
+from threadline.core.assistants import factory_config, system_assistant_id
+from threadline.core.graphs import AccessContext, GraphRegistry
+from threadline.ids import is_uuid
 from threadline.core.state import bind, checkpoint_ref, empty_state, snapshot_json, thread_config, thread_fields
 from threadline.errors import BadRequest, NotFound
 from threadline.storage.base import Row, Storage
@@ -51,7 +53,7 @@ class Threads:
                **thread_ttl_columns(ttl if ttl is not None else self.default_ttl)}
         thread = await self.storage.create_thread(row, if_exists=if_exists)
         if supersteps and thread["created_at"] == now:  # not an existing thread kept by if_exists=do_nothing
-            async with self._graph(thread) as graph:
+            async with self._graph(thread, "threads.update") as graph:
                 assert graph is not None
                 try:
                     await graph.abulk_update_state(thread_config(thread["thread_id"]), [
@@ -114,14 +116,30 @@ class Threads:
 
     # --- state -------------------------------------------------------------------
     @contextlib.asynccontextmanager
-    async def _graph(self, thread: Row) -> AsyncIterator[Pregel | None]:
-        """The thread's graph (from `metadata.graph_id`) bound to our checkpointer and store; None if it has none."""
+    async def _graph(self, thread: Row, access: AccessContext = "threads.read") -> AsyncIterator[Pregel | None]:
+        """The thread's graph (from `metadata.graph_id`) bound to our checkpointer and store; None if it has none.
+
+        A factory is called with the config of the assistant that last ran on the thread (its
+        `metadata.assistant_id`), else of the graph's system assistant, so that it builds the graph the runs used.
+        """
         graph_id = thread["metadata"].get("graph_id")
         if graph_id not in self.graphs.entries:
             yield None
             return
-        async with self.graphs.graph(graph_id, thread_config(thread["thread_id"])) as graph:
+        config = thread_config(thread["thread_id"])
+        if self.graphs.entry(graph_id).is_factory:
+            assistant = await self._assistant_of(thread, graph_id)
+            if assistant is not None:
+                config = factory_config(assistant, thread["thread_id"])
+        async with self.graphs.graph(graph_id, config, access=access, store=self.storage.store) as graph:
             yield bind(graph, self.storage.checkpointer, self.storage.store)
+
+    async def _assistant_of(self, thread: Row, graph_id: str) -> Row | None:
+        named = thread["metadata"].get("assistant_id")
+        found = await self.storage.get_assistant(named) if isinstance(named, str) and is_uuid(named) else None
+        if found is None or found["graph_id"] != graph_id:
+            found = await self.storage.get_assistant(system_assistant_id(graph_id))
+        return found
 
     async def get_state(self, thread_id: str, *, checkpoint: dict[str, Any] | None = None,
                         subgraphs: bool = False) -> dict[str, Any]:
@@ -139,7 +157,7 @@ class Threads:
     async def update_state(self, thread_id: str, *, values: Any, as_node: str | None = None,
                            checkpoint: dict[str, Any] | None = None) -> dict[str, Any]:
         thread = await self.get(thread_id)
-        async with self._graph(thread) as graph:
+        async with self._graph(thread, "threads.update") as graph:
             if graph is None:
                 raise BadRequest(f"Thread {thread_id} has no graph yet: run it once, or create it with "
                                  "metadata.graph_id, before updating its state")

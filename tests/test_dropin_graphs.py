@@ -1,0 +1,143 @@
+"""Graphs written as users write them for `langgraph dev` behave here as there (issue 13, "Runs and graphs"):
+a `Runtime[Context]` graph run without a context, factories of every shape LangGraph's server accepts,
+`typing.TypedDict` state on Python 3.11, static breakpoints, state updates of a factory graph."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from langgraph_sdk.client import LangGraphClient
+
+from tests.project.userstyle import FACTORY_CALLS, greeter
+from threadline.core.graphs import GraphEntry, GraphRegistry
+
+
+@pytest.fixture(autouse=True)
+def _no_factory_calls() -> None:
+    FACTORY_CALLS.clear()
+
+
+async def test_runtime_context_without_context_gets_the_schema_defaults(sdk: LangGraphClient) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    out = await sdk.runs.wait(tid, "greeter", input={"text": "bob"})
+    assert out == {"text": "hello bob!"}
+    # A context given in part fills the rest from the defaults; the assistant's context is under the run's.
+    out = await sdk.runs.wait(tid, "greeter", input={"text": "ann"}, context={"greeting": "hi"})
+    assert out == {"text": "hi ann!"}
+    mine = await sdk.assistants.create("greeter", context={"greeting": "hey", "punctuation": "?"})
+    out = await sdk.runs.wait(None, mine["assistant_id"], input={"text": "al"}, context={"greeting": "yo"})
+    assert out == {"text": "yo al?"}
+
+
+FACTORIES = ["config_runtime", "runtime_only", "config_only", "bare", "managed"]
+# Which factories build their nodes from the assistant's config (the others ignore it).
+READS_CONFIG = {"config_runtime", "config_only", "managed"}
+
+
+@pytest.mark.parametrize("graph_id", FACTORIES)
+async def test_every_factory_shape_runs_draws_and_describes(sdk: LangGraphClient, graph_id: str) -> None:
+    mine = await sdk.assistants.create(graph_id, config={"configurable": {"prefix": "p"}})
+    prefix = "p" if graph_id in READS_CONFIG else "step"
+    tid = (await sdk.threads.create())["thread_id"]
+    out = await sdk.runs.wait(tid, mine["assistant_id"], input={"text": "x"})
+    assert out == {"text": "x", "trail": [f"{prefix}_one", f"{prefix}_two"]}
+    assert (await sdk.threads.get_state(tid))["values"] == out
+    drawn = await sdk.assistants.get_graph(mine["assistant_id"])
+    assert [n["id"] for n in drawn["nodes"]] == ["__start__", f"{prefix}_one", f"{prefix}_two", "__end__"]
+    schemas = await sdk.assistants.get_schemas(mine["assistant_id"])
+    assert set(schemas["state_schema"]["properties"]) == {"text", "trail"}
+    assert set(schemas["input_schema"]["properties"]) == {"text", "trail"}
+    calls = [call for call in FACTORY_CALLS if call[0] == graph_id]
+    assert calls, "the factory was not called"
+    if graph_id in ("config_runtime", "runtime_only", "managed"):
+        # The runtime tells the factory why it is called, as LangGraph's ServerRuntime does.
+        assert {access for _, access, _ in calls} >= {"threads.create_run", "assistants.read", "threads.read"}
+    if graph_id in READS_CONFIG:
+        assert all(configurable.get("prefix") == "p" for _, _, configurable in calls)
+
+
+async def test_factory_runtime_carries_the_run_context_and_the_store() -> None:
+    seen: list[object] = []
+
+    def factory(config: dict, runtime):  # type: ignore[no-untyped-def]
+        seen.append(runtime)
+        return greeter
+
+    registry = GraphRegistry({"g": GraphEntry("g", "spec", factory)})
+    store = object()
+    async with registry.graph("g", {}, access="threads.create_run", store=store, context={"greeting": "a"}):
+        pass
+    async with registry.graph("g", {}, access="threads.read", store=store):
+        pass
+    run_rt, read_rt = seen
+    assert run_rt.access_context == "threads.create_run" and run_rt.execution_runtime is run_rt  # type: ignore[attr-defined]
+    assert run_rt.context == {"greeting": "a"} and run_rt.store is store  # type: ignore[attr-defined]
+    assert read_rt.access_context == "threads.read" and read_rt.execution_runtime is None  # type: ignore[attr-defined]
+
+
+async def test_update_state_of_a_factory_graph_uses_the_assistants_config(sdk: LangGraphClient) -> None:
+    mine = await sdk.assistants.create("config_runtime", config={"configurable": {"prefix": "p"}})
+    tid = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(tid, mine["assistant_id"], input={"text": "x"})
+    await sdk.threads.update_state(tid, {"text": "y"}, as_node="p_two")
+    state = await sdk.threads.get_state(tid)
+    assert state["values"] == {"text": "y", "trail": ["p_one", "p_two"]} and state["next"] == []
+    # As a node with a successor: the thread now waits for that node.
+    await sdk.threads.update_state(tid, {"text": "z"}, as_node="p_one")
+    state = await sdk.threads.get_state(tid)
+    assert state["next"] == ["p_two"]
+    history = await sdk.threads.get_history(tid, limit=2)
+    assert history[0]["next"] == ["p_two"]
+    assert all(configurable.get("prefix") == "p" for g, _, configurable in FACTORY_CALLS if g == "config_runtime")
+    assert {access for g, access, _ in FACTORY_CALLS if g == "config_runtime"} >= {"threads.update", "threads.read"}
+
+
+async def test_typing_typeddict_state_has_schemas(sdk: LangGraphClient) -> None:
+    schemas = await sdk.assistants.get_schemas("greeter")
+    for key in ("input_schema", "output_schema", "state_schema"):
+        assert set(schemas[key]["properties"]) == {"text", "trail"}, key
+    assert schemas["context_schema"]["properties"]["greeting"]["default"] == "hello"
+    sub = await sdk.assistants.get_subgraphs("greeter")
+    assert sub == {}
+
+
+@pytest.mark.parametrize("breakpoint", [{"interrupt_before": ["child"]}, {"interrupt_after": ["parent_step"]}])
+async def test_static_breakpoint_leaves_the_thread_interrupted(sdk: LangGraphClient, breakpoint: dict) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    out = await sdk.runs.wait(tid, "nested", input={"items": []}, **breakpoint)
+    assert out == {"items": ["parent"]}  # no `__interrupt__`: nothing asked a question
+    thread = await sdk.threads.get(tid)
+    assert thread["status"] == "interrupted" and thread["interrupts"] == {}
+    assert (await sdk.threads.get_state(tid))["next"] == ["child"]
+    [run] = await sdk.runs.list(tid)
+    assert run["status"] == "success"  # as on LangGraph's server: the run itself succeeded
+    out = await sdk.runs.wait(tid, "nested", input=None)
+    assert out == await sdk.runs.wait(None, "nested", input={"items": []})  # as if it had never stopped
+    assert (await sdk.threads.get(tid))["status"] == "idle"
+
+
+async def test_state_update_as_a_node_with_successors_interrupts_the_thread(http: httpx.AsyncClient,
+                                                                            sdk: LangGraphClient) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(tid, "nested", input={"items": []})
+    assert (await sdk.threads.get(tid))["status"] == "idle"
+    await sdk.threads.update_state(tid, {"items": ["x"]}, as_node="parent_step")
+    assert (await sdk.threads.get(tid))["status"] == "interrupted"
+
+
+async def test_typing_typeddict_chat_is_an_mcp_tool_and_takes_a2a_text(http: httpx.AsyncClient) -> None:
+    listed = await http.post("/mcp", headers={"Accept": "application/json, text/event-stream"},
+                             json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    tools = {t["name"]: t for t in listed.json()["result"]["tools"]}
+    assert tools["chat"]["inputSchema"]["properties"]["messages"]["type"] == "string"
+    called = await http.post("/mcp", headers={"Accept": "application/json, text/event-stream"}, json={
+        "jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "chat", "arguments": {"messages": "hi"}}})
+    assert called.json()["result"]["structuredContent"]["messages"][-1]["content"] == "Heard: hi"
+
+    chat = (await http.get("/assistants/chat")).json()["assistant_id"]
+    sent = await http.post(f"/a2a/{chat}", headers={"Accept": "application/json"}, json={
+        "jsonrpc": "2.0", "id": "1", "method": "message/send", "params": {"message": {
+            "kind": "message", "role": "user", "messageId": "m1", "parts": [{"kind": "text", "text": "hello"}]}}})
+    task = sent.json()["result"]
+    assert task["status"]["state"] == "completed", sent.json()
+    assert task["artifacts"][0]["parts"] == [{"kind": "text", "text": "Heard: hello"}]
