@@ -4,6 +4,8 @@ a `Runtime[Context]` graph run without a context, factories of every shape LangG
 
 from __future__ import annotations
 
+import uuid
+
 import httpx
 import pytest
 from langgraph_sdk.client import LangGraphClient
@@ -141,3 +143,42 @@ async def test_typing_typeddict_chat_is_an_mcp_tool_and_takes_a2a_text(http: htt
     task = sent.json()["result"]
     assert task["status"]["state"] == "completed", sent.json()
     assert task["artifacts"][0]["parts"] == [{"kind": "text", "text": "Heard: hello"}]
+
+
+async def test_prune_delete_deletes_the_threads(sdk: LangGraphClient, http: httpx.AsyncClient) -> None:
+    done = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(done, "counter", input={"tag": "a"})
+    busy = (await sdk.threads.create())["thread_id"]
+    run = await sdk.runs.create(busy, "slow", input={"tag": "prune", "steps": 200, "delay": 0.02})
+    kept = (await sdk.threads.create())["thread_id"]
+    r = await http.post("/threads/prune", json={"thread_ids": [done, busy, str(uuid.uuid4())]})
+    assert r.status_code == 200 and r.json() == {"pruned_count": 2}
+    for gone in (done, busy):
+        assert (await http.get(f"/threads/{gone}")).status_code == 404
+        assert (await http.post("/threads/search", json={"ids": [gone]})).json() == []
+    assert (await http.get(f"/threads/{kept}")).status_code == 200
+    assert (await http.get(f"/runs/{run['run_id']}")).status_code == 404  # with its runs
+    # keep_latest (ours) keeps the thread.
+    await sdk.runs.wait(kept, "counter", input={"tag": "b"})
+    r = await http.post("/threads/prune", json={"thread_ids": [kept], "strategy": "keep_latest"})
+    assert r.json() == {"pruned_count": 1} and (await http.get(f"/threads/{kept}")).status_code == 200
+
+
+async def test_state_update_while_a_run_is_active_is_409(sdk: LangGraphClient, http: httpx.AsyncClient) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(tid, "slow", input={"tag": "first", "steps": 1})
+    before = await sdk.threads.get_history(tid, limit=100)
+    running = await sdk.runs.create(tid, "slow", input={"tag": "busy", "steps": 200, "delay": 0.02})
+    pending = await sdk.runs.create(tid, "slow", input={"tag": "next", "steps": 1})
+    for body in ({"values": {"tag": "x"}}, {"values": {"tag": "x"}, "as_node": "work"}):
+        r = await http.post(f"/threads/{tid}/state", json=body)
+        assert r.status_code == 409, r.text
+        assert r.json()["detail"].startswith(f"Thread {tid} has in-flight runs: ") and running["run_id"] in r.json()["detail"]
+    await sdk.runs.cancel(tid, running["run_id"], wait=True)
+    r = await http.post(f"/threads/{tid}/state", json={"values": {"tag": "x"}})  # the pending one still counts
+    assert r.status_code == 409 and pending["run_id"] in r.json()["detail"]
+    await sdk.runs.join(tid, pending["run_id"])
+    history = await sdk.threads.get_history(tid, limit=100)
+    assert not any(c["values"].get("tag") == "x" for c in history) and len(history) > len(before)
+    r = await http.post(f"/threads/{tid}/state", json={"values": {"tag": "x"}})
+    assert r.status_code == 200 and (await sdk.threads.get_state(tid))["values"]["tag"] == "x"

@@ -11,6 +11,7 @@ from starlette.responses import Response
 from threadline.api.common import JSON, Router, no_content, paginated, runtime, select
 from threadline.api.sse import event_response
 from threadline.core.thread_stream import follow_thread
+from threadline.errors import NotFound
 from threadline.shapes import thread_out
 from threadline.api.models import (
     HistoryQuery, StateAtCheckpoint, StateUpdate, ThreadCount, ThreadCreate, ThreadPatch, ThreadPrune, ThreadSearch,
@@ -48,7 +49,13 @@ async def count_threads(request: Request, body: ThreadCount) -> JSON:
 
 @router.post("/prune")
 async def prune_threads(request: Request, body: ThreadPrune) -> JSON:
-    pruned = await runtime(request).threads.prune(body.thread_ids, body.strategy)
+    """`delete` (the default) deletes the threads, as the SDK documents; `keep_latest` keeps each thread and
+    its latest checkpoint only."""
+    rt = runtime(request)
+    if body.strategy == "delete":
+        pruned = await rt.runs.delete_threads(body.thread_ids)
+    else:
+        pruned = await rt.threads.prune_checkpoints(body.thread_ids)
     return JSON({"pruned_count": pruned})
 
 
@@ -80,10 +87,8 @@ async def patch_thread(request: Request, thread_id: UUID, body: ThreadPatch) -> 
 
 @router.delete("/{thread_id}", status_code=204)
 async def delete_thread(request: Request, thread_id: UUID):  # type: ignore[no-untyped-def]
-    rt = runtime(request)
-    await rt.threads.get(str(thread_id))
-    await rt.runs.cancel_thread_runs(str(thread_id))
-    await rt.threads.delete(str(thread_id))
+    if not await runtime(request).runs.delete_threads([str(thread_id)]):
+        raise NotFound(f"Thread {thread_id} not found")
     return no_content()
 
 

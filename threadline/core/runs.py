@@ -232,6 +232,17 @@ class Runs:
         for run in await self.storage.active_runs(thread_id):
             await self.stop(run["run_id"], action="interrupt", wait=True)
 
+    async def delete_threads(self, thread_ids: list[str]) -> int:
+        """Delete each thread with its checkpoints and runs, its active runs cancelled first (as
+        `DELETE /threads/{id}`); unknown ones are skipped. Returns how many were deleted."""
+        deleted = 0
+        for thread_id in dict.fromkeys(thread_ids):
+            if await self.storage.get_thread(thread_id) is None:
+                continue
+            await self.cancel_thread_runs(thread_id)
+            deleted += await self.storage.delete_thread(thread_id)
+        return deleted
+
     async def stream(self, run_id: str, *, last_event_id: str | None = None,
                      replay: bool = False) -> AsyncIterator[StreamEvent]:
         """The run's events. A finished run whose events are no longer buffered has an empty stream."""

@@ -15,7 +15,7 @@ from threadline.core.assistants import factory_config, system_assistant_id
 from threadline.core.graphs import AccessContext, GraphRegistry
 from threadline.ids import is_uuid
 from threadline.core.state import bind, checkpoint_ref, empty_state, snapshot_json, thread_config, thread_fields
-from threadline.errors import BadRequest, NotFound
+from threadline.errors import BadRequest, Conflict, NotFound
 from threadline.storage.base import Row, Storage
 from threadline.storage.sql import now_iso, thread_ttl_columns
 
@@ -80,10 +80,6 @@ class Threads:
         assert found is not None
         return found
 
-    async def delete(self, thread_id: str) -> None:
-        if not await self.storage.delete_thread(thread_id):
-            raise NotFound(f"Thread {thread_id} not found")
-
     async def sweep_expired(self, now: str | None = None) -> list[str]:
         """Delete threads whose TTL ran out (with their checkpoints and runs), a batch of `sweep_limit`.
 
@@ -104,12 +100,14 @@ class Threads:
         await self.storage.copy_checkpoints(thread_id, new["thread_id"])
         return await self.refresh(new["thread_id"])
 
-    async def prune(self, thread_ids: list[str], strategy: Literal["delete", "keep_latest"]) -> int:
+    async def prune_checkpoints(self, thread_ids: list[str]) -> int:
+        """`keep_latest` (ours): each thread keeps only its latest checkpoint. Unknown threads are skipped;
+        returns how many were pruned. (`delete`, which deletes the threads, is `Runs.delete_threads`.)"""
         pruned = 0
         for thread_id in thread_ids:
             if await self.storage.get_thread(thread_id) is None:
                 continue
-            await self.storage.prune_checkpoints(thread_id, strategy)
+            await self.storage.prune_checkpoints(thread_id, "keep_latest")
             await self.refresh(thread_id)
             pruned += 1
         return pruned
@@ -157,6 +155,10 @@ class Threads:
     async def update_state(self, thread_id: str, *, values: Any, as_node: str | None = None,
                            checkpoint: dict[str, Any] | None = None) -> dict[str, Any]:
         thread = await self.get(thread_id)
+        # As LangGraph's server: a run would overwrite the update, or be overwritten by it.
+        active = await self.storage.active_runs(thread_id)
+        if active:
+            raise Conflict(f"Thread {thread_id} has in-flight runs: {', '.join(r['run_id'] for r in active)}")
         async with self._graph(thread, "threads.update") as graph:
             if graph is None:
                 raise BadRequest(f"Thread {thread_id} has no graph yet: run it once, or create it with "
