@@ -130,7 +130,8 @@ async def test_a_client_that_leaves_a_wait_is_counted_as_499(live_url: str) -> N
     async with httpx.AsyncClient(base_url=live_url, timeout=30) as http:
         tid = (await http.post("/threads", json={})).json()["thread_id"]
         waiting = asyncio.create_task(http.post(f"/threads/{tid}/runs/wait", json={
-            "assistant_id": "slow", "input": {"tag": "gone499", "steps": 200, "delay": 0.02}}))
+            "assistant_id": "slow", "input": {"tag": "gone499", "steps": 200, "delay": 0.02},
+            "on_disconnect": "cancel"}))
         while not any(w.startswith("gone499:") for w in WORK_LOG):
             await asyncio.sleep(0.01)
         waiting.cancel()

@@ -43,14 +43,24 @@ async def test_join_live_run_then_resume_with_last_event_id(live: LangGraphClien
     assert [p async for p in live.runs.join_stream(tid, run["run_id"])] == []
 
 
-async def test_stream_disconnect_cancels_run(live: LangGraphClient) -> None:
-
+async def test_stream_disconnect_cancels_run_when_asked(live: LangGraphClient) -> None:
     tid = (await live.threads.create())["thread_id"]
     async for part in live.runs.stream(tid, "slow", input={"tag": "disc", "steps": 200, "delay": 0.02},
-                                       stream_mode="custom"):
+                                       stream_mode="custom", on_disconnect="cancel"):
         if part.event == "custom":
             break
     await _assert_cancelled_and_stopped(live, tid, "disc")
+
+
+@pytest.mark.parametrize("stateless", [False, True])
+async def test_stream_disconnect_continues_by_default(live: LangGraphClient, stateless: bool) -> None:
+    """As LangGraph's server: a client that breaks out of a stream leaves the run going."""
+    tid = None if stateless else (await live.threads.create())["thread_id"]
+    async for part in live.runs.stream(tid, "slow", input={"tag": "sgo", "steps": 10, "delay": 0.02},
+                                       stream_mode="custom", on_completion="keep" if stateless else None):
+        if part.event == "custom":
+            break
+    await _assert_finished(live, "sgo", 10)
 
 
 async def test_wait_over_real_http(live: LangGraphClient) -> None:
@@ -65,26 +75,44 @@ async def test_wait_disconnect_cancels_run(live: LangGraphClient) -> None:
     http = live.http.client
     tid = (await live.threads.create())["thread_id"]
     waiting = asyncio.create_task(http.post(f"/threads/{tid}/runs/wait", json={
-        "assistant_id": "slow", "input": {"tag": "wdisc", "steps": 200, "delay": 0.02}}))
+        "assistant_id": "slow", "input": {"tag": "wdisc", "steps": 200, "delay": 0.02}, "on_disconnect": "cancel"}))
     while not any(w.startswith("wdisc:") for w in WORK_LOG):
         await asyncio.sleep(0.01)
     waiting.cancel()  # the client goes away mid-wait
     await _assert_cancelled_and_stopped(live, tid, "wdisc")
 
 
-async def test_wait_disconnect_with_continue_keeps_running(live: LangGraphClient) -> None:
+@pytest.mark.parametrize("how", [{}, {"on_disconnect": "continue"}, {"stateless": True}])
+async def test_wait_disconnect_keeps_running_by_default_and_with_continue(live: LangGraphClient,
+                                                                          how: dict[str, Any]) -> None:
     from tests.project.agents import WORK_LOG
 
     http = live.http.client
-    tid = (await live.threads.create())["thread_id"]
-    waiting = asyncio.create_task(http.post(f"/threads/{tid}/runs/wait", json={
-        "assistant_id": "slow", "input": {"tag": "wcont", "steps": 5, "delay": 0.02}, "on_disconnect": "continue"}))
+    body = {"assistant_id": "slow", "input": {"tag": "wcont", "steps": 10, "delay": 0.02},
+            **{k: v for k, v in how.items() if k != "stateless"}}
+    if how.get("stateless"):
+        path = "/runs/wait"
+        body["on_completion"] = "keep"
+    else:
+        path = f"/threads/{(await live.threads.create())['thread_id']}/runs/wait"
+    waiting = asyncio.create_task(http.post(path, json=body))
     while not any(w.startswith("wcont:") for w in WORK_LOG):
         await asyncio.sleep(0.01)
     waiting.cancel()
-    run = (await live.runs.list(tid))[0]
-    await live.runs.join(tid, run["run_id"])
-    assert (await live.runs.get(tid, run["run_id"]))["status"] == "success"
+    await _assert_finished(live, "wcont", 10)
+
+
+async def _assert_finished(live: LangGraphClient, tag: str, steps: int) -> None:
+    """The newest run did all its work and succeeded, though its client left."""
+    from tests.project.agents import WORK_LOG
+
+    for _ in range(500):
+        [run] = (await live.http.client.post("/runs/search", json={"limit": 1})).json()
+        if run["status"] not in ("pending", "running"):
+            break
+        await asyncio.sleep(0.02)
+    assert run["status"] == "success"
+    assert sum(w.startswith(f"{tag}:") for w in WORK_LOG) == steps
 
 
 async def test_webhook_receives_the_finished_run(sdk: LangGraphClient) -> None:

@@ -140,6 +140,8 @@ async def _call_tool(request: Request, rt: Runtime, params: Any, raw: dict[str, 
     if isinstance(raw.get("context"), dict):  # LangGraph's extension: the run's context
         body["context"] = raw["context"]
     run = await rt.runs.create(None, body, start_here=True)
+    # Unlike a run API request (whose default is `continue`), a caller that leaves cancels the run: on this
+    # stateless transport its result can only ever reach it on this response (docs/compatibility.md, MCP).
     done = await wait_done(request, rt, run, cancel_on_disconnect=True)
     output = await rt.runs.output(done)
     if done["status"] == "error":

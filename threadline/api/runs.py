@@ -75,8 +75,11 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-def _disconnect_cancels(body: RunCreate, default: str = "cancel") -> bool:
-    return (body.on_disconnect or default) == "cancel"
+def _disconnect_cancels(body: RunCreate) -> bool:
+    """A client that leaves `/stream` or `/wait` cancels the run only when it asked to: the default is
+    `continue`, as on LangGraph's server (its OpenAPI default, and what it does for stream and wait, thread
+    and stateless runs alike)."""
+    return body.on_disconnect == "cancel"
 
 
 # --- LangGraph's thread-scoped paths ----------------------------------------------------------
