@@ -182,3 +182,37 @@ async def test_state_update_while_a_run_is_active_is_409(sdk: LangGraphClient, h
     assert not any(c["values"].get("tag") == "x" for c in history) and len(history) > len(before)
     r = await http.post(f"/threads/{tid}/state", json={"values": {"tag": "x"}})
     assert r.status_code == 200 and (await sdk.threads.get_state(tid))["values"]["tag"] == "x"
+
+
+async def test_an_agent_calls_its_own_server_with_get_client(sdk: LangGraphClient) -> None:
+    """`langgraph_sdk.get_client()` without a URL, in a node, reaches this server in-process."""
+    tid = (await sdk.threads.create())["thread_id"]
+    out = await sdk.runs.wait(tid, "caller", input={"text": "ping"})
+    assert "error" not in out and "__error__" not in out, out
+    assert {"caller", "echo", "greeter"} <= set(out["assistants"])
+    assert out["answer"]["messages"][-1]["content"] == "You said: ping"
+    # The run it started is a run of this server, on a thread of its own, not a part of the caller's run.
+    threads = await sdk.threads.search(metadata={"graph_id": "echo"}, limit=100)
+    assert threads and all(t["thread_id"] != tid for t in threads)
+    [run] = await sdk.runs.list(threads[0]["thread_id"])
+    assert run["status"] == "success" and run["assistant_id"] == (await sdk.assistants.get("echo"))["assistant_id"]
+
+
+def test_loopback_is_unwired_at_shutdown() -> None:
+    from langgraph_sdk import get_client
+    from langgraph_sdk._shared import utilities
+
+    from threadline.api.loopback import serving_loopback
+
+    def app(scope, receive, send):  # type: ignore[no-untyped-def]
+        raise AssertionError("not called")
+
+    early = get_client()  # made before the server starts, as a module-level client in a graph file
+    sdk_list = utilities._registered_transports
+    with serving_loopback(app):
+        during = get_client()
+        assert early.http.client._transport.app is not None and during.http.client._transport.app is not None
+        assert len(utilities._registered_transports) == len(sdk_list)  # per-call clients do not pile up
+    assert utilities._registered_transports is sdk_list
+    assert early.http.client._transport.app is None and during.http.client._transport.app is None
+    assert get_client().http.client._transport.app is None

@@ -13,6 +13,7 @@ from starlette.middleware.cors import CORSMiddleware
 from threadline import __version__
 from threadline.api import a2a, agents, assistants, errors, mcp, metrics, protocol, runs, store, system, threads
 from threadline.api.limits import BodyLimit
+from threadline.api.loopback import serving_loopback
 from threadline.core.runtime import Runtime
 from threadline.loader import load_object
 from threadline.settings import Settings
@@ -30,7 +31,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.runtime = runtime
         try:
             await runtime.start()
-            yield
+            with serving_loopback(app):  # `langgraph_sdk.get_client()` in an agent reaches this app
+                yield
         finally:
             await runtime.close()
 

@@ -1,0 +1,81 @@
+"""`langgraph_sdk.get_client()` without a URL, called by an agent this server runs, reaches this server
+in-process, as on LangGraph's server (deepagents' async subagents without `url` do exactly this).
+
+The SDK gives such a client an ASGI transport with no app yet and keeps it in a module list that LangGraph's
+server fills in (`configure_loopback_transports`). While a Threadline app is up, that list is replaced by one
+that points every transport added to it at the app at once, and transports made before startup (a client
+made when a graph module is imported) are pointed at it by the SDK's own function. At shutdown the SDK's list
+comes back and the transports that pointed at this app point where they did before (no app: the SDK's own
+error for a client used outside a server).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+log = logging.getLogger("threadline.loopback")
+
+
+class _Transports(list):  # type: ignore[type-arg]
+    """The SDK's list of loopback transports while an app is up: what is added is pointed at the app.
+
+    Transports added meanwhile are held weakly (a client made per call would otherwise pile up forever)."""
+
+    def __init__(self, app: Any, before: list[Any]) -> None:
+        super().__init__(before)
+        self.app = app
+        self.added: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def append(self, transport: Any) -> None:
+        transport.app = self.app
+        self.added.add(transport)
+
+
+def isolated(app: Any) -> Any:
+    """`app`, each request handled in a task with a fresh context: the calling node's context variables (its
+    LangGraph config, callbacks and stream handlers) must not leak into the runs the request starts."""
+
+    async def call(scope: Any, receive: Any, send: Any) -> None:
+        task = asyncio.get_running_loop().create_task(app(scope, receive, send), context=contextvars.Context())
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+
+    return call
+
+
+@contextlib.contextmanager
+def serving_loopback(app: Any) -> Iterator[None]:
+    """While open, in-process SDK clients reach `app`."""
+    try:
+        from langgraph_sdk._async import client as sdk_client
+        from langgraph_sdk._shared import utilities
+    except ImportError:  # an SDK without in-process clients (or a layout we do not know): nothing to wire
+        yield
+        return
+    previous = getattr(utilities, "_registered_transports", None)
+    if not isinstance(previous, list) or getattr(sdk_client, "_registered_transports", None) is not previous:
+        log.warning("langgraph_sdk's in-process transports were not found: get_client() without a URL "
+                    "will not reach this server")
+        yield
+        return
+    target = isolated(app)
+    before = {id(t): getattr(t, "app", None) for t in previous}
+    mine = _Transports(target, list(previous))
+    utilities._registered_transports = sdk_client._registered_transports = mine
+    utilities.configure_loopback_transports(target)
+    try:
+        yield
+    finally:
+        utilities._registered_transports = sdk_client._registered_transports = previous
+        for transport in [*mine, *mine.added]:
+            if transport.app is target:
+                transport.app = before.get(id(transport))
