@@ -4,6 +4,7 @@ a `Runtime[Context]` graph run without a context, factories of every shape LangG
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import httpx
@@ -216,3 +217,33 @@ def test_loopback_is_unwired_at_shutdown() -> None:
     assert utilities._registered_transports is sdk_list
     assert early.http.client._transport.app is None and during.http.client._transport.app is None
     assert get_client().http.client._transport.app is None
+
+
+async def _working(tag: str) -> None:
+    from tests.project.agents import WORK_LOG
+
+    while not any(w.startswith(f"{tag}:") for w in WORK_LOG):
+        await asyncio.sleep(0.005)
+
+
+async def test_cancel_answers_once_the_status_has_changed(sdk: LangGraphClient, http: httpx.AsyncClient) -> None:
+    """As on LangGraph's server: when the 202 of a cancel arrives, a GET already shows the run stopped."""
+    for i in range(5):
+        tid = (await sdk.threads.create())["thread_id"]
+        run = await sdk.runs.create(tid, "slow", input={"tag": f"c{i}", "steps": 500, "delay": 0.01})
+        await _working(f"c{i}")
+        r = await http.post(f"/threads/{tid}/runs/{run['run_id']}/cancel")
+        assert r.status_code == 202
+        assert (await sdk.runs.get(tid, run["run_id"]))["status"] == "interrupted"
+        assert (await sdk.threads.get(tid))["status"] == "interrupted"
+    # The Agent Protocol's cancel, and cancelling many, too.
+    tid = (await sdk.threads.create())["thread_id"]
+    run = await sdk.runs.create(tid, "slow", input={"tag": "ap", "steps": 500, "delay": 0.01})
+    await _working("ap")
+    assert (await http.post(f"/runs/{run['run_id']}/cancel")).status_code == 204
+    assert (await sdk.runs.get(tid, run["run_id"]))["status"] == "interrupted"
+    tid = (await sdk.threads.create())["thread_id"]
+    run = await sdk.runs.create(tid, "slow", input={"tag": "many", "steps": 500, "delay": 0.01})
+    await _working("many")
+    assert (await http.post("/runs/cancel", json={"run_ids": [run["run_id"]]})).status_code == 204
+    assert (await sdk.runs.get(tid, run["run_id"]))["status"] == "interrupted"

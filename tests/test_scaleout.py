@@ -179,6 +179,18 @@ def test_cancel_sent_to_b_stops_the_run_on_a_worker(cluster: Cluster) -> None:
     assert again.status_code == 200 and again.json()["done"] == ["next"]
 
 
+def test_cancel_without_wait_answers_once_storage_shows_the_run_stopped(cluster: Cluster) -> None:
+    """The 202 of a cancel sent to one process comes once the worker that ran the run (another process)
+    has recorded its end: a read right after, through any process, shows it stopped."""
+    a, b = cluster.apis
+    tid, run_id = _slow_run(a, steps=200, delay=0.05)
+    _wait_status(a, tid, run_id, {"running"})
+    r = httpx.post(f"{b}/threads/{tid}/runs/{run_id}/cancel", timeout=30)
+    assert r.status_code == 202
+    assert httpx.get(f"{a}/threads/{tid}/runs/{run_id}").json()["status"] == "interrupted"
+    assert httpx.get(f"{a}/threads/{tid}").json()["status"] == "interrupted"
+
+
 def test_kill_9_of_a_worker_mid_run_is_retried_elsewhere(cluster: Cluster) -> None:
     a, b = cluster.apis
     others = [_slow_run(b, steps=3, delay=0.3, tag=f"o{i}") for i in range(6)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -18,6 +19,8 @@ from threadline.errors import Conflict, InvalidInput, NotFound
 from threadline.storage.base import Row, Storage
 
 TERMINAL = ("success", "error", "timeout", "interrupted")
+#: How long a client's cancel waits for the run to have ended before it answers (see `Runs._settle`).
+CANCEL_SETTLE_SECONDS = 5.0
 
 
 def thread_signal(thread_id: str) -> str:
@@ -179,7 +182,26 @@ class Runs:
         run = await self.get(run_id, thread_id)
         if run["status"] in TERMINAL:
             raise NotFound("No matching runs to cancel: the run has already finished")
-        return await self._stop(run, wait=wait, action=action)
+        stopped = await self._stop(run, wait=wait, action=action)
+        if not wait:
+            await self._settle([run_id])
+        return stopped
+
+    async def _settle(self, run_ids: list[str]) -> None:
+        """Wait, `CANCEL_SETTLE_SECONDS` at most in all, until runs sent a cancel have ended in storage.
+
+        So a client's cancel answers once a read shows the run stopped, as LangGraph's server's does, whichever
+        process runs it: the worker that holds the run records its end (and its thread's) when its task stops,
+        at its next await, usually within milliseconds. The run is not marked ended here, before its task has
+        stopped: a thread's next run would start while the cancelled one still writes. A run that does not
+        stop in time (an agent that blocks the event loop) is answered as it stands: still `running`."""
+        try:
+            async with asyncio.timeout(CANCEL_SETTLE_SECONDS):
+                for run_id in run_ids:
+                    with contextlib.suppress(NotFound):  # rolled back: deleted with its end
+                        await self.wait(run_id)
+        except TimeoutError:
+            pass
 
     async def stop(self, run_id: str, *, wait: bool = False,
                    action: Literal["interrupt", "rollback"] = "interrupt") -> Row | None:
@@ -226,6 +248,7 @@ class Runs:
             raise NotFound("No runs found to cancel.")
         for run in targets:
             await self.stop(run["run_id"], action=action)  # one that finished meanwhile is left as it is
+        await self._settle([run["run_id"] for run in targets])
         return len(targets)
 
     async def cancel_thread_runs(self, thread_id: str) -> None:
