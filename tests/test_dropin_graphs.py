@@ -247,3 +247,59 @@ async def test_cancel_answers_once_the_status_has_changed(sdk: LangGraphClient, 
     await _working("many")
     assert (await http.post("/runs/cancel", json={"run_ids": [run["run_id"]]})).status_code == 204
     assert (await sdk.runs.get(tid, run["run_id"]))["status"] == "interrupted"
+
+
+async def test_deleting_an_assistant_cancels_its_runs(sdk: LangGraphClient, http: httpx.AsyncClient) -> None:
+    from tests.project.agents import WORK_LOG
+
+    mine = await sdk.assistants.create("slow")
+    tid = (await sdk.threads.create())["thread_id"]
+    running = await sdk.runs.create(tid, mine["assistant_id"], input={"tag": "doomed", "steps": 500, "delay": 0.01})
+    queued = await sdk.runs.create(tid, mine["assistant_id"], input={"tag": "queued", "steps": 1})
+    later = await sdk.runs.create(None, mine["assistant_id"], input={"tag": "later", "steps": 1}, after_seconds=1,
+                                  on_completion="keep")
+    other = await sdk.runs.create(None, "slow", input={"tag": "other", "steps": 3}, on_completion="keep")
+    await _working("doomed")
+    assert (await http.delete(f"/assistants/{mine['assistant_id']}")).status_code == 204
+    for run in (running, queued, later):
+        assert (await http.get(f"/runs/{run['run_id']}")).json()["status"] == "interrupted"
+    done = sum(w.startswith("doomed:") for w in WORK_LOG)
+    await asyncio.sleep(1.3)  # past `later`'s start: nothing of the assistant runs, nor fails
+    assert sum(w.startswith("doomed:") for w in WORK_LOG) == done
+    assert not any(w.startswith(("queued:", "later:")) for w in WORK_LOG)
+    for run in (running, queued, later):
+        assert (await http.get(f"/runs/{run['run_id']}")).json()["status"] == "interrupted"
+    assert (await http.get(f"/runs/{other['run_id']}/wait")).json()["run"]["status"] == "success"
+    assert (await sdk.threads.get(tid))["status"] != "busy"
+
+
+async def test_deleting_an_assistant_with_delete_threads(sdk: LangGraphClient, http: httpx.AsyncClient) -> None:
+    mine = (await sdk.assistants.create("counter"))["assistant_id"]
+    last_ran = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(last_ran, "counter", input={"increment": 1})
+    await sdk.runs.wait(last_ran, mine, input={"increment": 1})
+    ran_before_another = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(ran_before_another, mine, input={"increment": 1})
+    await sdk.runs.wait(ran_before_another, "counter", input={"increment": 1})
+    only_named = (await sdk.threads.create(metadata={"graph_id": "counter", "assistant_id": mine}))["thread_id"]
+    busy = (await sdk.threads.create())["thread_id"]
+    slow = (await sdk.assistants.create("slow"))["assistant_id"]
+    run = await sdk.runs.create(busy, slow, input={"tag": "busy", "steps": 500, "delay": 0.01})
+    await _working("busy")
+
+    r = await http.delete(f"/assistants/{mine}", params={"delete_threads": "true"})
+    assert r.status_code == 204
+    assert (await http.get(f"/threads/{last_ran}")).status_code == 404
+    assert (await http.get(f"/threads/{ran_before_another}")).status_code == 200
+    assert (await http.get(f"/threads/{only_named}")).status_code == 200
+    assert (await http.delete(f"/assistants/{mine}")).status_code == 404
+    # A thread whose run is still going: the run is stopped and the thread deleted with it.
+    assert (await http.delete(f"/assistants/{slow}?delete_threads=true")).status_code == 204
+    assert (await http.get(f"/threads/{busy}")).status_code == 404
+    assert (await http.get(f"/runs/{run['run_id']}")).status_code == 404
+    # Without it, the threads stay.
+    keep = (await sdk.assistants.create("counter"))["assistant_id"]
+    kept = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(kept, keep, input={"increment": 1})
+    assert (await http.delete(f"/assistants/{keep}")).status_code == 204
+    assert (await http.get(f"/threads/{kept}")).status_code == 200

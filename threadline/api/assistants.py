@@ -46,8 +46,10 @@ async def patch_assistant(request: Request, assistant_id: str, body: AssistantPa
 
 
 @router.delete("/{assistant_id}", status_code=204)
-async def delete_assistant(request: Request, assistant_id: str):  # type: ignore[no-untyped-def]
-    await runtime(request).assistants.delete(assistant_id)
+async def delete_assistant(request: Request, assistant_id: str,  # type: ignore[no-untyped-def]
+                           delete_threads: bool = False):
+    """Its pending and running runs are cancelled; with `delete_threads`, the threads it ran on last go too."""
+    await runtime(request).runs.delete_assistant(assistant_id, delete_threads=delete_threads)
     return no_content()
 
 

@@ -255,6 +255,31 @@ class Runs:
         for run in await self.storage.active_runs(thread_id):
             await self.stop(run["run_id"], action="interrupt", wait=True)
 
+    async def delete_assistant(self, assistant_id: str, *, delete_threads: bool = False) -> None:
+        """Delete the assistant and cancel its pending and running runs (they end `interrupted`, as on
+        LangGraph's server, instead of failing later without their assistant).
+
+        `delete_threads`: also delete the threads it ran on that it was the last to run on (their
+        `metadata.assistant_id`), with their runs and checkpoints, as LangGraph's server does; a thread that
+        only names it in its metadata, or that another assistant ran on since, is kept."""
+        aid = (await self.assistants.get(assistant_id))["assistant_id"]
+        runs = await self.storage.search_runs(thread_id=None, assistant_id=aid, status=None, metadata=None,
+                                              limit=100_000, offset=0)
+        threads: list[str] = []
+        if delete_threads:
+            for thread_id in dict.fromkeys(r["thread_id"] for r in runs):
+                thread = await self.storage.get_thread(thread_id)
+                if thread is not None and thread["metadata"].get("assistant_id") == aid:
+                    threads.append(thread_id)
+        await self.assistants.delete(aid)  # first: no new run can name it now
+        active = [r["run_id"] for r in await self.storage.search_runs(
+            thread_id=None, assistant_id=aid, status=None, metadata=None, limit=100_000, offset=0)
+            if r["status"] not in TERMINAL]
+        for run_id in active:
+            await self.stop(run_id, action="interrupt")
+        await self._settle(active)
+        await self.delete_threads(threads)
+
     async def delete_threads(self, thread_ids: list[str]) -> int:
         """Delete each thread with its checkpoints and runs, its active runs cancelled first (as
         `DELETE /threads/{id}`); unknown ones are skipped. Returns how many were deleted."""
