@@ -179,17 +179,21 @@ async def test_websocket_subscribe_commands_and_unsubscribe(base: str) -> None:
 
 
 async def test_runs_that_never_stream_still_end_their_lifecycle(base: str) -> None:
-    """A run cancelled while queued, and one that fails before its graph runs, still get `started` and a
-    terminal root lifecycle event: the SDK waits for that event."""
+    """Runs cancelled while queued (by a client, by deleting their assistant), and one that fails before its
+    graph runs (its factory raises), still get `started` and a terminal root lifecycle event: the SDK waits
+    for that event."""
     tid = str(uuid.uuid4())
     async with httpx.AsyncClient(base_url=base, timeout=30) as client:
         doomed = (await client.post("/assistants", json={"graph_id": "slow"})).json()["assistant_id"]
+        broken = (await client.post("/assistants", json={"graph_id": "config_runtime",
+                                                         "context": {"prefix": ""}})).json()["assistant_id"]
         first = await command(base, tid, "run.start", {"assistant_id": "slow", "input": {"tag": "a", "steps": 500,
                                                                                          "delay": 0.02}})
         queued = await command(base, tid, "run.start", {"assistant_id": "slow", "input": {"tag": "q"}}, cid=2)
         orphan = await command(base, tid, "run.start", {"assistant_id": doomed, "input": {"tag": "o"}}, cid=3)
+        failing = await command(base, tid, "run.start", {"assistant_id": broken, "input": {}}, cid=4)
         assert (await client.delete(f"/assistants/{doomed}")).status_code == 204
-        ids = [r["result"]["run_id"] for r in (first, queued, orphan)]
+        ids = [r["result"]["run_id"] for r in (first, queued, orphan, failing)]
         assert (await client.post(f"/threads/{tid}/runs/{ids[1]}/cancel")).status_code in (200, 202)
         assert (await client.post(f"/threads/{tid}/runs/{ids[0]}/cancel")).status_code in (200, 202)
 
@@ -198,11 +202,12 @@ async def test_runs_that_never_stream_still_end_their_lifecycle(base: str) -> No
         return data["namespace"] == [] and data["data"]["event"] in ("completed", "failed", "interrupted")
 
     frames = await asyncio.wait_for(read_sse(base, tid, {"channels": ["lifecycle"], "since": 0},
-                                             lambda fs: sum(terminal(f) for f in fs) == 3), 30)
+                                             lambda fs: sum(terminal(f) for f in fs) == 4), 30)
     ends = {f["data"]["event_id"].split(":")[0]: f["data"]["params"]["data"] for f in frames if terminal(f)}
     assert ends[ids[0]]["event"] == "interrupted"
     assert ends[ids[1]]["event"] == "interrupted"  # cancelled while queued: it never ran
-    assert ends[ids[2]]["event"] == "failed" and "no longer exists" in ends[ids[2]]["error"]
+    assert ends[ids[2]]["event"] == "interrupted"  # its assistant was deleted while it was queued
+    assert ends[ids[3]]["event"] == "failed" and "prefix must not be empty" in ends[ids[3]]["error"]
     starts = [f["data"]["event_id"].split(":")[0] for f in frames if f["data"]["params"]["data"]["event"] == "started"]
     assert sorted(starts) == sorted(ids)
 

@@ -54,6 +54,8 @@ def _step(name: str) -> Any:
 def _named_graph(config: RunnableConfig) -> Any:
     """Two steps whose names come from the assistant's config (`configurable.prefix`)."""
     prefix = (config.get("configurable") or {}).get("prefix", "step")
+    if not prefix:
+        raise ValueError("prefix must not be empty")
     builder = StateGraph(State)
     builder.add_node(f"{prefix}_one", _step(f"{prefix}_one"))
     builder.add_node(f"{prefix}_two", _step(f"{prefix}_two"))

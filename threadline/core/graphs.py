@@ -124,9 +124,8 @@ def _call_factory(factory: Any, config: dict[str, Any], make_runtime: Any) -> An
 
 
 def _is_runtime_param(param: inspect.Parameter) -> bool:
-    annotation = param.annotation
-    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", repr(annotation))
-    return param.name == "runtime" or "ServerRuntime" in str(text) or "ServerRuntime" in repr(annotation)
+    # The annotation is a string under `from __future__ import annotations`; either way its text names it.
+    return param.name == "runtime" or "ServerRuntime" in str(param.annotation)
 
 
 def _compiled(obj: Any, graph_id: str) -> Pregel:
@@ -175,10 +174,11 @@ def _io_schema(graph: Pregel, which: Literal["input", "output"]) -> Any:
     """LangGraph's own input or output schema, except for a `typing.TypedDict` on Python < 3.12, which
     pydantic refuses: it is described as its `typing_extensions` twin (LangGraph's server answers null)."""
     typ = getattr(getattr(graph, "builder", None), f"{which}_schema", None)
-    if typ is not None and pydantic_compatible(typ) is not typ:
+    twin = pydantic_compatible(typ) if typ is not None else None
+    if twin is not typ:
         from pydantic import TypeAdapter
 
-        return TypeAdapter(pydantic_compatible(typ)).json_schema()
+        return TypeAdapter(twin).json_schema()
     return graph.get_input_jsonschema() if which == "input" else graph.get_output_jsonschema()
 
 

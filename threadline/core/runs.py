@@ -263,22 +263,20 @@ class Runs:
         `metadata.assistant_id`), with their runs and checkpoints, as LangGraph's server does; a thread that
         only names it in its metadata, or that another assistant ran on since, is kept."""
         aid = (await self.assistants.get(assistant_id))["assistant_id"]
+        await self.assistants.delete(aid)  # first: no new run can name it now (its runs' rows stay)
         runs = await self.storage.search_runs(thread_id=None, assistant_id=aid, status=None, metadata=None,
                                               limit=100_000, offset=0)
-        threads: list[str] = []
+        active = [r["run_id"] for r in runs if r["status"] not in TERMINAL]
+        for run_id in active:
+            await self.stop(run_id, action="interrupt")
+        await self._settle(active)
         if delete_threads:
+            threads = []
             for thread_id in dict.fromkeys(r["thread_id"] for r in runs):
                 thread = await self.storage.get_thread(thread_id)
                 if thread is not None and thread["metadata"].get("assistant_id") == aid:
                     threads.append(thread_id)
-        await self.assistants.delete(aid)  # first: no new run can name it now
-        active = [r["run_id"] for r in await self.storage.search_runs(
-            thread_id=None, assistant_id=aid, status=None, metadata=None, limit=100_000, offset=0)
-            if r["status"] not in TERMINAL]
-        for run_id in active:
-            await self.stop(run_id, action="interrupt")
-        await self._settle(active)
-        await self.delete_threads(threads)
+            await self.delete_threads(threads)
 
     async def delete_threads(self, thread_ids: list[str]) -> int:
         """Delete each thread with its checkpoints and runs, its active runs cancelled first (as

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any, Literal
@@ -18,6 +19,8 @@ from threadline.core.state import bind, checkpoint_ref, empty_state, snapshot_js
 from threadline.errors import BadRequest, Conflict, NotFound
 from threadline.storage.base import Row, Storage
 from threadline.storage.sql import now_iso, thread_ttl_columns
+
+log = logging.getLogger("threadline.threads")
 
 
 class Threads:
@@ -185,11 +188,18 @@ class Threads:
             )]
 
     async def current_fields(self, thread_id: str) -> dict[str, Any]:
-        """`thread_fields` of the thread's latest state (idle and empty for a thread that is gone)."""
+        """`thread_fields` of the thread's latest state (idle and empty for a thread that is gone).
+
+        Nothing (the cached fields stay) when the state cannot be read: a run's end is still recorded when the
+        thread's graph factory fails for the config of the assistant that queued the latest run."""
         thread = await self.storage.get_thread(thread_id)
         if thread is None:
             return {"status": "idle"}
-        return thread_fields(await self._state(thread))
+        try:
+            return thread_fields(await self._state(thread))
+        except Exception:
+            log.warning("could not read the state of thread %s", thread_id, exc_info=True)
+            return {}
 
     async def refresh(self, thread_id: str) -> Row:
         """Re-read the latest state into the thread row; its status too, unless a run holds it busy."""
