@@ -59,6 +59,14 @@ async def test_every_factory_shape_runs_draws_and_describes(sdk: LangGraphClient
         assert all(configurable.get("prefix") == "p" for _, _, configurable in calls)
 
 
+async def test_a_runs_context_is_in_its_configurable_too(sdk: LangGraphClient) -> None:
+    """As on LangGraph's server, a factory (and a node) finds the request's context in `configurable`."""
+    mine = await sdk.assistants.create("config_runtime", context={"prefix": "p", "team": "a"})
+    await sdk.runs.wait(None, mine["assistant_id"], input={"text": "x"}, context={"team": "b", "extra": 1})
+    [(_, _, configurable)] = [c for c in FACTORY_CALLS if c[1] == "threads.create_run"]
+    assert configurable["prefix"] == "p" and configurable["team"] == "b" and configurable["extra"] == 1
+
+
 async def test_factory_runtime_carries_the_run_context_and_the_store() -> None:
     seen: list[object] = []
 

@@ -51,7 +51,9 @@ def build_config(run: Row, assistant: Row, thread_id: str) -> dict[str, Any]:
     given = kwargs.get("config") or {}
     config: dict[str, Any] = {**base, **{k: v for k, v in given.items() if k != "configurable"}}
     config["tags"] = list(dict.fromkeys([*(base.get("tags") or []), *(given.get("tags") or [])]))
-    configurable = {**(base.get("configurable") or {}), **(given.get("configurable") or {})}
+    # As LangGraph's server: the request's context is mirrored into `configurable` (the assistant's already is).
+    configurable = {**(base.get("configurable") or {}), **(kwargs.get("context") or {}),
+                    **(given.get("configurable") or {})}
     configurable.update({
         "thread_id": thread_id, "run_id": run["run_id"], "assistant_id": assistant["assistant_id"],
         "graph_id": assistant["graph_id"], "run_attempt": run.get("attempt", 1),
