@@ -31,6 +31,15 @@ def error_body(status: int, message: str, code: str, **extra: Any) -> JSONRespon
     return JSONResponse({"detail": message, "code": code, "message": message, **extra}, status_code=status)
 
 
+def late_error(exc: Exception) -> dict[str, Any]:
+    """An error that happens after a 200 has been sent (a long `/runs/wait`): the body a failed run's wait
+    answers, `{"__error__": {"error", "message"}}`, which langgraph-sdk's `runs.wait` / `runs.join` raise on."""
+    if isinstance(exc, errors.ThreadlineError):
+        return {"__error__": {"error": type(exc).__name__, "message": exc.message}}
+    log.error("error after the response started", exc_info=exc)
+    return {"__error__": {"error": type(exc).__name__, "message": f"Internal server error: {type(exc).__name__}"}}
+
+
 def _field(loc: tuple[Any, ...]) -> str:
     parts = [str(p) for p in loc if p not in ("body",)]
     return ".".join(parts) or "body"

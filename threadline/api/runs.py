@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 from uuid import UUID
 
@@ -13,6 +14,7 @@ from threadline.api.common import JSON, Router, no_content, runtime, select, spe
 from threadline.shapes import run_out
 from threadline.api.models import RunCancelMany, RunCreate, RunSearch
 from threadline.api.sse import event_response
+from threadline.api.waits import KeptAliveJSON
 from threadline.core.runtime import Runtime
 from threadline.errors import ClientGone, InvalidInput, NotFound
 
@@ -70,6 +72,16 @@ async def wait_done(request: Request, rt: Runtime, run: dict[str, Any], *, cance
     return done
 
 
+def _waited(request: Request, rt: Runtime, run: dict[str, Any], *, cancel_on_disconnect: bool,
+            answer: Callable[[dict[str, Any]], Awaitable[Any]], headers: dict[str, str] | None = None) -> Response:
+    """The answer made of the finished run by `answer`, with a newline every `heartbeat_seconds` while the
+    run goes on (see `threadline.api.waits`)."""
+    async def work() -> Any:
+        return await answer(await wait_done(request, rt, run, cancel_on_disconnect=cancel_on_disconnect))
+
+    return KeptAliveJSON(work(), interval=rt.settings.heartbeat_seconds, headers=headers)
+
+
 async def _disconnected(request: Request) -> None:
     while (await request.receive())["type"] != "http.disconnect":
         pass
@@ -96,12 +108,11 @@ async def stream_thread_run(request: Request, thread_id: UUID, body: RunCreate) 
 
 
 @router.post("/threads/{thread_id}/runs/wait")
-async def wait_thread_run(request: Request, thread_id: UUID, body: RunCreate) -> JSON:
+async def wait_thread_run(request: Request, thread_id: UUID, body: RunCreate) -> Response:
     rt = runtime(request)
     run = await _create(rt, str(thread_id), body, waited=True)
-    done = await wait_done(request, rt, run, cancel_on_disconnect=_disconnect_cancels(body))
-    return JSON(await rt.runs.output(done), headers={"Content-Location": _run_path(run),
-                                                     "Location": f"{_run_path(run)}/join"})
+    return _waited(request, rt, run, cancel_on_disconnect=_disconnect_cancels(body), answer=rt.runs.output,
+                   headers={"Content-Location": _run_path(run), "Location": f"{_run_path(run)}/join"})
 
 
 @router.get("/threads/{thread_id}/runs")
@@ -127,20 +138,23 @@ async def delete_thread_run(request: Request, thread_id: UUID, run_id: UUID):  #
 
 
 @router.get("/threads/{thread_id}/runs/{run_id}/join")
-async def join_thread_run(request: Request, thread_id: UUID, run_id: UUID, cancel_on_disconnect: bool = False) -> JSON:
+async def join_thread_run(request: Request, thread_id: UUID, run_id: UUID,
+                          cancel_on_disconnect: bool = False) -> Response:
     rt = runtime(request)
     run = await rt.runs.get(str(run_id), str(thread_id))
-    done = await wait_done(request, rt, run, cancel_on_disconnect=cancel_on_disconnect)
-    return JSON(await rt.runs.output(done))
+    return _waited(request, rt, run, cancel_on_disconnect=cancel_on_disconnect, answer=rt.runs.output)
 
 
 @router.get("/threads/{thread_id}/runs/{run_id}/wait")
-async def wait_existing_thread_run(request: Request, thread_id: UUID, run_id: UUID) -> JSON:
+async def wait_existing_thread_run(request: Request, thread_id: UUID, run_id: UUID) -> Response:
     """The journeys' wait: the run's fields (status at the top level) with its output in `values`."""
     rt = runtime(request)
     run = await rt.runs.get(str(run_id), str(thread_id))
-    done = await wait_done(request, rt, run, cancel_on_disconnect=False)
-    return JSON({**spec_run_out(done), "values": await rt.runs.output(done)})
+
+    async def answer(done: dict[str, Any]) -> Any:
+        return {**spec_run_out(done), "values": await rt.runs.output(done)}
+
+    return _waited(request, rt, run, cancel_on_disconnect=False, answer=answer)
 
 
 @router.get("/threads/{thread_id}/runs/{run_id}/stream")
@@ -179,16 +193,18 @@ async def stream_run(request: Request, body: RunCreate) -> Response:
 
 
 @router.post("/runs/wait")
-async def wait_run(request: Request, body: RunCreate) -> JSON:
+async def wait_run(request: Request, body: RunCreate) -> Response:
     """LangGraph's shape (the output itself) by default; the Agent Protocol's RunWaitResponse when the
     request names its agent with the protocol's `agent_id`."""
     rt = runtime(request)
     run = await _create(rt, None, body, waited=True)
-    done = await wait_done(request, rt, run, cancel_on_disconnect=_disconnect_cancels(body))
-    output = await rt.runs.output(done)
-    if body.agent_id is not None:
-        return JSON({"run": spec_run_out(done), "values": output})
-    return JSON(output, headers={"Content-Location": _run_path(run)})
+
+    async def answer(done: dict[str, Any]) -> Any:
+        output = await rt.runs.output(done)
+        return {"run": spec_run_out(done), "values": output} if body.agent_id is not None else output
+
+    return _waited(request, rt, run, cancel_on_disconnect=_disconnect_cancels(body), answer=answer,
+                   headers=None if body.agent_id is not None else {"Content-Location": _run_path(run)})
 
 
 @router.post("/runs/batch")
@@ -227,11 +243,14 @@ async def delete_run(request: Request, run_id: UUID):  # type: ignore[no-untyped
 
 
 @router.get("/runs/{run_id}/wait")
-async def wait_existing_run(request: Request, run_id: UUID) -> JSON:
+async def wait_existing_run(request: Request, run_id: UUID) -> Response:
     rt = runtime(request)
     run = await rt.runs.get(str(run_id))
-    done = await wait_done(request, rt, run, cancel_on_disconnect=False)
-    return JSON({"run": spec_run_out(done), "values": await rt.runs.output(done)})
+
+    async def answer(done: dict[str, Any]) -> Any:
+        return {"run": spec_run_out(done), "values": await rt.runs.output(done)}
+
+    return _waited(request, rt, run, cancel_on_disconnect=False, answer=answer)
 
 
 @router.get("/runs/{run_id}/stream")
