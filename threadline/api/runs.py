@@ -27,6 +27,11 @@ def _run_path(run: dict[str, Any]) -> str:
     return f"/threads/{run['thread_id']}/runs/{run['run_id']}"
 
 
+def _wait_headers(run: dict[str, Any]) -> dict[str, str]:
+    """Where a wait for `run` can be resumed (langgraph-sdk reconnects to `Location` if the answer is cut off)."""
+    return {"Content-Location": _run_path(run), "Location": f"{_run_path(run)}/join"}
+
+
 async def _create(rt: Runtime, thread_id: str | None, body: RunCreate, *, waited: bool = False) -> dict[str, Any]:
     """A run on the path's thread, else on the body's `thread_id` (the Agent Protocol), else stateless.
 
@@ -37,14 +42,17 @@ async def _create(rt: Runtime, thread_id: str | None, body: RunCreate, *, waited
 
 
 def _stream(rt: Runtime, run: dict[str, Any], *, last_event_id: str | None = None, replay: bool = True,
-            cancel_on_disconnect: bool = False) -> Response:
+            cancel_on_disconnect: bool = False, path: str | None = None) -> Response:
+    """`path`: the run's own path, as `Content-Location` (default: its thread-scoped path)."""
+    path = path or _run_path(run)
+
     async def disconnect() -> None:
         await rt.runs.stop(run["run_id"], action="interrupt")
 
     return event_response(
         rt.runs.stream(run["run_id"], last_event_id=last_event_id, replay=replay),
         heartbeat=rt.settings.heartbeat_seconds,
-        headers={"Location": f"{_run_path(run)}/stream", "Content-Location": _run_path(run)},
+        headers={"Location": f"{path}/stream", "Content-Location": path},
         on_disconnect=disconnect if cancel_on_disconnect else None,
     )
 
@@ -112,7 +120,7 @@ async def wait_thread_run(request: Request, thread_id: UUID, body: RunCreate) ->
     rt = runtime(request)
     run = await _create(rt, str(thread_id), body, waited=True)
     return _waited(request, rt, run, cancel_on_disconnect=_disconnect_cancels(body), answer=rt.runs.output,
-                   headers={"Content-Location": _run_path(run), "Location": f"{_run_path(run)}/join"})
+                   headers=_wait_headers(run))
 
 
 @router.get("/threads/{thread_id}/runs")
@@ -142,7 +150,8 @@ async def join_thread_run(request: Request, thread_id: UUID, run_id: UUID,
                           cancel_on_disconnect: bool = False) -> Response:
     rt = runtime(request)
     run = await rt.runs.get(str(run_id), str(thread_id))
-    return _waited(request, rt, run, cancel_on_disconnect=cancel_on_disconnect, answer=rt.runs.output)
+    return _waited(request, rt, run, cancel_on_disconnect=cancel_on_disconnect, answer=rt.runs.output,
+                   headers=_wait_headers(run))
 
 
 @router.get("/threads/{thread_id}/runs/{run_id}/wait")
@@ -182,14 +191,14 @@ async def cancel_thread_run(request: Request, thread_id: UUID, run_id: UUID, wai
 async def create_run(request: Request, body: RunCreate) -> JSON:
     rt = runtime(request)
     run = await _create(rt, None, body)
-    return JSON(spec_run_out(run), headers={"Content-Location": _run_path(run)})
+    return JSON(spec_run_out(run), headers={"Content-Location": f"/runs/{run['run_id']}"})
 
 
 @router.post("/runs/stream")
 async def stream_run(request: Request, body: RunCreate) -> Response:
     rt = runtime(request)
     run = await _create(rt, None, body, waited=True)
-    return _stream(rt, run, cancel_on_disconnect=_disconnect_cancels(body))
+    return _stream(rt, run, cancel_on_disconnect=_disconnect_cancels(body), path=f"/runs/{run['run_id']}")
 
 
 @router.post("/runs/wait")
@@ -204,7 +213,7 @@ async def wait_run(request: Request, body: RunCreate) -> Response:
         return {"run": spec_run_out(done), "values": output} if body.agent_id is not None else output
 
     return _waited(request, rt, run, cancel_on_disconnect=_disconnect_cancels(body), answer=answer,
-                   headers=None if body.agent_id is not None else {"Content-Location": _run_path(run)})
+                   headers=_wait_headers(run))
 
 
 @router.post("/runs/batch")
@@ -257,7 +266,7 @@ async def wait_existing_run(request: Request, run_id: UUID) -> Response:
 async def join_run_stream(request: Request, run_id: UUID, last_event_id: str | None = Header(None)) -> Response:
     rt = runtime(request)
     run = await rt.runs.get(str(run_id))
-    return _stream(rt, run, last_event_id=last_event_id, replay=False)
+    return _stream(rt, run, last_event_id=last_event_id, replay=False, path=f"/runs/{run_id}")
 
 
 @router.post("/runs/{run_id}/cancel", status_code=204)
