@@ -38,3 +38,23 @@ async def test_run_creating_endpoints_say_where_the_run_is(http: httpx.AsyncClie
     head, _, rid = r.headers["content-location"].rpartition("/runs/")
     assert head.startswith("/threads/") and head != f"/threads/{tid}"
     assert r.headers["location"] == f"{head}/runs/{rid}/join"
+
+
+async def test_root_answers_ok(http: httpx.AsyncClient) -> None:
+    r = await http.get("/")
+    assert (r.status_code, r.json()) == (200, {"ok": True})
+
+
+async def test_store_refuses_bad_namespaces_and_keys_with_422(http: httpx.AsyncClient) -> None:
+    """Labels LangGraph's store refuses, and NUL bytes PostgreSQL cannot keep, are the client's mistake."""
+    for query in ("namespace=a.&key=k", "namespace=&key=k", "namespace=a%00b&key=k", "namespace=a&key=k%00"):
+        r = await http.get(f"/store/items?{query}")
+        assert r.status_code == 422 and r.json()["detail"], (query, r.text)
+    for body in ({"namespace": ["a", ""], "key": "k", "value": {}}, {"namespace": ["a\x00"], "key": "k", "value": {}},
+                 {"namespace": ["a"], "key": "k\x00", "value": {}}, {"namespace": ["langgraph"], "key": "k", "value": {}}):
+        r = await http.put("/store/items", json=body)
+        assert r.status_code == 422 and r.json()["detail"], (body, r.text)
+    r = await http.request("DELETE", "/store/items", json={"namespace": ["a"], "key": "k\x00"})
+    assert r.status_code == 422
+    assert (await http.put("/store/items", json={"namespace": ["a"], "key": "k", "value": {"v": 1}})).status_code == 204
+    assert (await http.get("/store/items?namespace=a&key=k")).json()["value"] == {"v": 1}

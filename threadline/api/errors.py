@@ -7,6 +7,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from langgraph.store.base import InvalidNamespaceError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 
@@ -51,6 +52,12 @@ def install(app: FastAPI) -> None:
         status = next((s for cls, s in STATUS.items() if isinstance(exc, cls)), 500)
         extra = {"metadata": exc.metadata} if exc.metadata else {}
         return error_body(status, exc.message, exc.code, **extra)
+
+    @app.exception_handler(InvalidNamespaceError)
+    async def _namespace(_: Request, exc: InvalidNamespaceError) -> JSONResponse:
+        # LangGraph's store refusing a namespace the routes let through (its root label `langgraph`, say):
+        # the client's mistake, a 422 as every other invalid namespace (the reference answers 400).
+        return error_body(422, f"namespace: {exc}", "invalid_input")
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
