@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
+from langgraph_sdk.client import LangGraphClient
 
 QUICK = {"assistant_id": "slow", "input": {"tag": "w", "steps": 1, "delay": 0}}
 
@@ -58,3 +61,41 @@ async def test_store_refuses_bad_namespaces_and_keys_with_422(http: httpx.AsyncC
     assert r.status_code == 422
     assert (await http.put("/store/items", json={"namespace": ["a"], "key": "k", "value": {"v": 1}})).status_code == 204
     assert (await http.get("/store/items?namespace=a&key=k")).json()["value"] == {"v": 1}
+
+
+async def _finished_resumable(sdk: LangGraphClient, tid: str, assistant: str, inp: dict[str, Any],
+                              modes: list[str], **kw: Any) -> str:
+    run = await sdk.runs.create(tid, assistant, input=inp, stream_mode=modes, stream_resumable=True, **kw)
+    await sdk.runs.join(tid, run["run_id"])
+    return str(run["run_id"])
+
+
+async def test_replay_from_minus_one_starts_with_metadata(sdk: LangGraphClient) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    rid = await _finished_resumable(sdk, tid, "slow", {"tag": "r", "steps": 2, "delay": 0}, ["values", "custom"])
+    events = [p.event async for p in sdk.runs.join_stream(tid, rid, last_event_id="-1")]
+    assert events == ["metadata", "values", "custom", "custom", "values"], events
+
+
+async def test_join_stream_sends_only_the_modes_asked_for(sdk: LangGraphClient) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    rid = await _finished_resumable(sdk, tid, "slow", {"tag": "r", "steps": 2, "delay": 0},
+                                    ["values", "updates", "custom"])
+
+    async def replay(mode: Any, run_id: str = rid) -> list[str]:
+        return [p.event async for p in sdk.runs.join_stream(tid, run_id, last_event_id="-1", stream_mode=mode)]
+
+    assert await replay("custom") == ["custom", "custom"]
+    assert await replay(["updates", "metadata"]) == ["metadata", "updates"]
+    rid = await _finished_resumable(sdk, tid, "nested", {}, ["updates"], stream_subgraphs=True)
+    updates = await replay("updates", rid)
+    assert updates[0] == "updates" and any(e.startswith("updates|child:") for e in updates), updates
+    rid = await _finished_resumable(sdk, tid, "echo", {"message": "hi"}, ["messages", "values"])
+    assert {e.split("/")[0] for e in await replay("messages", rid)} == {"messages"}
+    # A failed run's error still reaches a client that asked for values only.
+    rid = await _finished_resumable(sdk, tid, "failing", {"reason": "x"}, ["values", "updates"])
+    assert await replay("values", rid) == ["values", "error"]
+    # Live, too: a join before the run ends.
+    run = await sdk.runs.create(tid, "slow", input={"tag": "l", "steps": 3, "delay": 0.05},
+                                stream_mode=["values", "custom"])
+    assert [p.event async for p in sdk.runs.join_stream(tid, run["run_id"], stream_mode="custom")] == ["custom"] * 3

@@ -42,15 +42,16 @@ async def _create(rt: Runtime, thread_id: str | None, body: RunCreate, *, waited
 
 
 def _stream(rt: Runtime, run: dict[str, Any], *, last_event_id: str | None = None, replay: bool = True,
-            cancel_on_disconnect: bool = False, path: str | None = None) -> Response:
-    """`path`: the run's own path, as `Content-Location` (default: its thread-scoped path)."""
+            cancel_on_disconnect: bool = False, path: str | None = None, modes: list[str] | None = None) -> Response:
+    """`path`: the run's own path, as `Content-Location` (default: its thread-scoped path). `modes`: a join's
+    `stream_mode`, the only modes it sends."""
     path = path or _run_path(run)
 
     async def disconnect() -> None:
         await rt.runs.stop(run["run_id"], action="interrupt")
 
     return event_response(
-        rt.runs.stream(run["run_id"], last_event_id=last_event_id, replay=replay),
+        rt.runs.stream(run["run_id"], last_event_id=last_event_id, replay=replay, modes=modes),
         heartbeat=rt.settings.heartbeat_seconds,
         headers={"Location": f"{path}/stream", "Content-Location": path},
         on_disconnect=disconnect if cancel_on_disconnect else None,
@@ -169,11 +170,12 @@ async def wait_existing_thread_run(request: Request, thread_id: UUID, run_id: UU
 @router.get("/threads/{thread_id}/runs/{run_id}/stream")
 async def join_thread_run_stream(request: Request, thread_id: UUID, run_id: UUID,
                                  cancel_on_disconnect: bool = False,
+                                 stream_mode: list[str] | None = Query(None),  # noqa: B008
                                  last_event_id: str | None = Header(None)) -> Response:
     rt = runtime(request)
     run = await rt.runs.get(str(run_id), str(thread_id))
     return _stream(rt, run, last_event_id=last_event_id, replay=False,
-                   cancel_on_disconnect=cancel_on_disconnect)
+                   cancel_on_disconnect=cancel_on_disconnect, modes=stream_mode)
 
 
 @router.post("/threads/{thread_id}/runs/{run_id}/cancel")
@@ -263,10 +265,11 @@ async def wait_existing_run(request: Request, run_id: UUID) -> Response:
 
 
 @router.get("/runs/{run_id}/stream")
-async def join_run_stream(request: Request, run_id: UUID, last_event_id: str | None = Header(None)) -> Response:
+async def join_run_stream(request: Request, run_id: UUID, last_event_id: str | None = Header(None),
+                          stream_mode: list[str] | None = Query(None)) -> Response:  # noqa: B008
     rt = runtime(request)
     run = await rt.runs.get(str(run_id))
-    return _stream(rt, run, last_event_id=last_event_id, replay=False, path=f"/runs/{run_id}")
+    return _stream(rt, run, last_event_id=last_event_id, replay=False, path=f"/runs/{run_id}", modes=stream_mode)
 
 
 @router.post("/runs/{run_id}/cancel", status_code=204)
