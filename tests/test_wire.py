@@ -99,3 +99,17 @@ async def test_join_stream_sends_only_the_modes_asked_for(sdk: LangGraphClient) 
     run = await sdk.runs.create(tid, "slow", input={"tag": "l", "steps": 3, "delay": 0.05},
                                 stream_mode=["values", "custom"])
     assert [p.event async for p in sdk.runs.join_stream(tid, run["run_id"], stream_mode="custom")] == ["custom"] * 3
+
+
+async def test_partial_messages_are_whole_messages(sdk: LangGraphClient) -> None:
+    """`messages/partial` carries the message so far typed as a message (`ai`), not as a chunk; the
+    `messages-tuple` mode keeps the chunks (`AIMessageChunk`), as the reference does."""
+    tid = (await sdk.threads.create())["thread_id"]
+    parts = [p async for p in sdk.runs.stream(tid, "echo", input={"message": "hello world"}, stream_mode="messages")]
+    partial = [p.data[0] for p in parts if p.event == "messages/partial"]
+    assert partial and {m["type"] for m in partial} == {"ai"}, {m["type"] for m in partial}
+    assert partial[-1]["content"] == "You said: hello world"
+    assert "tool_call_chunks" not in partial[-1] and "chunk_position" not in partial[-1]
+    tuples = [p.data[0] async for p in sdk.runs.stream(tid, "echo", input={"message": "hi"},
+                                                       stream_mode="messages-tuple") if p.event == "messages"]
+    assert "AIMessageChunk" in {m["type"] for m in tuples}
