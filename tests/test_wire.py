@@ -113,3 +113,81 @@ async def test_partial_messages_are_whole_messages(sdk: LangGraphClient) -> None
     tuples = [p.data[0] async for p in sdk.runs.stream(tid, "echo", input={"message": "hi"},
                                                        stream_mode="messages-tuple") if p.event == "messages"]
     assert "AIMessageChunk" in {m["type"] for m in tuples}
+
+
+async def test_state_and_history_name_their_checkpoints(sdk: LangGraphClient) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(tid, "counter", input={"increment": 1})
+    state = await sdk.threads.get_state(tid)
+    assert state["checkpoint_id"] == state["checkpoint"]["checkpoint_id"]
+    assert state["parent_checkpoint_id"] == state["parent_checkpoint"]["checkpoint_id"]
+    assert set(state["checkpoint"]) == {"checkpoint_id", "thread_id", "checkpoint_ns"}  # no null checkpoint_map
+    history = await sdk.threads.get_history(tid)
+    assert [h["checkpoint_id"] for h in history] == [h["checkpoint"]["checkpoint_id"] for h in history]
+    assert history[0]["checkpoint_id"] == state["checkpoint_id"]
+    assert [h["parent_checkpoint_id"] for h in history[:-1]] == [h["checkpoint_id"] for h in history[1:]]
+    assert history[-1]["parent_checkpoint_id"] is None
+    updated = await sdk.threads.update_state(tid, {"count": 1})
+    assert updated["checkpoint_id"] == updated["checkpoint"]["checkpoint_id"] == updated["configurable"]["checkpoint_id"]
+    assert (await sdk.threads.get_state(tid))["checkpoint_id"] == updated["checkpoint_id"]
+
+
+async def test_checkpoint_metadata_names_its_thread_also_in_a_copy(sdk: LangGraphClient) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(tid, "nested", input={"items": []})
+    assert {h["metadata"]["thread_id"] for h in await sdk.threads.get_history(tid)} == {tid}
+    copy = (await sdk.threads.copy(tid))["thread_id"]
+    history = await sdk.threads.get_history(copy)
+    assert history and {h["metadata"]["thread_id"] for h in history} == {copy}
+    assert {h["checkpoint"]["thread_id"] for h in history} == {copy}
+
+
+async def test_debug_checkpoint_events_name_their_checkpoints(sdk: LangGraphClient) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    payloads = [p.data["payload"] async for p in sdk.runs.stream(tid, "nested", input={"items": []},
+                                                                 stream_mode="debug")
+                if p.event == "debug" and p.data["type"] == "checkpoint"]
+    assert len(payloads) >= 3
+    for p in payloads:
+        assert p["checkpoint"] == {"checkpoint_id": p["config"]["configurable"]["checkpoint_id"],
+                                   "thread_id": tid, "checkpoint_ns": ""}
+    assert payloads[0]["parent_checkpoint"] is None
+    assert [p["parent_checkpoint"]["checkpoint_id"] for p in payloads[1:]] == [
+        p["checkpoint"]["checkpoint_id"] for p in payloads[:-1]]
+    child = next(t for p in payloads for t in p["tasks"] if t["name"] == "child")
+    assert "state" not in child and child["checkpoint"] == {"thread_id": tid, "checkpoint_ns": f"child:{child['id']}"}
+
+
+async def test_a_pending_subgraph_task_names_only_its_namespace(sdk: LangGraphClient) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(tid, "nested", input={"items": []}, interrupt_after=["parent_step"])
+    task = (await sdk.threads.get_state(tid))["tasks"][0]
+    assert task["name"] == "child"
+    assert task["checkpoint"] == {"thread_id": tid, "checkpoint_ns": f"child:{task['id']}"}
+
+
+async def test_config_schema_is_the_configurable_schema(sdk: LangGraphClient) -> None:
+    echo = (await sdk.assistants.search(graph_id="echo"))[0]["assistant_id"]
+    assert (await sdk.assistants.get_schemas(echo))["config_schema"] == {}  # no configurable: as the reference
+
+
+def test_config_schema_of_a_graph_with_a_context_schema() -> None:
+    from typing_extensions import TypedDict
+    from langgraph.graph import END, START, StateGraph
+
+    from threadline.core.graphs import describe_schemas
+
+    class State(TypedDict, total=False):
+        x: int
+
+    class Context(TypedDict, total=False):
+        model: str
+
+    builder = StateGraph(State, context_schema=Context)
+    builder.add_node("node", lambda state: {"x": 1})
+    builder.add_edge(START, "node")
+    builder.add_edge("node", END)
+    schemas = describe_schemas(builder.compile(), "g")
+    expected = {"properties": {"model": {"title": "Model", "type": "string"}}, "title": "Context", "type": "object"}
+    assert schemas["config_schema"] == expected  # as the reference gives it (probed on 0.16.7)
+    assert schemas["context_schema"] == expected

@@ -121,9 +121,26 @@ def describe_schemas(graph: Pregel, graph_id: str) -> dict[str, Any]:
         "input_schema": safe(graph.get_input_jsonschema),
         "output_schema": safe(graph.get_output_jsonschema),
         "state_schema": safe(lambda: _state_schema(graph)),
-        "config_schema": safe(graph.get_config_jsonschema),
+        "config_schema": safe(lambda: _configurable_schema(graph.get_config_jsonschema())),
         "context_schema": safe(graph.get_context_jsonschema),
     }
+
+
+def _configurable_schema(config: dict[str, Any]) -> dict[str, Any]:
+    """The schema of `config["configurable"]`, as LangGraph's server gives `config_schema`: LangGraph's config
+    schema wraps it (`{"properties": {"configurable": {"$ref": …}}, "$defs": …}`); `{}` when there is none."""
+    configurable = (config.get("properties") or {}).get("configurable")
+    if not isinstance(configurable, dict):
+        return {}
+    defs = dict(config.get("$defs") or {})
+    ref = configurable.get("$ref", "")
+    if isinstance(ref, str) and ref.startswith("#/$defs/") and ref[len("#/$defs/"):] in defs:
+        schema = dict(defs.pop(ref[len("#/$defs/"):]))
+    else:
+        schema = {k: v for k, v in configurable.items() if k != "default"}
+    if defs:  # the rest of the definitions, which it may refer to
+        schema["$defs"] = {**defs, **schema.get("$defs", {})}
+    return schema
 
 
 def _state_schema(graph: Pregel) -> Any:

@@ -148,7 +148,9 @@ class Threads:
             except Exception as exc:  # LangGraph raises InvalidUpdateError/ValueError for bad updates
                 raise BadRequest(f"{type(exc).__name__}: {exc}") from exc
         await self.refresh(thread_id)
-        return {"checkpoint": checkpoint_ref(config)}
+        # As LangGraph's server: the new checkpoint, also as `configurable` and by its id.
+        ref = checkpoint_ref(config)
+        return {"checkpoint": ref, "configurable": ref, "checkpoint_id": (ref or {}).get("checkpoint_id")}
 
     async def history(self, thread_id: str, *, limit: int = 10, before: dict[str, Any] | str | None = None,
                       metadata: dict | None = None, checkpoint: dict[str, Any] | None = None) -> list[dict[str, Any]]:

@@ -471,8 +471,13 @@ class PostgresStorage(Storage):
 
     async def copy_checkpoints(self, source_thread_id: str, target_thread_id: str) -> None:
         async with self._tx() as db:
+            # The copies' metadata names the copy (`checkpoint_metadata`), as LangGraph's server's copies do.
+            await db.execute(
+                "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, "
+                "checkpoint, metadata) SELECT %s, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, "
+                "checkpoint, metadata || jsonb_build_object('thread_id', %s::text) FROM checkpoints "
+                "WHERE thread_id = %s ON CONFLICT DO NOTHING", (target_thread_id, target_thread_id, source_thread_id))
             for table, cols in (
-                ("checkpoints", "checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata"),
                 ("checkpoint_blobs", "checkpoint_ns, channel, version, type, blob"),
                 ("checkpoint_writes", "checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob"),
             ):

@@ -359,9 +359,11 @@ def _delete_run_checkpoints(db: sqlite3.Connection, thread_id: str, run_id: str)
 
 
 def _copy_checkpoints(db: sqlite3.Connection, source_thread_id: str, target_thread_id: str) -> None:
+    # The copies' metadata names the copy (`checkpoint_metadata`), as LangGraph's server's copies do.
     db.execute("INSERT OR REPLACE INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, "
                "type, checkpoint, metadata) SELECT ?, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, "
-               "checkpoint, metadata FROM checkpoints WHERE thread_id = ?", (target_thread_id, source_thread_id))
+               "checkpoint, CAST(json_set(CAST(metadata AS TEXT), '$.thread_id', ?) AS BLOB) "
+               "FROM checkpoints WHERE thread_id = ?", (target_thread_id, target_thread_id, source_thread_id))
     db.execute("INSERT OR REPLACE INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, "
                "channel, type, value) SELECT ?, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, "
                "type, value FROM writes WHERE thread_id = ?", (target_thread_id, source_thread_id))
