@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -191,3 +192,20 @@ def test_config_schema_of_a_graph_with_a_context_schema() -> None:
     expected = {"properties": {"model": {"title": "Model", "type": "string"}}, "title": "Context", "type": "object"}
     assert schemas["config_schema"] == expected  # as the reference gives it (probed on 0.16.7)
     assert schemas["context_schema"] == expected
+
+
+async def test_a_store_re_put_advances_updated_at_and_keeps_created_at(http: httpx.AsyncClient) -> None:
+    """Two puts of one item within a second: its `updated_at` still advances (the SQLite store kept whole
+    seconds), and `created_at` stays the first put's (the SQLite store replaced the row), as on PostgreSQL."""
+    item = {"namespace": ["wire", "ts"], "key": "k"}
+    assert (await http.put("/store/items", json={**item, "value": {"v": 1}})).status_code == 204
+    first = (await http.get("/store/items", params={"namespace": "wire.ts", "key": "k"})).json()
+    for v in (2, 3):
+        assert (await http.put("/store/items", json={**item, "value": {"v": v}})).status_code == 204
+    last = (await http.get("/store/items", params={"namespace": "wire.ts", "key": "k"})).json()
+    assert last["value"] == {"v": 3}
+    assert last["created_at"] == first["created_at"]
+    assert datetime.fromisoformat(last["updated_at"]) > datetime.fromisoformat(first["updated_at"]), (first, last)
+    assert datetime.fromisoformat(last["updated_at"]) >= datetime.fromisoformat(last["created_at"])
+    found = (await http.post("/store/items/search", json={"namespace_prefix": ["wire"]})).json()["items"]
+    assert [(i["key"], i["updated_at"]) for i in found] == [("k", last["updated_at"])]

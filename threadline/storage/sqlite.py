@@ -76,15 +76,15 @@ class SQLiteStorage(Storage):
                 await conn.execute("PRAGMA synchronous=NORMAL")
             conn, read_conn, store_conn, wal_conn = conns
             conn.row_factory = read_conn.row_factory = aiosqlite.Row
-            await apply_migrations(conn, "sqlite")
             store = _SqliteStore(store_conn, index=store_index, ttl=store_ttl)  # type: ignore[arg-type]
             try:
-                await store.setup()
+                await store.setup()  # first: our migrations add triggers to its tables (0007)
             except AttributeError as exc:  # sqlite3 built without enable_load_extension: no sqlite-vec
                 raise ConfigError(
                     "store.index needs SQLite extension loading (for sqlite-vec), which this Python's sqlite3 "
                     f"lacks ({exc}); use a Python built with loadable extensions, or remove store.index"
                 ) from exc
+            await apply_migrations(conn, "sqlite")
             self = cls(url, conn, read_conn, store_conn, wal_conn, store, lock)
             self.capabilities = {**cls.capabilities, "vector_index": "sqlite-vec" if store_index else None}
             await self.checkpointer.setup()
