@@ -209,3 +209,24 @@ async def test_a_store_re_put_advances_updated_at_and_keeps_created_at(http: htt
     assert datetime.fromisoformat(last["updated_at"]) >= datetime.fromisoformat(last["created_at"])
     found = (await http.post("/store/items/search", json={"namespace_prefix": ["wire"]})).json()["items"]
     assert [(i["key"], i["updated_at"]) for i in found] == [("k", last["updated_at"])]
+
+
+async def test_error_details_are_langgraphs_texts(http: httpx.AsyncClient) -> None:
+    """UIs show `detail` to users; the texts are the reference's (probed on 0.16.7), `code` and `message` stay."""
+    missing = "00000000-0000-0000-0000-000000000001"
+    for method, path in (("GET", f"/threads/{missing}"), ("DELETE", f"/threads/{missing}"),
+                         ("GET", f"/threads/{missing}/state"), ("POST", f"/threads/{missing}/history")):
+        r = await http.request(method, path, json={} if method == "POST" else None)
+        assert (r.status_code, r.json()["detail"]) == (404, f"Thread with ID {missing} not found"), path
+        assert r.json()["code"] == "not_found" and r.json()["message"] == r.json()["detail"]
+    tid = (await http.post("/threads", json={})).json()["thread_id"]
+    r = await http.post("/threads", json={"thread_id": tid})
+    assert (r.status_code, r.json()["detail"]) == (409, f"Thread with ID {tid} already exists")
+    r = await http.post("/assistants", json={"graph_id": "nope"})
+    assert r.status_code == 404 and r.json()["detail"].startswith("Graph 'nope' not found. Expected one of: ['")
+    aid = (await http.post("/assistants", json={"graph_id": "echo"})).json()["assistant_id"]
+    r = await http.post(f"/assistants/{aid}/latest", json={"version": 99})
+    assert (r.status_code, r.json()["detail"]) == (404, f"Version 99 not found for assistant {aid}")
+    for method, path in (("DELETE", f"/threads/{tid}/runs/{missing}"), ("GET", f"/threads/{tid}/runs/{missing}/join")):
+        r = await http.request(method, path)
+        assert (r.status_code, r.json()["detail"]) == (404, "Run not found"), path

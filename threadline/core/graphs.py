@@ -54,7 +54,7 @@ class GraphRegistry:
         try:
             return self.entries[graph_id]
         except KeyError:
-            raise NotFound(f"Graph '{graph_id}' not found. Served graphs: {', '.join(self.entries)}") from None
+            raise NotFound(f"Graph '{graph_id}' not found. Expected one of: {sorted(self.entries)}") from None
 
     @contextlib.asynccontextmanager
     async def graph(self, graph_id: str, config: dict[str, Any] | None = None) -> AsyncIterator[Pregel]:

@@ -134,7 +134,7 @@ class Runs:
     async def get(self, run_id: str, thread_id: str | None = None) -> Row:
         run = await self.storage.get_run(run_id)
         if run is None or (thread_id is not None and run["thread_id"] != thread_id):
-            raise NotFound(f"Run {run_id} not found")
+            raise NotFound("Run not found")
         return run
 
     async def search(self, **filters: Any) -> list[Row]:
@@ -167,7 +167,7 @@ class Runs:
             listen = self.broker.listen_run_done(run_id)
             run = await self.storage.get_run(run_id)
             if first and (run is None or (thread_id is not None and run["thread_id"] != thread_id)):
-                raise NotFound(f"Run {run_id} not found")
+                raise NotFound("Run not found")
             first = False
             if run is None or run["status"] in TERMINAL:
                 return run

@@ -67,7 +67,7 @@ class Threads:
     async def get(self, thread_id: str) -> Row:
         found = await self.storage.get_thread(thread_id)
         if found is None:
-            raise NotFound(f"Thread {thread_id} not found")
+            raise NotFound(f"Thread with ID {thread_id} not found")
         return found
 
     async def patch(self, thread_id: str, *, metadata: dict | None = None, ttl: float | None = None) -> Row:
@@ -80,7 +80,7 @@ class Threads:
 
     async def delete(self, thread_id: str) -> None:
         if not await self.storage.delete_thread(thread_id):
-            raise NotFound(f"Thread {thread_id} not found")
+            raise NotFound(f"Thread with ID {thread_id} not found")
 
     async def sweep_expired(self, now: str | None = None) -> list[str]:
         """Delete threads whose TTL ran out (with their checkpoints and runs), a batch of `sweep_limit`.

@@ -209,7 +209,7 @@ class PostgresStorage(Storage):
         async with self._tx() as db:
             cur = await _insert(db, "threads", row, on_conflict="(thread_id) DO NOTHING")
             if not cur.rowcount and if_exists == "raise":
-                raise Conflict(f"Thread {row['thread_id']} already exists")
+                raise Conflict(f"Thread with ID {row['thread_id']} already exists")
         found = await self.get_thread(row["thread_id"])
         assert found is not None
         return found
@@ -295,7 +295,7 @@ class PostgresStorage(Storage):
             created_thread = inserted is not None and await inserted.fetchone() is not None
             thread = await locked.fetchone()
             if thread is None:
-                raise NotFound(f"Thread {thread_id} not found")
+                raise NotFound(f"Thread with ID {thread_id} not found")
             active = active_cur is not None and await active_cur.fetchone() is not None
             if reject_if_active and active:
                 raise Conflict("Thread is already running a task. Wait for it to finish or choose a "

@@ -398,7 +398,7 @@ def _create_thread(db: sqlite3.Connection, row: Row, if_exists: str) -> Row:
     found = _one_now(db, "SELECT * FROM threads WHERE thread_id = ?", (row["thread_id"],))
     if found is not None:
         if if_exists == "raise":
-            raise Conflict(f"Thread {row['thread_id']} already exists")
+            raise Conflict(f"Thread with ID {row['thread_id']} already exists")
         return found
     _insert_now(db, "threads", row)
     return _thread_now(db, row["thread_id"])
@@ -430,7 +430,7 @@ def _enqueue(db: sqlite3.Connection, run: Row, thread_metadata: dict[str, Any], 
     now, thread_id = run["created_at"], run["thread_id"]
     thread = _one_now(db, "SELECT metadata FROM threads WHERE thread_id = ?", (thread_id,))
     if thread is None and not create_thread:
-        raise NotFound(f"Thread {thread_id} not found")
+        raise NotFound(f"Thread with ID {thread_id} not found")
     if run_metadata is not None:
         run = {**run, "metadata": run_metadata(thread["metadata"] if thread is not None else None)}
     active = False
