@@ -57,7 +57,10 @@ class Settings:
         1, "How many times a run that was running when its process died is retried before it ends as error."
     )
     max_body_bytes: int = _setting(10 * 1024 * 1024, "Largest request body accepted; larger ones get 413.")
-    heartbeat_seconds: float = _setting(15.0, "Interval between keep-alive comments on open event streams.")
+    heartbeat_seconds: float = _setting(
+        15.0, "Interval between keep-alive comments on open event streams, and between the newlines a wait for a "
+        "run (/runs/wait, .../join) sends while the run goes on."
+    )
     stream_buffer_events: int = _setting(
         10_000, "Events kept per run for joins and Last-Event-ID resumption while the process lives."
     )

@@ -7,6 +7,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from langgraph.store.base import InvalidNamespaceError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 
@@ -31,6 +32,15 @@ def error_body(status: int, message: str, code: str, **extra: Any) -> JSONRespon
     return JSONResponse({"detail": message, "code": code, "message": message, **extra}, status_code=status)
 
 
+def late_error(exc: Exception) -> dict[str, Any]:
+    """An error that happens after a 200 has been sent (a long `/runs/wait`): the body a failed run's wait
+    answers, `{"__error__": {"error", "message"}}`, which langgraph-sdk's `runs.wait` / `runs.join` raise on."""
+    if isinstance(exc, errors.ThreadlineError):
+        return {"__error__": {"error": type(exc).__name__, "message": exc.message}}
+    log.error("error after the response started", exc_info=exc)
+    return {"__error__": {"error": type(exc).__name__, "message": f"Internal server error: {type(exc).__name__}"}}
+
+
 def _field(loc: tuple[Any, ...]) -> str:
     parts = [str(p) for p in loc if p not in ("body",)]
     return ".".join(parts) or "body"
@@ -42,6 +52,12 @@ def install(app: FastAPI) -> None:
         status = next((s for cls, s in STATUS.items() if isinstance(exc, cls)), 500)
         extra = {"metadata": exc.metadata} if exc.metadata else {}
         return error_body(status, exc.message, exc.code, **extra)
+
+    @app.exception_handler(InvalidNamespaceError)
+    async def _namespace(_: Request, exc: InvalidNamespaceError) -> JSONResponse:
+        # LangGraph's store refusing a namespace the routes let through (its root label `langgraph`, say):
+        # the client's mistake, a 422 as every other invalid namespace (the reference answers 400).
+        return error_body(422, f"namespace: {exc}", "invalid_input")
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 from uuid import UUID
 
@@ -13,6 +14,7 @@ from threadline.api.common import JSON, Router, no_content, runtime, select, spe
 from threadline.shapes import run_out
 from threadline.api.models import RunCancelMany, RunCreate, RunSearch
 from threadline.api.sse import event_response
+from threadline.api.waits import KeptAliveJSON
 from threadline.core.runtime import Runtime
 from threadline.errors import ClientGone, InvalidInput, NotFound
 
@@ -25,6 +27,11 @@ def _run_path(run: dict[str, Any]) -> str:
     return f"/threads/{run['thread_id']}/runs/{run['run_id']}"
 
 
+def _wait_headers(run: dict[str, Any]) -> dict[str, str]:
+    """Where a wait for `run` can be resumed (langgraph-sdk reconnects to `Location` if the answer is cut off)."""
+    return {"Content-Location": _run_path(run), "Location": f"{_run_path(run)}/join"}
+
+
 async def _create(rt: Runtime, thread_id: str | None, body: RunCreate, *, waited: bool = False) -> dict[str, Any]:
     """A run on the path's thread, else on the body's `thread_id` (the Agent Protocol), else stateless.
 
@@ -35,14 +42,18 @@ async def _create(rt: Runtime, thread_id: str | None, body: RunCreate, *, waited
 
 
 def _stream(rt: Runtime, run: dict[str, Any], *, last_event_id: str | None = None, replay: bool = True,
-            cancel_on_disconnect: bool = False) -> Response:
+            cancel_on_disconnect: bool = False, path: str | None = None, modes: list[str] | None = None) -> Response:
+    """`path`: the run's own path, as `Content-Location` (default: its thread-scoped path). `modes`: a join's
+    `stream_mode`, the only modes it sends."""
+    path = path or _run_path(run)
+
     async def disconnect() -> None:
         await rt.runs.stop(run["run_id"], action="interrupt")
 
     return event_response(
-        rt.runs.stream(run["run_id"], last_event_id=last_event_id, replay=replay),
+        rt.runs.stream(run["run_id"], last_event_id=last_event_id, replay=replay, modes=modes),
         heartbeat=rt.settings.heartbeat_seconds,
-        headers={"Location": f"{_run_path(run)}/stream", "Content-Location": _run_path(run)},
+        headers={"Location": f"{path}/stream", "Content-Location": path},
         on_disconnect=disconnect if cancel_on_disconnect else None,
     )
 
@@ -68,6 +79,16 @@ async def wait_done(request: Request, rt: Runtime, run: dict[str, Any], *, cance
     if done is None:
         raise NotFound(f"Run {run['run_id']} was rolled back")
     return done
+
+
+def _waited(request: Request, rt: Runtime, run: dict[str, Any], *, cancel_on_disconnect: bool,
+            answer: Callable[[dict[str, Any]], Awaitable[Any]], headers: dict[str, str] | None = None) -> Response:
+    """The answer made of the finished run by `answer`, with a newline every `heartbeat_seconds` while the
+    run goes on (see `threadline.api.waits`)."""
+    async def work() -> Any:
+        return await answer(await wait_done(request, rt, run, cancel_on_disconnect=cancel_on_disconnect))
+
+    return KeptAliveJSON(work(), interval=rt.settings.heartbeat_seconds, headers=headers)
 
 
 async def _disconnected(request: Request) -> None:
@@ -99,12 +120,11 @@ async def stream_thread_run(request: Request, thread_id: UUID, body: RunCreate) 
 
 
 @router.post("/threads/{thread_id}/runs/wait")
-async def wait_thread_run(request: Request, thread_id: UUID, body: RunCreate) -> JSON:
+async def wait_thread_run(request: Request, thread_id: UUID, body: RunCreate) -> Response:
     rt = runtime(request)
     run = await _create(rt, str(thread_id), body, waited=True)
-    done = await wait_done(request, rt, run, cancel_on_disconnect=_disconnect_cancels(body))
-    return JSON(await rt.runs.output(done), headers={"Content-Location": _run_path(run),
-                                                     "Location": f"{_run_path(run)}/join"})
+    return _waited(request, rt, run, cancel_on_disconnect=_disconnect_cancels(body), answer=rt.runs.output,
+                   headers=_wait_headers(run))
 
 
 @router.get("/threads/{thread_id}/runs")
@@ -130,30 +150,35 @@ async def delete_thread_run(request: Request, thread_id: UUID, run_id: UUID):  #
 
 
 @router.get("/threads/{thread_id}/runs/{run_id}/join")
-async def join_thread_run(request: Request, thread_id: UUID, run_id: UUID, cancel_on_disconnect: bool = False) -> JSON:
+async def join_thread_run(request: Request, thread_id: UUID, run_id: UUID,
+                          cancel_on_disconnect: bool = False) -> Response:
     rt = runtime(request)
     run = await rt.runs.get(str(run_id), str(thread_id))
-    done = await wait_done(request, rt, run, cancel_on_disconnect=cancel_on_disconnect)
-    return JSON(await rt.runs.output(done))
+    return _waited(request, rt, run, cancel_on_disconnect=cancel_on_disconnect, answer=rt.runs.output,
+                   headers=_wait_headers(run))
 
 
 @router.get("/threads/{thread_id}/runs/{run_id}/wait")
-async def wait_existing_thread_run(request: Request, thread_id: UUID, run_id: UUID) -> JSON:
+async def wait_existing_thread_run(request: Request, thread_id: UUID, run_id: UUID) -> Response:
     """The journeys' wait: the run's fields (status at the top level) with its output in `values`."""
     rt = runtime(request)
     run = await rt.runs.get(str(run_id), str(thread_id))
-    done = await wait_done(request, rt, run, cancel_on_disconnect=False)
-    return JSON({**spec_run_out(done), "values": await rt.runs.output(done)})
+
+    async def answer(done: dict[str, Any]) -> Any:
+        return {**spec_run_out(done), "values": await rt.runs.output(done)}
+
+    return _waited(request, rt, run, cancel_on_disconnect=False, answer=answer)
 
 
 @router.get("/threads/{thread_id}/runs/{run_id}/stream")
 async def join_thread_run_stream(request: Request, thread_id: UUID, run_id: UUID,
                                  cancel_on_disconnect: bool = False,
+                                 stream_mode: list[str] | None = Query(None),  # noqa: B008
                                  last_event_id: str | None = Header(None)) -> Response:
     rt = runtime(request)
     run = await rt.runs.get(str(run_id), str(thread_id))
     return _stream(rt, run, last_event_id=last_event_id, replay=False,
-                   cancel_on_disconnect=cancel_on_disconnect)
+                   cancel_on_disconnect=cancel_on_disconnect, modes=stream_mode)
 
 
 @router.post("/threads/{thread_id}/runs/{run_id}/cancel")
@@ -171,27 +196,29 @@ async def cancel_thread_run(request: Request, thread_id: UUID, run_id: UUID, wai
 async def create_run(request: Request, body: RunCreate) -> JSON:
     rt = runtime(request)
     run = await _create(rt, None, body)
-    return JSON(spec_run_out(run), headers={"Content-Location": _run_path(run)})
+    return JSON(spec_run_out(run), headers={"Content-Location": f"/runs/{run['run_id']}"})
 
 
 @router.post("/runs/stream")
 async def stream_run(request: Request, body: RunCreate) -> Response:
     rt = runtime(request)
     run = await _create(rt, None, body, waited=True)
-    return _stream(rt, run, cancel_on_disconnect=_disconnect_cancels(body))
+    return _stream(rt, run, cancel_on_disconnect=_disconnect_cancels(body), path=f"/runs/{run['run_id']}")
 
 
 @router.post("/runs/wait")
-async def wait_run(request: Request, body: RunCreate) -> JSON:
+async def wait_run(request: Request, body: RunCreate) -> Response:
     """LangGraph's shape (the output itself) by default; the Agent Protocol's RunWaitResponse when the
     request names its agent with the protocol's `agent_id`."""
     rt = runtime(request)
     run = await _create(rt, None, body, waited=True)
-    done = await wait_done(request, rt, run, cancel_on_disconnect=_disconnect_cancels(body))
-    output = await rt.runs.output(done)
-    if body.agent_id is not None:
-        return JSON({"run": spec_run_out(done), "values": output})
-    return JSON(output, headers={"Content-Location": _run_path(run)})
+
+    async def answer(done: dict[str, Any]) -> Any:
+        output = await rt.runs.output(done)
+        return {"run": spec_run_out(done), "values": output} if body.agent_id is not None else output
+
+    return _waited(request, rt, run, cancel_on_disconnect=_disconnect_cancels(body), answer=answer,
+                   headers=_wait_headers(run))
 
 
 @router.post("/runs/batch")
@@ -230,18 +257,22 @@ async def delete_run(request: Request, run_id: UUID):  # type: ignore[no-untyped
 
 
 @router.get("/runs/{run_id}/wait")
-async def wait_existing_run(request: Request, run_id: UUID) -> JSON:
+async def wait_existing_run(request: Request, run_id: UUID) -> Response:
     rt = runtime(request)
     run = await rt.runs.get(str(run_id))
-    done = await wait_done(request, rt, run, cancel_on_disconnect=False)
-    return JSON({"run": spec_run_out(done), "values": await rt.runs.output(done)})
+
+    async def answer(done: dict[str, Any]) -> Any:
+        return {"run": spec_run_out(done), "values": await rt.runs.output(done)}
+
+    return _waited(request, rt, run, cancel_on_disconnect=False, answer=answer)
 
 
 @router.get("/runs/{run_id}/stream")
-async def join_run_stream(request: Request, run_id: UUID, last_event_id: str | None = Header(None)) -> Response:
+async def join_run_stream(request: Request, run_id: UUID, last_event_id: str | None = Header(None),
+                          stream_mode: list[str] | None = Query(None)) -> Response:  # noqa: B008
     rt = runtime(request)
     run = await rt.runs.get(str(run_id))
-    return _stream(rt, run, last_event_id=last_event_id, replay=False)
+    return _stream(rt, run, last_event_id=last_event_id, replay=False, path=f"/runs/{run_id}", modes=stream_mode)
 
 
 @router.post("/runs/{run_id}/cancel", status_code=204)

@@ -24,7 +24,16 @@ def _namespace(labels: list[str] | None, *, allow_empty: bool = False) -> tuple[
             raise InvalidInput("namespace: labels must be non-empty strings")
         if "." in label:
             raise InvalidInput(f"namespace: label {label!r} must not contain '.'")
+        if "\x00" in label:
+            raise InvalidInput(f"namespace: label {label!r} must not contain NUL bytes")
     return tuple(labels)
+
+
+def _key(key: str) -> str:
+    # PostgreSQL's text refuses NUL (a 500 from the driver otherwise); refused on every backend alike.
+    if "\x00" in key:
+        raise InvalidInput("key: must not contain NUL bytes")
+    return key
 
 
 def _timestamp(value: datetime) -> str:
@@ -52,7 +61,7 @@ async def put_item(request: Request, body: StorePut) -> Response:
     kwargs: dict[str, Any] = {}
     if body.ttl is not None:
         kwargs["ttl"] = body.ttl
-    await store.aput(_namespace(body.namespace), body.key, body.value, index=index, **kwargs)
+    await store.aput(_namespace(body.namespace), _key(body.key), body.value, index=index, **kwargs)
     return no_content()
 
 
@@ -61,7 +70,7 @@ async def get_item(request: Request, key: str, namespace: str = "", refresh_ttl:
     labels = namespace.split(".") if namespace else []
     ns = _namespace(labels)
     kwargs = {"refresh_ttl": refresh_ttl} if refresh_ttl is not None else {}
-    item = await runtime(request).storage.store.aget(ns, key, **kwargs)
+    item = await runtime(request).storage.store.aget(ns, _key(key), **kwargs)
     # Decision: a missing item is `200` with body `null`, as on LangGraph's server, not a 404.
     # langgraph-sdk's `store.get_item` raises `NotFoundError` on any 404 but returns `None` for a `null`
     # body, and callers rely on `if await client.store.get_item(...) is None`; a 404 would break them.
@@ -70,7 +79,7 @@ async def get_item(request: Request, key: str, namespace: str = "", refresh_ttl:
 
 @router.delete("/items", status_code=204)
 async def delete_item(request: Request, body: StoreDelete) -> Response:
-    await runtime(request).storage.store.adelete(_namespace(body.namespace), body.key)
+    await runtime(request).storage.store.adelete(_namespace(body.namespace), _key(body.key))
     return no_content()
 
 

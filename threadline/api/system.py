@@ -14,6 +14,12 @@ router = Router(tags=["System"])
 SURFACES = ("a2a", "mcp", "streaming_protocol", "metrics")
 
 
+@router.get("/")
+async def root() -> JSON:
+    """As LangGraph's server: a health answer at the root, which some load balancers probe."""
+    return JSON({"ok": True})
+
+
 @router.get("/ok")
 async def ok(request: Request, check_db: int = 0) -> JSON:
     """Liveness; with `check_db=1`, readiness: the database answers a real query and the broker a ping (503 if not)."""

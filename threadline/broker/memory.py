@@ -14,11 +14,12 @@ from threadline.broker.local import LocalSignals
 
 
 def event_seq(event_id: str) -> int:
-    """The per-run sequence number inside an event id `<ms>-<seq>` (-1 when it is not one of ours)."""
-    try:
-        return int(event_id.rsplit("-", 1)[-1])
-    except ValueError:
-        return -1
+    """The per-run sequence number inside an event id `<ms>-<seq>` (-1 when it is not one of ours, as `-1`,
+    which clients send to replay everything: its `1` is no sequence number)."""
+    ms, dash, seq = event_id.partition("-")
+    if dash and ms.isascii() and ms.isdigit() and seq.isascii() and seq.isdigit():
+        return int(seq)
+    return -1
 
 
 class _RunStream:

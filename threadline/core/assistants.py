@@ -123,7 +123,7 @@ class Assistants:
         current = await self.get(assistant_id)
         found = await self.storage.set_assistant_version(current["assistant_id"], version)
         if found is None:
-            raise NotFound(f"Assistant {assistant_id} has no version {version}")
+            raise NotFound(f"Version {version} not found for assistant {assistant_id}")
         return found
 
     @contextlib.asynccontextmanager

@@ -15,7 +15,7 @@ from threadline.core.lease import FencedCheckpointer, Lease, LeaseLost
 from threadline.core.messages import MessageStreamer
 from threadline.core.protocol_events import ProtocolRun
 from threadline.core.metrics import Metrics
-from threadline.core.state import bind, run_output, snapshot_json, thread_config, thread_fields
+from threadline.core.state import bind, debug_json, run_output, snapshot_json, thread_config, thread_fields
 from threadline.core.threads import Threads
 from threadline.serde import dumps
 from threadline.shapes import run_out
@@ -259,6 +259,8 @@ class Executor:
             if mode == "messages":
                 for event, data in messages.feed(chunk):
                     await publish(event + suffix, data)
+            elif mode == "debug":
+                await publish(mode + suffix, debug_json(chunk))
             elif mode in modes:
                 await publish(mode + suffix, chunk)
 

@@ -59,7 +59,7 @@ class GraphRegistry:
         try:
             return self.entries[graph_id]
         except KeyError:
-            raise NotFound(f"Graph '{graph_id}' not found. Served graphs: {', '.join(self.entries)}") from None
+            raise NotFound(f"Graph '{graph_id}' not found. Expected one of: {sorted(self.entries)}") from None
 
     @contextlib.asynccontextmanager
     async def graph(self, graph_id: str, config: dict[str, Any] | None = None, *,
@@ -165,7 +165,7 @@ def describe_schemas(graph: Pregel, graph_id: str) -> dict[str, Any]:
         "input_schema": safe(lambda: _io_schema(graph, "input")),
         "output_schema": safe(lambda: _io_schema(graph, "output")),
         "state_schema": safe(lambda: _state_schema(graph)),
-        "config_schema": safe(graph.get_config_jsonschema),
+        "config_schema": safe(lambda: _configurable_schema(graph.get_config_jsonschema())),
         "context_schema": safe(graph.get_context_jsonschema),
     }
 
@@ -180,6 +180,23 @@ def _io_schema(graph: Pregel, which: Literal["input", "output"]) -> Any:
 
         return TypeAdapter(twin).json_schema()
     return graph.get_input_jsonschema() if which == "input" else graph.get_output_jsonschema()
+
+
+def _configurable_schema(config: dict[str, Any]) -> dict[str, Any]:
+    """The schema of `config["configurable"]`, as LangGraph's server gives `config_schema`: LangGraph's config
+    schema wraps it (`{"properties": {"configurable": {"$ref": …}}, "$defs": …}`); `{}` when there is none."""
+    configurable = (config.get("properties") or {}).get("configurable")
+    if not isinstance(configurable, dict):
+        return {}
+    defs = dict(config.get("$defs") or {})
+    ref = configurable.get("$ref", "")
+    if isinstance(ref, str) and ref.startswith("#/$defs/") and ref[len("#/$defs/"):] in defs:
+        schema = dict(defs.pop(ref[len("#/$defs/"):]))
+    else:
+        schema = {k: v for k, v in configurable.items() if k != "default"}
+    if defs:  # the rest of the definitions, which it may refer to
+        schema["$defs"] = {**defs, **schema.get("$defs", {})}
+    return schema
 
 
 def _state_schema(graph: Pregel) -> Any:

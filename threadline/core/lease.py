@@ -16,8 +16,9 @@ from typing import Any
 
 from langgraph.checkpoint.base import (
     BaseCheckpointSaver, ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple,
-    get_checkpoint_metadata,
 )
+
+from threadline.storage.base import checkpoint_metadata
 
 
 class LeaseLost(Exception):
@@ -85,7 +86,7 @@ class FencedCheckpointer(BaseCheckpointSaver):
         if remember:
             # As storage holds it. LangGraph hands each save a checkpoint of its own, but it may still change
             # the metadata it passed.
-            metadata = get_checkpoint_metadata(config, metadata)
+            metadata = checkpoint_metadata(config, metadata)
         saved = await self.inner.aput(config, checkpoint, metadata, new_versions)
         if remember:
             parent = config["configurable"].get("checkpoint_id")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from langchain_core.messages import BaseMessage, BaseMessageChunk
+from langchain_core.messages import BaseMessage, BaseMessageChunk, message_chunk_to_message
 
 
 class MessageStreamer:
@@ -35,5 +35,9 @@ class MessageStreamer:
             else:
                 self._seen[msg_id] = message
         current = self._seen[msg_id]
-        kind = "messages/partial" if isinstance(message, BaseMessageChunk) else "messages/complete"
-        yield kind, [current]
+        if isinstance(message, BaseMessageChunk):
+            # The message so far, as a whole message (`"type": "ai"`, not `"AIMessageChunk"`): as LangGraph's
+            # server sends it, and as UIs that render `messages/partial` by type expect.
+            yield "messages/partial", [message_chunk_to_message(current)]
+        else:
+            yield "messages/complete", [current]

@@ -137,7 +137,7 @@ class Runs:
     async def get(self, run_id: str, thread_id: str | None = None) -> Row:
         run = await self.storage.get_run(run_id)
         if run is None or (thread_id is not None and run["thread_id"] != thread_id):
-            raise NotFound(f"Run {run_id} not found")
+            raise NotFound("Run not found")
         return run
 
     async def search(self, **filters: Any) -> list[Row]:
@@ -170,7 +170,7 @@ class Runs:
             listen = self.broker.listen_run_done(run_id)
             run = await self.storage.get_run(run_id)
             if first and (run is None or (thread_id is not None and run["thread_id"] != thread_id)):
-                raise NotFound(f"Run {run_id} not found")
+                raise NotFound("Run not found")
             first = False
             if run is None or run["status"] in TERMINAL:
                 return run
@@ -289,13 +289,22 @@ class Runs:
             deleted += await self.storage.delete_thread(thread_id)
         return deleted
 
-    async def stream(self, run_id: str, *, last_event_id: str | None = None,
-                     replay: bool = False) -> AsyncIterator[StreamEvent]:
-        """The run's events. A finished run whose events are no longer buffered has an empty stream."""
+    async def stream(self, run_id: str, *, last_event_id: str | None = None, replay: bool = False,
+                     modes: list[str] | None = None) -> AsyncIterator[StreamEvent]:
+        """The run's events. A finished run whose events are no longer buffered has an empty stream.
+
+        `modes` (a join's `stream_mode`): only the events of those modes, as LangGraph's server: `metadata` is
+        one, `messages` takes every `messages/*` event, a subgraph's `updates|<ns>` counts as `updates`, and
+        `messages-tuple` is sent as `messages`. An `error` event always passes: a client that asked for `values`
+        must still learn that the run failed."""
         run = await self.storage.get_run(run_id)
         if run is not None and run["status"] in TERMINAL and not await self.broker.stream_started(run_id):
             return
+        modes = [m for m in modes or () if m]  # langgraph-sdk sends `stream_mode=` when it has none
+        wanted = {"messages" if m == "messages-tuple" else m for m in modes} | {"error"}
         async for event in self.broker.subscribe(run_id, after=last_event_id, replay=replay):
+            if modes and event.event.split("|", 1)[0].split("/", 1)[0] not in wanted:
+                continue
             yield event
 
     async def output(self, run: Row) -> Any:

@@ -28,15 +28,20 @@ def thread_config(thread_id: str, checkpoint: dict[str, Any] | None = None) -> d
 
 
 def checkpoint_ref(config: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A checkpoint as LangGraph's server names it: `thread_id`, `checkpoint_ns`, and `checkpoint_id` /
+    `checkpoint_map` only when the config has them (a subgraph task's checkpoint has no id yet)."""
     if not config:
         return None
     c = config.get("configurable", {})
-    return {
-        "thread_id": c.get("thread_id"),
-        "checkpoint_ns": c.get("checkpoint_ns", ""),
-        "checkpoint_id": c.get("checkpoint_id"),
-        "checkpoint_map": c.get("checkpoint_map"),
-    }
+    ref = {"thread_id": c.get("thread_id"), "checkpoint_ns": c.get("checkpoint_ns", "")}
+    for key in ("checkpoint_id", "checkpoint_map"):
+        if c.get(key) is not None:
+            ref[key] = c[key]
+    return ref
+
+
+def _checkpoint_id(config: dict[str, Any] | None) -> str | None:
+    return (config or {}).get("configurable", {}).get("checkpoint_id")
 
 
 def snapshot_json(snap: StateSnapshot) -> dict[str, Any]:
@@ -62,7 +67,29 @@ def snapshot_json(snap: StateSnapshot) -> dict[str, Any]:
         "checkpoint": checkpoint_ref(snap.config),
         "parent_checkpoint": checkpoint_ref(snap.parent_config),
         "interrupts": [interrupt_json(i) for i in getattr(snap, "interrupts", ())],
+        "checkpoint_id": _checkpoint_id(snap.config),
+        "parent_checkpoint_id": _checkpoint_id(snap.parent_config),
     }
+
+
+def debug_json(chunk: Any) -> Any:
+    """A `debug` stream event as LangGraph's server sends it: a `checkpoint` event's payload also names its
+    checkpoint and parent (`checkpoint`, `parent_checkpoint`), and a task whose state is a subgraph's config
+    gives it as `checkpoint` instead of `state`."""
+    if not isinstance(chunk, dict) or chunk.get("type") != "checkpoint" or not isinstance(chunk.get("payload"), dict):
+        return chunk
+    payload = dict(chunk["payload"])
+    tasks = []
+    for task in payload.get("tasks") or []:
+        state = task.get("state") if isinstance(task, dict) else None
+        if isinstance(state, dict) and "configurable" in state:
+            task = {k: v for k, v in task.items() if k != "state"}
+            task["checkpoint"] = checkpoint_ref(state)
+        tasks.append(task)
+    payload["tasks"] = tasks
+    payload["checkpoint"] = checkpoint_ref(payload.get("config"))
+    payload["parent_checkpoint"] = checkpoint_ref(payload.get("parent_config"))
+    return {**chunk, "payload": payload}
 
 
 def interrupt_json(interrupt: Any) -> dict[str, Any]:
@@ -71,7 +98,8 @@ def interrupt_json(interrupt: Any) -> dict[str, Any]:
 
 def empty_state() -> dict[str, Any]:
     return {"values": {}, "next": [], "tasks": [], "metadata": {}, "created_at": None,
-            "checkpoint": None, "parent_checkpoint": None, "interrupts": []}
+            "checkpoint": None, "parent_checkpoint": None, "interrupts": [],
+            "checkpoint_id": None, "parent_checkpoint_id": None}
 
 
 def pending_interrupts(state: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:

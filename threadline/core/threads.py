@@ -72,7 +72,7 @@ class Threads:
     async def get(self, thread_id: str) -> Row:
         found = await self.storage.get_thread(thread_id)
         if found is None:
-            raise NotFound(f"Thread {thread_id} not found")
+            raise NotFound(f"Thread with ID {thread_id} not found")
         return found
 
     async def patch(self, thread_id: str, *, metadata: dict | None = None, ttl: float | None = None) -> Row:
@@ -171,7 +171,9 @@ class Threads:
             except Exception as exc:  # LangGraph raises InvalidUpdateError/ValueError for bad updates
                 raise BadRequest(f"{type(exc).__name__}: {exc}") from exc
         await self.refresh(thread_id)
-        return {"checkpoint": checkpoint_ref(config)}
+        # As LangGraph's server: the new checkpoint, also as `configurable` and by its id.
+        ref = checkpoint_ref(config)
+        return {"checkpoint": ref, "configurable": ref, "checkpoint_id": (ref or {}).get("checkpoint_id")}
 
     async def history(self, thread_id: str, *, limit: int = 10, before: dict[str, Any] | str | None = None,
                       metadata: dict | None = None, checkpoint: dict[str, Any] | None = None) -> list[dict[str, Any]]:

@@ -10,7 +10,7 @@ import abc
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
 
-from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.base import BaseCheckpointSaver, get_checkpoint_metadata
 from langgraph.store.base import BaseStore
 
 Row = dict[str, Any]
@@ -19,6 +19,12 @@ SortOrder = Literal["asc", "desc"]
 #: Protocol events kept per thread: appending more deletes the oldest (as LangGraph's server keeps a
 #: 10,000-event buffer per thread). A `since` older than what is kept replays from the oldest kept.
 THREAD_EVENTS_KEPT = 10_000
+
+
+def checkpoint_metadata(config: Any, metadata: Any) -> dict[str, Any]:
+    """A checkpoint's metadata as stored: LangGraph's (which leaves `thread_id` out), with the checkpoint's
+    `thread_id`, as LangGraph's server keeps it (a copied thread's checkpoints name the copy)."""
+    return {**get_checkpoint_metadata(config, metadata), "thread_id": str(config["configurable"]["thread_id"])}
 
 
 class NewThreadEvent(NamedTuple):

@@ -209,7 +209,7 @@ class PostgresStorage(Storage):
         async with self._tx() as db:
             cur = await _insert(db, "threads", row, on_conflict="(thread_id) DO NOTHING")
             if not cur.rowcount and if_exists == "raise":
-                raise Conflict(f"Thread {row['thread_id']} already exists")
+                raise Conflict(f"Thread with ID {row['thread_id']} already exists")
         found = await self.get_thread(row["thread_id"])
         assert found is not None
         return found
@@ -295,7 +295,7 @@ class PostgresStorage(Storage):
             created_thread = inserted is not None and await inserted.fetchone() is not None
             thread = await locked.fetchone()
             if thread is None:
-                raise NotFound(f"Thread {thread_id} not found")
+                raise NotFound(f"Thread with ID {thread_id} not found")
             active = active_cur is not None and await active_cur.fetchone() is not None
             if reject_if_active and active:
                 raise Conflict("Thread is already running a task. Wait for it to finish or choose a "
@@ -471,8 +471,13 @@ class PostgresStorage(Storage):
 
     async def copy_checkpoints(self, source_thread_id: str, target_thread_id: str) -> None:
         async with self._tx() as db:
+            # The copies' metadata names the copy (`checkpoint_metadata`), as LangGraph's server's copies do.
+            await db.execute(
+                "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, "
+                "checkpoint, metadata) SELECT %s, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, "
+                "checkpoint, metadata || jsonb_build_object('thread_id', %s::text) FROM checkpoints "
+                "WHERE thread_id = %s ON CONFLICT DO NOTHING", (target_thread_id, target_thread_id, source_thread_id))
             for table, cols in (
-                ("checkpoints", "checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata"),
                 ("checkpoint_blobs", "checkpoint_ns, channel, version, type, blob"),
                 ("checkpoint_writes", "checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob"),
             ):

@@ -23,6 +23,8 @@ from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.postgres import aio as langgraph_aio
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
+from threadline.storage.base import checkpoint_metadata
+
 T = TypeVar("T")
 
 _inline: contextvars.ContextVar[bool] = contextvars.ContextVar("threadline_inline_serialization", default=False)
@@ -56,7 +58,7 @@ def _serializing_inline() -> Iterator[None]:
 class InlinePostgresSaver(AsyncPostgresSaver):
     async def aput(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
         with _serializing_inline():
-            return await super().aput(config, checkpoint, metadata, new_versions)
+            return await super().aput(config, checkpoint, checkpoint_metadata(config, metadata), new_versions)
 
     async def aput_writes(self, config: Any, writes: Sequence[tuple[str, Any]], task_id: str,
                           task_path: str = "") -> None:

@@ -76,15 +76,15 @@ class SQLiteStorage(Storage):
                 await conn.execute("PRAGMA synchronous=NORMAL")
             conn, read_conn, store_conn, wal_conn = conns
             conn.row_factory = read_conn.row_factory = aiosqlite.Row
-            await apply_migrations(conn, "sqlite")
             store = _SqliteStore(store_conn, index=store_index, ttl=store_ttl)  # type: ignore[arg-type]
             try:
-                await store.setup()
+                await store.setup()  # first: our migrations add triggers to its tables (0007)
             except AttributeError as exc:  # sqlite3 built without enable_load_extension: no sqlite-vec
                 raise ConfigError(
                     "store.index needs SQLite extension loading (for sqlite-vec), which this Python's sqlite3 "
                     f"lacks ({exc}); use a Python built with loadable extensions, or remove store.index"
                 ) from exc
+            await apply_migrations(conn, "sqlite")
             self = cls(url, conn, read_conn, store_conn, wal_conn, store, lock)
             self.capabilities = {**cls.capabilities, "vector_index": "sqlite-vec" if store_index else None}
             await self.checkpointer.setup()
@@ -359,9 +359,11 @@ def _delete_run_checkpoints(db: sqlite3.Connection, thread_id: str, run_id: str)
 
 
 def _copy_checkpoints(db: sqlite3.Connection, source_thread_id: str, target_thread_id: str) -> None:
+    # The copies' metadata names the copy (`checkpoint_metadata`), as LangGraph's server's copies do.
     db.execute("INSERT OR REPLACE INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, "
                "type, checkpoint, metadata) SELECT ?, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, "
-               "checkpoint, metadata FROM checkpoints WHERE thread_id = ?", (target_thread_id, source_thread_id))
+               "checkpoint, CAST(json_set(CAST(metadata AS TEXT), '$.thread_id', ?) AS BLOB) "
+               "FROM checkpoints WHERE thread_id = ?", (target_thread_id, target_thread_id, source_thread_id))
     db.execute("INSERT OR REPLACE INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, "
                "channel, type, value) SELECT ?, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, "
                "type, value FROM writes WHERE thread_id = ?", (target_thread_id, source_thread_id))
@@ -396,7 +398,7 @@ def _create_thread(db: sqlite3.Connection, row: Row, if_exists: str) -> Row:
     found = _one_now(db, "SELECT * FROM threads WHERE thread_id = ?", (row["thread_id"],))
     if found is not None:
         if if_exists == "raise":
-            raise Conflict(f"Thread {row['thread_id']} already exists")
+            raise Conflict(f"Thread with ID {row['thread_id']} already exists")
         return found
     _insert_now(db, "threads", row)
     return _thread_now(db, row["thread_id"])
@@ -428,7 +430,7 @@ def _enqueue(db: sqlite3.Connection, run: Row, thread_metadata: dict[str, Any], 
     now, thread_id = run["created_at"], run["thread_id"]
     thread = _one_now(db, "SELECT metadata FROM threads WHERE thread_id = ?", (thread_id,))
     if thread is None and not create_thread:
-        raise NotFound(f"Thread {thread_id} not found")
+        raise NotFound(f"Thread with ID {thread_id} not found")
     if run_metadata is not None:
         run = {**run, "metadata": run_metadata(thread["metadata"] if thread is not None else None)}
     active = False

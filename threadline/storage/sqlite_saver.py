@@ -18,10 +18,11 @@ import sqlite3
 from collections.abc import AsyncIterator
 from typing import Any
 
-from langgraph.checkpoint.base import WRITES_IDX_MAP, CheckpointTuple, get_checkpoint_metadata
+from langgraph.checkpoint.base import WRITES_IDX_MAP, CheckpointTuple
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
+from threadline.storage.base import checkpoint_metadata
 from threadline.storage.sql import dumps
 from threadline.storage.sqlite_writer import Writer, in_transaction
 
@@ -61,7 +62,7 @@ class WriterSqliteSaver(AsyncSqliteSaver):
         thread_id, checkpoint_ns = str(configurable["thread_id"]), configurable["checkpoint_ns"]
         type_, blob = self.serde.dumps_typed(checkpoint)
         # JSON text, as LangGraph's `SqliteSaver` stores it; a lone surrogate is dropped, as it drops it.
-        meta = dumps(get_checkpoint_metadata(config, metadata)).encode("utf-8", "ignore")
+        meta = dumps(checkpoint_metadata(config, metadata)).encode("utf-8", "ignore")
         row = (thread_id, checkpoint_ns, checkpoint["id"], configurable.get("checkpoint_id"), type_, blob, meta)
         await self.writer.run(_insert, _PUT_CHECKPOINT, [row], group=self._group)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns,
