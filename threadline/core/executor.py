@@ -113,8 +113,11 @@ class Executor:
         error propagates and the run's fate is left to whoever holds it next.
         """
         run_id, thread_id = run["run_id"], run["thread_id"]
-        status, error, output, action = "success", None, None, None
+        status, error, output, action, failure = "success", None, None, None, None
         started = time.monotonic()
+        fields = {"run_id": run_id, "thread_id": thread_id, "assistant_id": run["assistant_id"],
+                  "attempt": run.get("attempt", 1)}
+        log.info("run started", extra=fields)
         protocol = ProtocolRun(self.storage, self.broker, run, lease, run["assistant_id"]) \
             if (run["kwargs"] or {}).get("protocol") else None  # started through /commands
         try:
@@ -155,9 +158,8 @@ class Executor:
             if isinstance(exc, LeaseLost) or not lease.valid():
                 log.warning("run %s: lease lost (%s); leaving it to the worker that holds it now", run_id, exc)
                 return None
-            status = "error"
+            status, failure = "error", exc
             error = {"error": type(exc).__name__, "message": str(exc)}
-            log.info("run %s failed: %s: %s", run_id, type(exc).__name__, exc)
             await self._publish(lease, "error", error)
             thread_changes = {"error": error}
             try:
@@ -172,7 +174,12 @@ class Executor:
             await self._protocol_end(protocol, run_id, status, error)
         lease.finishing = True
         finished = await self._finish(run, worker_id, status, error, output, thread_changes, action)
-        self.metrics.run_finished(status, time.monotonic() - started)
+        elapsed = time.monotonic() - started
+        self.metrics.run_finished(status, elapsed)
+        # A failed run's line carries its traceback: the one place a person sees where the agent broke.
+        log.info("run ended" if failure is None else f"run ended: {type(failure).__name__}: {failure}",
+                 exc_info=failure, extra={**fields, "status": status, "duration_ms": round(elapsed * 1000, 1),
+                                          **({"action": action} if action else {})})
         return finished
 
     async def _protocol_end(self, protocol: ProtocolRun, run_id: str, status: str, error: Any) -> None:
