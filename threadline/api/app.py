@@ -11,7 +11,9 @@ from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 
 from threadline import __version__
-from threadline.api import a2a, agents, assistants, errors, mcp, metrics, protocol, runs, store, system, threads
+from threadline.api import (
+    a2a, agents, assistants, docs, errors, mcp, metrics, protocol, runs, store, system, threads,
+)
 from threadline.api.limits import BodyLimit
 from threadline.core.runtime import Runtime
 from threadline.loader import load_object
@@ -35,7 +37,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await runtime.close()
 
     app = FastAPI(
-        title="Threadline", version=__version__, lifespan=lifespan,
+        title="Threadline", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
         description="An open-source Agent Protocol server for LangGraph agents.",
     )
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
@@ -45,10 +47,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(metrics.RequestMetrics)  # outermost: counts every request, 413s and preflights included
     app.state.project = project
     errors.install(app)
-    for module in (runs, threads, protocol, assistants, store, system, metrics, agents, mcp, a2a):
+    for module in (runs, threads, protocol, assistants, store, system, metrics, agents, mcp, a2a, docs):
         app.include_router(module.router)
+    docs.mount_assets(app)
     if project.http_app:
         _mount_user_app(app, project)
+    metrics.label_plain_routes(app)
     return app
 
 
