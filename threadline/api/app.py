@@ -16,7 +16,8 @@ from threadline.api import (
 )
 from threadline.api.limits import BodyLimit
 from threadline.core.runtime import Runtime
-from threadline.loader import load_object
+from threadline.errors import ConfigError
+from threadline.loader import load_object, missing_package
 from threadline.settings import Settings
 
 log = logging.getLogger("threadline")
@@ -28,24 +29,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        runtime = await Runtime.open(settings, project, graphs)
-        app.state.runtime = runtime
+        app.state.runtime = await _start(app, settings, project, graphs)
         try:
-            await runtime.start()
             yield
         finally:
-            await runtime.close()
+            await app.state.runtime.close()
 
     app = FastAPI(
         title="Threadline", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
         description="An open-source Agent Protocol server for LangGraph agents.",
     )
+    app.add_middleware(QuietStartupFailure)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     # As LangGraph's server: any origin, so browser clients (LangGraph Studio, web apps) can call it.
     app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["*"], allow_headers=["*"],
                        expose_headers=["x-pagination-total", "x-pagination-next", "content-location", "location"])
     app.add_middleware(metrics.RequestMetrics)  # outermost: counts every request, 413s and preflights included
     app.state.project = project
+    app.state.settings = settings
     errors.install(app)
     for module in (runs, threads, protocol, assistants, store, system, metrics, agents, mcp, a2a, docs):
         app.include_router(module.router)
@@ -54,6 +55,55 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         _mount_user_app(app, project)
     metrics.label_plain_routes(app)
     return app
+
+
+async def _start(app: FastAPI, settings: Settings, project: Any, graphs: Any) -> Runtime:
+    """Open and start the runtime. A failure is logged as one message and a hint (its traceback at debug
+    level only), and uvicorn is told startup failed without the traceback (`QuietStartupFailure`)."""
+    runtime = None
+    try:
+        runtime = await Runtime.open(settings, project, graphs)
+        await runtime.start()
+        return runtime
+    except Exception as exc:
+        if runtime is not None:
+            with contextlib.suppress(Exception):
+                await runtime.close()
+        log.error("cannot start: %s", startup_message(exc, project.root))
+        log.debug("the startup failure's traceback:", exc_info=exc)
+        app.state.startup_failure_logged = True
+        raise
+
+
+def startup_message(exc: BaseException, root: Any) -> str:
+    """What a person needs to read when startup fails: the error in a sentence, and what to do about it."""
+    missing = missing_package(exc, root)
+    if missing:
+        return missing
+    if isinstance(exc, ConfigError):
+        return exc.message
+    return f"{type(exc).__name__}: {exc}\n  hint: run with --log-level debug to see where it was raised"
+
+
+class QuietStartupFailure:
+    """ASGI middleware: a startup failure the lifespan has logged reaches uvicorn without its traceback
+    (Starlette sends `traceback.format_exc()` as the failure message, and uvicorn logs it as an error)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "lifespan":
+            await self.app(scope, receive, send)
+            return
+
+        async def quiet_send(message: Any) -> None:
+            if message["type"] == "lifespan.startup.failed" and getattr(
+                    scope["app"].state, "startup_failure_logged", False):
+                message = {**message, "message": ""}
+            await send(message)
+
+        await self.app(scope, receive, quiet_send)
 
 
 def _mount_user_app(app: FastAPI, project: Any) -> None:

@@ -28,8 +28,14 @@ from threadline.storage.base import Storage
 log = logging.getLogger("threadline")
 
 
-def default_database_url() -> str:
-    return f"sqlite:///{Path.cwd() / '.threadline' / 'threadline.db'}"
+def default_database_url(*, create: bool = False) -> str:
+    """`./.threadline/threadline.db`. With `create`, the folder is made, holding a `.gitignore` that ignores
+    everything in it, so the database never shows up in the project's `git status`."""
+    folder = Path.cwd() / ".threadline"
+    if create and not folder.is_dir():
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / ".gitignore").write_text("# Threadline's embedded database (threadline serve); not for git.\n*\n")
+    return f"sqlite:///{folder / 'threadline.db'}"
 
 
 @dataclass
@@ -61,7 +67,7 @@ class Runtime:
             project, graphs = cls.load_project(settings)
         for key in project.unsupported:
             log.warning("langgraph.json key %r is not supported by Threadline yet and has no effect", key)
-        url = settings.database_url or default_database_url()
+        url = settings.database_url or default_database_url(create=True)
         store_index = resolve_store_index(project.store_index, project.root)
         storage = await open_storage(url, store_index=store_index, store_ttl=project.store_ttl)
         broker = open_broker(settings.redis_url, buffer_events=settings.stream_buffer_events,

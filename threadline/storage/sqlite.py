@@ -76,7 +76,7 @@ class SQLiteStorage(Storage):
                 await conn.execute("PRAGMA synchronous=NORMAL")
             conn, read_conn, store_conn, wal_conn = conns
             conn.row_factory = read_conn.row_factory = aiosqlite.Row
-            await apply_migrations(conn, "sqlite")
+            applied = await apply_migrations(conn, "sqlite")
             store = _SqliteStore(store_conn, index=store_index, ttl=store_ttl)  # type: ignore[arg-type]
             try:
                 await store.setup()
@@ -86,6 +86,7 @@ class SQLiteStorage(Storage):
                     f"lacks ({exc}); use a Python built with loadable extensions, or remove store.index"
                 ) from exc
             self = cls(url, conn, read_conn, store_conn, wal_conn, store, lock)
+            self.applied_migrations = applied
             self.capabilities = {**cls.capabilities, "vector_index": "sqlite-vec" if store_index else None}
             await self.checkpointer.setup()
             await self.writer.prepare()
