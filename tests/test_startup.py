@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+README = Path(__file__).parents[1] / "README.md"
 GRAPH = '''
 from typing import TypedDict
 
@@ -178,6 +179,30 @@ def test_dev_reloads_when_the_graph_changes(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, f"never reloaded: {(folder / 'server.log').read_text()}"
             time.sleep(0.2)
     assert "reload" in (folder / "server.log").read_text().lower()
+
+
+def _readme_block(language: str, containing: str) -> str:
+    blocks = re.findall(rf"```{language}\n(.*?)```", README.read_text(), re.S)
+    return next(b for b in blocks if containing in b)
+
+
+def test_the_readme_example_runs_as_written(tmp_path: Path) -> None:
+    """The README's project (its graph file and langgraph.json) served, and its client snippet run, as a user
+    copies them; only the server's address differs (a free port)."""
+    folder = tmp_path / "my-project"
+    folder.mkdir()
+    config = _readme_block("json", '"graphs"')  # the first: the complete project's
+    (folder / "langgraph.json").write_text(config)
+    for spec in json.loads(config)["graphs"].values():
+        (folder / spec.split(":")[0]).write_text(_readme_block("python", "StateGraph"))
+    client = _readme_block("python", "get_client")
+    assert "asyncio.run(main())" in client
+    with _serving(folder) as (url, _):
+        (folder / "client.py").write_text(client.replace("http://localhost:8000", url))
+        done = subprocess.run([sys.executable, "client.py"], capture_output=True, text=True, timeout=60, cwd=folder)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "{'message': 'hi', 'reply': 'you said: hi'}"
+    assert "# prints {'message': 'hi', 'reply': 'you said: hi'}" in client  # what the README promises
 
 
 @pytest.mark.parametrize("command", ["serve", "dev"])
