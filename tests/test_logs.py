@@ -26,8 +26,8 @@ async def test_a_run_logs_its_start_and_its_end(sdk: LangGraphClient, caplog: py
     [ended] = _lines(caplog, "run ended", run["run_id"])
     for record in (started, ended):
         assert record.levelno == logging.INFO
-        assert (record.thread_id, record.assistant_id, record.attempt) == (  # type: ignore[attr-defined]
-            thread["thread_id"], run["assistant_id"], 1)
+        assert (record.thread_id, record.assistant_id, record.graph_id, record.attempt) == (  # type: ignore[attr-defined]
+            thread["thread_id"], run["assistant_id"], "counter", 1)
     assert ended.status == "success" and ended.duration_ms >= 0  # type: ignore[attr-defined]
     assert ended.exc_info is None
 

@@ -51,3 +51,5 @@ def configure(level: str = "info", fmt: str = "text") -> None:
         uv.handlers.clear()
         uv.propagate = True
         uv.setLevel(level.upper())
+    # `threadline dev`: uvicorn says which files changed; watchfiles' own "N changes detected" only at debug.
+    logging.getLogger("watchfiles").setLevel("DEBUG" if level.lower() == "debug" else "WARNING")

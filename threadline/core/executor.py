@@ -117,7 +117,6 @@ class Executor:
         started = time.monotonic()
         fields = {"run_id": run_id, "thread_id": thread_id, "assistant_id": run["assistant_id"],
                   "attempt": run.get("attempt", 1)}
-        log.info("run started", extra=fields)
         protocol = ProtocolRun(self.storage, self.broker, run, lease, run["assistant_id"]) \
             if (run["kwargs"] or {}).get("protocol") else None  # started through /commands
         try:
@@ -130,6 +129,8 @@ class Executor:
                 assistant = await self.storage.get_assistant(run["assistant_id"])
             if assistant is None:
                 raise LookupError(f"Assistant {run['assistant_id']} no longer exists")
+            fields["graph_id"] = assistant["graph_id"]
+            log.info("run started", extra=fields)
             if protocol is not None:
                 protocol.named(assistant["graph_id"])
             config = build_config(run, assistant, thread_id)
