@@ -78,7 +78,10 @@ def test_json_format_is_one_object_a_line_with_the_fields() -> None:
         except ValueError as exc:
             log.info("run ended: ValueError: boom", exc_info=exc, extra={"run_id": "r2"})
         log.debug("not at info")
-        first, second = (json.loads(line) for line in out.getvalue().splitlines())
+        logging.getLogger("uvicorn.error").info("Started server process [%d]", 1, extra={"color_message": "\x1b[36m"})
+        first, second, third = (json.loads(line) for line in out.getvalue().splitlines())
+        assert third == {"asctime": third["asctime"], "level": "INFO", "name": "uvicorn.error",
+                         "message": "Started server process [1]"}  # without uvicorn's coloured copy
         assert {k: first[k] for k in ("level", "name", "message", "run_id", "thread_id", "status", "duration_ms")} \
             == {"level": "INFO", "name": "threadline.executor", "message": "run ended", "run_id": "r1",
                 "thread_id": "t1", "status": "success", "duration_ms": 1.5}

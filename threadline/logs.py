@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import sys
 
+from pythonjsonlogger.core import RESERVED_ATTRS
 from pythonjsonlogger.json import JsonFormatter
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -38,7 +39,8 @@ def configure(level: str = "info", fmt: str = "text") -> None:
     """Send every logger's records to stderr at `level`, formatted as `fmt` ("text" or "json")."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
-        JsonFormatter("%(asctime)s %(levelname)s %(name)s %(message)s", rename_fields={"levelname": "level"})
+        JsonFormatter("%(asctime)s %(levelname)s %(name)s %(message)s", rename_fields={"levelname": "level"},
+                      reserved_attrs=[*RESERVED_ATTRS, "color_message"])  # uvicorn's message with ANSI colours
         if fmt == "json" else TextFormatter()
     )
     root = logging.getLogger()
