@@ -39,7 +39,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         title="Threadline", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
         description="An open-source Agent Protocol server for LangGraph agents.",
     )
-    app.add_middleware(QuietStartupFailure)
+    _quiet_startup_failure(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     # As LangGraph's server: any origin, so browser clients (LangGraph Studio, web apps) can call it.
     app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["*"], allow_headers=["*"],
@@ -59,7 +59,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 async def _start(app: FastAPI, settings: Settings, project: Any, graphs: Any) -> Runtime:
     """Open and start the runtime. A failure is logged as one message and a hint (its traceback at debug
-    level only), and uvicorn is told startup failed without the traceback (`QuietStartupFailure`)."""
+    level only), and uvicorn is told startup failed without the traceback (`_quiet_startup_failure`)."""
     runtime = None
     try:
         runtime = await Runtime.open(settings, project, graphs)
@@ -85,25 +85,21 @@ def startup_message(exc: BaseException, root: Any) -> str:
     return f"{type(exc).__name__}: {exc}\n  hint: run with --log-level debug to see where it was raised"
 
 
-class QuietStartupFailure:
-    """ASGI middleware: a startup failure the lifespan has logged reaches uvicorn without its traceback
-    (Starlette sends `traceback.format_exc()` as the failure message, and uvicorn logs it as an error)."""
+def _quiet_startup_failure(app: FastAPI) -> None:
+    """A startup failure the lifespan has logged reaches uvicorn without its traceback: Starlette sends
+    `traceback.format_exc()` as the failure message, and uvicorn logs it as an error. Wraps the router's
+    lifespan handler, so requests pay nothing for it."""
+    handle = app.router.lifespan
 
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "lifespan":
-            await self.app(scope, receive, send)
-            return
-
+    async def lifespan(scope: Any, receive: Any, send: Any) -> None:
         async def quiet_send(message: Any) -> None:
-            if message["type"] == "lifespan.startup.failed" and getattr(
-                    scope["app"].state, "startup_failure_logged", False):
+            if message["type"] == "lifespan.startup.failed" and getattr(app.state, "startup_failure_logged", False):
                 message = {**message, "message": ""}
             await send(message)
 
-        await self.app(scope, receive, quiet_send)
+        await handle(scope, receive, quiet_send)
+
+    app.router.lifespan = lifespan  # type: ignore[method-assign]
 
 
 def _mount_user_app(app: FastAPI, project: Any) -> None:
