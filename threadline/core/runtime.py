@@ -6,13 +6,15 @@ import asyncio
 import contextlib
 import logging
 import os
+import shlex
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from threadline.broker import open_broker
 from threadline.broker.base import Broker
-from threadline.config import CheckpointerTTL, ProjectConfig, find_config, load_config
+from threadline.config import CheckpointerTTL, ProjectConfig, find_config, load_config, missing_requirements
 from threadline.core.assistants import Assistants
 from threadline.core.executor import Executor
 from threadline.core.graphs import GraphRegistry
@@ -58,6 +60,10 @@ class Runtime:
         project = load_config(find_config(settings.config))
         for key, value in project.env.items():
             os.environ.setdefault(key, value)
+        missing = missing_requirements(project.requirements)
+        if missing:  # Threadline runs in the user's environment and installs nothing there (as `langgraph dev`)
+            log.warning("langgraph.json dependencies not installed: %s\n  hint: %s -m pip install %s",
+                        ", ".join(missing), sys.executable, " ".join(shlex.quote(m) for m in missing))
         return project, GraphRegistry.load(project)
 
     @classmethod
