@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -167,6 +168,9 @@ def test_dev_reloads_when_the_graph_changes(tmp_path: Path) -> None:
     body = {"assistant_id": "agent", "input": {"text": "you"}}
     with _serving(folder, command="dev") as (url, _):
         assert httpx.post(f"{url}/runs/wait", json=body, timeout=30).json() == {"text": "hello you"}
+        (folder / "agent.py").write_text("def broken(:\n")  # a typo: reported, and dev waits for the fix
+        _wait_for(lambda: "waiting for a file of the project to change" in (folder / "server.log").read_text(),
+                  folder)
         (folder / "agent.py").write_text(GRAPH.format(word="goodbye"))
         deadline = time.monotonic() + 60
         while True:
@@ -178,7 +182,16 @@ def test_dev_reloads_when_the_graph_changes(tmp_path: Path) -> None:
                 break
             assert time.monotonic() < deadline, f"never reloaded: {(folder / 'server.log').read_text()}"
             time.sleep(0.2)
-    assert "reload" in (folder / "server.log").read_text().lower()
+    log = (folder / "server.log").read_text()
+    assert "cannot start: " in log and "SyntaxError" in log
+    assert "Process SpawnProcess" not in log and log.count("Traceback (most recent call last)") <= 1  # the loader's
+
+
+def _wait_for(check: Any, folder: Path) -> None:
+    deadline = time.monotonic() + 60
+    while not check():
+        assert time.monotonic() < deadline, (folder / "server.log").read_text()
+        time.sleep(0.1)
 
 
 def _readme_block(language: str, containing: str) -> str:

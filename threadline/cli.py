@@ -1,4 +1,5 @@
-"""The `threadline` command: `serve` (API and workers), `worker` (workers only), `migrate`."""
+"""The `threadline` command: `serve` (API and workers), `dev` (`serve`, restarted when the project's files
+change), `worker` (workers only), `migrate`."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import asyncio
 import errno
 import importlib.util
+import logging
 import os
 import signal
 import socket
@@ -44,7 +46,9 @@ def _parser() -> argparse.ArgumentParser:
         for f in fields(Settings):
             if (name == "migrate" and f.name not in _MIGRATE) or (skip and f.name in skip):
                 continue
-            kind = type(f.default) if f.default is not None else str
+            kind: Any = type(f.default) if f.default is not None else str
+            if f.metadata.get("choices"):
+                kind = str.lower  # --log-level DEBUG as well as debug
             default = "" if f.default is None else f" (default: {f.default})"
             # Flags default to None, meaning "not given": the environment and then the default decide.
             cmd.add_argument("--" + f.name.replace("_", "-"), type=kind, default=None,
@@ -124,7 +128,13 @@ def reloading_app() -> Any:
 
     settings = Settings.resolve()
     logs.configure(settings.log_level, settings.log_format)
-    return create_app(settings)
+    try:
+        return create_app(settings)
+    except ConfigError as exc:  # e.g. a graph that does not import: say so, and wait for the next change
+        log = logging.getLogger("threadline")
+        log.error("cannot start: %s", exc)
+        log.warning("waiting for a file of the project to change, then starting again")
+        raise SystemExit(2) from None
 
 
 def _bind(host: str, port: int) -> socket.socket:
