@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from langgraph.types import Command
@@ -174,13 +175,15 @@ class Executor:
         if protocol is not None and status != "success":
             await self._protocol_end(protocol, run_id, status, error)
         lease.finishing = True
-        finished = await self._finish(run, worker_id, status, error, output, thread_changes, action)
-        elapsed = time.monotonic() - started
-        self.metrics.run_finished(status, elapsed)
-        # A failed run's line carries its traceback: the one place a person sees where the agent broke.
-        log.info("run ended" if failure is None else f"run ended: {type(failure).__name__}: {failure}",
-                 exc_info=failure, extra={**fields, "status": status, "duration_ms": round(elapsed * 1000, 1),
-                                          **({"action": action} if action else {})})
+
+        def ended() -> None:
+            # A failed run's line carries its traceback: the one place a person sees where the agent broke.
+            log.info("run ended" if failure is None else f"run ended: {type(failure).__name__}: {failure}",
+                     exc_info=failure, extra={**fields, "status": status, **({"action": action} if action else {}),
+                                              "duration_ms": round((time.monotonic() - started) * 1000, 1)})
+
+        finished = await self._finish(run, worker_id, status, error, output, thread_changes, action, ended)
+        self.metrics.run_finished(status, time.monotonic() - started)
         return finished
 
     async def _protocol_end(self, protocol: ProtocolRun, run_id: str, status: str, error: Any) -> None:
@@ -202,8 +205,9 @@ class Executor:
         await self.broker.post(lease.run_id, event, dumps(data))
 
     async def _finish(self, run: Row, worker_id: str, status: str, error: Any, output: Any,
-                      thread_changes: dict[str, Any], action: str | None) -> Row | None:
-        """Write the outcome and announce the end; the finished run (None if it was not ours, or rolled back)."""
+                      thread_changes: dict[str, Any], action: str | None, ended: Callable[[], None]) -> Row | None:
+        """Write the outcome, call `ended` (it logs), and announce the end, so the log says a run ended before its
+        waiters hear it; the finished run (None if it was not ours, or rolled back)."""
         run_id, thread_id = run["run_id"], run["thread_id"]
         finished = None
         try:
@@ -218,6 +222,8 @@ class Executor:
                                                      delete_thread=bool((run["kwargs"] or {}).get("temporary")))
             if finished is None:
                 log.warning("run %s was no longer held by %s; its result was discarded", run_id, worker_id)
+            else:
+                ended()
             if action == "rollback":
                 await self.storage.delete_run(run_id)
         finally:
