@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import threadline
 from tests.conftest import PROJECT
 
 
@@ -24,9 +25,12 @@ def test_worker_refuses_an_embedded_database(tmp_path: Path) -> None:
 
 def test_migrate_creates_the_schema_and_is_repeatable(tmp_path: Path) -> None:
     db = tmp_path / "m.db"
-    for _ in range(2):
-        done = _threadline("migrate", "--database-url", f"sqlite:///{db}")
-        assert done.returncode == 0, done.stderr
-        assert "is up to date" in done.stdout
+    first = _threadline("migrate", "--database-url", f"sqlite:///{db}")
+    assert first.returncode == 0, first.stderr
+    shipped = sorted(p.name for p in (Path(threadline.__file__).parent / "storage/migrations/sqlite").glob("*.sql"))
+    assert f"applied {len(shipped)} migrations ({', '.join(shipped)})" in first.stdout  # not "up to date"
+    again = _threadline("migrate", "--database-url", f"sqlite:///{db}")
+    assert again.returncode == 0, again.stderr
+    assert "already up to date" in again.stdout and "applied" not in again.stdout
     tables = {r[0] for r in sqlite3.connect(db).execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"assistants", "threads", "runs", "threadline_migrations", "checkpoints", "store"} <= tables

@@ -88,6 +88,16 @@ async def test_requests_are_counted_by_route_template(http: httpx.AsyncClient) -
     assert not any(tid in (p or "") for p in paths for tid in ids)  # raw paths never become labels
 
 
+async def test_docs_and_openapi_are_counted_under_their_paths(http: httpx.AsyncClient) -> None:
+    for path in ("/docs", "/openapi.json", "/docs/assets/swagger-ui.css", "/redoc"):
+        assert (await http.get(path)).status_code == 200, path
+    s = await scrape(http)
+    requests = "lg_api_http_requests_total"
+    for path in ("/docs", "/openapi.json", "/docs/assets", "/redoc"):
+        assert value(s, requests, method="GET", path=path, status="200") == 1, path
+    assert value(s, requests, method="GET", path="unmatched", status="200") == 0
+
+
 async def test_json_format(http: httpx.AsyncClient, sdk: LangGraphClient) -> None:
     await sdk.runs.wait(None, "counter", input={"increment": 1})
     r = await http.get("/metrics", params={"format": "json"})

@@ -78,3 +78,31 @@ def test_urls_are_printed_without_their_password() -> None:
     assert redact_url("redis://:s3cret@cache:6379/0") == "redis://@cache:6379/0"
     assert redact_url("host=db user=app password=s3cret dbname=prod") == "host=db user=app password=*** dbname=prod"
     assert redact_url("sqlite:///var/lib/tl.db") == "sqlite:///var/lib/tl.db"
+
+
+def test_dependencies_that_name_packages_are_checked_not_installed(tmp_path: Path,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """`dependencies` holds folders and package names (as LangGraph's CLI reads it); a package that is not
+    installed is named at startup with the command that installs it, and nothing is installed."""
+    from threadline.core.runtime import Runtime
+
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "agent.py").write_text("from threadline.example.agents import echo as graph\n")
+    path = tmp_path / "langgraph.json"
+    path.write_text(json.dumps({"graphs": {"a": "./agent.py:graph"},
+                                "dependencies": [".", "lib", "orjson>=3", "tinyfoo-not-installed>=1.2"]}))
+    cfg = load_config(path)
+    assert cfg.dependencies == [tmp_path, tmp_path / "lib"]
+    assert cfg.requirements == ["orjson>=3", "tinyfoo-not-installed>=1.2"]
+    with caplog.at_level("WARNING", logger="threadline"):
+        Runtime.load_project(Settings(config=str(path)))
+    [warning] = [r.getMessage() for r in caplog.records if "dependencies not installed" in r.getMessage()]
+    assert warning.startswith("langgraph.json dependencies not installed: tinyfoo-not-installed>=1.2\n")
+    assert warning.endswith("-m pip install 'tinyfoo-not-installed>=1.2'")
+
+
+def test_dependencies_must_be_a_list_of_strings(tmp_path: Path) -> None:
+    path = tmp_path / "langgraph.json"
+    path.write_text(json.dumps({"graphs": {"a": "./a.py:g"}, "dependencies": "."}))
+    with pytest.raises(ConfigError, match="'dependencies' must be a list"):
+        load_config(path)

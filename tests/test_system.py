@@ -29,6 +29,33 @@ async def test_openapi_describes_routes(http: httpx.AsyncClient) -> None:
     assert docs.status_code == 200 and "text/html" in docs.headers["content-type"]
 
 
+async def test_docs_pages_load_their_assets_from_this_server(http: httpx.AsyncClient) -> None:
+    """Swagger UI and ReDoc work offline: every script and stylesheet they load is served here."""
+    import re
+
+    for page in ("/docs", "/redoc"):
+        html = (await http.get(page)).text
+        assets = re.findall(r'(?:src|href)=["\']([^"\']+)["\']', html)
+        assert assets and not [a for a in assets if "://" in a], (page, assets)  # nothing from a CDN
+        for asset in assets:
+            r = await http.get(asset)
+            assert r.status_code == 200 and len(r.content) > 500, asset
+    js = await http.get("/docs/assets/swagger-ui-bundle.js")
+    assert "javascript" in js.headers["content-type"]
+
+
+async def test_invalid_json_body_names_line_and_column(http: httpx.AsyncClient) -> None:
+    """As LangGraph's server: 422 and `Invalid JSON in request body`; then where, as a person counts it."""
+    r = await http.post("/threads", content=b'{"metadata": {"a": 1},\n "x": }',
+                        headers={"content-type": "application/json"})
+    assert r.status_code == 422
+    body = r.json()
+    assert body["detail"] == "Invalid JSON in request body: Expecting value at line 2, column 7 (character 30)"
+    assert body["code"] == "invalid_json" and "errors" not in body  # no field named after a character offset
+    r = await http.post("/runs/search", content=b"{bad", headers={"content-type": "application/json"})
+    assert r.status_code == 422 and r.json()["detail"].startswith("Invalid JSON in request body: ")
+
+
 async def test_unknown_route_is_json_404(http: httpx.AsyncClient) -> None:
     r = await http.get("/nope")
     assert r.status_code == 404

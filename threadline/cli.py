@@ -1,18 +1,24 @@
-"""The `threadline` command: `serve` (API and workers), `worker` (workers only), `migrate`."""
+"""The `threadline` command: `serve` (API and workers), `dev` (`serve`, restarted when the project's files
+change), `worker` (workers only), `migrate`."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import importlib.util
 import logging
+import os
 import signal
+import socket
 import sys
 from collections.abc import Coroutine
 from dataclasses import fields
 from typing import Any, TypeVar
 
-from threadline import __version__
+import uvicorn
+
+from threadline import __version__, logs
 from threadline.errors import ConfigError
 from threadline.settings import Settings, redact_url
 
@@ -21,9 +27,11 @@ _HTTP_ONLY = {"host", "port", "max_body_bytes", "heartbeat_seconds"}
 T = TypeVar("T")
 _COMMANDS = {
     "serve": ("Start the server: the HTTP API and (unless --workers 0) in-process workers.", None),
+    "dev": ("Start a development server that restarts when the project's files change (as `langgraph dev`).", None),
     "worker": ("Run workers only: claim and execute runs from a shared PostgreSQL database.", _HTTP_ONLY),
     "migrate": ("Create or upgrade the database schema, then exit.", None),
 }
+_MIGRATE = ("config", "database_url", "log_level", "log_format")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -32,24 +40,30 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (help_text, skip) in _COMMANDS.items():
         cmd = sub.add_parser(name, help=help_text, description=help_text)
+        if name == "serve":
+            cmd.add_argument("--reload", action="store_true", help="Restart when the project's files change "
+                             "(the same as `threadline dev`).")
         for f in fields(Settings):
-            if name == "migrate" and f.name not in ("config", "database_url", "log_level"):
+            if (name == "migrate" and f.name not in _MIGRATE) or (skip and f.name in skip):
                 continue
-            if skip and f.name in skip:
-                continue
-            kind = type(f.default) if f.default is not None else str
+            kind: Any = type(f.default) if f.default is not None else str
+            if f.metadata.get("choices"):
+                kind = str.lower  # --log-level DEBUG as well as debug
+            default = "" if f.default is None else f" (default: {f.default})"
+            # Flags default to None, meaning "not given": the environment and then the default decide.
             cmd.add_argument("--" + f.name.replace("_", "-"), type=kind, default=None,
-                             help=f"{f.metadata['help']} [env THREADLINE_{f.name.upper()}]")
+                             choices=f.metadata.get("choices"),
+                             help=f"{f.metadata['help']}{default} [env THREADLINE_{f.name.upper()}]")
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     settings = Settings.resolve({f.name: getattr(args, f.name, None) for f in fields(Settings)})
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(settings.log_level, settings.log_format)
     try:
-        if args.command == "serve":
-            serve(settings)
+        if args.command in ("serve", "dev"):
+            serve(settings, reload=args.command == "dev" or args.reload)
         elif args.command == "worker":
             run_loop(work(settings))
         else:
@@ -73,23 +87,104 @@ def run_loop(main: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(main)
 
 
-def serve(settings: Settings) -> None:
+def serve(settings: Settings, *, reload: bool = False) -> None:
+    """The HTTP server (with `reload`, in a child process restarted when the project's files change)."""
     import uvicorn
 
     from threadline.api.app import create_app
+    from threadline.config import find_config
+
+    sock = _bind(settings.host, settings.port)
+    if reload:
+        # The child process builds the app from the environment (`reloading_app`): pass it what was resolved here.
+        project = find_config(settings.config)
+        os.environ.update({f"THREADLINE_{f.name.upper()}": str(getattr(settings, f.name)) for f in fields(Settings)
+                           if getattr(settings, f.name) is not None})
+        os.environ["THREADLINE_CONFIG"] = str(project)
+        config = uvicorn.Config("threadline.cli:reloading_app", factory=True, reload=True,
+                                reload_dirs=[str(project.parent)], reload_includes=["*.py", "langgraph.json", ".env"],
+                                host=settings.host, port=settings.port, log_config=None,
+                                log_level=settings.log_level.lower())
+    else:
+        config = uvicorn.Config(create_app(settings), host=settings.host, port=settings.port, log_config=None,
+                                log_level=settings.log_level.lower())
+    server = _Server(config)
+    try:
+        if reload:
+            from uvicorn.supervisors import ChangeReload
+
+            ChangeReload(config, target=server.run, sockets=[sock]).run()
+        else:
+            server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    if not reload and not server.started:
+        raise SystemExit(1)  # the lifespan said why
+
+
+def reloading_app() -> Any:
+    """`threadline dev`'s app factory, called in each (re)started child process."""
+    from threadline.api.app import create_app
+
+    settings = Settings.resolve()
+    logs.configure(settings.log_level, settings.log_format)
+    try:
+        return create_app(settings)
+    except ConfigError as exc:  # e.g. a graph that does not import: say so, and wait for the next change
+        log = logging.getLogger("threadline")
+        log.error("cannot start: %s", exc)
+        log.warning("waiting for a file of the project to change, then starting again")
+        raise SystemExit(2) from None
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything opens the database: a port in use stops startup at once."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        hint = ("another server is listening there: stop it, or choose another port with --port"
+                if exc.errno == errno.EADDRINUSE else "check --host and --port")
+        raise StartupError(f"cannot listen on {host}:{port}: {exc.strerror or exc}", hint) from exc
+    sock.set_inheritable(True)
+    return sock
+
+
+class StartupError(ConfigError):
+    """The server cannot start."""
+
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(f"{message}\n  hint: {hint}")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, which prints Threadline's banner once it is listening."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        app = self.config.loaded_app
+        while app is not None and not hasattr(getattr(app, "state", None), "project"):
+            app = getattr(app, "app", None)  # under uvicorn's own middleware
+        if self.started and app is not None and sockets:
+            host, port = sockets[0].getsockname()[:2]
+            print(banner(app.state.settings, app.state.project, f"http://{host}:{port}"), flush=True)
+
+
+def banner(settings: Settings, project: Any, url: str) -> str:
     from threadline.core.runtime import default_database_url
 
-    app = create_app(settings)
-    project = app.state.project
-    print(f"Threadline {__version__}")
-    print(f"  config:   {project.path}")
-    print(f"  agents:   {', '.join(project.graphs)}"
-          + (f" (default: {project.default_agent})" if project.default_agent else ""))
-    print(f"  data:     {redact_url(settings.database_url or default_database_url())}")
-    print(f"  broker:   {redact_url(settings.redis_url) if settings.redis_url else 'in-process'}")
-    print(f"  workers:  {settings.workers}")
-    print(f"  listening on http://{settings.host}:{settings.port}  (docs at /docs)", flush=True)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level.lower())
+    return "\n".join([
+        f"Threadline {__version__}",
+        f"  config:   {project.path}",
+        f"  agents:   {', '.join(project.graphs)}"
+        + (f" (default: {project.default_agent})" if project.default_agent else ""),
+        f"  data:     {redact_url(settings.database_url or default_database_url())}",
+        f"  broker:   {redact_url(settings.redis_url) if settings.redis_url else 'in-process'}",
+        f"  workers:  {settings.workers}",
+        f"  listening on {url}  (docs at {url}/docs)",
+    ])
 
 
 async def work(settings: Settings) -> None:
@@ -120,8 +215,11 @@ async def migrate(settings: Settings) -> None:
     from threadline.core.runtime import default_database_url
     from threadline.storage import open_storage
 
-    url = settings.database_url or default_database_url()
+    url = settings.database_url or default_database_url(create=True)
     storage = await open_storage(url)  # opening applies what is missing
     await storage.close()
-    print(f"threadline: schema of {redact_url(url)} is up to date", flush=True)
+    applied = storage.applied_migrations
+    done = f"applied {len(applied)} migration{'s' * (len(applied) != 1)} ({', '.join(applied)})" if applied \
+        else "already up to date"
+    print(f"threadline: schema of {redact_url(url)}: {done}", flush=True)
 

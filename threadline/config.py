@@ -63,6 +63,8 @@ class ProjectConfig:
     graphs: dict[str, str]
     env: dict[str, str] = field(default_factory=dict)
     dependencies: list[Path] = field(default_factory=list)
+    #: `dependencies` entries that name packages (`"langchain-openai"`, `"humanize>=4"`) rather than folders.
+    requirements: list[str] = field(default_factory=list)
     store_index: dict[str, Any] | None = None
     store_ttl: dict[str, Any] | None = None
     checkpointer_ttl: CheckpointerTTL | None = None
@@ -114,6 +116,9 @@ def load_config(path: Path) -> ProjectConfig:
         if not isinstance(spec, str) or ":" not in spec:
             raise ConfigError(f"{path}: graph {graph_id!r} must be 'path.py:attr' or 'module:attr', got {spec!r}")
         graphs[graph_id] = spec
+    deps = raw.get("dependencies") or []
+    if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
+        raise ConfigError(f"{path}: 'dependencies' must be a list of folders ('.', './lib') or package names")
     default = (raw.get("threadline") or {}).get("default_agent")
     if default is not None and default not in graphs:
         raise ConfigError(f"{path}: threadline.default_agent {default!r} is not one of the graphs {sorted(graphs)}")
@@ -121,7 +126,8 @@ def load_config(path: Path) -> ProjectConfig:
         path=path,
         graphs=graphs,
         env=_load_env(raw.get("env"), path.parent),
-        dependencies=[(path.parent / d).resolve() for d in raw.get("dependencies") or []],
+        dependencies=[(path.parent / d).resolve() for d in deps if _is_path(d, path.parent)],
+        requirements=[d for d in deps if not _is_path(d, path.parent)],
         store_index=store.get("index"),
         store_ttl=store.get("ttl"),
         checkpointer_ttl=None if checkpointer.get("ttl") is None else CheckpointerTTL.parse(checkpointer["ttl"], path),
@@ -130,6 +136,26 @@ def load_config(path: Path) -> ProjectConfig:
         unsupported=unsupported,
         ignored=ignored,
     )
+
+
+def _is_path(dependency: str, root: Path) -> bool:
+    """As LangGraph's CLI reads `dependencies`: a local folder (`.`, `./lib`, `/abs`), else a pip requirement."""
+    return dependency.startswith((".", "/")) or (root / dependency).is_dir()
+
+
+def missing_requirements(requirements: list[str]) -> list[str]:
+    """The `dependencies` package names not installed in this Python (versions are not checked)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    missing = []
+    for spec in requirements:
+        try:
+            version(Requirement(spec).name)
+        except (PackageNotFoundError, InvalidRequirement):
+            missing.append(spec)
+    return missing
 
 
 def _load_env(env: Any, root: Path) -> dict[str, str]:

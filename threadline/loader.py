@@ -26,7 +26,40 @@ def load_object(spec: str, root: Path, *, what: str) -> Any:
     except ConfigError:
         raise
     except Exception as exc:
+        missing = missing_package(exc, root)
+        if missing:
+            raise ConfigError(f"failed to load {what} '{spec}': {missing}") from exc
         raise ConfigError(f"failed to load {what} '{spec}':\n{traceback.format_exc()}") from exc
+
+
+def missing_package(exc: BaseException, root: Path) -> str | None:
+    """For an import of a module that is not installed (`exc` or what caused it): a message naming the
+    package and the command that installs it into this Python, else None.
+
+    Threadline does not install a project's dependencies (as `langgraph dev` does not); it says how.
+    """
+    while exc is not None and not isinstance(exc, ModuleNotFoundError):
+        exc = exc.__cause__ or exc.__context__  # e.g. LangChain's ImportError raised from the missing module
+    if exc is None or not exc.name:
+        return None
+    module = exc.name.split(".")[0]
+    package = module.replace("_", "-")
+    python = sys.executable
+    commands = [f"{python} -m pip install {package}"]
+    if (root / "requirements.txt").is_file():
+        commands.insert(0, f"{python} -m pip install -r {root / 'requirements.txt'}")
+    elif (root / "pyproject.toml").is_file():
+        commands.insert(0, f"{python} -m pip install -e {root}")
+    where = _project_frame(exc, root)
+    return (f"module '{exc.name}' is not installed{where}; it is usually in the package '{package}'.\n"
+            f"  hint: install the project's dependencies into the Python that runs Threadline: "
+            + "  or  ".join(commands))
+
+
+def _project_frame(exc: BaseException, root: Path) -> str:
+    """` (imported at file:line)`: the last frame of the traceback inside the project, if any."""
+    inside = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith(str(root))]
+    return f" (imported at {inside[-1].filename}:{inside[-1].lineno})" if inside else ""
 
 
 def _is_file(module_ref: str) -> bool:

@@ -24,8 +24,8 @@ def redact_url(url: str) -> str:
     return f"{scheme}://{creds.split(':', 1)[0]}@{host}"
 
 
-def _setting(default: Any, help: str, *, flag: bool = True) -> Any:
-    return field(default=default, metadata={"help": help, "flag": flag})
+def _setting(default: Any, help: str, *, flag: bool = True, choices: tuple[str, ...] | None = None) -> Any:
+    return field(default=default, metadata={"help": help, "flag": flag, "choices": choices})
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,10 @@ class Settings:
     stream_buffer_events: int = _setting(
         10_000, "Events kept per run for joins and Last-Event-ID resumption while the process lives."
     )
-    log_level: str = _setting("info", "Log level: debug, info, warning, error.")
+    log_level: str = _setting("info", "Log level; debug adds the traceback of a failed startup.",
+                              choices=("debug", "info", "warning", "error"))
+    log_format: str = _setting("text", "Log lines as text, or as one JSON object per line (json).",
+                               choices=("text", "json"))
 
     @classmethod
     def names(cls) -> list[str]:
@@ -83,6 +86,10 @@ class Settings:
                     continue
                 given = _coerce(raw, type(f.default) if f.default is not None else str, f.name)
             values[f.name] = given
+        for f in fields(cls):
+            choices = f.metadata.get("choices")
+            if choices and f.name in values and str(values[f.name]).lower() not in choices:
+                raise SystemExit(f"{f.name} {values[f.name]!r} is not one of {', '.join(choices)}")
         return cls(**values)
 
 

@@ -46,6 +46,20 @@ def _field(loc: tuple[Any, ...]) -> str:
     return ".".join(parts) or "body"
 
 
+def _json_problem(error: dict[str, Any], body: Any) -> str:
+    """`Invalid JSON in request body: Expecting value at line 2, column 7`: FastAPI reports a character offset
+    (as the error's location, which is no field of the body); a person looks for a line and a column."""
+    reason = (error.get("ctx") or {}).get("error") or error.get("msg") or "JSON decode error"
+    loc = error.get("loc") or ()
+    offset = loc[-1] if loc and isinstance(loc[-1], int) else None
+    if offset is None or not isinstance(body, (str, bytes)):
+        return f"Invalid JSON in request body: {reason}"
+    text = body.decode(errors="replace") if isinstance(body, bytes) else body
+    line = text.count("\n", 0, offset) + 1
+    column = offset - (text.rfind("\n", 0, offset) + 1) + 1
+    return f"Invalid JSON in request body: {reason} at line {line}, column {column} (character {offset + 1})"
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(errors.ThreadlineError)
     async def _domain(_: Request, exc: errors.ThreadlineError) -> JSONResponse:
@@ -61,6 +75,9 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        bad_json = next((e for e in exc.errors() if e.get("type") == "json_invalid"), None)
+        if bad_json is not None:
+            return error_body(422, _json_problem(bad_json, exc.body), "invalid_json")
         problems = [
             {"field": _field(tuple(e.get("loc", ()))), "message": e.get("msg", ""), "type": e.get("type", "")}
             for e in exc.errors()

@@ -51,6 +51,26 @@ class RequestMetrics:
             metrics.request_finished(scope["method"], _template(scope), status, time.perf_counter() - started)
 
 
+def label_plain_routes(app: Any) -> None:
+    """Make the routes that are not FastAPI's own (`/openapi.json`, mounts such as `/docs/assets`) name
+    themselves in the scope as FastAPI's routes do, so their requests are counted under their path rather
+    than `unmatched`. Call once every route is added."""
+    from fastapi.routing import APIRoute
+    from starlette.routing import Mount, Route
+
+    for route in app.routes:
+        if isinstance(route, (Route, Mount)) and not isinstance(route, APIRoute):
+            route.app = _naming(route, route.app)
+
+
+def _naming(route: Any, inner: Any) -> Any:
+    async def named(scope: Any, receive: Any, send: Any) -> None:
+        scope["route"] = route
+        await inner(scope, receive, send)
+
+    return named
+
+
 def _template(scope: Any) -> str:
     path = getattr(scope.get("route"), "path", None)
     return path if isinstance(path, str) and path else "unmatched"

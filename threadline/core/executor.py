@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from langgraph.types import Command
@@ -122,8 +123,10 @@ class Executor:
         error propagates and the run's fate is left to whoever holds it next.
         """
         run_id, thread_id = run["run_id"], run["thread_id"]
-        status, error, output, action = "success", None, None, None
+        status, error, output, action, failure = "success", None, None, None, None
         started = time.monotonic()
+        fields = {"run_id": run_id, "thread_id": thread_id, "assistant_id": run["assistant_id"],
+                  "attempt": run.get("attempt", 1)}
         protocol = ProtocolRun(self.storage, self.broker, run, lease, run["assistant_id"]) \
             if (run["kwargs"] or {}).get("protocol") else None  # started through /commands
         try:
@@ -136,6 +139,8 @@ class Executor:
                 assistant = await self.storage.get_assistant(run["assistant_id"])
             if assistant is None:
                 raise LookupError(f"Assistant {run['assistant_id']} no longer exists")
+            fields["graph_id"] = assistant["graph_id"]
+            log.info("run started", extra=fields)
             if protocol is not None:
                 protocol.named(assistant["graph_id"])
             config = build_config(run, assistant, thread_id)
@@ -165,9 +170,8 @@ class Executor:
             if isinstance(exc, LeaseLost) or not lease.valid():
                 log.warning("run %s: lease lost (%s); leaving it to the worker that holds it now", run_id, exc)
                 return None
-            status = "error"
+            status, failure = "error", exc
             error = {"error": type(exc).__name__, "message": str(exc)}
-            log.info("run %s failed: %s: %s", run_id, type(exc).__name__, exc)
             await self._publish(lease, "error", error)
             thread_changes = {"error": error}
             try:
@@ -181,7 +185,14 @@ class Executor:
         if protocol is not None and status != "success":
             await self._protocol_end(protocol, run_id, status, error)
         lease.finishing = True
-        finished = await self._finish(run, worker_id, status, error, output, thread_changes, action)
+
+        def ended() -> None:
+            # A failed run's line carries its traceback: the one place a person sees where the agent broke.
+            log.info("run ended" if failure is None else f"run ended: {type(failure).__name__}: {failure}",
+                     exc_info=failure, extra={**fields, "status": status, **({"action": action} if action else {}),
+                                              "duration_ms": round((time.monotonic() - started) * 1000, 1)})
+
+        finished = await self._finish(run, worker_id, status, error, output, thread_changes, action, ended)
         self.metrics.run_finished(status, time.monotonic() - started)
         return finished
 
@@ -204,8 +215,9 @@ class Executor:
         await self.broker.post(lease.run_id, event, dumps(data))
 
     async def _finish(self, run: Row, worker_id: str, status: str, error: Any, output: Any,
-                      thread_changes: dict[str, Any], action: str | None) -> Row | None:
-        """Write the outcome and announce the end; the finished run (None if it was not ours, or rolled back)."""
+                      thread_changes: dict[str, Any], action: str | None, ended: Callable[[], None]) -> Row | None:
+        """Write the outcome, call `ended` (it logs), and announce the end, so the log says a run ended before its
+        waiters hear it; the finished run (None if it was not ours, or rolled back)."""
         run_id, thread_id = run["run_id"], run["thread_id"]
         finished = None
         try:
@@ -220,6 +232,8 @@ class Executor:
                                                      delete_thread=bool((run["kwargs"] or {}).get("temporary")))
             if finished is None:
                 log.warning("run %s was no longer held by %s; its result was discarded", run_id, worker_id)
+            else:
+                ended()
             if action == "rollback":
                 await self.storage.delete_run(run_id)
         finally:

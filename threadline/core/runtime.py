@@ -6,13 +6,15 @@ import asyncio
 import contextlib
 import logging
 import os
+import shlex
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from threadline.broker import open_broker
 from threadline.broker.base import Broker
-from threadline.config import CheckpointerTTL, ProjectConfig, find_config, load_config
+from threadline.config import CheckpointerTTL, ProjectConfig, find_config, load_config, missing_requirements
 from threadline.core.assistants import Assistants
 from threadline.core.executor import Executor
 from threadline.core.graphs import GraphRegistry
@@ -28,8 +30,14 @@ from threadline.storage.base import Storage
 log = logging.getLogger("threadline")
 
 
-def default_database_url() -> str:
-    return f"sqlite:///{Path.cwd() / '.threadline' / 'threadline.db'}"
+def default_database_url(*, create: bool = False) -> str:
+    """`./.threadline/threadline.db`. With `create`, the folder is made, holding a `.gitignore` that ignores
+    everything in it, so the database never shows up in the project's `git status`."""
+    folder = Path.cwd() / ".threadline"
+    if create and not folder.is_dir():
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / ".gitignore").write_text("# Threadline's embedded database (threadline serve); not for git.\n*\n")
+    return f"sqlite:///{folder / 'threadline.db'}"
 
 
 @dataclass
@@ -52,6 +60,10 @@ class Runtime:
         project = load_config(find_config(settings.config))
         for key, value in project.env.items():
             os.environ.setdefault(key, value)
+        missing = missing_requirements(project.requirements)
+        if missing:  # Threadline runs in the user's environment and installs nothing there (as `langgraph dev`)
+            log.warning("langgraph.json dependencies not installed: %s\n  hint: %s -m pip install %s",
+                        ", ".join(missing), sys.executable, " ".join(shlex.quote(m) for m in missing))
         return project, GraphRegistry.load(project)
 
     @classmethod
@@ -61,7 +73,7 @@ class Runtime:
             project, graphs = cls.load_project(settings)
         for key in project.unsupported:
             log.warning("langgraph.json key %r is not supported by Threadline yet and has no effect", key)
-        url = settings.database_url or default_database_url()
+        url = settings.database_url or default_database_url(create=True)
         store_index = resolve_store_index(project.store_index, project.root)
         storage = await open_storage(url, store_index=store_index, store_ttl=project.store_ttl)
         broker = open_broker(settings.redis_url, buffer_events=settings.stream_buffer_events,

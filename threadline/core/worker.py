@@ -95,10 +95,13 @@ class WorkerPool:
         self._loops.append(asyncio.create_task(self._heartbeat(), name="threadline-heartbeat"))
         if self.sweep:
             self._loops.append(asyncio.create_task(self._sweeper(), name="threadline-sweeper"))
+        log.info("worker started: %d slots", self.size, extra={"worker_id": self.worker_id})
 
     async def stop(self) -> None:
         """Stop claiming; cancel runs in flight and put them back in the queue for another worker."""
         self._stopping = True
+        log.info("worker stopping: %d run(s) in flight go back to the queue", len({**self._adopted, **self._running}),
+                 extra={"worker_id": self.worker_id})
         # An adopted run is held from its creation, before its task has started and joined `_running`.
         holding = {**self._adopted, **self._running}
         for task in [*self._loops, *(t for t, _ in self._adopted.values())]:
@@ -117,6 +120,7 @@ class WorkerPool:
                     await self.broker.wake_workers()
             except Exception:  # they come back when their leases lapse
                 log.exception("could not return runs to the queue at shutdown")
+        log.info("worker stopped", extra={"worker_id": self.worker_id})
 
     async def _loop(self, slot: int) -> None:
         while not self._stopping:

@@ -44,6 +44,8 @@ class Storage(abc.ABC):
     #: What this backend can do, declared up front (shown in /info).
     capabilities: dict[str, bool | str | None] = {}
     url: str
+    #: The schema migrations opening this storage applied (empty when the schema was up to date).
+    applied_migrations: list[str] = []
 
     # --- lifecycle ---------------------------------------------------------
     @abc.abstractmethod

@@ -71,7 +71,7 @@ class PostgresStorage(Storage):
             saver = InlinePostgresSaver(pool)  # type: ignore[arg-type]
             store, vector_index = postgres_store(pool, index=store_index, ttl=store_ttl, pgvector=vector)
             self = cls(url, pool, saver, store, vector_index)
-            await self.migrate()
+            self.applied_migrations = await self.migrate()
             if store_ttl and store_ttl.get("sweep_interval_minutes"):
                 await store.start_ttl_sweeper()
         except BaseException:

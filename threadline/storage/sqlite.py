@@ -84,8 +84,9 @@ class SQLiteStorage(Storage):
                     "store.index needs SQLite extension loading (for sqlite-vec), which this Python's sqlite3 "
                     f"lacks ({exc}); use a Python built with loadable extensions, or remove store.index"
                 ) from exc
-            await apply_migrations(conn, "sqlite")
+            applied = await apply_migrations(conn, "sqlite")
             self = cls(url, conn, read_conn, store_conn, wal_conn, store, lock)
+            self.applied_migrations = applied
             self.capabilities = {**cls.capabilities, "vector_index": "sqlite-vec" if store_index else None}
             await self.checkpointer.setup()
             await self.writer.prepare()
