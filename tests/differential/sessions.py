@@ -1,0 +1,349 @@
+"""The scripted langgraph-sdk sessions, run unchanged against the reference and against Threadline.
+
+Each session uses only what it created (its own assistants, threads, store namespace, tagged with the session
+name in metadata), so all sessions run concurrently on one server and still answer the same way. A session
+never branches on what a server answered: both servers get the same requests in the same order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from langgraph_sdk.client import LangGraphClient
+from langgraph_sdk.schema import Command
+
+from tests.differential.compare import Difference, compare
+from tests.differential.harness import Session
+
+SessionScript = Callable[[Session], Awaitable[None]]
+SESSIONS: dict[str, SessionScript] = {}
+
+#: One input per gallery graph (tests/gallery/langgraph.json).
+INPUTS: dict[str, dict[str, Any]] = {
+    "typed": {"topic": "owls"},
+    "typed_ext": {"topic": "owls"},
+    "pydantic_state": {"item": "tea", "quantity": 3},
+    "dataclass_state": {"word": "hello"},
+    "messages": {"messages": [{"role": "user", "content": "hi"}]},
+    "react": {"messages": [{"role": "user", "content": "Paris"}]},
+    "agent": {"messages": [{"role": "user", "content": "Paris"}]},
+    "context": {"name": "Ada"},
+    "functional": {"numbers": [1, 2, 3]},
+    "subgraphs": {"trail": []},
+    "command": {"amount": 5},
+    "send": {"subjects": ["cats", "dogs"]},
+    "static_interrupt": {"task": "deploy"},
+    "dynamic_interrupt": {"task": "deploy"},
+    "factory_config": {"text": "Hi There"},
+    "factory_runtime": {"text": "Hi There"},
+    "progress": {"steps": 2, "delay": 0.01},
+}
+ALL_MODES = ["values", "updates", "messages-tuple", "custom", "debug"]
+
+
+def session(name: str) -> Callable[[SessionScript], SessionScript]:
+    def register(script: SessionScript) -> SessionScript:
+        SESSIONS[name] = script
+        return script
+    return register
+
+
+async def _system_assistant(s: Session, graph_id: str) -> str:
+    found = await s.do(f"find {graph_id}", s.client.assistants.search(graph_id=graph_id, metadata={"created_by": "system"}))
+    return found[0]["assistant_id"] if found else graph_id
+
+
+async def _started(s: Session, thread_id: str, run_id: str, *, or_done: bool = False) -> None:
+    """Wait until a worker took the run (or, with `or_done`, until it is no longer pending at all)."""
+    async def check(client: LangGraphClient) -> bool:
+        status = (await client.runs.get(thread_id, run_id))["status"]
+        return status == "running" or (or_done and status != "pending")
+    await s.until("run started", check)
+
+
+async def _status(s: Session, thread_id: str, wanted: str) -> None:
+    async def check(client: LangGraphClient) -> bool:
+        return (await client.threads.get(thread_id))["status"] == wanted
+    await s.until(f"thread {wanted}", check)
+
+
+# --- every graph, every plain surface ------------------------------------------------------------------
+def _graph_session(graph_id: str) -> SessionScript:
+    async def script(s: Session) -> None:
+        c = s.client
+        thread = await s.do("create thread", c.threads.create(metadata={"session": s.name}))
+        tid = thread["thread_id"]
+        await s.do("wait", c.runs.wait(tid, graph_id, input=INPUTS[graph_id]))
+        await s.do("thread", c.threads.get(tid))
+        await s.do("state", c.threads.get_state(tid))
+        await s.do("history", c.threads.get_history(tid, limit=3))
+        await s.do("runs", c.runs.list(tid))
+        await s.do("stateless wait", c.runs.wait(None, graph_id, input=INPUTS[graph_id]))
+    return script
+
+
+for _graph in INPUTS:
+    SESSIONS[f"graph:{_graph}"] = _graph_session(_graph)
+
+
+@session("schemas")
+async def schemas(s: Session) -> None:
+    for graph_id in INPUTS:
+        assistant_id = await _system_assistant(s, graph_id)
+        await s.do(f"schemas {graph_id}", s.client.assistants.get_schemas(assistant_id))
+        await s.do(f"graph {graph_id}", s.client.assistants.get_graph(assistant_id))
+    subgraphs = await _system_assistant(s, "subgraphs")
+    await s.do("graph xray", s.client.assistants.get_graph(subgraphs, xray=True))
+    await s.do("subgraphs", s.client.assistants.get_subgraphs(subgraphs, recurse=True))
+
+
+# --- streams: every mode on the graphs that exercise it --------------------------------------------------
+def _stream_session(graph_id: str, modes: list[str], subgraphs: bool = False) -> SessionScript:
+    async def script(s: Session) -> None:
+        c = s.client
+        thread = await s.do("create thread", c.threads.create())
+        tid = thread["thread_id"]
+        await s.collect("stream", c.runs.stream(tid, graph_id, input=INPUTS[graph_id], stream_mode=modes,
+                                                stream_subgraphs=subgraphs))
+        await s.collect("stateless stream", c.runs.stream(None, graph_id, input=INPUTS[graph_id], stream_mode=modes,
+                                                          stream_subgraphs=subgraphs))
+    return script
+
+
+for _graph, _modes, _sub in [
+    ("messages", [*ALL_MODES, "messages"], False),
+    ("react", ALL_MODES, False),
+    ("agent", ["values", "updates", "messages-tuple"], False),
+    ("subgraphs", ALL_MODES, True),
+    ("functional", ["values", "updates", "custom", "debug"], False),
+    ("send", ["values", "updates", "tasks", "checkpoints"], False),
+    ("command", ["values", "updates"], False),
+    ("pydantic_state", ["values", "updates"], False),
+    ("dataclass_state", ["values", "updates"], False),
+]:
+    SESSIONS[f"stream:{_graph}"] = _stream_session(_graph, _modes, _sub)
+
+
+# --- resources -----------------------------------------------------------------------------------------
+@session("assistants")
+async def assistants(s: Session) -> None:
+    c = s.client
+    tag = {"session": s.name}
+    made = await s.do("create", c.assistants.create("typed", config={"configurable": {"tone": "dry"}},
+                                                  metadata=tag, name="gallery typed", description="first"))
+    aid = made["assistant_id"]
+    await s.do("create again do_nothing", c.assistants.create("typed", assistant_id=aid, if_exists="do_nothing"))
+    await s.do("create again raise", c.assistants.create("typed", assistant_id=aid, if_exists="raise"))
+    await s.do("create unknown graph", c.assistants.create("no_such_graph"))
+    await s.do("get", c.assistants.get(aid))
+    await s.do("update", c.assistants.update(aid, metadata={"version": 2}, name="renamed"))
+    await s.do("versions", c.assistants.get_versions(aid))
+    await s.do("set latest", c.assistants.set_latest(aid, 1))
+    await s.do("search", c.assistants.search(metadata=tag))
+    await s.do("search by name", c.assistants.search(name="renamed", metadata=tag))
+    await s.do("search select", c.assistants.search(metadata=tag, select=["assistant_id", "name"]))
+    await s.do("count", c.assistants.count(metadata=tag))
+    await s.do("context assistant", c.assistants.create("context", context={"greeting": "Hi"}, metadata=tag))
+    await s.do("schemas", c.assistants.get_schemas(aid))
+    await s.do("graph", c.assistants.get_graph(aid))
+    await s.do("delete", c.assistants.delete(aid))
+    await s.do("get deleted", c.assistants.get(aid))
+    await s.do("count after delete", c.assistants.count(metadata=tag))
+
+
+@session("threads")
+async def threads(s: Session) -> None:
+    c = s.client
+    tag = {"session": s.name}
+    thread = await s.do("create", c.threads.create(metadata=tag))
+    tid = thread["thread_id"]
+    await s.do("create again do_nothing", c.threads.create(thread_id=tid, if_exists="do_nothing"))
+    await s.do("create again raise", c.threads.create(thread_id=tid, if_exists="raise"))
+    await s.do("get", c.threads.get(tid))
+    await s.do("update", c.threads.update(tid, metadata={"stage": "one"}))
+    await s.do("search", c.threads.search(metadata=tag))
+    await s.do("count", c.threads.count(metadata=tag))
+    await s.do("empty state", c.threads.get_state(tid))
+    await s.do("run", c.runs.wait(tid, "typed", input={"topic": "bees"}))
+    await s.do("search idle", c.threads.search(metadata=tag, status="idle"))
+    await s.do("state", c.threads.get_state(tid))
+    await s.do("history", c.threads.get_history(tid))
+    await s.do("update state", c.threads.update_state(tid, {"notes": ["by hand"]}, as_node="review"))
+    await s.do("state after update", c.threads.get_state(tid))
+    await s.do("copy", c.threads.copy(tid))
+    await s.do("count after copy", c.threads.count(metadata=tag))
+    await s.do("delete", c.threads.delete(tid))
+    await s.do("get deleted", c.threads.get(tid))
+    await s.do("state deleted", c.threads.get_state(tid))
+
+
+@session("runs")
+async def runs(s: Session) -> None:
+    c = s.client
+    thread = await s.do("create thread", c.threads.create())
+    tid = thread["thread_id"]
+    run = await s.do("create", c.runs.create(tid, "typed", input={"topic": "ants"}, metadata={"n": 1}))
+    await s.do("join", c.runs.join(tid, run["run_id"]))
+    await s.do("get", c.runs.get(tid, run["run_id"]))
+    await s.do("wait", c.runs.wait(tid, "typed", input={"topic": "moths"}))
+    await s.do("list", c.runs.list(tid))
+    await s.do("list success", c.runs.list(tid, status="success", limit=1))
+    await s.do("stateless", c.runs.wait(None, "typed", input={"topic": "wasps"}))
+    await s.do("batch", c.runs.create_batch([{"assistant_id": "typed", "input": {"topic": "a"}},
+                                             {"assistant_id": "typed", "input": {"topic": "b"}}]))
+    await s.do("unknown assistant", c.runs.wait(tid, "no_such_graph", input={}))
+    await s.do("delete", c.runs.delete(tid, run["run_id"]))
+    await s.do("get deleted", c.runs.get(tid, run["run_id"]))
+
+
+@session("join")
+async def join(s: Session) -> None:
+    c = s.client
+    thread = await s.do("create thread", c.threads.create())
+    tid = thread["thread_id"]
+    run = await s.do("create", c.runs.create(tid, "progress", input={"steps": 5, "delay": 0.2},
+                                             stream_mode=["values", "custom"], stream_resumable=True))
+    await _started(s, tid, run["run_id"], or_done=True)
+    # Joined mid-run: with Last-Event-ID -1 the whole stream is replayed, so the answer does not depend on timing.
+    await s.collect("join stream from the start", c.runs.join_stream(tid, run["run_id"], last_event_id="-1"))
+    await s.do("joined", c.runs.join(tid, run["run_id"]))
+    await s.collect("join finished stream", c.runs.join_stream(tid, run["run_id"]))
+
+
+@session("cancel")
+async def cancel(s: Session) -> None:
+    c = s.client
+    thread = await s.do("create thread", c.threads.create())
+    tid = thread["thread_id"]
+    run = await s.do("create", c.runs.create(tid, "progress", input={"steps": 200, "delay": 0.05}))
+    await _started(s, tid, run["run_id"])
+    await s.do("cancel", c.runs.cancel(tid, run["run_id"], wait=True))
+    await s.do("run", c.runs.get(tid, run["run_id"]))
+    await s.do("thread", c.threads.get(tid))
+    await s.do("cancel finished", c.runs.cancel(tid, run["run_id"]))
+    second = await s.do("create second", c.runs.create(tid, "progress", input={"steps": 200, "delay": 0.05}))
+    await _started(s, tid, second["run_id"])
+    await s.do("cancel many", c.runs.cancel_many(thread_id=tid, run_ids=[second["run_id"]]))
+    await _status(s, tid, "interrupted")
+    await s.do("second run", c.runs.get(tid, second["run_id"]))
+
+
+@session("busy")
+async def busy(s: Session) -> None:
+    c = s.client
+    thread = await s.do("create thread", c.threads.create())
+    tid = thread["thread_id"]
+    run = await s.do("create", c.runs.create(tid, "progress", input={"steps": 30, "delay": 0.05}))
+    await _started(s, tid, run["run_id"])
+    await s.do("thread busy", c.threads.get(tid))
+    await s.do("reject", c.runs.create(tid, "progress", input={"steps": 1, "delay": 0}, multitask_strategy="reject"))
+    await s.do("update state busy", c.threads.update_state(tid, {"steps": 1}))
+    await s.do("joined", c.runs.join(tid, run["run_id"]))
+    await s.do("thread idle", c.threads.get(tid))
+
+
+# --- interrupts and resuming with Command ------------------------------------------------------------------
+@session("interrupt:dynamic")
+async def dynamic(s: Session) -> None:
+    c = s.client
+    thread = await s.do("create thread", c.threads.create())
+    tid = thread["thread_id"]
+    await s.do("wait", c.runs.wait(tid, "dynamic_interrupt", input={"task": "ship"}))
+    await s.do("thread", c.threads.get(tid))
+    await s.do("state", c.threads.get_state(tid))
+    await s.collect("resume stream", c.runs.stream(tid, "dynamic_interrupt", command=Command(resume="yes"),
+                                                   stream_mode=["values", "updates"]))
+    await s.do("thread after", c.threads.get(tid))
+    await s.do("history", c.threads.get_history(tid, limit=2))
+
+
+@session("interrupt:static")
+async def static(s: Session) -> None:
+    c = s.client
+    thread = await s.do("create thread", c.threads.create())
+    tid = thread["thread_id"]
+    await s.collect("stream", c.runs.stream(tid, "static_interrupt", input={"task": "ship"},
+                                            stream_mode=["values", "updates"]))
+    await s.do("thread", c.threads.get(tid))
+    await s.do("state", c.threads.get_state(tid))
+    await s.do("resume", c.runs.wait(tid, "static_interrupt", input=None))
+    await s.do("thread after", c.threads.get(tid))
+
+
+@session("interrupt:functional")
+async def functional_review(s: Session) -> None:
+    c = s.client
+    thread = await s.do("create thread", c.threads.create())
+    tid = thread["thread_id"]
+    await s.do("wait", c.runs.wait(tid, "functional", input={"numbers": [2, 3], "review": True}))
+    await s.do("thread", c.threads.get(tid))
+    await s.do("resume", c.runs.wait(tid, "functional", command=Command(resume="keep")))
+    await s.do("state", c.threads.get_state(tid))
+
+
+# --- context and factories ------------------------------------------------------------------------------
+@session("context")
+async def context(s: Session) -> None:
+    c = s.client
+    await s.do("with context", c.runs.wait(None, "context", input={"name": "Ada"}, context={"greeting": "Bonjour"}))
+    await s.do("without context", c.runs.wait(None, "context", input={"name": "Ada"}))
+    made = await s.do("assistant", c.assistants.create("context", context={"punctuation": "?"}))
+    await s.do("assistant context", c.runs.wait(None, made["assistant_id"], input={"name": "Ada"}))
+    await s.do("factory config", c.runs.wait(None, "factory_config", input={"text": "Hi"},
+                                             config={"configurable": {"style": "loud"}}))
+    await s.do("factory runtime", c.runs.wait(None, "factory_runtime", input={"text": "Hi"},
+                                              config={"configurable": {"style": "loud"}}))
+
+
+# --- store -------------------------------------------------------------------------------------------------
+@session("store")
+async def store(s: Session) -> None:
+    st = s.client.store
+    ns = ["differential", "users"]
+    await s.do("put a", st.put_item(ns, "a", {"name": "Ada", "age": 36}))
+    await s.do("put b", st.put_item(ns, "b", {"name": "Bob", "age": 40}))
+    await s.do("put nested", st.put_item([*ns, "prefs"], "a", {"theme": "dark"}))
+    await s.do("get", st.get_item(ns, "a"))
+    await s.do("get missing", st.get_item(ns, "zzz"))
+    await s.do("search", st.search_items(ns))
+    await s.do("search filter", st.search_items(["differential"], filter={"name": "Bob"}))
+    await s.do("namespaces", st.list_namespaces(prefix=["differential"]))
+    await s.do("namespaces depth", st.list_namespaces(prefix=["differential"], max_depth=2))
+    await s.do("delete", st.delete_item(ns, "a"))
+    await s.do("get deleted", st.get_item(ns, "a"))
+    await s.do("empty label", st.put_item(["differential", ""], "x", {"v": 1}))
+
+
+# --- errors the client shows -----------------------------------------------------------------------------------
+@session("errors")
+async def errors(s: Session) -> None:
+    c = s.client
+    missing = "00000000-0000-4000-8000-000000000000"
+    await s.do("thread 404", c.threads.get(missing))
+    await s.do("assistant 404", c.assistants.get(missing))
+    await s.do("run 404", c.runs.get(missing, missing))
+    await s.do("state of missing thread", c.threads.get_state(missing))
+    await s.do("bad limit", c.threads.search(limit=0))
+    await s.raw("root", "GET", "/")
+    await s.raw("ok", "GET", "/ok")
+
+
+async def run_session(name: str, url: str) -> Session:
+    s = Session(name, url)
+    try:
+        await asyncio.wait_for(SESSIONS[name](s), 120)
+    except Exception as exc:  # the recording so far still compares; the error is reported with it
+        s.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        await s.close()
+    return s
+
+
+def differences(name: str, reference: Session, threadline: Session) -> list[Difference]:
+    """The session's differences, with a session that broke off on one server counted as one."""
+    out = compare(name, reference.exchanges, threadline.exchanges)
+    if reference.error != threadline.error:
+        out.append(Difference(name, "end", "-", "session.error", reference.error, threadline.error))
+    return out
