@@ -91,6 +91,9 @@ ACCEPTED: list[Accepted] = [
     Accepted("replay-metadata", "issue13", r"/runs/<uuid>/stream", r"sse\[metadata\]",
              "Joining a resumable run's stream with `Last-Event-ID: -1`: the reference replays its `metadata` "
              "event too.", sessions=r"^join$"),
+    Accepted("typeddict-schemas-311", "issue13", r"/schemas$|/subgraphs", r"body(\.\w+)?\.state_schema",
+             "Graphs whose state is a `typing.TypedDict`, on Python 3.11: the reference builds their state schema, "
+             "Threadline answers `null` for every schema (and leaves them out of MCP's tools/list)."),
     Accepted("interrupt-response-schema", "open", r"/runs/wait$", r"body\.__interrupt__\[\]\.response_schema",
              "Interrupts in a run's output: the reference adds `response_schema: null`."),
     # --- real differences nobody is fixing yet ---------------------------------------------------------------
@@ -127,10 +130,10 @@ ACCEPTED: list[Accepted] = [
     Accepted("schemas-defaults-titles", "open", r"/schemas$|/subgraphs",
              r"body(\.\w+)?\.(state_schema|input_schema|output_schema|config_schema|context_schema)"
              r"(\.(title|required|description|deprecated|additionalProperties|type|properties|\$defs)"
-             r"(\.\w+(\.default)?)?)?|body\.(config_schema|context_schema|input_schema|output_schema|state_schema)",
+             r"(\.\w+(\.default)?)?)",
              "Graph schemas: titles (`<graph>_input` vs `LangGraphInput`), defaults (the reference says `null` for "
-             "every field; Threadline the declared default or none), the context schema (the reference serves "
-             "`context_schema` and inlines its fields in `config_schema`)."),
+             "every field; Threadline the declared default or none), and `config_schema` of a graph with a context "
+             "schema (the reference inlines the context's fields; Threadline nests them under `configurable`)."),
     Accepted("graph-node-data", "open", r"/graph", r"body\.nodes\[\]\.data\.id",
              "Drawn graphs: node `data.id` of function nodes (Threadline names the runnable's class path)."),
     Accepted("store-search-order", "open", r"POST /store/items/search$", r"body\.items\[\]\.(key|namespace\.length|value\.\w+)",

@@ -31,7 +31,7 @@ INPUTS: dict[str, dict[str, Any]] = {
     "agent": {"messages": [{"role": "user", "content": "Paris"}]},
     "context": {"name": "Ada"},
     "functional": {"numbers": [1, 2, 3]},
-    "subgraphs": {"trail": []},
+    "subgraphs": {"path": "start"},
     "command": {"amount": 5},
     "send": {"subjects": ["cats", "dogs"]},
     "static_interrupt": {"task": "deploy"},

@@ -9,14 +9,14 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, Send, interrupt
 
 
-# --- a subgraph added as a node; it shares the `trail` key with its parent ---------------------------
+# --- a subgraph added as a node; it shares the `path` key with its parent ---------------------------
 class ChildState(TypedDict):
-    trail: Annotated[list[str], operator.add]
+    path: str
 
 
 def child_step(state: ChildState) -> dict:
     get_stream_writer()({"progress": "inside the child"})
-    return {"trail": ["child"]}
+    return {"path": state["path"] + " > child"}
 
 
 child_builder = StateGraph(ChildState)
@@ -27,12 +27,12 @@ child = child_builder.compile()
 
 
 class ParentState(TypedDict):
-    trail: Annotated[list[str], operator.add]
+    path: str
 
 
 def parent_step(state: ParentState) -> dict:
     get_stream_writer()({"progress": "before the child"})
-    return {"trail": ["parent"]}
+    return {"path": state["path"] + " > parent"}
 
 
 parent_builder = StateGraph(ParentState)
