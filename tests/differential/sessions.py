@@ -114,6 +114,7 @@ def _stream_session(graph_id: str, modes: list[str], subgraphs: bool = False) ->
 
 for _graph, _modes, _sub in [
     ("messages", [*ALL_MODES, "messages"], False),
+    ("typed", ["events"], False),
     ("react", ALL_MODES, False),
     ("agent", ["values", "updates", "messages-tuple"], False),
     ("subgraphs", ALL_MODES, True),
@@ -212,6 +213,34 @@ async def join(s: Session) -> None:
     await s.collect("join finished stream", c.runs.join_stream(tid, run["run_id"]))
 
 
+@session("join:modes")
+async def join_modes(s: Session) -> None:
+    c = s.client
+    thread = await s.do("create thread", c.threads.create())
+    tid = thread["thread_id"]
+    run = await s.do("create", c.runs.create(tid, "progress", input={"steps": 3, "delay": 0.1},
+                                             stream_mode=["values", "updates", "custom"], stream_resumable=True))
+    await _started(s, tid, run["run_id"], or_done=True)
+    await s.collect("join custom only", c.runs.join_stream(tid, run["run_id"], stream_mode=["custom"],
+                                                           last_event_id="-1"))
+    await s.do("joined", c.runs.join(tid, run["run_id"]))
+    await s.collect("thread stream of a finished thread", _first(c.threads.join_stream(tid, last_event_id="-1"), 3))
+
+
+async def _first(parts: Any, n: int) -> Any:
+    """The first `n` parts of a stream that stays open (a thread's stream), or fewer if it ends within 3 s."""
+    got = 0
+    try:
+        async with asyncio.timeout(3):
+            async for part in parts:
+                yield part
+                got += 1
+                if got >= n:
+                    return
+    except TimeoutError:
+        return
+
+
 @session("cancel")
 async def cancel(s: Session) -> None:
     c = s.client
@@ -219,6 +248,10 @@ async def cancel(s: Session) -> None:
     tid = thread["thread_id"]
     run = await s.do("create", c.runs.create(tid, "progress", input={"steps": 200, "delay": 0.05}))
     await _started(s, tid, run["run_id"])
+
+    async def has_state(client: LangGraphClient) -> bool:  # the run's input checkpoint is written
+        return bool((await client.threads.get_state(tid))["values"])
+    await s.until("input checkpoint", has_state)
     await s.do("cancel", c.runs.cancel(tid, run["run_id"], wait=True))
     await s.do("run", c.runs.get(tid, run["run_id"]))
     await s.do("thread", c.threads.get(tid))
@@ -242,6 +275,22 @@ async def busy(s: Session) -> None:
     await s.do("update state busy", c.threads.update_state(tid, {"steps": 1}))
     await s.do("joined", c.runs.join(tid, run["run_id"]))
     await s.do("thread idle", c.threads.get(tid))
+
+
+@session("delete")
+async def delete(s: Session) -> None:
+    c = s.client
+    assistant = await s.do("assistant", c.assistants.create("typed", metadata={"session": s.name}))
+    aid = assistant["assistant_id"]
+    thread = await s.do("thread", c.threads.create(metadata={"session": s.name}))
+    tid = thread["thread_id"]
+    await s.do("run", c.runs.wait(tid, aid, input={"topic": "moles"}))
+    await s.do("delete assistant with threads", c.assistants.delete(aid, delete_threads=True))
+    await s.do("thread after", c.threads.get(tid))
+    other = await s.do("second thread", c.threads.create())
+    await s.do("run again", c.runs.wait(other["thread_id"], "typed", input={"topic": "voles"}))
+    await s.do("prune", c.threads.prune([other["thread_id"]], strategy="delete"))
+    await s.do("pruned thread", c.threads.get(other["thread_id"]))
 
 
 # --- interrupts and resuming with Command ------------------------------------------------------------------
@@ -302,8 +351,11 @@ async def context(s: Session) -> None:
 async def store(s: Session) -> None:
     st = s.client.store
     ns = ["differential", "users"]
+    # Apart in time, so an order by time is the same on every run.
     await s.do("put a", st.put_item(ns, "a", {"name": "Ada", "age": 36}))
+    await asyncio.sleep(0.02)
     await s.do("put b", st.put_item(ns, "b", {"name": "Bob", "age": 40}))
+    await asyncio.sleep(0.02)
     await s.do("put nested", st.put_item([*ns, "prefs"], "a", {"theme": "dark"}))
     await s.do("get", st.get_item(ns, "a"))
     await s.do("get missing", st.get_item(ns, "zzz"))

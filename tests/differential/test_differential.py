@@ -62,6 +62,6 @@ def test_session_answers_as_the_reference(found: dict[str, list[Difference]], na
 
 def test_every_accepted_difference_is_still_seen(found: dict[str, list[Difference]]) -> None:
     seen = {entry.key for diffs in found.values() for d in diffs if (entry := classify(d))}
-    stale = [f"{e.key} ({e.status}): {e.reason}" for e in ACCEPTED if e.key not in seen]
+    stale = [f"{e.key} ({e.status}): {e.reason}" for e in ACCEPTED if e.key not in seen and not e.sometimes]
     assert not stale, ("accepted differences no longer seen (fixed? remove them from tests/differential/"
                        "accepted.py and regenerate docs/compatibility.md):\n" + "\n".join(stale))
