@@ -66,10 +66,12 @@ CASES: dict[str, tuple[dict[str, Any], Check]] = {
     "factory_config": ({"text": "Hi There"}, _equals({"text": "hi there"})),
     "factory_runtime": ({"text": "Hi There"}, _equals({"text": "hi there"})),
     "progress": ({"steps": 2, "delay": 0.01}, _equals({"steps": 2, "delay": 0.01, "done": [0, 1]})),
+    "loopback": ({"graph_id": "typed_ext"}, _equals({"graph_id": "typed_ext", "found": 1})),
 }
 ISSUE13 = {
     "context": "issue 13: a Runtime[Context] graph run without context gets the context schema's defaults",
     "factory_runtime": "issue 13: graph factories taking (config, runtime) get a ServerRuntime",
+    "loopback": "issue 13: get_client() without a URL inside a graph reaches the server it runs in",
 }
 
 
@@ -136,7 +138,7 @@ async def test_stream_modes(url: str, graph: str) -> None:
 
 #: Graphs whose state is a `typing.TypedDict` (pydantic builds their schemas itself only from Python 3.12).
 TYPING_TYPEDDICT = {"typed", "context", "subgraphs", "command", "send", "static_interrupt", "dynamic_interrupt",
-                    "factory_config", "factory_runtime", "progress"}
+                    "factory_config", "factory_runtime", "progress", "loopback"}
 
 
 def _schema_params() -> list[Any]:

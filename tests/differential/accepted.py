@@ -59,6 +59,12 @@ ACCEPTED: list[Accepted] = [
              "schemas, an error run, and on `/graph` the connection is dropped without a response, so the "
              "session stops); the reference passes a `ServerRuntime`.",
              sessions=r"factory_runtime|schemas|^context"),
+    Accepted("get-client-loopback", "issue13", r".", r"session\.error|exchange|body\.(__error__|found|graph_id)",
+             "`langgraph_sdk.get_client()` without a URL inside a graph: the reference answers in-process; on "
+             "Threadline the call fails (TypeError), so the run errors.", sessions=r"^graph:loopback$"),
+    Accepted("disconnect-default", "issue13", r"/runs|/threads/<uuid>$", r"body(\[\])?\.(status|values.*|error.*)",
+             "A client leaving `/runs/wait` mid-run: the reference's run goes on to `success` (`on_disconnect` "
+             "defaults to `continue`); Threadline cancels it (thread `interrupted`).", sessions=r"^disconnect$"),
     Accepted("static-breakpoint-status", "issue13", r"GET /threads/<uuid>$", r"body\.status",
              "A run stopped at a static breakpoint (`interrupt_before`): the reference's thread is `interrupted`, "
              "Threadline's `idle`.", sessions=r"static"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 import os
 import shutil
 import socket
@@ -129,6 +130,8 @@ def start_threadline(workdir: Path) -> Server:
 
 # --- recording ---------------------------------------------------------------------------------------
 _step: contextvars.ContextVar[str] = contextvars.ContextVar("step", default="?")
+#: For a stream that stays open (a thread's stream): record what arrived within this many seconds.
+_open_for: contextvars.ContextVar[float | None] = contextvars.ContextVar("open_for", default=None)
 
 
 class _Recording(httpx.AsyncBaseTransport):
@@ -140,7 +143,18 @@ class _Recording(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         response = await self._inner.handle_async_request(request)
-        content = await response.aread()  # decoded (gzip etc.)
+        limit = _open_for.get()
+        if limit is None:
+            content = await response.aread()  # decoded (gzip etc.)
+        else:
+            chunks: list[bytes] = []
+            try:
+                async with asyncio.timeout(limit):
+                    async for chunk in response.aiter_bytes():
+                        chunks.append(chunk)
+            except TimeoutError:
+                pass
+            content = b"".join(chunks)
         await response.aclose()
         self._exchanges.append(Exchange.of(_step.get(), request, response, content))
         headers = [(k, v) for k, v in response.headers.items() if k.lower() not in ("content-encoding", "content-length",
@@ -172,12 +186,18 @@ class Session:
         except httpx.HTTPStatusError:
             return None
 
-    async def collect(self, step: str, parts: AsyncIterator[Any]) -> list[Any]:
+    async def collect(self, step: str, parts: Any, *, open_for: float | None = None) -> list[Any]:
+        """All parts of a stream; with `open_for`, of a stream that stays open: what came in that time."""
         _step.set(step)
+        _open_for.set(open_for)
         try:
+            if inspect.isawaitable(parts):  # langgraph-sdk's threads.join_stream is a coroutine giving the stream
+                parts = await parts
             return [part async for part in parts]
         except httpx.HTTPStatusError:
             return []
+        finally:
+            _open_for.set(None)
 
     async def raw(self, step: str, method: str, path: str, **kwargs: Any) -> httpx.Response:
         _step.set(step)

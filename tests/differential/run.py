@@ -1,6 +1,8 @@
 """Run every differential session against both servers and print the differences (a tool for people).
 
-    .venv/bin/python -m tests.differential.run [session-name-prefix ...]
+    .venv/bin/python -m tests.differential.run [--show] [session-name-prefix ...]
+
+`--show` also prints each exchange of each session, as recorded (masked), on both servers.
 
 The test (`tests/differential/test_differential.py`) does the same and fails on any difference that
 `accepted.py` does not list; this prints them all, accepted or not, with the time it took.
@@ -27,7 +29,8 @@ async def record_all(names: list[str], reference: str, threadline: str) -> dict[
 
 
 def main() -> None:
-    prefixes = sys.argv[1:]
+    show = "--show" in sys.argv
+    prefixes = [a for a in sys.argv[1:] if a != "--show"]
     names = [n for n in SESSIONS if not prefixes or n.startswith(tuple(prefixes))]
     with tempfile.TemporaryDirectory() as tmp:
         started = time.monotonic()
@@ -40,6 +43,10 @@ def main() -> None:
             tl.stop()
         ran = time.monotonic()
     for name, (r, t) in recordings.items():
+        for label, s in (("reference", r), ("threadline", t)) if show else ():
+            print(f"== {name} on {label}" + (f" (error: {s.error})" if s.error else ""))
+            for e in s.exchanges:
+                print(f"   {e.step}: {e.where} {e.status} {str(e.body)[:240]}")
         diffs = differences(name, r, t)
         for diff in diffs:
             entry = classify(diff)

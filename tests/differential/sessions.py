@@ -39,6 +39,7 @@ INPUTS: dict[str, dict[str, Any]] = {
     "factory_config": {"text": "Hi There"},
     "factory_runtime": {"text": "Hi There"},
     "progress": {"steps": 2, "delay": 0.01},
+    "loopback": {"graph_id": "typed_ext"},
 }
 ALL_MODES = ["values", "updates", "messages-tuple", "custom", "debug"]
 
@@ -224,21 +225,12 @@ async def join_modes(s: Session) -> None:
     await s.collect("join custom only", c.runs.join_stream(tid, run["run_id"], stream_mode=["custom"],
                                                            last_event_id="-1"))
     await s.do("joined", c.runs.join(tid, run["run_id"]))
-    await s.collect("thread stream of a finished thread", _first(c.threads.join_stream(tid, last_event_id="-1"), 3))
-
-
-async def _first(parts: Any, n: int) -> Any:
-    """The first `n` parts of a stream that stays open (a thread's stream), or fewer if it ends within 3 s."""
-    got = 0
-    try:
-        async with asyncio.timeout(3):
-            async for part in parts:
-                yield part
-                got += 1
-                if got >= n:
-                    return
-    except TimeoutError:
-        return
+    await s.collect("thread stream of a finished thread", c.threads.join_stream(tid), open_for=1)
+    # Opened before the next run: that run's events arrive on it.
+    following = asyncio.create_task(s.collect("thread stream", c.threads.join_stream(tid), open_for=4))
+    await asyncio.sleep(0.3)
+    await s.do("next run", c.runs.create(tid, "progress", input={"steps": 2, "delay": 0.05}))
+    await following
 
 
 @session("cancel")
@@ -261,6 +253,29 @@ async def cancel(s: Session) -> None:
     await s.do("cancel many", c.runs.cancel_many(thread_id=tid, run_ids=[second["run_id"]]))
     await _status(s, tid, "interrupted")
     await s.do("second run", c.runs.get(tid, second["run_id"]))
+
+
+@session("disconnect")
+async def disconnect(s: Session) -> None:
+    """A client that leaves `/runs/wait` before the run ends: the run's fate by default."""
+    c = s.client
+    thread = await s.do("create thread", c.threads.create())
+    tid = thread["thread_id"]
+    body = {"assistant_id": "progress", "input": {"steps": 8, "delay": 0.25}}
+    waiting = asyncio.create_task(s.raw("wait, then leave", "POST", f"/threads/{tid}/runs/wait", json=body))
+
+    async def started(client: LangGraphClient) -> bool:
+        runs = await client.runs.list(tid)
+        return bool(runs) and runs[0]["status"] == "running"
+    await s.until("run started", started)
+    waiting.cancel()
+    await asyncio.gather(waiting, return_exceptions=True)
+
+    async def settled(client: LangGraphClient) -> bool:
+        return (await client.runs.list(tid))[0]["status"] not in ("pending", "running")
+    await s.until("run ended", settled)
+    await s.do("runs", c.runs.list(tid))
+    await s.do("thread", c.threads.get(tid))
 
 
 @session("busy")
@@ -394,8 +409,9 @@ async def run_session(name: str, url: str) -> Session:
 
 
 def differences(name: str, reference: Session, threadline: Session) -> list[Difference]:
-    """The session's differences, with a session that broke off on one server counted as one."""
+    """The session's differences. A session that broke off counts as one, even on both servers alike: a
+    script that fails against the reference is a broken test, never a match."""
     out = compare(name, reference.exchanges, threadline.exchanges)
-    if reference.error != threadline.error:
+    if reference.error or threadline.error:
         out.append(Difference(name, "end", "-", "session.error", reference.error, threadline.error))
     return out
