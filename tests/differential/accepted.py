@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from tests.differential.compare import MISSING
+
 Status = Literal["issue13", "open", "deliberate"]
 
 
@@ -36,8 +38,11 @@ class Accepted:
     sessions: str = "."  # a regex searched in the session's name
     steps: str = "."  # a regex searched in the step's label
     sometimes: bool = False  # seen on some runs only (an order nobody defines): exempt from the staleness check
+    extra_only: bool = False  # only where the reference has no such field at all (Threadline adds it)
 
     def matches(self, diff: Any) -> bool:
+        if self.extra_only and diff.reference != MISSING:
+            return False
         return (bool(re.search(self.sessions, diff.session)) and bool(re.search(self.steps, diff.step))
                 and bool(re.search(self.where, diff.where))
                 and bool(re.fullmatch(self.field, diff.field)))
@@ -89,9 +94,9 @@ ACCEPTED: list[Accepted] = [
     Accepted("debug-events", "issue13", r"/stream", r"sse\[debug[^\]]*\](\.data.*)?",
              "`debug` stream: Threadline also sends the input checkpoint (step 0), and the checkpoint/task payloads "
              "differ (`checkpoint`/`parent_checkpoint` fields, config contents)."),
-    Accepted("messages-partial", "issue13", r"/stream", r"sse\[messages/(partial|metadata)\]",
-             "`messages` mode: Threadline's `messages/metadata` and accumulated `messages/partial` events are not "
-             "sent by the reference for a model that does not stream tokens through callbacks the same way."),
+    Accepted("messages-partial-type", "issue13", r"/stream", r"sse\[messages/partial\]\.data\[\]\.(type|chunk_position|tool_call_chunks)",
+             "`messages` mode: the reference's accumulated `messages/partial` message is `type: \"ai\"` without "
+             "the chunk fields; Threadline's is the `AIMessageChunk` (`chunk_position`, `tool_call_chunks`)."),
     Accepted("error-detail-texts", "issue13", r".", r"body\.detail",
              "Error texts (`detail`) differ in wording (`Thread … not found` vs `Thread with ID … not found`, "
              "404 `Not Found`, validation prose)."),
@@ -119,6 +124,9 @@ ACCEPTED: list[Accepted] = [
              "A run's `kwargs`: the reference stores the resolved run (full `config`, `context`, `durability`, "
              "`interrupt_*`, `webhook`, `subgraphs`, `resumable`, `temporary`, `checkpoint_during`, `stream_mode` "
              "as a list); Threadline the request's fields (`stream_subgraphs`, `stream_resumable`)."),
+    Accepted("messages-with-tuple", "open", r"/stream", r"sse\[messages/(partial|metadata)\]",
+             "A stream asking for both `messages` and `messages-tuple`: the reference sends only the tuple form "
+             "(`messages` events), Threadline both.", sessions=r"^stream:messages$"),
     Accepted("functional-interrupt-output", "open", r"/runs/wait$", r"body\.__interrupt__",
              "An `@entrypoint` stopped at `interrupt()`: the reference's `/wait` output is "
              "`{\"__interrupt__\": [...]}`, Threadline's `{}` (the thread does record the interrupt).",
@@ -163,14 +171,38 @@ ACCEPTED: list[Accepted] = [
              "(LangGraph's SQLite store, no ORDER BY) order is not defined and differs on some runs.",
              sometimes=True),
     Accepted("ok-services", "open", r"GET /ok$", r"body\.services", "`GET /ok`: the reference adds `services: {}`."),
+    Accepted("a2a-history-task-id", "open", r"POST /a2a/", r"body\.result\.history\[\]\.taskId",
+             "A2A `message/send` (0.3): the reference puts `taskId` on every history message; Threadline on none."),
+    Accepted("a2a-agent-message-id", "open", r"POST /a2a/", r"body\.result\.history\[\]\.messageId",
+             "A2A history: the agent message's `messageId` is the AI message id without its `-0` suffix on "
+             "Threadline (the state's message id on the reference)."),
+    Accepted("protocol-seq", "deliberate", r"/stream/events$", r"sse\[[^\]]+\]\.data\.(seq|event_id)",
+             "Protocol v2 `seq` is per thread and persisted, `event_id` `<run_id>:<seq>` (the reference: per "
+             "connection): docs/compatibility.md, Protocol v2."),
+    Accepted("protocol-input-value", "deliberate", r"/stream/events$", r"sse\[input\.requested\]\.data\.params\.data\.value",
+             "`input.requested` carries `value` besides `payload` (langgraph-sdk reads `value`): docs, Protocol v2."),
+    Accepted("protocol-event-sequence", "open", r"/stream/events$", r"sse\[[^\]]+\](\.data\.params.*)?",
+             "Protocol v2 events of a run stopping at `interrupt()`: the reference's root lifecycle starts with "
+             "`running` (Threadline `started`), it sends no `updates` on that channel, and its last `values` "
+             "comes after `input.requested` (Threadline's before)."),
+    Accepted("protocol-error-message", "open", r"/commands$", r"body\.message",
+             "Protocol v2 `unknown_command` message text (`Unknown protocol command: …` vs `Unknown command: …`)."),
     # --- deliberate, or the reference's deployment ---------------------------------------------------------------
     Accepted("platform-metadata", "deliberate", r".", rf".*\.(configurable|metadata|data\[\])\.{_PLATFORM}",
              "Values of the reference's deployment that LangGraph passes to the graph: LangSmith plan and host, "
              "API version and URL, the authenticated user, request timing. Threadline's runs carry `graph_id`, "
              "`assistant_id`, `run_id`, `thread_id` and the caller's metadata."),
+    Accepted("mcp-tool-result", "deliberate", r"POST /mcp$",
+             r"body\.result\.(content\[\]\.text|isError|structuredContent|serverInfo\.(name|version))",
+             "MCP: `tools/call` answers the state as JSON text plus `structuredContent` and `isError` (the "
+             "reference: a Python repr); `serverInfo` names Threadline: docs/compatibility.md, MCP."),
+    Accepted("a2a-agent-card", "deliberate", r"/\.well-known/agent-card\.json", r"body\..*",
+             "The A2A agent card lists 1.0 and 0.3 interfaces with the legacy 0.3 fields, describes the skill's "
+             "input, has no history-scope extension, names Threadline's version, and lists text before JSON: "
+             "docs/compatibility.md, A2A."),
     Accepted("error-body", "deliberate", r".", _ERR,
              "Threadline's error bodies are always `{detail, code, message}` (+ `errors`, `metadata`): "
-             "docs/compatibility.md, Conventions."),
+             "docs/compatibility.md, Conventions.", extra_only=True),
 ]
 
 

@@ -22,6 +22,7 @@ HEADERS = ("content-type", "location", "content-location", "x-pagination-total",
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)
 TIME = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:?\d{2})?")
 HEX32 = re.compile(r"\b[0-9a-f]{32}\b")  # interrupt ids, task ids
+PORT = re.compile(r"//(127\.0\.0\.1|localhost):\d+")  # each server's own loopback address
 TIME_KEYS = {"created_at", "updated_at", "expires_at", "timestamp", "state_updated_at"}
 
 
@@ -33,7 +34,7 @@ def mask(value: Any) -> Any:
     if isinstance(value, list):
         return [mask(v) for v in value]
     if isinstance(value, str):
-        out = UUID.sub("<uuid>", value)
+        out = PORT.sub("//<host>", UUID.sub("<uuid>", value))
         out = TIME.sub("<time>", out)
         return HEX32.sub("<hex>", out)
     return value

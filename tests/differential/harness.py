@@ -130,8 +130,10 @@ def start_threadline(workdir: Path) -> Server:
 
 # --- recording ---------------------------------------------------------------------------------------
 _step: contextvars.ContextVar[str] = contextvars.ContextVar("step", default="?")
-#: For a stream that stays open (a thread's stream): record what arrived within this many seconds.
+#: For a stream that stays open (a thread's stream): record what arrived within this many seconds, or until
+#: this text arrived.
 _open_for: contextvars.ContextVar[float | None] = contextvars.ContextVar("open_for", default=None)
+_until_text: contextvars.ContextVar[str | None] = contextvars.ContextVar("until_text", default=None)
 
 
 class _Recording(httpx.AsyncBaseTransport):
@@ -148,10 +150,14 @@ class _Recording(httpx.AsyncBaseTransport):
             content = await response.aread()  # decoded (gzip etc.)
         else:
             chunks: list[bytes] = []
+            until = _until_text.get()
             try:
-                async with asyncio.timeout(limit):
+                async with asyncio.timeout(limit) as deadline:
                     async for chunk in response.aiter_bytes():
                         chunks.append(chunk)
+                        if until and until in b"".join(chunks).decode("utf-8", "replace").replace(" ", ""):
+                            until = None  # seen: take what follows within a moment, then stop
+                            deadline.reschedule(asyncio.get_running_loop().time() + 0.5)
             except TimeoutError:
                 pass
             content = b"".join(chunks)
@@ -199,9 +205,17 @@ class Session:
         finally:
             _open_for.set(None)
 
-    async def raw(self, step: str, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    async def raw(self, step: str, method: str, path: str, *, open_for: float | None = None,
+                  until_text: str | None = None, **kwargs: Any) -> httpx.Response:
+        """A request the SDK has no call for; `open_for` as in `collect`, ended early once `until_text` came."""
         _step.set(step)
-        return await self.http.request(method, path, **kwargs)
+        _open_for.set(open_for)
+        _until_text.set(until_text)
+        try:
+            return await self.http.request(method, path, **kwargs)
+        finally:
+            _open_for.set(None)
+            _until_text.set(None)
 
     async def until(self, step: str, check: Any, timeout: float = 30) -> Any:
         """Poll `check()` (unrecorded GETs) until it returns something truthy."""

@@ -113,6 +113,8 @@ def _stream_session(graph_id: str, modes: list[str], subgraphs: bool = False) ->
     return script
 
 
+SESSIONS["stream:messages-mode"] = _stream_session("messages", ["messages"])
+
 for _graph, _modes, _sub in [
     ("messages", [*ALL_MODES, "messages"], False),
     ("typed", ["events"], False),
@@ -381,6 +383,47 @@ async def store(s: Session) -> None:
     await s.do("delete", st.delete_item(ns, "a"))
     await s.do("get deleted", st.get_item(ns, "a"))
     await s.do("empty label", st.put_item(["differential", ""], "x", {"v": 1}))
+
+
+# --- the other protocols: MCP, A2A, Protocol v2 (raw JSON-RPC / commands, as their clients send them) -----------
+_MCP = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
+        "mcp-protocol-version": "2025-06-18"}
+
+
+@session("mcp")
+async def mcp(s: Session) -> None:
+    async def rpc(step: str, method: str, params: dict[str, Any], rid: int) -> Any:
+        r = await s.raw(step, "POST", "/mcp", headers=_MCP, json={"jsonrpc": "2.0", "id": rid, "method": method,
+                                                                  "params": params})
+        return r
+    await rpc("initialize", "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                           "clientInfo": {"name": "differential", "version": "1"}}, 1)
+    await s.raw("initialized", "POST", "/mcp", headers=_MCP, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+    await rpc("call typed_ext", "tools/call", {"name": "typed_ext", "arguments": {"topic": "owls"}}, 2)
+    await rpc("call unknown", "tools/call", {"name": "no_such_tool", "arguments": {}}, 3)
+
+
+@session("a2a")
+async def a2a(s: Session) -> None:
+    assistant_id = await _system_assistant(s, "messages")
+    message = {"kind": "message", "role": "user", "messageId": "m-1", "parts": [{"kind": "text", "text": "hi"}]}
+    await s.raw("message/send", "POST", f"/a2a/{assistant_id}", headers={"Accept": "application/json"},
+                json={"jsonrpc": "2.0", "id": "1", "method": "message/send", "params": {"message": message}})
+    await s.raw("agent card", "GET", f"/.well-known/agent-card.json?assistant_id={assistant_id}")
+
+
+@session("protocol")
+async def protocol(s: Session) -> None:
+    thread = await s.do("create thread", s.client.threads.create())
+    tid = thread["thread_id"]
+    events = asyncio.create_task(s.raw("events", "POST", f"/threads/{tid}/stream/events",
+                                       json={"channels": ["values", "updates", "lifecycle", "input"]},
+                                       open_for=30, until_text='"event":"interrupted"'))
+    await asyncio.sleep(0.3)
+    await s.raw("run.start", "POST", f"/threads/{tid}/commands", json={
+        "id": 1, "method": "run.start", "params": {"assistant_id": "dynamic_interrupt", "input": {"task": "ship"}}})
+    await events
+    await s.raw("unknown command", "POST", f"/threads/{tid}/commands", json={"id": 2, "method": "no.such", "params": {}})
 
 
 # --- errors the client shows -----------------------------------------------------------------------------------
