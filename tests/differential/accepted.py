@@ -120,7 +120,10 @@ ACCEPTED: list[Accepted] = [
     Accepted("interrupt-response-schema", "open", r"/runs/wait$", r"body\.__interrupt__\[\]\.response_schema",
              "Interrupts in a run's output: the reference adds `response_schema: null`."),
     # --- real differences nobody is fixing yet ---------------------------------------------------------------
-    Accepted("run-kwargs", "open", r"/runs", r"body(\[\])?\.kwargs\.\w+",
+    Accepted("run-kwargs", "open", r"/runs",
+             r"body(\[\])?\.kwargs\.(checkpoint_during|command|config|context|durability|feedback_keys|input|"
+             r"interrupt_after|interrupt_before|on_completion|resumable|stream_mode|stream_resumable|"
+             r"stream_subgraphs|subgraphs|temporary|webhook)",
              "A run's `kwargs`: the reference stores the resolved run (full `config`, `context`, `durability`, "
              "`interrupt_*`, `webhook`, `subgraphs`, `resumable`, `temporary`, `checkpoint_during`, `stream_mode` "
              "as a list); Threadline the request's fields (`stream_subgraphs`, `stream_resumable`)."),
@@ -146,7 +149,7 @@ ACCEPTED: list[Accepted] = [
              "Thread objects: no `state_updated_at` yet (docs/compatibility.md, Threads)."),
     Accepted("thread-interrupts-error", "open", r"/threads", r"body(\[\])?\.(interrupts|error)",
              "Thread objects: Threadline always has `interrupts` and `error`; the reference leaves them out of "
-             "a new, copied or patched thread."),
+             "a new, copied or patched thread.", extra_only=True),
     Accepted("thread-config-configurable", "open", r"/threads", r"body(\[\])?\.config\.configurable",
              "Thread `config`: the reference has `{\"configurable\": {}}` once a run has touched it, Threadline `{}`."),
     Accepted("thread-copy-values", "open", r"POST /threads/<uuid>/copy$", r"body\.values",
@@ -156,13 +159,22 @@ ACCEPTED: list[Accepted] = [
     Accepted("state-metadata", "open", r"/state|/history", r"body(\[\])?\.metadata(\.(graph_id|thread_id))?",
              "Checkpoint metadata: the reference adds `thread_id` (and `graph_id`), and answers `null` metadata "
              "for a thread without state (Threadline `{}`)."),
-    Accepted("schemas-defaults-titles", "open", r"/schemas$|/subgraphs",
-             r"body(\.\w+)?\.(state_schema|input_schema|output_schema|config_schema|context_schema)"
-             r"(\.(title|required|description|deprecated|additionalProperties|type|properties|\$defs)"
-             r"(\.\w+(\.default)?)?)",
-             "Graph schemas: titles (`<graph>_input` vs `LangGraphInput`), defaults (the reference says `null` for "
-             "every field; Threadline the declared default or none), and `config_schema` of a graph with a context "
-             "schema (the reference inlines the context's fields; Threadline nests them under `configurable`)."),
+    Accepted("schema-titles", "open", r"/schemas$|/subgraphs", r"body(\.\w+)?\.(state|input|output|config)_schema\.title",
+             "Schema titles: the reference names them after the graph (`typed_ext_state`, `functional_input`, "
+             "`Context`); Threadline keeps the class's name (`ExtState`, `LangGraphInput`, `LangGraphConfig`)."),
+    Accepted("schema-state-defaults", "open", r"/schemas$|/subgraphs",
+             r"body(\.\w+)?\.state_schema\.(properties\.\w+\.default|required)",
+             "State schemas: the reference gives every field `default: null` and no `required`; Threadline the "
+             "declared defaults (pydantic, dataclass) or none, and `required`."),
+    Accepted("schema-agent-state", "open", r"/schemas$",
+             r"body\.state_schema\.(additionalProperties|deprecated|description|properties(\.remaining_steps)?)",
+             "State schemas the reference prunes: `create_react_agent`'s (Threadline keeps `remaining_steps`, "
+             "`deprecated`, the description) and an `@entrypoint`'s (the reference lists `__end__`)."),
+    Accepted("schema-context-in-config", "open", r"/schemas$|/subgraphs",
+             r"body(\.\w+)?\.config_schema(\.(\$defs|properties(\.\w+)?|type))?",
+             "`config_schema`: for a graph with a context schema the reference inlines the context's fields "
+             "(Threadline nests them under `configurable`), and for a subgraph it is `{}` (Threadline an object "
+             "schema)."),
     Accepted("graph-node-data", "open", r"/graph", r"body\.nodes\[\]\.data\.id",
              "Drawn graphs: node `data.id` of function nodes (Threadline names the runnable's class path)."),
     Accepted("store-search-order", "open", r"POST /store/items/search$",
