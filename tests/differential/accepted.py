@@ -60,9 +60,9 @@ ACCEPTED: list[Accepted] = [
     Accepted("factory-config-runtime", "issue13", r"^-$|schemas|graph|subgraphs|/runs/wait|/history|/state|/threads/<uuid>($|/runs)|/assistants/search",
              r"session\.error|status|exchange|body\.(__error__|code|detail|message|text|graph_id|nodes|edges|input_schema|output_schema|"
              r"state_schema|config_schema|context_schema)",
-             "A `(config, runtime)` graph factory: Threadline calls it with the config only (TypeError: a 500 on "
-             "schemas, an error run, and on `/graph` the connection is dropped without a response, so the "
-             "session stops); the reference passes a `ServerRuntime`.",
+             "A `(config, runtime)` graph factory: Threadline calls it with the config only (TypeError: an error "
+             "run, a 500 on schemas after which the server drops the keep-alive connection, so the client's "
+             "next request fails and the session stops); the reference passes a `ServerRuntime`.",
              sessions=r"factory_runtime|schemas|^context"),
     Accepted("get-client-loopback", "issue13", r".", r"session\.error|exchange|body\.(__error__|found|graph_id)",
              "`langgraph_sdk.get_client()` without a URL inside a graph: the reference answers in-process; on "
@@ -117,9 +117,9 @@ ACCEPTED: list[Accepted] = [
     Accepted("typeddict-schemas-311", "issue13", r"/schemas$|/subgraphs", r"body(\.\w+)?\.state_schema",
              "Graphs whose state is a `typing.TypedDict`, on Python 3.11: the reference builds their state schema, "
              "Threadline answers `null` for every schema (and leaves them out of MCP's tools/list)."),
+    # --- real differences nobody is fixing yet ---------------------------------------------------------------
     Accepted("interrupt-response-schema", "open", r"/runs/wait$", r"body\.__interrupt__\[\]\.response_schema",
              "Interrupts in a run's output: the reference adds `response_schema: null`."),
-    # --- real differences nobody is fixing yet ---------------------------------------------------------------
     Accepted("run-kwargs", "open", r"/runs",
              r"body(\[\])?\.kwargs\.(checkpoint_during|command|config|context|durability|feedback_keys|input|"
              r"interrupt_after|interrupt_before|on_completion|resumable|stream_mode|stream_resumable|"
