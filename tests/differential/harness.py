@@ -1,0 +1,232 @@
+"""The two servers as real processes on loopback, and a recording langgraph-sdk client for scripted sessions.
+
+The reference is LangGraph's own server (`langgraph dev` from `langgraph-cli[inmem]`), installed by
+`scripts/test` into its own venv (`.venv-ref`, or `THREADLINE_REF_VENV`). It is used only as a test oracle:
+nothing of it is imported here, it is run as a separate program.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+from langgraph_sdk.client import LangGraphClient
+
+from tests.differential.compare import Exchange
+
+ROOT = Path(__file__).resolve().parents[2]
+GALLERY = ROOT / "tests" / "gallery" / "langgraph.json"
+REFERENCE_REQUIREMENTS = Path(__file__).with_name("reference.txt")
+T = TypeVar("T")
+
+
+def reference_venv() -> Path:
+    return Path(os.environ.get("THREADLINE_REF_VENV") or ROOT / ".venv-ref")
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def unavailable(reason: str) -> None:
+    """Skip locally, fail under CI: the differential suite is part of what CI proves."""
+    if in_ci():
+        pytest.fail(f"{reason} (CI=true: the differential suite must run; scripts/test installs the reference)")
+    pytest.skip(reason)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Server:
+    """A server process on a loopback port, with its log."""
+
+    name: str
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+
+    def tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def start(name: str, command: list[str], cwd: Path, env: dict[str, str], port: int) -> Server:
+    log = cwd / f"{name}.log"
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    server = Server(name, f"http://127.0.0.1:{port}", process, log)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{name} exited with {process.returncode}:\n{server.tail()}")
+        try:
+            if httpx.get(f"{server.url}/ok", timeout=2).status_code == 200:
+                return server
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    server.stop()
+    raise RuntimeError(f"{name} did not answer /ok within 120 s:\n{server.tail()}")
+
+
+def _quiet_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("THREADLINE_", "VIRTUAL_ENV", "PYTHONPATH"))}
+    env.update(LANGSMITH_TRACING="false", LANGCHAIN_TRACING_V2="false", LANGGRAPH_CLI_NO_ANALYTICS="1",
+               LANGSMITH_API_KEY="", LANGCHAIN_API_KEY="")
+    return env
+
+
+def start_reference(workdir: Path) -> Server:
+    langgraph = reference_venv() / "bin" / "langgraph"
+    if not langgraph.exists():
+        unavailable(f"the reference server is not installed ({langgraph} is missing; scripts/test installs it)")
+    # `langgraph dev` resolves graph paths against its working folder and keeps its in-memory data in
+    # ./.langgraph_api between starts: it runs in a fresh copy of the gallery.
+    folder = workdir / "reference"
+    shutil.copytree(GALLERY.parent, folder, ignore=shutil.ignore_patterns("__pycache__", ".langgraph_api"))
+    port = free_port()
+    command = [str(langgraph), "dev", "--no-browser", "--no-reload", "--port", str(port), "--config", "langgraph.json"]
+    try:
+        return start("reference", command, folder, _quiet_env(), port)
+    except RuntimeError as exc:
+        unavailable(f"the reference server did not start: {exc}")
+        raise
+
+
+def start_threadline(workdir: Path) -> Server:
+    folder = workdir / "threadline"
+    folder.mkdir()
+    port = free_port()
+    env = {**_quiet_env(), "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "threadline", "serve", "--config", str(GALLERY), "--port", str(port),
+               "--database-url", f"sqlite:///{folder / 'threadline.db'}"]
+    return start("threadline", command, folder, env, port)
+
+
+# --- recording ---------------------------------------------------------------------------------------
+_step: contextvars.ContextVar[str] = contextvars.ContextVar("step", default="?")
+#: For a stream that stays open (a thread's stream): record what arrived within this many seconds, or until
+#: this text arrived.
+_open_for: contextvars.ContextVar[float | None] = contextvars.ContextVar("open_for", default=None)
+_until_text: contextvars.ContextVar[str | None] = contextvars.ContextVar("until_text", default=None)
+
+
+class _Recording(httpx.AsyncBaseTransport):
+    """Passes requests on and records each exchange whole (streams are read to their end first)."""
+
+    def __init__(self, exchanges: list[Exchange]) -> None:
+        self._inner = httpx.AsyncHTTPTransport()
+        self._exchanges = exchanges
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self._inner.handle_async_request(request)
+        limit = _open_for.get()
+        if limit is None:
+            content = await response.aread()  # decoded (gzip etc.)
+        else:
+            chunks: list[bytes] = []
+            until = _until_text.get()
+            try:
+                async with asyncio.timeout(limit) as deadline:
+                    async for chunk in response.aiter_bytes():
+                        chunks.append(chunk)
+                        if until and until in b"".join(chunks).decode("utf-8", "replace").replace(" ", ""):
+                            until = None  # seen: take what follows within a moment, then stop
+                            deadline.reschedule(asyncio.get_running_loop().time() + 0.5)
+            except TimeoutError:
+                pass
+            content = b"".join(chunks)
+        await response.aclose()
+        self._exchanges.append(Exchange.of(_step.get(), request, response, content))
+        headers = [(k, v) for k, v in response.headers.items() if k.lower() not in ("content-encoding", "content-length",
+                                                                                       "transfer-encoding")]
+        return httpx.Response(response.status_code, headers=headers, content=content, request=request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+@dataclass
+class Session:
+    """One scripted session against one server: the official client, and what it exchanged."""
+
+    name: str
+    url: str
+    exchanges: list[Exchange] = field(default_factory=list)
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        self.http = httpx.AsyncClient(base_url=self.url, transport=_Recording(self.exchanges), timeout=60)
+        self.client = LangGraphClient(self.http)
+
+    async def do(self, step: str, call: Awaitable[T]) -> T | None:
+        """Await one client call labelled `step`; an HTTP error is recorded (not raised) and gives None."""
+        _step.set(step)
+        try:
+            return await call
+        except httpx.HTTPStatusError:
+            return None
+
+    async def collect(self, step: str, parts: Any, *, open_for: float | None = None) -> list[Any]:
+        """All parts of a stream; with `open_for`, of a stream that stays open: what came in that time."""
+        _step.set(step)
+        _open_for.set(open_for)
+        try:
+            if inspect.isawaitable(parts):  # langgraph-sdk's threads.join_stream is a coroutine giving the stream
+                parts = await parts
+            return [part async for part in parts]
+        except httpx.HTTPStatusError:
+            return []
+        finally:
+            _open_for.set(None)
+
+    async def raw(self, step: str, method: str, path: str, *, open_for: float | None = None,
+                  until_text: str | None = None, **kwargs: Any) -> httpx.Response:
+        """A request the SDK has no call for; `open_for` as in `collect`, ended early once `until_text` came."""
+        _step.set(step)
+        _open_for.set(open_for)
+        _until_text.set(until_text)
+        try:
+            return await self.http.request(method, path, **kwargs)
+        finally:
+            _open_for.set(None)
+            _until_text.set(None)
+
+    async def until(self, step: str, check: Any, timeout: float = 30) -> Any:
+        """Poll `check()` (unrecorded GETs) until it returns something truthy."""
+        async with httpx.AsyncClient(base_url=self.url, timeout=30) as plain:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                found = await check(LangGraphClient(plain))
+                if found:
+                    return found
+                await asyncio.sleep(0.05)
+        raise AssertionError(f"{self.name}: {step} never happened on {self.url}")
+
+    async def close(self) -> None:
+        await self.http.aclose()
