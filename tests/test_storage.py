@@ -768,3 +768,12 @@ async def test_concurrent_sweeps_take_each_thread_once_and_respect_the_limit(sto
     assert len(taken) == len(set(taken)) == 4 and set(taken) < ids
     assert await storage.count_threads(metadata=None, values=None, status=None) == 0
 
+
+
+async def test_an_assistant_name_filter_ignores_case_beyond_ascii(
+        request: pytest.FixtureRequest, backend: Backend, storage: Storage) -> None:
+    xfail_on(request, backend, "sqlite", "SQLite's LIKE folds the case of ASCII letters only; PostgreSQL's ILIKE "
+             "folds every letter")
+    await create_assistant(storage, "a1", name="Ärger Agent")
+    assert await storage.count_assistants(graph_id=None, name="ärger", metadata=None) == 1
+    assert await storage.count_assistants(graph_id=None, name="AGENT", metadata=None) == 1
