@@ -365,6 +365,19 @@ async def test_a_finish_sets_the_threads_status_and_state(storage: Storage, stat
             assert thread[column] == value
 
 
+async def test_a_finish_stamps_the_run_and_its_thread_on_one_clock(
+        request: pytest.FixtureRequest, backend: Backend, storage: Storage) -> None:
+    """The run's and its thread's `updated_at` after a finish are one instant, read from one clock."""
+    xfail_on(request, backend, "postgres", "PostgreSQL stamps the run with the database's now() (the "
+             "transaction's start) and its thread with the Python process's clock (now_iso): two clocks, which "
+             "differ by the skew between the machines; SQLite takes one Python timestamp for both")
+    run = await enqueue(storage)
+    await storage.claim_run("w1", 30)
+    finished = await storage.finish_run(run["run_id"], "success", worker_id="w1", attempt=1)
+    thread = await storage.get_thread(run["thread_id"])
+    assert ts(finished["updated_at"]) == ts(thread["updated_at"])
+
+
 async def test_a_thread_stays_busy_while_it_has_another_run(storage: Storage) -> None:
     run = await enqueue(storage)
     queued = await enqueue(storage, run["thread_id"])
