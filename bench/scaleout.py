@@ -10,9 +10,9 @@ Called by ``bench/run.py`` after the other columns (``--skip scaleout`` drops it
   (``THREADLINE_DATABASE_URL``, ``THREADLINE_REDIS_URL``, ``THREADLINE_REDIS_KEY_PREFIX``,
   ``THREADLINE_CONFIG``);
 * once the API answers ``/ok?check_db=1`` and every worker has printed its start line: a warm-up,
-  then ``POST /threads/{id}/runs/wait`` at each ``--concurrency`` with run.py's ``run_cell`` (same
-  graph, same body, same checks, same client (run.py's ``client_session``: one aiohttp session per
-  cell), a distinct pre-created thread per request). After each cell the
+  then ``POST /threads/{id}/runs/wait`` at each ``--concurrency`` with ``run_cell`` (``bench/harness.py``, as
+  run.py's columns: same graph, same body, same checks, same client (``client_session``: one aiohttp
+  session per cell), a distinct pre-created thread per request). After each cell the
   ``runs`` table says which worker process ran how many runs (fan-out), and at the end whether any
   run was retried or did not succeed.
 
@@ -34,9 +34,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-# run.py's helpers (cells, checks, formatting). When run.py is the script, this imports it once more
-# as the module `run`: it only defines functions and constants, so that is harmless.
-import run as bench
+import harness  # what run.py's columns and these cells share: cells, checks, the client, formatting
 from threadline.cli import run_loop  # the bench runs in the venv it launches threadline from
 from threadline.settings import redact_url
 
@@ -168,7 +166,7 @@ class Procs:
     def start(self, name: str, argv: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen:
         log_file = open(log_path, "wb")  # noqa: SIM115 - closed by stop_all()
         try:
-            proc = subprocess.Popen(argv, cwd=str(bench.PROJECT_DIR), env=env, stdout=log_file,
+            proc = subprocess.Popen(argv, cwd=str(harness.PROJECT_DIR), env=env, stdout=log_file,
                                     stderr=subprocess.STDOUT, start_new_session=True)
         except BaseException:
             log_file.close()
@@ -207,7 +205,7 @@ def clean_env(base_env: dict[str, str], db_url: str, redis_url: str, prefix: str
         "THREADLINE_DATABASE_URL": db_url,
         "THREADLINE_REDIS_URL": redis_url,
         "THREADLINE_REDIS_KEY_PREFIX": prefix,
-        "THREADLINE_CONFIG": str(bench.PROJECT_DIR / "langgraph.json"),
+        "THREADLINE_CONFIG": str(harness.PROJECT_DIR / "langgraph.json"),
         "THREADLINE_LOG_LEVEL": "warning",
     })
     return env
@@ -224,12 +222,12 @@ async def wait_workers(procs: list[tuple[subprocess.Popen, Path]], timeout_s: fl
                 if m:
                     ids[i] = m.group(1)
                 elif proc.poll() is not None:
-                    raise bench.ServerFailed(f"worker {i + 1} exited with code {proc.returncode} before it started")
+                    raise harness.ServerFailed(f"worker {i + 1} exited with code {proc.returncode} before it started")
         if all(ids):
             return [str(x) for x in ids]
         await asyncio.sleep(0.2)
     missing = [i + 1 for i, x in enumerate(ids) if x is None]
-    raise bench.ServerFailed(f"worker(s) {missing} did not start within {timeout_s:.0f}s")
+    raise harness.ServerFailed(f"worker(s) {missing} did not start within {timeout_s:.0f}s")
 
 
 # --------------------------------------------------------------------------- measurement
@@ -257,72 +255,72 @@ async def measure(n_workers: int, base_url: str, procs: Procs, api: subprocess.P
                   workers: list[tuple[subprocess.Popen, Path]], db_url: str, cfg: argparse.Namespace,
                   concurrencies: list[int]) -> dict[str, Any]:
     t0 = time.perf_counter()
-    await bench.wait_ready(base_url, api, cfg.startup_timeout)
+    await harness.wait_ready(base_url, api, cfg.startup_timeout)
     worker_ids = await wait_workers(workers, max(5.0, cfg.startup_timeout - (time.perf_counter() - t0)))
     ready_s = time.perf_counter() - t0
     max_c = max(concurrencies)
-    body = {"assistant_id": bench.GRAPH_ID, "input": bench.RUN_INPUT}  # the same request as run.py's cells
+    body = {"assistant_id": harness.GRAPH_ID, "input": harness.RUN_INPUT}  # the same request as run.py's cells
 
     # The same client as run.py's server columns (one aiohttp session, max_c + 8 keep-alive connections).
-    async with bench.client_session(base_url, max_c, cfg.request_timeout) as client:
+    async with harness.client_session(base_url, max_c, cfg.request_timeout) as client:
         # readiness: PostgreSQL answers, Redis pings
-        r = await bench.fetch(client, "GET", "/ok", params={"check_db": "1"})
-        bench.raise_for(r, "GET /ok?check_db=1")
-        bench.log(f"  scale-out {n_workers}w: ready after {ready_s:.1f}s (workers {', '.join(worker_ids)})")
+        r = await harness.fetch(client, "GET", "/ok", params={"check_db": "1"})
+        harness.raise_for(r, "GET /ok?check_db=1")
+        harness.log(f"  scale-out {n_workers}w: ready after {ready_s:.1f}s (workers {', '.join(worker_ids)})")
 
         async def create_threads(count: int) -> list[str]:
             ids: list[str] = [""] * count
 
             async def make(i: int) -> None:
-                r = await bench.fetch(client, "POST", "/threads", json_body={})
-                bench.raise_for(r, "POST /threads")
+                r = await harness.fetch(client, "POST", "/threads", json_body={})
+                harness.raise_for(r, "POST /threads")
                 ids[i] = r.json()["thread_id"]
 
-            res = await bench.run_cell(make, count, min(8, max_c), cfg.request_timeout * 2)
+            res = await harness.run_cell(make, count, min(8, max_c), cfg.request_timeout * 2)
             if res.errors or res.completed < count:
-                raise bench.CellFailed(f"creating threads failed: {res.first_error or 'time limit'}")
+                raise harness.CellFailed(f"creating threads failed: {res.first_error or 'time limit'}")
             return ids
 
         def thread_wait_op(thread_ids: list[str]) -> Callable[[int], Awaitable[None]]:
             async def op(i: int) -> None:
-                r = await bench.fetch(client, "POST", f"/threads/{thread_ids[i]}/runs/wait", json_body=body)
-                bench.raise_for(r, "POST /threads/{id}/runs/wait")
-                bench.check_values(r.json())
+                r = await harness.fetch(client, "POST", f"/threads/{thread_ids[i]}/runs/wait", json_body=body)
+                harness.raise_for(r, "POST /threads/{id}/runs/wait")
+                harness.check_values(r.json())
 
             return op
 
         # Warm-up (untimed): enough runs, concurrently enough, that every worker process likely ran some.
         warm_n = max(cfg.warmup, 4 * n_workers)
-        warm = await bench.run_cell(thread_wait_op(await create_threads(warm_n)), warm_n,
+        warm = await harness.run_cell(thread_wait_op(await create_threads(warm_n)), warm_n,
                                     min(max_c, max(4, 2 * n_workers)), cfg.cell_seconds)
         if warm.completed == 0:
-            raise bench.ServerFailed(f"warm-up failed: {warm.first_error}")
+            raise harness.ServerFailed(f"warm-up failed: {warm.first_error}")
 
         cells: dict[str, Any] = {}
         for c in concurrencies:
             n = cfg.n_for(c)
             try:
                 thread_ids = await create_threads(n)  # not timed
-            except bench.CellFailed as exc:
-                cells[str(c)] = bench.failed_cell(n, c, str(exc))
-                bench.log(f"  scale-out {n_workers}w thread c={c:<3} FAILED: {exc}")
+            except harness.CellFailed as exc:
+                cells[str(c)] = harness.failed_cell(n, c, str(exc))
+                harness.log(f"  scale-out {n_workers}w thread c={c:<3} FAILED: {exc}")
                 continue
             before = runs_per_worker(db_url)
-            res = await bench.run_cell(thread_wait_op(thread_ids), n, c, cfg.cell_seconds)
+            res = await harness.run_cell(thread_wait_op(thread_ids), n, c, cfg.cell_seconds)
             after = runs_per_worker(db_url)
             s = res.summary()
-            s["p95_ms"] = bench.ms(bench.percentile(res.latencies, 95))
-            s["max_ms"] = bench.ms(max(res.latencies)) if res.latencies else None
+            s["p95_ms"] = harness.ms(harness.percentile(res.latencies, 95))
+            s["max_ms"] = harness.ms(max(res.latencies)) if res.latencies else None
             s["runs_per_worker"] = [after.get(w, 0) - before.get(w, 0) for w in worker_ids]
             others = sum(v - before.get(w, 0) for w, v in after.items() if w not in worker_ids)
             if others:
                 s["runs_by_unknown_worker"] = others
             cells[str(c)] = s
-            bench.log(f"  scale-out {n_workers}w thread c={c:<3} {bench.fmt_cell(s)}  per worker {s['runs_per_worker']}")
+            harness.log(f"  scale-out {n_workers}w thread c={c:<3} {harness.fmt_cell(s)}  per worker {s['runs_per_worker']}")
 
     dead = procs.dead()
     if dead:
-        raise bench.ServerFailed("process(es) died during the run: " + "; ".join(dead))
+        raise harness.ServerFailed("process(es) died during the run: " + "; ".join(dead))
     return {"ready_after_s": round(ready_s, 2), "worker_ids": worker_ids, "wait": {"thread": cells},
             **run_outcomes(db_url)}
 
@@ -334,13 +332,13 @@ def one_config(n_workers: int, cfg: argparse.Namespace, base_env: dict[str, str]
     prefix = f"tlbench-{token}"
     db_url = database_url(cfg.scaleout_pg_admin_url, dbname)
     env = clean_env(base_env, db_url, cfg.scaleout_redis_url, prefix)
-    port = bench.free_port()
+    port = harness.free_port()
     base_url = f"http://127.0.0.1:{port}"
     api_log = logs_dir / f"scaleout-w{n_workers}-api.log"
     worker_logs = [logs_dir / f"scaleout-w{n_workers}-worker{i + 1}.log" for i in range(n_workers)]
     out: dict[str, Any] = {"database": dbname, "redis_key_prefix": prefix,
                            "logs": [str(api_log), *map(str, worker_logs)]}
-    bench.log(f"\n[scale-out, {n_workers} worker process{'es' if n_workers > 1 else ''}] "
+    harness.log(f"\n[scale-out, {n_workers} worker process{'es' if n_workers > 1 else ''}] "
               f"db {dbname}, redis prefix {prefix}; 1 x `threadline serve --workers 0` on :{port} + "
               f"{n_workers} x `threadline worker --workers {cfg.scaleout_slots}`")
     procs = Procs()
@@ -349,11 +347,11 @@ def one_config(n_workers: int, cfg: argparse.Namespace, base_env: dict[str, str]
     try:
         create_database(cfg.scaleout_pg_admin_url, dbname)
         created = True
-        mig = subprocess.run([*tl_argv_prefix, "migrate"], cwd=str(bench.PROJECT_DIR), env=env,
+        mig = subprocess.run([*tl_argv_prefix, "migrate"], cwd=str(harness.PROJECT_DIR), env=env,
                              check=False, capture_output=True, text=True, timeout=cfg.startup_timeout)
         if mig.returncode != 0:
             last = [ln.strip() for ln in (mig.stderr or mig.stdout or "").splitlines() if ln.strip()][-1:]
-            raise bench.ServerFailed(f"threadline migrate exited {mig.returncode}: {' '.join(last)[:400]}")
+            raise harness.ServerFailed(f"threadline migrate exited {mig.returncode}: {' '.join(last)[:400]}")
         workers = []
         for i, log_path in enumerate(worker_logs):
             argv = [*tl_argv_prefix, "worker", "--workers", str(cfg.scaleout_slots)]
@@ -363,12 +361,12 @@ def one_config(n_workers: int, cfg: argparse.Namespace, base_env: dict[str, str]
         out.update(run_loop(measure(n_workers, base_url, procs, api, workers, db_url, cfg, concurrencies)))
     except BaseException as exc:
         out["failed"] = f"{type(exc).__name__}: {exc}"[:800]
-        bench.log(f"  scale-out {n_workers}w: FAILED: {out['failed']}")
+        harness.log(f"  scale-out {n_workers}w: FAILED: {out['failed']}")
         if not isinstance(exc, Exception):
             raise  # KeyboardInterrupt / SystemExit: clean up (finally), then stop
         for path in (api_log, *worker_logs):
             if path.exists():
-                bench.log(f"  --- last lines of {path} ---\n{bench.tail(path, 10)}")
+                harness.log(f"  --- last lines of {path} ---\n{harness.tail(path, 10)}")
     finally:
         procs.stop_all()
         if created:
@@ -379,7 +377,7 @@ def one_config(n_workers: int, cfg: argparse.Namespace, base_env: dict[str, str]
         if err:
             cleanup_errors.append(err)
         for e in cleanup_errors:
-            bench.log(f"  scale-out {n_workers}w cleanup: {e}")
+            harness.log(f"  scale-out {n_workers}w cleanup: {e}")
     if cleanup_errors:
         out["cleanup_errors"] = cleanup_errors
     out["log_warnings"] = log_warnings([api_log, *worker_logs])
@@ -410,12 +408,12 @@ def run(cfg: argparse.Namespace, results: dict[str, Any], base_env: dict[str, st
         "pg_admin_url": redact_url(cfg.scaleout_pg_admin_url), "redis_url": redact_url(cfg.scaleout_redis_url),
         "note": cpu_note(),
     }
-    bench.log(f"\n[scale-out] PostgreSQL + Redis, {ENDPOINT}; worker processes {counts}, "
+    harness.log(f"\n[scale-out] PostgreSQL + Redis, {ENDPOINT}; worker processes {counts}, "
               f"{cfg.scaleout_slots} slots each (threadline worker --workers {cfg.scaleout_slots}), 1 API process "
               f"(threadline serve --workers 0)\n  Note: {cpu_note()}")
     why_not = check_services(cfg)
     if why_not:
-        bench.log(f"  scale-out: SKIPPED: {why_not}")
+        harness.log(f"  scale-out: SKIPPED: {why_not}")
         return {"skipped": why_not, "settings": settings}
     # SIGTERM (a CI timeout, `kill`) would end the bench without running `finally`, leaving the worker
     # processes and the database behind: while these cells run it raises SystemExit instead.
@@ -437,14 +435,14 @@ def compare(by_n: dict[str, Any], results: dict[str, Any], counts: list[int], co
 
     base = min(counts)
     throughput = {
-        str(n): {str(c): bench.ratio(cell(n, c).get("runs_per_s"), cell(base, c).get("runs_per_s"))
+        str(n): {str(c): harness.ratio(cell(n, c).get("runs_per_s"), cell(base, c).get("runs_per_s"))
                  for c in concurrencies}
         for n in counts if n != base
     }
     embedded = results.get("threadline") or {}
     emb_cell = ((embedded.get("wait") or {}).get("thread") or {}).get("1") or {}
     pg = cell(base, 1)
-    ratio_p50 = bench.ratio(pg.get("p50_ms"), emb_cell.get("p50_ms"))
+    ratio_p50 = harness.ratio(pg.get("p50_ms"), emb_cell.get("p50_ms"))
     return {
         "throughput_over_baseline": {"baseline_worker_processes": base, "by_worker_processes": throughput},
         "wait_latency_c1": {
@@ -457,7 +455,7 @@ def compare(by_n: dict[str, Any], results: dict[str, Any], counts: list[int], co
             "aim_max_ratio": LATENCY_AIM_RATIO,
             "within_aim": None if ratio_p50 is None else ratio_p50 <= LATENCY_AIM_RATIO,
             "polling_floor_ms": POLLING_FLOOR_MS,
-            "postgres_p50_over_polling_floor": bench.ratio(pg.get("p50_ms"), POLLING_FLOOR_MS),
+            "postgres_p50_over_polling_floor": harness.ratio(pg.get("p50_ms"), POLLING_FLOOR_MS),
         },
     }
 
@@ -468,7 +466,7 @@ def compare(by_n: dict[str, Any], results: dict[str, Any], counts: list[int], co
 def render(out: dict[str, Any] | None) -> str:
     if not out:
         return ""
-    fmt = bench.fmt
+    fmt = harness.fmt
     settings = out.get("settings") or {}
     lines = [(f"Scale-out: {ENDPOINT} on PostgreSQL + Redis; 1 API process (threadline serve --workers 0) + "
               f"N worker processes (threadline worker --workers {settings.get('slots_per_worker', '?')})")]

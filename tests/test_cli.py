@@ -7,8 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import threadline
 from tests.conftest import PROJECT
+
+pytestmark = pytest.mark.slow  # each test starts the `threadline` command
 
 
 def _threadline(*args: str) -> subprocess.CompletedProcess[str]:

@@ -25,6 +25,8 @@ import pytest
 from tests.conftest import PROJECT
 from tests.services import Backend, ScaleOut
 
+pytestmark = pytest.mark.slow  # API and worker processes for real
+
 LEASE = "3"  # seconds: short, so lost workers are noticed quickly in tests
 
 

@@ -153,6 +153,7 @@ async def test_creates_that_fail_give_their_reserved_slot_back(http: httpx.Async
     assert run["run_id"] not in claimed  # started at once on the slot, not through the queue
 
 
+@pytest.mark.slow  # two apps with workers of their own, seconds of waited runs
 async def test_waits_on_one_thread_through_two_processes_run_one_at_a_time(backend: Any) -> None:
     """Two API processes with workers of their own, on one PostgreSQL and Redis: waited runs on one thread,
     sent to both at once, start at once where they can, and still run one at a time, in turn: each sees the
