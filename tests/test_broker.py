@@ -276,6 +276,39 @@ async def test_wake_up_crosses_processes(broker: Broker, peer: Broker) -> None:
     await asyncio.wait_for(waiter, 10)  # a lost wake-up would hang here
 
 
+@pytest.mark.parametrize("cancels", [2, 3])
+async def test_idle_slots_cancelled_in_quick_succession_end_and_wake_ups_still_work(broker: Broker,
+                                                                                     cancels: int) -> None:
+    """A shutdown cancels every idle slot, and a second signal (or asyncio's own teardown) cancels them again
+    before they have finished: each must end, and the broker must still hand out wake-ups. On Python 3.11 a
+    condition wait under `asyncio.wait_for` left its lock held here, and every later wake-up hung on it."""
+    waiters = [asyncio.create_task(broker.wait_for_work(3600)) for _ in range(4)]
+    for _ in range(3):
+        await asyncio.sleep(0)
+    for _ in range(cancels):
+        for waiter in waiters:
+            waiter.cancel()
+        await asyncio.sleep(0)
+    async with asyncio.timeout(5):
+        ended = await asyncio.gather(*waiters, return_exceptions=True)
+    assert all(isinstance(e, asyncio.CancelledError) for e in ended)
+    async with asyncio.timeout(5):
+        await broker.wake_workers()
+        await broker.wait_for_work(3600)  # the wake-up was not lost to the cancelled slots
+
+
+async def test_a_slot_cancelled_as_it_is_woken_passes_the_wake_up_on(broker: Broker) -> None:
+    first = asyncio.create_task(broker.wait_for_work(3600))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    await broker.wake_workers()
+    first.cancel()  # before it has run: it was handed the wake-up, and cannot take it
+    with contextlib.suppress(asyncio.CancelledError):
+        await first
+    async with asyncio.timeout(5):
+        await broker.wait_for_work(3600)
+
+
 # Run done.
 
 
