@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import importlib.util
 import logging
-import signal
 import sys
 from collections.abc import Coroutine
 from dataclasses import fields
@@ -74,10 +73,9 @@ def run_loop(main: Coroutine[Any, Any, T]) -> T:
 
 
 def serve(settings: Settings) -> None:
-    import uvicorn
-
     from threadline.api.app import create_app
     from threadline.core.runtime import default_database_url
+    from threadline.shutdown import run_server
 
     app = create_app(settings)
     project = app.state.project
@@ -89,12 +87,13 @@ def serve(settings: Settings) -> None:
     print(f"  broker:   {redact_url(settings.redis_url) if settings.redis_url else 'in-process'}")
     print(f"  workers:  {settings.workers}")
     print(f"  listening on http://{settings.host}:{settings.port}  (docs at /docs)", flush=True)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level.lower())
+    run_server(app, host=settings.host, port=settings.port, log_level=settings.log_level.lower())
 
 
 async def work(settings: Settings) -> None:
     """Workers without an HTTP server, until SIGTERM or SIGINT; then unfinished runs go back to the queue."""
     from threadline.core.runtime import Runtime
+    from threadline.shutdown import Stop, without_stuck_threads
 
     if settings.workers < 1:
         raise ConfigError("threadline worker needs --workers 1 or more")
@@ -103,17 +102,17 @@ async def work(settings: Settings) -> None:
                           "--database-url postgresql://… and --redis-url redis://…")
     runtime = await Runtime.open(settings)
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await runtime.start()
-        assert runtime.workers is not None
-        print(f"Threadline {__version__} worker {runtime.workers.worker_id}: {settings.workers} slots, "
-              f"agents {', '.join(runtime.project.graphs)}", flush=True)
-        await stop.wait()
-    finally:
-        await runtime.close()
+    # The second signal has nothing left to skip: the first one already stops without waiting.
+    with Stop(asyncio.get_running_loop(), graceful=stop.set, now=stop.set).installed():
+        try:
+            await runtime.start()
+            assert runtime.workers is not None
+            print(f"Threadline {__version__} worker {runtime.workers.worker_id}: {settings.workers} slots, "
+                  f"agents {', '.join(runtime.project.graphs)}", flush=True)
+            await stop.wait()
+        finally:
+            await runtime.close()
+    await without_stuck_threads()
 
 
 async def migrate(settings: Settings) -> None:
