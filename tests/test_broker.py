@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator
 
@@ -146,6 +147,16 @@ async def test_last_event_id_that_is_not_an_id_replays_everything(broker: Broker
         await broker.publish("r", "values", str(i).encode())
     await broker.end_stream("r")
     assert await _collect(broker, "r", after="not-an-id") == _numbers(0, 1, 2)
+
+
+async def test_last_event_id_from_before_a_restart_replays_everything(broker: Broker) -> None:
+    """A client that resumes after the server restarted sends an id the new process did not make: every
+    event buffered now came after it (the run went back to the queue and started again)."""
+    earlier = f"{int(time.time() * 1000) - 60_000}-7"  # a higher sequence number than any event below
+    for i in range(3):
+        await broker.publish("r", "values", str(i).encode())
+    await broker.end_stream("r")
+    assert await _collect(broker, "r", after=earlier) == _numbers(0, 1, 2)
 
 
 async def test_stream_started_once_something_is_published(broker: Broker, peer: Broker) -> None:

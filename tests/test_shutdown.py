@@ -4,17 +4,26 @@ the stop end cleanly and tell their clients to reconnect; their runs go back to 
 
 from __future__ import annotations
 
+import asyncio
+import json
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
+from langgraph_sdk import get_client
 
+from tests.conftest import serving_asgi
 from tests.services import ScaleOut
 from tests.test_restart import _free_port, _start, _wait_running
 from tests.test_scaleout import Cluster, _wait_status
+from threadline.api.app import create_app
+from threadline.api.sse import RECONNECT
+from threadline.settings import Settings
+from threadline.storage import open_storage
 
 EXIT_WITHIN = 15.0  # seconds from the first signal
 SEQUENCES = {
@@ -79,3 +88,70 @@ def test_worker_stops_mid_run_and_another_worker_finishes_the_run(scaleout_servi
         assert httpx.get(f"{base}/threads/{tid}/runs/{run_id}").json()["status"] == "success"
     finally:
         cluster.close()
+
+
+async def test_a_stream_open_at_shutdown_ends_with_reconnect_and_its_run_goes_back_to_the_queue(
+        settings: Settings) -> None:
+    app = create_app(settings)
+    async with serving_asgi(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+        tid = (await client.post("/threads", json={})).json()["thread_id"]
+        body = {**SLOW, "stream_mode": ["custom"]}
+        async with client.stream("POST", f"/threads/{tid}/runs/stream", json=body) as response:
+            location = response.headers["location"]
+            received = b""
+            chunks = response.aiter_bytes()
+            async with asyncio.timeout(20):
+                while b"event: custom" not in received:
+                    received += await anext(chunks)
+                # What the first SIGINT / SIGTERM does (threadline/shutdown.py), before the lifespan ends.
+                app.state.runtime.draining.set()
+                async for chunk in chunks:  # the response completes: no ReadError, no cut response
+                    received += chunk
+        run_id = location.split("/runs/")[1].split("/")[0]
+    assert received.endswith(RECONNECT)
+    assert b"event: end" not in received and b"event: error" not in received
+    storage = await open_storage(settings.database_url)
+    try:
+        run = await storage.get_run(run_id)
+        thread = await storage.get_thread(tid)
+    finally:
+        await storage.close()
+    assert run is not None and run["status"] == "pending" and run["attempt"] == 0  # not "interrupted"
+    assert thread is not None and thread.get("error") is None
+
+
+def test_an_sdk_stream_continues_across_a_restart(tmp_path: Path) -> None:
+    """langgraph-sdk reconnects to the stream's Location with Last-Event-ID when it closes without an end, as
+    it does when the server restarts: its loop sees the run through to its end."""
+    db, log = tmp_path / "t.db", tmp_path / "server.log"
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = _start(db, port, log)
+    try:
+        tid = httpx.post(f"{base}/threads", json={}).json()["thread_id"]
+        parts: list[tuple[str, object]] = []
+        first = threading.Event()
+
+        async def follow() -> None:
+            client = get_client(url=base)
+            async for part in client.runs.stream(tid, "slow", input=SLOW["input"],
+                                                 stream_mode=["custom", "values"]):
+                parts.append((part.event, part.data))
+                if part.event == "custom":
+                    first.set()
+
+        follower = threading.Thread(target=lambda: asyncio.run(follow()), daemon=True)
+        follower.start()
+        assert first.wait(20), log.read_text()[-3000:]
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(EXIT_WITHIN)
+        proc = _start(db, port, log)
+        follower.join(60)
+        assert not follower.is_alive(), "the SDK's stream never ended"
+    finally:
+        proc.kill()
+        proc.wait(10)
+    events = [event for event, _ in parts]
+    assert events[0] == "metadata" and "error" not in events
+    # The run went back to the queue and ran again on the restarted server: the stream ends on its result.
+    assert parts[-1][0] == "values" and json.loads(json.dumps(parts[-1][1]))["done"] == ["s"]

@@ -43,7 +43,7 @@ def _stream(rt: Runtime, run: dict[str, Any], *, last_event_id: str | None = Non
         rt.runs.stream(run["run_id"], last_event_id=last_event_id, replay=replay),
         heartbeat=rt.settings.heartbeat_seconds,
         headers={"Location": f"{_run_path(run)}/stream", "Content-Location": _run_path(run)},
-        on_disconnect=disconnect if cancel_on_disconnect else None,
+        on_disconnect=disconnect if cancel_on_disconnect else None, draining=rt.draining,
     )
 
 
