@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator
 
 import pytest
@@ -23,7 +22,7 @@ from threadline.broker.memory import MemoryBroker
 from threadline.broker.redis import RedisBroker
 from threadline.errors import Unavailable
 
-from tests.services import REDIS_URL, unavailable
+from tests.services import KEY_PREFIX, REDIS_URL, owned_name, unavailable
 
 BROKERS = ["memory", "redis"]
 
@@ -36,7 +35,7 @@ class Deployment:
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
-        self.keys = Keys(f"tltest-{uuid.uuid4().hex[:12]}")
+        self.keys = Keys(owned_name(KEY_PREFIX))
         self.opened: list[Broker] = []
         self.reached = False
 
@@ -406,7 +405,7 @@ async def test_redis_listener_recovers_from_a_dropped_connection(
 
 
 async def test_redis_unreachable_is_unavailable() -> None:
-    broker = RedisBroker("redis://127.0.0.1:1/0", key_prefix=f"tltest-{uuid.uuid4().hex[:12]}")
+    broker = RedisBroker("redis://127.0.0.1:1/0", key_prefix=owned_name(KEY_PREFIX))
     with pytest.raises(Unavailable):
         await broker.start()
     with pytest.raises(Unavailable):
