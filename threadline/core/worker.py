@@ -91,6 +91,8 @@ class WorkerPool:
             self._freed.notify_all()
 
     async def start(self) -> None:
+        # LangGraph runs synchronous nodes on the loop's default executor; ours knows which run each is for.
+        asyncio.get_running_loop().set_default_executor(self.executor.node_threads)
         self._loops = [asyncio.create_task(self._loop(i), name=f"threadline-worker-{i}") for i in range(self.size)]
         self._loops.append(asyncio.create_task(self._heartbeat(), name="threadline-heartbeat"))
         if self.sweep:
