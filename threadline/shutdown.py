@@ -53,21 +53,26 @@ class Stop:
         self.loop = loop
         self.steps = [graceful, now]
         self.count = 0
-        self.forced_at: float | None = None
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        # Only the exit happens here; the steps and their logging run on the loop (logging from a signal
+        # handler could interleave with a record being written).
         self.count += 1
+        if self.count >= 3:
+            os.write(2, f"threadline: {signal.Signals(signum).name} again: exiting at once; runs still held "
+                        "are recovered as after a crash\n".encode())
+            exit_now(128 + signum)
+        self.loop.call_soon_threadsafe(self._step, self.count, signum)
+
+    def _step(self, count: int, signum: int) -> None:
         name = signal.Signals(signum).name
-        if self.count == 1:
+        if count == 1:
             log.info("%s: stopping; runs in flight go back to the queue (again: stop without waiting for "
                      "open requests)", name)
-        elif self.count == 2:
-            log.warning("%s: stopping now, without waiting for open requests (again to exit at once)", name)
-            self.loop.call_soon_threadsafe(self.loop.call_later, FORCE_SECONDS, self._too_long, signum)
         else:
-            log.warning("%s: exiting at once; runs still held are recovered as after a crash", name)
-            exit_now(128 + signum)
-        self.loop.call_soon_threadsafe(self.steps[self.count - 1])
+            log.warning("%s: stopping now, without waiting for open requests (again: exit at once)", name)
+            self.loop.call_later(FORCE_SECONDS, self._too_long, signum)
+        self.steps[count - 1]()
 
     def _too_long(self, signum: int) -> None:
         log.error("still stopping %.0f s after the second signal: exiting", FORCE_SECONDS)

@@ -44,7 +44,11 @@ def event_response(
         unwatch = draining.watch(stop_waiting) if draining is not None else None
         source = aiter(events)
         try:
-            while not (draining is not None and draining.is_set()):
+            while True:
+                if draining is not None and draining.is_set():
+                    left = False
+                    yield RECONNECT
+                    break
                 try:
                     async with asyncio.timeout(None) as scope:
                         waiting.append(scope)
@@ -52,16 +56,14 @@ def event_response(
                             ev = await anext(source)
                         finally:
                             waiting.clear()
-                except StopAsyncIteration:
+                except StopAsyncIteration:  # the run's stream ended
+                    left = False
                     break
                 except TimeoutError:
                     if not scope.expired():
                         raise
-                    break  # draining
+                    continue  # draining: the loop ends the stream
                 yield frame(ev)
-            left = False
-            if draining is not None and draining.is_set():
-                yield RECONNECT
         except Exception as exc:  # our side failed (the broker, say): tell the client; the run goes on
             left = False
             log.warning("event stream failed: %s: %s", type(exc).__name__, exc)
