@@ -7,6 +7,7 @@ import contextlib
 import os
 import socket
 import sys
+import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 from pathlib import Path
@@ -21,10 +22,62 @@ from threadline.api.app import create_app
 from threadline.core.runtime import Runtime
 from threadline.settings import Settings
 
-from tests.services import Backend, ScaleOut
+from tests.services import Backend, ScaleOut, sweep_stale
 
 PROJECT = Path(__file__).parent / "project" / "langgraph.json"
 BACKENDS = ["sqlite", "postgres"]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    sweep_stale()  # what killed sessions left in PostgreSQL and Redis
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool | None:
+    """pytest-timeout's `thread` method (pyproject): a test past its timeout ends the whole run, because a
+    hung asyncio test cannot be stopped from inside (its loop may hang again in its own teardown). First,
+    the report names the test and shows its loop's tasks, which thread stacks alone do not."""
+    if settings.method != "thread":
+        return None
+    import pytest_timeout
+
+    def expire() -> None:
+        capture = item.config.pluginmanager.getplugin("capturemanager")
+        if capture is not None:
+            capture.suspend_global_capture(item)
+        sys.stderr.write(f"\n+++ Timeout: {item.nodeid} still running after {settings.timeout:.0f} s; "
+                         "the run stops here\n")
+        _dump_loop_tasks()
+        pytest_timeout.timeout_timer(item, settings)  # thread stacks, then os._exit(1)
+
+    timer = threading.Timer(settings.timeout, expire)
+    timer.name = f"timeout {item.nodeid}"
+    timer.daemon = True
+
+    def cancel() -> None:
+        timer.cancel()
+        timer.join()
+
+    item.cancel_timeout = cancel  # type: ignore[attr-defined]
+    timer.start()
+    return True
+
+
+def _dump_loop_tasks() -> None:
+    """The asyncio tasks of the loop running in the main thread, if one is, with their stacks."""
+    frame = sys._current_frames().get(threading.main_thread().ident or 0)
+    while frame is not None and not (frame.f_code.co_name == "run_forever" and "self" in frame.f_locals):
+        frame = frame.f_back
+    if frame is None:
+        return
+    try:
+        tasks = asyncio.all_tasks(frame.f_locals["self"])
+    except Exception:
+        return
+    for task in tasks:
+        sys.stderr.write(f"--- {task!r}\n")
+        task.print_stack(file=sys.stderr)
+    sys.stderr.flush()
 
 
 @pytest.fixture(params=BACKENDS)

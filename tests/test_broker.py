@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -22,7 +22,7 @@ from threadline.broker.memory import MemoryBroker
 from threadline.broker.redis import RedisBroker
 from threadline.errors import Unavailable
 
-from tests.services import REDIS_URL, unavailable
+from tests.services import KEY_PREFIX, REDIS_URL, owned_name, unavailable
 
 BROKERS = ["memory", "redis"]
 
@@ -35,7 +35,7 @@ class Deployment:
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
-        self.keys = Keys(f"tltest-{uuid.uuid4().hex[:12]}")
+        self.keys = Keys(owned_name(KEY_PREFIX))
         self.opened: list[Broker] = []
         self.reached = False
 
@@ -146,6 +146,16 @@ async def test_last_event_id_that_is_not_an_id_replays_everything(broker: Broker
         await broker.publish("r", "values", str(i).encode())
     await broker.end_stream("r")
     assert await _collect(broker, "r", after="not-an-id") == _numbers(0, 1, 2)
+
+
+async def test_last_event_id_from_before_a_restart_replays_everything(broker: Broker) -> None:
+    """A client that resumes after the server restarted sends an id the new process did not make: every
+    event buffered now came after it (the run went back to the queue and started again)."""
+    earlier = f"{int(time.time() * 1000) - 60_000}-7"  # a higher sequence number than any event below
+    for i in range(3):
+        await broker.publish("r", "values", str(i).encode())
+    await broker.end_stream("r")
+    assert await _collect(broker, "r", after=earlier) == _numbers(0, 1, 2)
 
 
 async def test_stream_started_once_something_is_published(broker: Broker, peer: Broker) -> None:
@@ -276,6 +286,39 @@ async def test_wake_up_crosses_processes(broker: Broker, peer: Broker) -> None:
     await asyncio.wait_for(waiter, 10)  # a lost wake-up would hang here
 
 
+@pytest.mark.parametrize("cancels", [2, 3])
+async def test_idle_slots_cancelled_in_quick_succession_end_and_wake_ups_still_work(broker: Broker,
+                                                                                     cancels: int) -> None:
+    """A shutdown cancels every idle slot, and a second signal (or asyncio's own teardown) cancels them again
+    before they have finished: each must end, and the broker must still hand out wake-ups. On Python 3.11 a
+    condition wait under `asyncio.wait_for` left its lock held here, and every later wake-up hung on it."""
+    waiters = [asyncio.create_task(broker.wait_for_work(3600)) for _ in range(4)]
+    for _ in range(3):
+        await asyncio.sleep(0)
+    for _ in range(cancels):
+        for waiter in waiters:
+            waiter.cancel()
+        await asyncio.sleep(0)
+    async with asyncio.timeout(5):
+        ended = await asyncio.gather(*waiters, return_exceptions=True)
+    assert all(isinstance(e, asyncio.CancelledError) for e in ended)
+    async with asyncio.timeout(5):
+        await broker.wake_workers()
+        await broker.wait_for_work(3600)  # the wake-up was not lost to the cancelled slots
+
+
+async def test_a_slot_cancelled_as_it_is_woken_passes_the_wake_up_on(broker: Broker) -> None:
+    first = asyncio.create_task(broker.wait_for_work(3600))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    await broker.wake_workers()
+    first.cancel()  # before it has run: it was handed the wake-up, and cannot take it
+    with contextlib.suppress(asyncio.CancelledError):
+        await first
+    async with asyncio.timeout(5):
+        await broker.wait_for_work(3600)
+
+
 # Run done.
 
 
@@ -362,7 +405,7 @@ async def test_redis_listener_recovers_from_a_dropped_connection(
 
 
 async def test_redis_unreachable_is_unavailable() -> None:
-    broker = RedisBroker("redis://127.0.0.1:1/0", key_prefix=f"tltest-{uuid.uuid4().hex[:12]}")
+    broker = RedisBroker("redis://127.0.0.1:1/0", key_prefix=owned_name(KEY_PREFIX))
     with pytest.raises(Unavailable):
         await broker.start()
     with pytest.raises(Unavailable):

@@ -16,6 +16,8 @@ from mcp.shared.exceptions import MCPError
 from tests.conftest import PROJECT
 from threadline.api.mcp import PAGE_SIZE, simplify_schema, tool_name
 
+SYSTEM = len(json.loads(PROJECT.read_text())["graphs"])  # one system assistant per graph
+
 MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
 
 
@@ -31,7 +33,6 @@ async def _create_assistants(base: str, count: int) -> None:
 
 async def test_real_client_lists_tools_across_pages_and_calls_them(live_url: str) -> None:
     await _create_assistants(live_url, PAGE_SIZE + 5)  # with the system assistants: two pages
-    system = len(json.loads(PROJECT.read_text())["graphs"])
     async with streamable_http_client(f"{live_url}/mcp") as (read, write):
         async with ClientSession(read, write) as session:
             init = await session.initialize()
@@ -45,7 +46,7 @@ async def test_real_client_lists_tools_across_pages_and_calls_them(live_url: str
             second = await session.list_tools(params=PaginatedRequestParams(cursor=first.next_cursor))
             assert second.next_cursor is None
             tools = {t.name: t for t in [*first.tools, *second.tools]}
-            assert len(tools) == len(first.tools) + len(second.tools) == PAGE_SIZE + 5 + system  # no tool twice
+            assert len(tools) == len(first.tools) + len(second.tools) == PAGE_SIZE + 5 + SYSTEM  # no tool twice
             helper = tools["helper_042"]
             assert helper.title == "helper 042" and helper.description == "Counter helper number 42"
             assert helper.input_schema["type"] == "object" and "increment" in helper.input_schema["properties"]

@@ -180,6 +180,25 @@ async def test_cancel_really_stops_the_agent(sdk: LangGraphClient) -> None:
     assert thread["status"] == "interrupted" and thread["error"]["error"] == "UserInterrupt"
 
 
+async def test_cancelling_a_synchronous_node_ends_the_run_when_the_node_returns(sdk: LangGraphClient) -> None:
+    """A thread cannot be stopped: the run is `interrupted` once its node has returned, not before, so the
+    thread's next run never overlaps the node's work, and a cancel with wait returns after it."""
+    from tests.project.agents import WORK_LOG
+
+    tid = (await sdk.threads.create())["thread_id"]
+    tag, steps = uuid.uuid4().hex, 15
+    run = await sdk.runs.create(tid, "slow_sync", input={"tag": tag, "steps": steps, "delay": 0.05})
+    while not any(w.startswith(tag) for w in WORK_LOG):
+        await asyncio.sleep(0.01)
+    await sdk.runs.cancel(tid, run["run_id"], wait=True)
+    assert len([w for w in WORK_LOG if w.startswith(tag)]) == steps  # it had returned
+    assert (await sdk.runs.get(tid, run["run_id"]))["status"] == "interrupted"
+    await sdk.runs.wait(tid, "slow_sync", input={"tag": "next", "steps": 1, "delay": 0})
+    assert WORK_LOG.index("next:0") > WORK_LOG.index(f"{tag}:{steps - 1}")
+    # The cancelled node's result was not kept.
+    assert (await sdk.threads.get_state(tid))["values"]["done"] == ["next"]
+
+
 async def test_cancel_between_claim_and_start_stops_the_run_and_keeps_the_worker(runtime: Any, sdk: LangGraphClient) -> None:
     """A cancel that reaches the worker after it created the run's task but before that task first ran."""
     from tests.project.agents import WORK_LOG

@@ -9,7 +9,6 @@ import errno
 import importlib.util
 import logging
 import os
-import signal
 import socket
 import sys
 from collections.abc import Coroutine
@@ -21,6 +20,7 @@ import uvicorn
 from threadline import __version__, logs
 from threadline.errors import ConfigError
 from threadline.settings import Settings, redact_url
+from threadline.shutdown import GRACE_SECONDS, StoppableServer
 
 # Settings that only an HTTP server reads; `worker` and `migrate` do not take them.
 _HTTP_ONLY = {"host", "port", "max_body_bytes", "heartbeat_seconds"}
@@ -89,8 +89,6 @@ def run_loop(main: Coroutine[Any, Any, T]) -> T:
 
 def serve(settings: Settings, *, reload: bool = False) -> None:
     """The HTTP server (with `reload`, in a child process restarted when the project's files change)."""
-    import uvicorn
-
     from threadline.api.app import create_app
     from threadline.config import find_config
 
@@ -104,10 +102,10 @@ def serve(settings: Settings, *, reload: bool = False) -> None:
         config = uvicorn.Config("threadline.cli:reloading_app", factory=True, reload=True,
                                 reload_dirs=[str(project.parent)], reload_includes=["*.py", "langgraph.json", ".env"],
                                 host=settings.host, port=settings.port, log_config=None,
-                                log_level=settings.log_level.lower())
+                                log_level=settings.log_level.lower(), timeout_graceful_shutdown=GRACE_SECONDS)
     else:
         config = uvicorn.Config(create_app(settings), host=settings.host, port=settings.port, log_config=None,
-                                log_level=settings.log_level.lower())
+                                log_level=settings.log_level.lower(), timeout_graceful_shutdown=GRACE_SECONDS)
     server = _Server(config)
     try:
         if reload:
@@ -159,8 +157,8 @@ class StartupError(ConfigError):
         super().__init__(f"{message}\n  hint: {hint}")
 
 
-class _Server(uvicorn.Server):
-    """uvicorn's server, which prints Threadline's banner once it is listening."""
+class _Server(StoppableServer):
+    """The server (stopped as `threadline.shutdown` says), which prints Threadline's banner once it is listening."""
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
@@ -190,6 +188,7 @@ def banner(settings: Settings, project: Any, url: str) -> str:
 async def work(settings: Settings) -> None:
     """Workers without an HTTP server, until SIGTERM or SIGINT; then unfinished runs go back to the queue."""
     from threadline.core.runtime import Runtime
+    from threadline.shutdown import Stop, without_stuck_threads
 
     if settings.workers < 1:
         raise ConfigError("threadline worker needs --workers 1 or more")
@@ -198,17 +197,17 @@ async def work(settings: Settings) -> None:
                           "--database-url postgresql://… and --redis-url redis://…")
     runtime = await Runtime.open(settings)
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await runtime.start()
-        assert runtime.workers is not None
-        print(f"Threadline {__version__} worker {runtime.workers.worker_id}: {settings.workers} slots, "
-              f"agents {', '.join(runtime.project.graphs)}", flush=True)
-        await stop.wait()
-    finally:
-        await runtime.close()
+    # The second signal has nothing left to skip: the first one already stops without waiting.
+    with Stop(asyncio.get_running_loop(), graceful=stop.set, now=stop.set).installed():
+        try:
+            await runtime.start()
+            assert runtime.workers is not None
+            print(f"Threadline {__version__} worker {runtime.workers.worker_id}: {settings.workers} slots, "
+                  f"agents {', '.join(runtime.project.graphs)}", flush=True)
+            await stop.wait()
+        finally:
+            await runtime.close()
+    await without_stuck_threads()
 
 
 async def migrate(settings: Settings) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import operator
+import time
 from typing import Annotated, Any
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
@@ -43,6 +44,18 @@ def _one_node(state: type, name: str, node: Any) -> StateGraph:
 
 
 slow = _one_node(SlowState, "work", _work).compile()
+
+
+def _work_sync(state: SlowState) -> dict[str, Any]:
+    """The `slow` agent's work as a plain function: LangGraph runs it in a thread."""
+    tag = state.get("tag", "")
+    for i in range(int(state.get("steps") or 3)):
+        time.sleep(float(state.get("delay") or 0.05))
+        WORK_LOG.append(f"{tag}:{i}")
+    return {"done": [tag]}
+
+
+slow_sync = _one_node(SlowState, "work", _work_sync).compile()
 
 
 class FailState(TypedDict, total=False):

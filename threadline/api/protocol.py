@@ -88,7 +88,8 @@ async def stream_events(request: Request, thread_id: UUID) -> Response:
     flt = EventFilter.parse(body)
     rt = runtime(request)
     await rt.threads.get(str(thread_id))
-    return event_response(_frames(rt, str(thread_id), flt, since_of(body)), heartbeat=rt.settings.heartbeat_seconds)
+    return event_response(_frames(rt, str(thread_id), flt, since_of(body)), heartbeat=rt.settings.heartbeat_seconds,
+                          draining=rt.draining)
 
 
 async def _frames(rt: Runtime, thread_id: str, flt: EventFilter, since: int | None) -> AsyncIterator[StreamEvent]:

@@ -54,7 +54,7 @@ def _stream(rt: Runtime, run: dict[str, Any], *, last_event_id: str | None = Non
         rt.runs.stream(run["run_id"], last_event_id=last_event_id, replay=replay, modes=modes),
         heartbeat=rt.settings.heartbeat_seconds,
         headers={"Location": f"{path}/stream", "Content-Location": path},
-        on_disconnect=disconnect if cancel_on_disconnect else None,
+        on_disconnect=disconnect if cancel_on_disconnect else None, draining=rt.draining,
     )
 
 

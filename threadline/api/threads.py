@@ -151,5 +151,5 @@ async def join_thread_stream(
     await rt.threads.get(str(thread_id))
     return event_response(
         follow_thread(rt.runs, str(thread_id), modes=stream_mode, last_event_id=last_event_id),
-        heartbeat=rt.settings.heartbeat_seconds,
+        heartbeat=rt.settings.heartbeat_seconds, draining=rt.draining,
     )

@@ -7,6 +7,8 @@ the memory broker directly, the Redis broker when a message arrives (and at once
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -21,25 +23,47 @@ class LocalSignals:
     max_wakeups = 1024
 
     def __init__(self) -> None:
-        self._wakeups = 0
-        self._work = asyncio.Condition()
+        self._wakeups = 0  # wake-ups no idle slot has taken yet
+        self._idle: deque[asyncio.Future[None]] = deque()  # slots waiting for work, oldest first
         self._done: dict[str, asyncio.Event] = {}
         self._cancel: dict[str, list[CancelCallback]] = {}
 
     # Wake-ups.
+    #
+    # No lock and no condition: a condition's wait re-acquires its lock after a cancel, and a slot cancelled
+    # twice in a row (a shutdown, or `asyncio.wait_for` around it on Python 3.11) could leave the lock held
+    # for ever, so that every later wake-up, and the shutdown itself, waited on it. A wake-up is handed to the
+    # oldest idle slot's future, or counted for the next slot that asks.
     async def wake(self) -> None:
-        async with self._work:
-            self._wakeups = min(self._wakeups + 1, self.max_wakeups)
-            self._work.notify(1)
+        self._hand_over()
+
+    def _hand_over(self) -> None:
+        while self._idle:
+            waiter = self._idle.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._wakeups = min(self._wakeups + 1, self.max_wakeups)
 
     async def wait_for_work(self, timeout: float) -> None:
-        async with self._work:
-            if self._wakeups == 0:
-                try:
-                    await asyncio.wait_for(self._work.wait_for(lambda: self._wakeups > 0), timeout)
-                except TimeoutError:
-                    return
+        if self._wakeups > 0:
             self._wakeups -= 1
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._idle.append(waiter)
+        try:
+            async with asyncio.timeout(timeout):
+                await waiter
+        except TimeoutError:
+            pass  # woken at the same instant or not, the slot looks for work now
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self._hand_over()  # handed a wake-up, but cancelled before taking it: pass it on
+            raise
+        finally:
+            if not waiter.done() or waiter.cancelled():
+                with contextlib.suppress(ValueError):  # not handed a wake-up: no longer idle
+                    self._idle.remove(waiter)
 
     # Run done.
     def listen_done(self, run_id: str) -> Callable[[float | None], Awaitable[bool]]:
@@ -47,7 +71,8 @@ class LocalSignals:
 
         async def wait(timeout: float | None) -> bool:
             try:
-                await asyncio.wait_for(event.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await event.wait()
                 return True
             except TimeoutError:
                 return False

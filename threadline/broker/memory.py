@@ -22,6 +22,14 @@ def event_seq(event_id: str) -> int:
     return -1
 
 
+def event_ms(event_id: str) -> int:
+    """When an event id `<ms>-<seq>` was made (-1 when it is not one of ours)."""
+    try:
+        return int(event_id.split("-", 1)[0])
+    except ValueError:
+        return -1
+
+
 class _RunStream:
     def __init__(self, maxlen: int) -> None:
         self.events: deque[tuple[int, StreamEvent]] = deque(maxlen=maxlen)
@@ -39,6 +47,7 @@ class MemoryBroker(Broker):
 
     def __init__(self, buffer_events: int = 10_000) -> None:
         self._buffer = buffer_events
+        self._started_ms = int(time.time() * 1000)
         self._streams: dict[str, _RunStream] = {}
         self._signals = LocalSignals()
         # Finished streams by end time, oldest first, for eviction without scanning every stream.
@@ -83,7 +92,9 @@ class MemoryBroker(Broker):
     async def subscribe(self, run_id: str, *, after: str | None = None, replay: bool = False) -> AsyncIterator[StreamEvent]:
         stream = self._stream(run_id)
         if after is not None:
-            cursor = event_seq(after)
+            # An id from before this process started (a client resuming across a restart) numbers another
+            # process's events: everything buffered here comes after it.
+            cursor = event_seq(after) if event_ms(after) >= self._started_ms else 0
         elif replay:
             cursor = 0
         else:

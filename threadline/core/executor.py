@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextvars import ContextVar
 from typing import Any
 
 from langgraph.types import Command
@@ -102,12 +105,52 @@ def graph_input(kwargs: dict[str, Any]) -> Any:
     return kwargs.get("input")
 
 
+_RUN: ContextVar[str | None] = ContextVar("threadline_run", default=None)  # the run this task executes
+
+
+class NodeThreads(ThreadPoolExecutor):
+    """The loop's default thread pool, where LangGraph runs synchronous nodes: it remembers which run
+    submitted each call, so that a cancelled run ends only once its nodes' threads have returned (a thread
+    cannot be stopped: cancelling the node's task only stops waiting for it)."""
+
+    def __init__(self) -> None:
+        super().__init__(thread_name_prefix="threadline-node")
+        self._lock = threading.Lock()
+        self._by_run: dict[str, set[Future[Any]]] = {}
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future = super().submit(fn, *args, **kwargs)
+        run_id = _RUN.get()
+        if run_id is not None:
+            with self._lock:
+                self._by_run.setdefault(run_id, set()).add(future)
+            future.add_done_callback(lambda f: self._forget(run_id, f))
+        return future
+
+    def _forget(self, run_id: str, future: Future[Any]) -> None:
+        with self._lock:
+            futures = self._by_run.get(run_id)
+            if futures is not None:
+                futures.discard(future)
+                if not futures:
+                    del self._by_run[run_id]
+
+    async def settled(self, run_id: str) -> None:
+        """Return once no call `run_id` submitted is still running."""
+        with self._lock:
+            running = list(self._by_run.get(run_id, ()))
+        if running:
+            log.info("run %s: cancelled; waiting for %d synchronous node(s) to return", run_id, len(running))
+            await asyncio.wait([asyncio.wrap_future(f) for f in running])
+
+
 class Executor:
     """Runs one run to its end and records the outcome. Used by the worker pool."""
 
     def __init__(self, storage: Storage, broker: Broker, graphs: GraphRegistry, threads: Threads,
                  metrics: Metrics) -> None:
         self.metrics = metrics
+        self.node_threads = NodeThreads()  # installed as the loop's default executor by the worker pool
         self.storage = storage
         self.broker = broker
         self.graphs = graphs
@@ -127,6 +170,7 @@ class Executor:
         started = time.monotonic()
         fields = {"run_id": run_id, "thread_id": thread_id, "assistant_id": run["assistant_id"],
                   "attempt": run.get("attempt", 1)}
+        _RUN.set(run_id)  # this task's own context: the node threads it starts are counted as the run's
         protocol = ProtocolRun(self.storage, self.broker, run, lease, run["assistant_id"]) \
             if (run["kwargs"] or {}).get("protocol") else None  # started through /commands
         try:
@@ -160,6 +204,9 @@ class Executor:
             current = asyncio.current_task()
             if current is not None:
                 current.uncancel()
+            # A synchronous node goes on in its thread: the run is not over until it returns (another
+            # cancel, a shutdown, stops this wait; the run then goes back to the queue as usual).
+            await self.node_threads.settled(run_id)
             status = "interrupted"
             thread_changes = await self.threads.current_fields(thread_id)
             if action == "interrupt":

@@ -10,6 +10,7 @@ import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from threadline.broker import open_broker
@@ -40,6 +41,33 @@ def default_database_url(*, create: bool = False) -> str:
     return f"sqlite:///{folder / 'threadline.db'}"
 
 
+class Draining:
+    """Set once, when this process starts to stop: open streams end and tell their clients to reconnect."""
+
+    def __init__(self) -> None:
+        self._set = False
+        self._callbacks: list[Callable[[], None]] = []
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        if not self._set:
+            self._set = True
+            for callback in list(self._callbacks):
+                callback()
+
+    def watch(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call `callback` when set; returns the function that stops watching."""
+        self._callbacks.append(callback)
+
+        def unwatch() -> None:
+            with contextlib.suppress(ValueError):
+                self._callbacks.remove(callback)
+
+        return unwatch
+
+
 @dataclass
 class Runtime:
     settings: Settings
@@ -54,6 +82,8 @@ class Runtime:
     started: dict[str, Any] = field(default_factory=dict)
     metrics: Metrics = field(default_factory=Metrics)
     thread_sweeper: asyncio.Task[None] | None = None
+    draining: Draining = field(default_factory=Draining)
+    closed: bool = False
 
     @classmethod
     def load_project(cls, settings: Settings) -> tuple[ProjectConfig, GraphRegistry]:
@@ -118,6 +148,11 @@ class Runtime:
                 log.info("deleted %d expired threads", len(swept))
 
     async def close(self) -> None:
+        """Stop: open streams end (`draining`), runs in flight go back to the queue, storage closes. Once."""
+        if self.closed:
+            return
+        self.closed = True
+        self.draining.set()
         if self.thread_sweeper is not None:
             self.thread_sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):

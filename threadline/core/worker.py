@@ -13,7 +13,6 @@ the pool never runs more than `size` runs.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
@@ -34,6 +33,7 @@ class WorkerPool:
     """`size` concurrent run slots in this process."""
 
     poll_seconds = 1.0
+    stop_seconds = 10.0  # how long `stop` waits for cancelled runs to end
 
     def __init__(self, storage: Storage, broker: Broker, executor: Executor, size: int, *,
                  lease_seconds: float = 30.0, max_attempts: int = 1, sweep: bool = False) -> None:
@@ -91,6 +91,8 @@ class WorkerPool:
             self._freed.notify_all()
 
     async def start(self) -> None:
+        # LangGraph runs synchronous nodes on the loop's default executor; ours knows which run each is for.
+        asyncio.get_running_loop().set_default_executor(self.executor.node_threads)
         self._loops = [asyncio.create_task(self._loop(i), name=f"threadline-worker-{i}") for i in range(self.size)]
         self._loops.append(asyncio.create_task(self._heartbeat(), name="threadline-heartbeat"))
         if self.sweep:
@@ -109,9 +111,16 @@ class WorkerPool:
         held = {run_id: lease.attempt for run_id, (_, lease) in holding.items() if lease.valid()}
         for task, _ in list(self._running.values()):
             task.cancel()
-        for task in [*self._loops, *(t for t, _ in holding.values())]:
-            with contextlib.suppress(BaseException):
-                await task
+        tasks = {*self._loops, *(t for t, _ in holding.values())}
+        # Bounded: a run whose code swallows its cancellation must not hold the shutdown. Its lease is
+        # released below all the same, so nothing it writes afterwards is accepted.
+        ended, stuck = await asyncio.wait(tasks, timeout=self.stop_seconds) if tasks else (set(), set())
+        for task in ended:
+            if not task.cancelled() and task.exception() is not None:
+                log.warning("a worker task ended with %r while stopping", task.exception())
+        if stuck:
+            log.warning("%d task(s) did not stop within %.0f s of being cancelled; going on without them",
+                        len(stuck), self.stop_seconds)
         if held:
             try:
                 released = await self.storage.release_runs(self.worker_id, held)
