@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import FastAPI
-from starlette.middleware.cors import CORSMiddleware
 
 from threadline import __version__
-from threadline.api import a2a, agents, assistants, errors, mcp, metrics, protocol, runs, store, system, threads
+from threadline.api import a2a, agents, assistants, errors, http_config, mcp, metrics, protocol, runs, store, system
+from threadline.api import threads, user_app
 from threadline.api.limits import BodyLimit
 from threadline.core.runtime import Runtime
 from threadline.loader import load_object
@@ -19,40 +19,90 @@ from threadline.settings import Settings
 
 log = logging.getLogger("threadline")
 
+# Each router with its family, as `http.disable_<family>` in langgraph.json names them (None: always on).
+# As LangGraph's server: thread-scoped runs and Protocol v2 belong to `runs`, the Agent Protocol's
+# /agents to `assistants`.
+ROUTERS = (
+    ("runs", runs.router), ("threads", threads.router), ("runs", protocol.router),
+    ("assistants", assistants.router), ("store", store.router), (None, system.router), ("meta", metrics.router),
+    ("assistants", agents.router), ("mcp", mcp.router), ("a2a", a2a.router),
+)
+
+
+class App(FastAPI):
+    """FastAPI with layers outside even its own error handling (`front`): the project's app, whose
+    middleware wraps every request, configured CORS and the URL prefix (`threadline.api.user_app`)."""
+
+    front: Callable[[Any], Any] | None = None
+
+    def build_middleware_stack(self) -> Any:
+        stack = super().build_middleware_stack()
+        return self.front(stack) if self.front is not None else stack
+
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings.resolve()
     project, graphs = Runtime.load_project(settings)
+    http = project.http
+    project_app = _load_user_app(project)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        runtime = await Runtime.open(settings, project, graphs)
-        app.state.runtime = runtime
-        try:
-            await runtime.start()
-            yield
-        finally:
-            await runtime.close()
+    async def lifespan(app: FastAPI) -> AsyncIterator[Any]:
+        async with user_app.lifespan(project_app) if project_app is not None else contextlib.nullcontext() as state:
+            runtime = await Runtime.open(settings, project, graphs)
+            app.state.runtime = runtime
+            client, runtime.webhooks.local = user_app.local_webhooks(app, http)
+            try:
+                await runtime.start()
+                yield state
+            finally:
+                await runtime.close()
+                await client.aclose()
 
-    app = FastAPI(
+    app = App(
         title="Threadline", version=__version__, lifespan=lifespan,
         description="An open-source Agent Protocol server for LangGraph agents.",
+        **http_config.fastapi_urls(http),
     )
+    if http.configurable_headers is not None:
+        app.add_middleware(http_config.RunHeaders, rules=http_config.HeaderRules(http.configurable_headers))
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    # As LangGraph's server: any origin, so browser clients (LangGraph Studio, web apps) can call it.
-    app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["*"], allow_headers=["*"],
-                       expose_headers=["x-pagination-total", "x-pagination-next", "content-location", "location"])
-    app.add_middleware(metrics.RequestMetrics)  # outermost: counts every request, 413s and preflights included
+    if http.cors is None:  # configured CORS stands in front of the project's app instead
+        app.add_middleware(http_config.cors_middleware, http=http)
+    app.add_middleware(metrics.RequestMetrics)  # outermost of ours: counts every request, 413s and preflights included
     app.state.project = project
     errors.install(app)
-    for module in (runs, threads, protocol, assistants, store, system, metrics, agents, mcp, a2a):
-        app.include_router(module.router)
-    if project.http_app:
-        _mount_user_app(app, project)
+    for router in http_config.served(ROUTERS, http):
+        app.include_router(router)
+    app.front = _front(app, http, project_app)
     return app
 
 
-def _mount_user_app(app: FastAPI, project: Any) -> None:
-    """The project's own Starlette/FastAPI app (`http.app`), served for paths we do not."""
-    user_app = load_object(project.http_app, project.root, what="http.app")
-    app.mount("/", user_app)
+def _load_user_app(project: Any) -> Any:
+    if not project.http.app:
+        return None
+    loaded = load_object(project.http.app, project.root, what="http.app")
+    user_app.check(loaded, project.http.app)
+    return loaded
+
+
+def _front(app: FastAPI, http: Any, project_app: Any) -> Callable[[Any], Any]:
+    if project_app is not None and callable(getattr(project_app, "openapi", None)) and app.openapi_url:
+        ours = app.openapi
+
+        def openapi() -> dict[str, Any]:
+            if app.openapi_schema is None:
+                app.openapi_schema = user_app.merge_openapi(ours(), project_app.openapi())
+            return app.openapi_schema
+
+        app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to extend its schema
+    ours_first = frozenset({"/ok"} if "meta" in http.disabled else
+                           {"/ok", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
+
+    def front(stack: Any) -> Any:
+        served = user_app.UserFirst(project_app, stack, app, ours_first) if project_app is not None else stack
+        if http.cors is not None:
+            served = http_config.cors_middleware(served, http)
+        return user_app.MountPrefix(served, http.mount_prefix) if http.mount_prefix else served
+
+    return front
