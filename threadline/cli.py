@@ -88,7 +88,9 @@ def serve(settings: Settings) -> None:
     print(f"  data:     {redact_url(settings.database_url or default_database_url())}")
     print(f"  broker:   {redact_url(settings.redis_url) if settings.redis_url else 'in-process'}")
     print(f"  workers:  {settings.workers}")
-    print(f"  listening on http://{settings.host}:{settings.port}  (docs at /docs)", flush=True)
+    prefix = project.http.mount_prefix  # langgraph.json http.mount_prefix: the API (and its docs) under it
+    docs = "" if "meta" in project.http.disabled else f"  (docs at {prefix}/docs)"
+    print(f"  listening on http://{settings.host}:{settings.port}{prefix}{docs}", flush=True)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level.lower())
 
 
