@@ -315,3 +315,14 @@ async def test_mount_prefix_serves_the_api_under_it(tmp_path: Path, backend: Bac
         runs = await sdk.runs.list(thread["thread_id"])
         [delivery] = await wait_received(runs[0]["run_id"])
         assert delivery["path"] == "/api/custom/webhook"
+
+
+@pytest.mark.parametrize("webhook", ["custom/webhook", "ftp://example.com/x", "http://", "http:///x", "mailto:a@b",
+                                     "//elsewhere.example/x"])
+async def test_a_webhook_that_is_neither_url_nor_path_is_refused(tmp_path: Path, backend: Backend, webhook: str) -> None:
+    async with serve(tmp_path, backend, {}) as client:
+        refused = await client.post("/runs", json={"assistant_id": "agent", "input": {}, "webhook": webhook})
+        assert refused.status_code == 422 and refused.json()["errors"][0]["field"] == "webhook", refused.text
+        for fine in ("/custom/webhook", "https://hooks.example.com/done", "HTTP://127.0.0.1:9/x"):
+            assert (await client.post("/runs", json={"assistant_id": "agent", "input": {}, "webhook": fine,
+                                                     "after_seconds": 3600})).status_code == 200
