@@ -326,3 +326,13 @@ async def test_a_webhook_that_is_neither_url_nor_path_is_refused(tmp_path: Path,
         for fine in ("/custom/webhook", "https://hooks.example.com/done", "HTTP://127.0.0.1:9/x"):
             assert (await client.post("/runs", json={"assistant_id": "agent", "input": {}, "webhook": fine,
                                                      "after_seconds": 3600})).status_code == 200
+
+
+async def test_project_routes_are_counted_in_request_metrics(tmp_path: Path, backend: Backend) -> None:
+    async with serve(tmp_path, backend, {"app": WEBAPP}) as client:
+        for _ in range(2):
+            assert (await client.get("/custom/hello")).status_code == 200
+        await client.get(f"/threads/{UUID}")
+        text = (await client.get("/metrics")).text
+        assert 'lg_api_http_requests_total{method="GET",path="/custom/hello",status="200"} 2.0' in text
+        assert 'lg_api_http_requests_total{method="GET",path="/threads/{thread_id}",status="404"} 1.0' in text

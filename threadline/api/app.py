@@ -69,7 +69,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     if http.cors is None:  # configured CORS stands in front of the project's app instead
         app.add_middleware(http_config.cors_middleware, http=http)
-    app.add_middleware(metrics.RequestMetrics)  # outermost of ours: counts every request, 413s and preflights included
     app.state.project = project
     errors.install(app)
     for router in http_config.served(ROUTERS, http):
@@ -103,6 +102,9 @@ def _front(app: FastAPI, http: Any, project_app: Any) -> Callable[[Any], Any]:
         served = user_app.UserFirst(project_app, stack, app, ours_first) if project_app is not None else stack
         if http.cors is not None:
             served = http_config.cors_middleware(served, http)
-        return user_app.MountPrefix(served, http.mount_prefix) if http.mount_prefix else served
+        if http.mount_prefix:
+            served = user_app.MountPrefix(served, http.mount_prefix)
+        # Outermost: counts every request, the project's routes, 413s and preflights included.
+        return metrics.RequestMetrics(served)
 
     return front
