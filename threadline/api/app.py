@@ -13,6 +13,7 @@ from threadline import __version__
 from threadline.api import a2a, agents, assistants, errors, http_config, mcp, metrics, protocol, runs, store, system
 from threadline.api import threads, user_app
 from threadline.api.limits import BodyLimit
+from threadline.config import HttpConfig, ProjectConfig
 from threadline.core.runtime import Runtime
 from threadline.loader import load_object
 from threadline.settings import Settings
@@ -77,7 +78,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
-def _load_user_app(project: Any) -> Any:
+def _load_user_app(project: ProjectConfig) -> Any:
     if not project.http.app:
         return None
     loaded = load_object(project.http.app, project.root, what="http.app")
@@ -85,7 +86,8 @@ def _load_user_app(project: Any) -> Any:
     return loaded
 
 
-def _front(app: FastAPI, http: Any, project_app: Any) -> Callable[[Any], Any]:
+def _front(app: FastAPI, http: HttpConfig, project_app: Any) -> Callable[[Any], Any]:
+    """The layers in front of our middleware stack, outermost last; `/openapi.json` merged with the project's."""
     if project_app is not None and callable(getattr(project_app, "openapi", None)) and app.openapi_url:
         ours = app.openapi
 
