@@ -337,3 +337,21 @@ async def test_project_routes_are_counted_in_request_metrics(tmp_path: Path, bac
         text = (await client.get("/metrics")).text
         assert 'lg_api_http_requests_total{method="GET",path="/custom/hello",status="200"} 2.0' in text
         assert 'lg_api_http_requests_total{method="GET",path="/threads/{thread_id}",status="404"} 1.0' in text
+
+
+def test_an_http_app_that_is_not_starlette_stops_startup(tmp_path: Path) -> None:
+    from threadline.errors import ConfigError
+
+    path = tmp_path / "langgraph.json"
+    path.write_text(json.dumps({"graphs": GRAPHS, "http": {"app": "tests.project.http.webapp:bare_asgi"}}))
+    with pytest.raises(ConfigError, match="must be a Starlette or FastAPI app"):
+        create_app(Settings(config=str(path), database_url=f"sqlite:///{tmp_path / 'db'}"))
+
+
+async def test_auth_only_keys_are_reported_at_startup(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    backend = Backend("sqlite", f"sqlite:///{tmp_path / 'db'}")
+    async with serve(tmp_path, backend, {"enable_custom_route_auth": True, "streaming": 1}):
+        pass
+    said = caplog.text
+    assert "'http.enable_custom_route_auth' is accepted but has no effect until authentication" in said
+    assert "'http.streaming' is not supported" in said

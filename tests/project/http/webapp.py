@@ -53,3 +53,7 @@ class Stamp(BaseHTTPMiddleware):
 
 
 app.add_middleware(Stamp)
+
+
+async def bare_asgi(scope: Any, receive: Any, send: Any) -> None:
+    """Not a Starlette app: Threadline cannot put its routes behind this one's."""
