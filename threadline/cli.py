@@ -173,6 +173,7 @@ class _Server(StoppableServer):
 def banner(settings: Settings, project: Any, url: str) -> str:
     from threadline.core.runtime import default_database_url
 
+    prefix = project.http.mount_prefix  # langgraph.json http.mount_prefix: the API (and its docs) under it
     return "\n".join([
         f"Threadline {__version__}",
         f"  config:   {project.path}",
@@ -181,7 +182,7 @@ def banner(settings: Settings, project: Any, url: str) -> str:
         f"  data:     {redact_url(settings.database_url or default_database_url())}",
         f"  broker:   {redact_url(settings.redis_url) if settings.redis_url else 'in-process'}",
         f"  workers:  {settings.workers}",
-        f"  listening on {url}  (docs at {url}/docs)",
+        f"  listening on {url}{prefix}" + ("" if "meta" in project.http.disabled else f"  (docs at {url}{prefix}/docs)"),
     ])
 
 

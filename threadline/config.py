@@ -21,6 +21,14 @@ _BUILD_ONLY = {
 }
 _SUPPORTED = {"graphs", "env", "dependencies", "store", "checkpointer", "http", "threadline"}
 _TTL_KEYS = {"strategy", "sweep_interval_minutes", "default_ttl", "sweep_limit"}
+# `http.disable_<family>`: the route families LangGraph's server lets a project turn off.
+ROUTE_FAMILIES = ("assistants", "threads", "runs", "store", "meta", "mcp", "a2a", "webhooks", "ui")
+_CORS_KEYS = {
+    "allow_origins": list, "allow_methods": list, "allow_headers": list, "allow_credentials": bool,
+    "allow_origin_regex": str, "expose_headers": list, "max_age": int,
+}
+# Keys accepted and kept, but with no effect until authentication hooks exist (`auth` is not supported yet).
+_AUTH_ONLY = {"enable_custom_route_auth", "middleware_order"}
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,103 @@ class CheckpointerTTL:
 
 
 @dataclass(frozen=True)
+class HeaderPatterns:
+    """`http.configurable_headers` (or `logging_headers`): header names, `*` as a wildcard. An excluded
+    header is never taken, even if included; with no `includes`, nothing is."""
+
+    includes: tuple[str, ...] = ()
+    excludes: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, raw: Any, where: str) -> HeaderPatterns:
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{where} must be an object with 'includes' and/or 'excludes'")
+        lists: dict[str, tuple[str, ...]] = {}
+        for key in raw:
+            if key not in ("includes", "include", "excludes", "exclude"):
+                raise ConfigError(f"{where}.{key} is not a known key; use 'includes' and 'excludes'")
+            value = raw[key] or []
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"{where}.{key} must be a list of header names or patterns")
+            # LangGraph's docs say `include`/`exclude`, its schema `includes`/`excludes`: both work there.
+            lists[key.rstrip("s") + "s"] = tuple(value)
+        return cls(**lists)
+
+
+@dataclass(frozen=True)
+class HttpConfig:
+    """The `http` section: the project's own app, CORS, run headers, route families and the URL prefix."""
+
+    app: str | None = None
+    cors: dict[str, Any] | None = None
+    configurable_headers: HeaderPatterns | None = None
+    logging_headers: HeaderPatterns | None = None
+    disabled: frozenset[str] = frozenset()
+    mount_prefix: str = ""
+    enable_custom_route_auth: bool = False
+    middleware_order: str = "middleware_first"
+    inert: tuple[str, ...] = ()  # keys given that do nothing yet: they shape authentication (see _AUTH_ONLY)
+
+    @classmethod
+    def parse(cls, raw: Any, path: Path, unsupported: list[str]) -> HttpConfig:
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: 'http' must be an object")
+        given: dict[str, Any] = {}
+        disabled = set()
+        for key, value in raw.items():
+            where = f"{path}: http.{key}"
+            if key.startswith("disable_") and key[len("disable_"):] in ROUTE_FAMILIES:
+                if not isinstance(value, bool):
+                    raise ConfigError(f"{where} must be true or false, got {value!r}")
+                if value:
+                    disabled.add(key[len("disable_"):])
+            elif key == "app":
+                if not isinstance(value, str) or ":" not in value:
+                    raise ConfigError(f"{where} must be 'path.py:attr' or 'module:attr', got {value!r}")
+                given["app"] = value
+            elif key == "cors":
+                given["cors"] = None if value is None else _cors(value, where, unsupported)
+            elif key in ("configurable_headers", "logging_headers"):
+                given[key] = None if value is None else HeaderPatterns.parse(value, where)
+            elif key == "mount_prefix":
+                if not isinstance(value, str) or (value and not value.startswith("/")):
+                    raise ConfigError(f"{where} must be a path starting with '/', got {value!r}")
+                given["mount_prefix"] = value.rstrip("/")
+            elif key == "enable_custom_route_auth":
+                if not isinstance(value, bool):
+                    raise ConfigError(f"{where} must be true or false, got {value!r}")
+                given[key] = value
+            elif key == "middleware_order":
+                if value not in ("auth_first", "middleware_first"):
+                    raise ConfigError(f"{where} must be 'auth_first' or 'middleware_first', got {value!r}")
+                given[key] = value
+            else:
+                unsupported.append(f"http.{key}")
+        inert = tuple(f"http.{k}" for k in sorted(_AUTH_ONLY & set(raw)))
+        return cls(disabled=frozenset(disabled), inert=inert, **given)
+
+
+def _cors(raw: Any, where: str, unsupported: list[str]) -> dict[str, Any]:
+    """`http.cors`, as keyword arguments of Starlette's CORSMiddleware (which LangGraph's server uses too)."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where} must be an object")
+    cors: dict[str, Any] = {}
+    for key, value in raw.items():
+        kind = _CORS_KEYS.get(key)
+        if kind is None:
+            unsupported.append(f"http.cors.{key}")
+        elif value is None:
+            continue
+        elif kind is list and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            raise ConfigError(f"{where}.{key} must be a list of strings, got {value!r}")
+        elif kind is not list and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
+            raise ConfigError(f"{where}.{key} must be a {kind.__name__}, got {value!r}")
+        else:
+            cors[key] = value
+    return cors
+
+
+@dataclass(frozen=True)
 class ProjectConfig:
     """A parsed langgraph.json: which graphs to serve and how."""
 
@@ -68,7 +173,7 @@ class ProjectConfig:
     store_index: dict[str, Any] | None = None
     store_ttl: dict[str, Any] | None = None
     checkpointer_ttl: CheckpointerTTL | None = None
-    http_app: str | None = None
+    http: HttpConfig = field(default_factory=HttpConfig)
     default_agent: str | None = None
     unsupported: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
@@ -76,6 +181,10 @@ class ProjectConfig:
     @property
     def root(self) -> Path:
         return self.path.parent
+
+    @property
+    def http_app(self) -> str | None:
+        return self.http.app
 
 
 def find_config(explicit: str | None, cwd: Path | None = None) -> Path:
@@ -100,11 +209,9 @@ def load_config(path: Path) -> ProjectConfig:
     ignored = sorted(k for k in raw if k in _BUILD_ONLY)
     store = raw.get("store") or {}
     checkpointer = raw.get("checkpointer") or {}
-    http = raw.get("http") or {}
     for section, keys, allowed in (
         ("store", store, {"index", "ttl"}),
         ("checkpointer", checkpointer, {"ttl"}),
-        ("http", http, {"app"}),
     ):
         unsupported += [f"{section}.{k}" for k in keys if k not in allowed]
     if isinstance(checkpointer.get("ttl"), dict):
@@ -131,7 +238,7 @@ def load_config(path: Path) -> ProjectConfig:
         store_index=store.get("index"),
         store_ttl=store.get("ttl"),
         checkpointer_ttl=None if checkpointer.get("ttl") is None else CheckpointerTTL.parse(checkpointer["ttl"], path),
-        http_app=http.get("app"),
+        http=HttpConfig.parse(raw.get("http") or {}, path, unsupported),
         default_agent=default,
         unsupported=unsupported,
         ignored=ignored,

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import FastAPI
-from starlette.middleware.cors import CORSMiddleware
 
 from threadline import __version__
 from threadline.api import (
-    a2a, agents, assistants, docs, errors, mcp, metrics, protocol, runs, store, system, threads,
+    a2a, agents, assistants, docs, errors, http_config, mcp, metrics, protocol, runs, store, system, threads,
+    user_app,
 )
 from threadline.api.limits import BodyLimit
 from threadline.api.loopback import serving_loopback
+from threadline.config import HttpConfig, ProjectConfig
 from threadline.core.runtime import Runtime
 from threadline.errors import ConfigError
 from threadline.loader import load_object, missing_package
@@ -23,48 +24,77 @@ from threadline.settings import Settings
 
 log = logging.getLogger("threadline")
 
+# Each router with its family, as `http.disable_<family>` in langgraph.json names them (None: always on).
+# As LangGraph's server: thread-scoped runs and Protocol v2 belong to `runs`, the Agent Protocol's
+# /agents to `assistants`.
+ROUTERS = (
+    ("runs", runs.router), ("threads", threads.router), ("runs", protocol.router),
+    ("assistants", assistants.router), ("store", store.router), (None, system.router), ("meta", metrics.router),
+    ("assistants", agents.router), ("mcp", mcp.router), ("a2a", a2a.router), ("meta", docs.router),
+)
+
+
+class App(FastAPI):
+    """FastAPI with layers outside even its own error handling (`front`): the project's app, whose
+    middleware wraps every request, configured CORS and the URL prefix (`threadline.api.user_app`)."""
+
+    front: Callable[[Any], Any] | None = None
+
+    def build_middleware_stack(self) -> Any:
+        stack = super().build_middleware_stack()
+        return self.front(stack) if self.front is not None else stack
+
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings.resolve()
     project, graphs = Runtime.load_project(settings)
+    http = project.http
+    project_app = _load_user_app(project)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.runtime = await _start(app, settings, project, graphs)
-        try:
-            with serving_loopback(app):  # `langgraph_sdk.get_client()` in an agent reaches this app
-                yield
-        finally:
-            await app.state.runtime.close()
+    async def lifespan(app: FastAPI) -> AsyncIterator[Any]:
+        async with user_app.lifespan(project_app) if project_app is not None else contextlib.nullcontext() as state:
+            async with contextlib.AsyncExitStack() as stack:
+                def prepare(runtime: Runtime) -> None:  # before its workers start: relative webhooks reach the app
+                    client, runtime.webhooks.local = user_app.local_webhooks(app, http)
+                    stack.push_async_callback(client.aclose)
 
-    app = FastAPI(
-        title="Threadline", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
+                app.state.runtime = await _start(app, settings, project, graphs, prepare)
+                stack.push_async_callback(app.state.runtime.close)
+                with serving_loopback(app):  # `langgraph_sdk.get_client()` in an agent reaches this app
+                    yield state
+
+    app = App(
+        title="Threadline", version=__version__, lifespan=lifespan,
+        **{"docs_url": None, "redoc_url": None, **http_config.fastapi_urls(http)},  # /docs: api/docs.py
         description="An open-source Agent Protocol server for LangGraph agents.",
     )
     _quiet_startup_failure(app)
+    if http.configurable_headers is not None:
+        app.add_middleware(http_config.RunHeaders, rules=http_config.HeaderRules(http.configurable_headers))
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    # As LangGraph's server: any origin, so browser clients (LangGraph Studio, web apps) can call it.
-    app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["*"], allow_headers=["*"],
-                       expose_headers=["x-pagination-total", "x-pagination-next", "content-location", "location"])
-    app.add_middleware(metrics.RequestMetrics)  # outermost: counts every request, 413s and preflights included
+    if http.cors is None:  # configured CORS stands in front of the project's app instead
+        app.add_middleware(http_config.cors_middleware, http=http)
     app.state.project = project
     app.state.settings = settings
     errors.install(app)
-    for module in (runs, threads, protocol, assistants, store, system, metrics, agents, mcp, a2a, docs):
-        app.include_router(module.router)
-    docs.mount_assets(app)
-    if project.http_app:
-        _mount_user_app(app, project)
+    for router in http_config.served(ROUTERS, http):
+        app.include_router(router)
+    if "meta" not in http.disabled:
+        docs.mount_assets(app)
     metrics.label_plain_routes(app)
+    app.front = _front(app, http, project_app)
     return app
 
 
-async def _start(app: FastAPI, settings: Settings, project: Any, graphs: Any) -> Runtime:
+async def _start(app: FastAPI, settings: Settings, project: Any, graphs: Any,
+                 prepare: Callable[[Runtime], None]) -> Runtime:
     """Open and start the runtime. A failure is logged as one message and a hint (its traceback at debug
     level only), and uvicorn is told startup failed without the traceback (`_quiet_startup_failure`)."""
     runtime = None
     try:
         runtime = await Runtime.open(settings, project, graphs)
+        prepare(runtime)
         await runtime.start()
         return runtime
     except Exception as exc:
@@ -104,7 +134,35 @@ def _quiet_startup_failure(app: FastAPI) -> None:
     app.router.lifespan = lifespan  # type: ignore[method-assign]
 
 
-def _mount_user_app(app: FastAPI, project: Any) -> None:
-    """The project's own Starlette/FastAPI app (`http.app`), served for paths we do not."""
-    user_app = load_object(project.http_app, project.root, what="http.app")
-    app.mount("/", user_app)
+def _load_user_app(project: ProjectConfig) -> Any:
+    if not project.http.app:
+        return None
+    loaded = load_object(project.http.app, project.root, what="http.app")
+    user_app.check(loaded, project.http.app)
+    return loaded
+
+
+def _front(app: FastAPI, http: HttpConfig, project_app: Any) -> Callable[[Any], Any]:
+    """The layers in front of our middleware stack, outermost last; `/openapi.json` merged with the project's."""
+    if project_app is not None and callable(getattr(project_app, "openapi", None)) and app.openapi_url:
+        ours = app.openapi
+
+        def openapi() -> dict[str, Any]:
+            if app.openapi_schema is None:
+                app.openapi_schema = user_app.merge_openapi(ours(), project_app.openapi())
+            return app.openapi_schema
+
+        app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to extend its schema
+    ours_first = frozenset({"/ok"} if "meta" in http.disabled else
+                           {"/ok", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+
+    def front(stack: Any) -> Any:
+        served = user_app.UserFirst(project_app, stack, app, ours_first) if project_app is not None else stack
+        if http.cors is not None:
+            served = http_config.cors_middleware(served, http)
+        if http.mount_prefix:
+            served = user_app.MountPrefix(served, http.mount_prefix)
+        # Outermost: counts every request, the project's routes, 413s and preflights included.
+        return metrics.RequestMetrics(served)
+
+    return front

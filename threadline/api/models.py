@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 StreamMode = Literal["values", "updates", "messages", "messages-tuple", "custom", "events", "debug", "tasks",
                      "checkpoints"]
@@ -169,6 +170,18 @@ class Command(Body):
     goto: Any = None
 
 
+def _webhook_url(url: str) -> str:
+    """An absolute http(s) URL, or a path on this server (`/hooks/done`: POSTed to the app in-process)."""
+    parts = urlsplit(url)
+    if (url.startswith("/") and not url.startswith("//")) or (parts.scheme.lower() in ("http", "https")
+                                                                and parts.netloc):
+        return url
+    raise ValueError("must be an http(s) URL or a path starting with '/'")
+
+
+WebhookURL = Annotated[str, Field(min_length=1, max_length=65536), AfterValidator(_webhook_url)]
+
+
 class RunCreate(Body):
     """A run request: LangGraph's fields, plus the Agent Protocol's `agent_id` and `thread_id`."""
 
@@ -193,7 +206,7 @@ class RunCreate(Body):
     multitask_strategy: Literal["reject", "interrupt", "rollback", "enqueue"] | None = None
     if_not_exists: Literal["create", "reject"] | None = None
     after_seconds: float | None = Field(None, ge=0)
-    webhook: str | None = Field(None, min_length=1, max_length=65536)
+    webhook: WebhookURL | None = None
     durability: Literal["sync", "async", "exit"] | None = None
     feedback_keys: list[str] | None = None
     strict_resume: bool | None = None

@@ -10,6 +10,7 @@ from uuid import UUID
 from fastapi import Header, Query, Request
 from starlette.responses import Response
 
+from threadline.api.http_config import with_run_headers
 from threadline.api.common import JSON, Router, no_content, runtime, select, spec_run_out
 from threadline.shapes import run_out
 from threadline.api.models import RunCancelMany, RunCreate, RunSearch
@@ -36,7 +37,7 @@ async def _create(rt: Runtime, thread_id: str | None, body: RunCreate, *, waited
     """A run on the path's thread, else on the body's `thread_id` (the Agent Protocol), else stateless.
 
     `waited`: this request waits for the run (`/wait`, `/stream`), so it may start on this process at once."""
-    data = body.core_body()
+    data = with_run_headers(body.core_body())  # langgraph.json http.configurable_headers
     body_thread = data.pop("thread_id", None)
     return await rt.runs.create(thread_id or (str(body_thread) if body_thread else None), data, start_here=waited)
 

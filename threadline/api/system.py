@@ -22,8 +22,9 @@ async def root() -> JSON:
 
 @router.get("/ok")
 async def ok(request: Request, check_db: int = 0) -> JSON:
-    """Liveness; with `check_db=1`, readiness: the database answers a real query and the broker a ping (503 if not)."""
-    if check_db:
+    """Liveness; with `check_db=1`, readiness: the database answers a real query and the broker a ping (503 if not).
+    With langgraph.json's `http.disable_meta`, no checks (as LangGraph's server)."""
+    if check_db and "meta" not in runtime(request).project.http.disabled:
         await runtime(request).storage.ping()
         await runtime(request).broker.ping()
     return JSON({"ok": True})

@@ -21,6 +21,7 @@ from threadline.core.protocol_events import ProtocolRun
 from threadline.core.metrics import Metrics
 from threadline.core.state import bind, debug_json, run_output, snapshot_json, thread_config, thread_fields
 from threadline.core.threads import Threads
+from threadline.core.webhooks import Webhooks
 from threadline.serde import dumps
 from threadline.shapes import run_out
 from threadline.storage.base import Row, Storage
@@ -148,9 +149,10 @@ class Executor:
     """Runs one run to its end and records the outcome. Used by the worker pool."""
 
     def __init__(self, storage: Storage, broker: Broker, graphs: GraphRegistry, threads: Threads,
-                 metrics: Metrics) -> None:
+                 metrics: Metrics, webhooks: Webhooks | None = None) -> None:
         self.metrics = metrics
         self.node_threads = NodeThreads()  # installed as the loop's default executor by the worker pool
+        self.webhooks = webhooks or Webhooks()
         self.storage = storage
         self.broker = broker
         self.graphs = graphs
@@ -288,7 +290,7 @@ class Executor:
             await asyncio.shield(self._announce_end(run_id))
         if finished is not None and run["kwargs"].get("webhook"):
             payload = {**run_out(finished), "values": finished.get("output"), "error": finished.get("error")}
-            asyncio.create_task(_post_webhook(run["kwargs"]["webhook"], payload))
+            self.webhooks.send(run["kwargs"]["webhook"], payload)
         return None if action == "rollback" else finished
 
     async def _stream(self, graph: Any, run: Row, config: dict[str, Any], assistant: Row, lease: Lease,
@@ -330,13 +332,3 @@ class Executor:
         options = {k: v for k, v in options.items() if k not in ("stream_mode", "subgraphs")}
         async for event in graph.astream_events(graph_input(run["kwargs"]), config, version="v2", **options):
             await publish("events", event)
-
-
-async def _post_webhook(url: str, run: Row) -> None:
-    import httpx
-
-    try:
-        async with httpx.AsyncClient(timeout=10) as client:
-            await client.post(url, content=dumps(run), headers={"content-type": "application/json"})
-    except Exception as exc:  # a webhook failure never fails the run
-        log.warning("webhook %s failed: %s", url, exc)

@@ -22,6 +22,7 @@ from threadline.core.graphs import GraphRegistry
 from threadline.core.metrics import Metrics
 from threadline.core.runs import Runs
 from threadline.core.threads import Threads
+from threadline.core.webhooks import Webhooks
 from threadline.core.worker import WorkerPool, recover
 from threadline.loader import resolve_store_index
 from threadline.settings import Settings
@@ -84,6 +85,7 @@ class Runtime:
     thread_sweeper: asyncio.Task[None] | None = None
     draining: Draining = field(default_factory=Draining)
     closed: bool = False
+    webhooks: Webhooks = field(default_factory=Webhooks)
 
     @classmethod
     def load_project(cls, settings: Settings) -> tuple[ProjectConfig, GraphRegistry]:
@@ -103,6 +105,8 @@ class Runtime:
             project, graphs = cls.load_project(settings)
         for key in project.unsupported:
             log.warning("langgraph.json key %r is not supported by Threadline yet and has no effect", key)
+        for key in project.http.inert:
+            log.warning("langgraph.json key %r is accepted but has no effect until authentication is supported", key)
         url = settings.database_url or default_database_url(create=True)
         store_index = resolve_store_index(project.store_index, project.root)
         storage = await open_storage(url, store_index=store_index, store_ttl=project.store_ttl)
@@ -115,13 +119,16 @@ class Runtime:
         assistants = Assistants(storage, graphs)
         threads = Threads(storage, graphs, project.checkpointer_ttl)
         metrics = Metrics()
+        webhooks = Webhooks(enabled="webhooks" not in project.http.disabled)
         workers = None
         if settings.workers > 0:
-            workers = WorkerPool(storage, broker, Executor(storage, broker, graphs, threads, metrics), settings.workers,
+            executor = Executor(storage, broker, graphs, threads, metrics, webhooks)
+            workers = WorkerPool(storage, broker, executor, settings.workers,
                                  lease_seconds=settings.lease_seconds, max_attempts=settings.run_retries,
                                  sweep=storage.capabilities.get("multi_process", False))
         runs = Runs(storage, broker, assistants, threads, workers)
-        return cls(settings, project, graphs, storage, broker, assistants, threads, runs, workers, metrics=metrics)
+        return cls(settings, project, graphs, storage, broker, assistants, threads, runs, workers, metrics=metrics,
+                   webhooks=webhooks)
 
     async def start(self) -> None:
         await self.assistants.ensure_system_assistants()
@@ -159,5 +166,6 @@ class Runtime:
                 await self.thread_sweeper
         if self.workers is not None:
             await self.workers.stop()
+        await self.webhooks.close()
         await self.broker.close()
         await self.storage.close()

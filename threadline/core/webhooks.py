@@ -1,0 +1,63 @@
+"""Sending a finished run to its `webhook`: over HTTP, or to this server's own app for a relative URL."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from threadline.serde import dumps
+
+log = logging.getLogger("threadline.webhooks")
+
+# POSTs a JSON body to a path of this server's own app (the API layer wires it at startup); the status.
+LocalPost = Callable[[str, bytes], Awaitable[int]]
+
+
+class Webhooks:
+    """Where finished runs are announced. A webhook failure never fails the run: it is logged.
+
+    An absolute `http(s)://` URL is POSTed over the network. A relative one (`/hooks/run-done`) is POSTed
+    in-process to this server's app, as LangGraph's server does, so a project's `http.app` route receives it
+    without a network hop; `local` is that app, set by the API layer when the server starts (until then, or
+    in a worker-only process, relative webhooks are logged and dropped). `enabled=False` is langgraph.json's
+    `http.disable_webhooks`: runs still run, no webhook is sent.
+    """
+
+    def __init__(self, *, enabled: bool = True, timeout: float = 10.0) -> None:
+        self.enabled = enabled
+        self.timeout = timeout
+        self.local: LocalPost | None = None
+        self._sending: set[asyncio.Task[None]] = set()
+
+    def send(self, url: str, payload: Any) -> None:
+        """Send in the background (a slow receiver must not hold the worker slot)."""
+        if not self.enabled:
+            return
+        task = asyncio.create_task(self._post(url, dumps(payload)), name="threadline-webhook")
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _post(self, url: str, body: bytes) -> None:
+        try:
+            if url.startswith("/"):
+                if self.local is None:
+                    raise RuntimeError("relative webhook, but no app serves this process")
+                async with asyncio.timeout(self.timeout):
+                    status = await self.local(url, body)
+            else:
+                import httpx
+
+                async with httpx.AsyncClient(timeout=self.timeout) as client:
+                    status = (await client.post(url, content=body,
+                                                headers={"content-type": "application/json"})).status_code
+            if status >= 400:
+                log.warning("webhook %s answered %d", url, status)
+        except Exception as exc:  # a webhook failure never fails the run
+            log.warning("webhook %s failed: %s", url, exc)
+
+    async def close(self) -> None:
+        """Let webhooks in flight finish (each is bounded by `timeout`)."""
+        if self._sending:
+            await asyncio.gather(*self._sending, return_exceptions=True)
