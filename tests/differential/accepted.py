@@ -57,8 +57,6 @@ _ERR = r"body\.(code|message|errors|metadata)"  # our error body's extra keys (t
 
 ACCEPTED: list[Accepted] = [
     # --- real differences nobody is fixing yet ---------------------------------------------------------------
-    Accepted("interrupt-response-schema", "open", r"/runs/wait$", r"body\.__interrupt__\[\]\.response_schema",
-             "Interrupts in a run's output: the reference adds `response_schema: null`."),
     Accepted("run-kwargs", "open", r"/runs",
              r"body(\[\])?\.kwargs\.(checkpoint_during|command|config|context|durability|feedback_keys|input|"
              r"interrupt_after|interrupt_before|on_completion|resumable|stream_mode|stream_resumable|"
@@ -66,16 +64,6 @@ ACCEPTED: list[Accepted] = [
              "A run's `kwargs`: the reference stores the resolved run (full `config`, `context`, `durability`, "
              "`interrupt_*`, `webhook`, `subgraphs`, `resumable`, `temporary`, `checkpoint_during`, `stream_mode` "
              "as a list); Threadline the request's fields (`stream_subgraphs`, `stream_resumable`)."),
-    Accepted("messages-with-tuple", "open", r"/stream", r"sse\[messages/(partial|metadata)\]",
-             "A stream asking for both `messages` and `messages-tuple`: the reference sends only the tuple form "
-             "(`messages` events), Threadline both.", sessions=r"^stream:messages$"),
-    Accepted("functional-interrupt-output", "open", r"/runs/wait$", r"body\.__interrupt__",
-             "An `@entrypoint` stopped at `interrupt()`: the reference's `/wait` output is "
-             "`{\"__interrupt__\": [...]}`, Threadline's `{}` (the thread does record the interrupt).",
-             sessions=r"interrupt:functional"),
-    Accepted("stateless-checkpoints", "open", r"POST /runs/stream$", r"sse\[(checkpoints|debug)[^\]]*\](\.data.*)?",
-             "`checkpoints` and `debug` modes on a stateless run: the reference sends no checkpoint events (and "
-             "no `checkpoint` debug events), Threadline those of the temporary thread."),
     Accepted("cancel-content-location", "open", r"/cancel", r"header\.content-location",
              "`POST …/runs/{id}/cancel?wait=1`: the reference names the run in `Content-Location`."),
     Accepted("events-mode", "open", r"/stream", r"sse\[events\](\.data.*)?",

@@ -1,0 +1,84 @@
+"""Shapes clients read that the differential suite found different from LangGraph's server (langgraph-api
+0.16.7), each fixed here and checked on the gallery's graphs (tests/gallery/), served in-process on each backend.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from langgraph.types import Interrupt
+from langgraph_sdk.client import LangGraphClient
+from pydantic import BaseModel
+
+from threadline.core.state import interrupt_json, run_output
+from threadline.settings import Settings
+
+from tests.services import Backend
+
+GALLERY = Path(__file__).parent / "gallery" / "langgraph.json"
+
+
+@pytest.fixture
+def settings(backend: Backend) -> Settings:
+    return Settings(config=str(GALLERY), workers=4, heartbeat_seconds=5.0, **backend.settings())
+
+
+# --- /wait outputs -------------------------------------------------------------------------------------------
+async def test_wait_output_of_an_interrupt_has_response_schema(sdk: LangGraphClient) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    out = await sdk.runs.wait(tid, "dynamic_interrupt", input={"task": "ship"})
+    assert out["__interrupt__"] == [{"value": {"question": "May I ship?"}, "id": out["__interrupt__"][0]["id"],
+                                     "response_schema": None}]
+    # The thread and its state show the interrupt without the null schema, as the reference does.
+    assert "response_schema" not in (await sdk.threads.get_state(tid))["tasks"][0]["interrupts"][0]
+
+
+async def test_wait_output_of_an_entrypoint_stopped_at_interrupt(sdk: LangGraphClient) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    out = await sdk.runs.wait(tid, "functional", input={"numbers": [2, 3], "review": True})
+    assert list(out) == ["__interrupt__"]
+    assert out["__interrupt__"][0]["value"] == {"question": "Keep these squares?", "squares": [4, 9]}
+    joined = await sdk.runs.join(tid, (await sdk.runs.list(tid))[0]["run_id"])
+    assert joined == out
+
+
+class Answer(BaseModel):
+    approved: bool
+
+
+def test_an_interrupts_response_schema_is_json_schema() -> None:
+    given = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
+    assert interrupt_json(Interrupt(value=1, id="a", response_schema=given))["response_schema"] == given
+    typed = interrupt_json(Interrupt(value=1, id="b", response_schema=Answer))["response_schema"]
+    assert typed["properties"] == {"approved": {"title": "Approved", "type": "boolean"}}
+    state = {"values": {"x": 1}, "tasks": [{"id": "t", "interrupts": [interrupt_json(Interrupt(value=1, id="c"))]}]}
+    assert run_output(state) == {"x": 1, "__interrupt__": [{"value": 1, "id": "c", "response_schema": None}]}
+
+
+# --- stream events ---------------------------------------------------------------------------------------------
+async def test_messages_with_messages_tuple_sends_the_tuples_alone(sdk: LangGraphClient) -> None:
+    parts = [p async for p in sdk.runs.stream(None, "messages", input={"messages": [{"role": "user", "content": "hi"}]},
+                                              stream_mode=["messages", "messages-tuple"])]
+    events = {p.event for p in parts}
+    assert "messages" in events and not {e for e in events if e.startswith("messages/")}, events
+    alone = [p async for p in sdk.runs.stream(None, "messages", input={"messages": [{"role": "user", "content": "hi"}]},
+                                              stream_mode="messages")]
+    assert {"messages/metadata", "messages/partial"} <= {p.event for p in alone}
+
+
+async def test_a_stateless_run_streams_no_checkpoints(sdk: LangGraphClient) -> None:
+    modes = ["checkpoints", "debug", "values"]
+    parts = [p async for p in sdk.runs.stream(None, "typed", input={"topic": "owls"}, stream_mode=modes)]
+    assert "checkpoints" not in {p.event for p in parts}
+    debug = [p.data["type"] for p in parts if p.event == "debug"]
+    assert debug == ["task", "task_result", "task", "task_result"], debug
+    assert [p.data for p in parts if p.event == "values"][-1]["notes"] == ["draft about owls", "reviewed 1 note(s)"]
+    # On a thread (and on a stateless run whose thread is kept) the checkpoints are there to read: sent.
+    tid = (await sdk.threads.create())["thread_id"]
+    parts = [p async for p in sdk.runs.stream(tid, "typed", input={"topic": "owls"}, stream_mode=modes)]
+    assert len([p for p in parts if p.event == "checkpoints"]) == 4
+    assert [p.data["type"] for p in parts if p.event == "debug"].count("checkpoint") == 4
+    parts = [p async for p in sdk.runs.stream(None, "typed", input={"topic": "owls"}, stream_mode=modes,
+                                              on_completion="keep")]
+    assert len([p for p in parts if p.event == "checkpoints"]) == 4
