@@ -82,3 +82,37 @@ async def test_a_stateless_run_streams_no_checkpoints(sdk: LangGraphClient) -> N
     parts = [p async for p in sdk.runs.stream(None, "typed", input={"topic": "owls"}, stream_mode=modes,
                                               on_completion="keep")]
     assert len([p for p in parts if p.event == "checkpoints"]) == 4
+
+
+# --- run objects ---------------------------------------------------------------------------------------------
+async def test_a_runs_kwargs_are_the_run_resolved(sdk: LangGraphClient) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(tid, "typed", input={"topic": "a"})
+    run = (await sdk.runs.list(tid))[0]
+    assert run["langsmith_session_name"] is None
+    kwargs = run["kwargs"]
+    assert {k: v for k, v in kwargs.items() if k != "config"} == {
+        "input": {"topic": "a"}, "command": None, "context": {}, "interrupt_before": None, "interrupt_after": None,
+        "webhook": None, "feedback_keys": None, "checkpoint_during": True, "stream_mode": ["values"],
+        "subgraphs": False, "resumable": False, "temporary": False, "durability": "async"}
+    assert kwargs["config"]["configurable"] == {"assistant_id": run["assistant_id"], "graph_id": "typed",
+                                                "run_id": run["run_id"], "thread_id": tid}
+    assert kwargs["config"]["metadata"] == run["metadata"]
+
+    made = await sdk.runs.create(tid, "typed", input={"topic": "b"}, stream_mode=["updates", "messages-tuple"],
+                                 config={"tags": ["t"]}, context={"c": 2}, interrupt_before=["draft"],
+                                 stream_subgraphs=True, stream_resumable=True, durability="exit")
+    kwargs = made["kwargs"]
+    assert (kwargs["stream_mode"], kwargs["subgraphs"], kwargs["resumable"], kwargs["durability"]) == (
+        ["updates", "messages-tuple"], True, True, "exit")
+    assert (kwargs["context"], kwargs["interrupt_before"], kwargs["config"]["tags"]) == ({"c": 2}, ["draft"], ["t"])
+    assert kwargs["config"]["configurable"]["c"] == 2 and "stream_subgraphs" not in kwargs
+    await sdk.runs.join(tid, made["run_id"])
+    assert (await sdk.runs.get(tid, made["run_id"]))["kwargs"] == kwargs
+
+
+async def test_a_batch_answers_langgraph_run_objects(sdk: LangGraphClient) -> None:
+    made = await sdk.runs.create_batch([{"assistant_id": "typed", "input": {"topic": "a"}},
+                                        {"assistant_id": "typed", "input": {"topic": "b"}}])
+    assert [r["kwargs"]["input"] for r in made] == [{"topic": "a"}, {"topic": "b"}]
+    assert all(r["kwargs"]["temporary"] and "agent_id" not in r and "input" not in r for r in made)

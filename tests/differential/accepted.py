@@ -57,23 +57,15 @@ _ERR = r"body\.(code|message|errors|metadata)"  # our error body's extra keys (t
 
 ACCEPTED: list[Accepted] = [
     # --- real differences nobody is fixing yet ---------------------------------------------------------------
-    Accepted("run-kwargs", "open", r"/runs",
-             r"body(\[\])?\.kwargs\.(checkpoint_during|command|config|context|durability|feedback_keys|input|"
-             r"interrupt_after|interrupt_before|on_completion|resumable|stream_mode|stream_resumable|"
-             r"stream_subgraphs|subgraphs|temporary|webhook)",
-             "A run's `kwargs`: the reference stores the resolved run (full `config`, `context`, `durability`, "
-             "`interrupt_*`, `webhook`, `subgraphs`, `resumable`, `temporary`, `checkpoint_during`, `stream_mode` "
-             "as a list); Threadline the request's fields (`stream_subgraphs`, `stream_resumable`)."),
     Accepted("cancel-content-location", "open", r"/cancel", r"header\.content-location",
              "`POST …/runs/{id}/cancel?wait=1`: the reference names the run in `Content-Location`."),
+    Accepted("run-kwargs-config", "open", r"/runs", r"body(\[\])?\.kwargs\.config\.(configurable\.graph_id|metadata\.(run_id|thread_id))",
+             "A run's `kwargs.config` (Threadline renders it from the stored request and the run's ids): no "
+             "`graph_id` in `configurable` for a run that created its thread (its metadata has none to take it "
+             "from), and for a graph factory the reference's `metadata` also has `run_id`/`thread_id`."),
     Accepted("events-mode", "open", r"/stream", r"sse\[events\](\.data.*)?",
              "`events` mode: the root run is named `LangGraph` on Threadline and after the graph (`typed`) on the "
              "reference, node runs' order and metadata (`checkpoint_ns`, `langgraph_*` on the root) differ."),
-    Accepted("run-langsmith-session", "open", r"/runs", r"body(\[\])?\.langsmith_session_name",
-             "Run objects: the reference has `langsmith_session_name: null` (no LangSmith here)."),
-    Accepted("batch-run-shape", "open", r"POST /runs/batch$", r"body\[\]\.(agent_id|input|on_completion)",
-             "`POST /runs/batch` answers Threadline's Agent Protocol run shape (`agent_id`, `input`, "
-             "`on_completion`) instead of LangGraph's run object."),
     Accepted("thread-state-updated-at", "open", r"/threads", r"body(\[\])?\.state_updated_at",
              "Thread objects: no `state_updated_at` yet (docs/compatibility.md, Threads)."),
     Accepted("thread-interrupts-error", "open", r"/threads", r"body(\[\])?\.(interrupts|error)",

@@ -224,7 +224,7 @@ async def wait_run(request: Request, body: RunCreate) -> Response:
 @router.post("/runs/batch")
 async def create_runs_batch(request: Request, bodies: list[RunCreate]) -> JSON:
     rt = runtime(request)
-    return JSON([spec_run_out(await _create(rt, None, b)) for b in bodies])
+    return JSON([run_out(await _create(rt, None, b)) for b in bodies])
 
 
 @router.post("/runs/cancel")
