@@ -116,3 +116,25 @@ async def test_a_batch_answers_langgraph_run_objects(sdk: LangGraphClient) -> No
                                         {"assistant_id": "typed", "input": {"topic": "b"}}])
     assert [r["kwargs"]["input"] for r in made] == [{"topic": "a"}, {"topic": "b"}]
     assert all(r["kwargs"]["temporary"] and "agent_id" not in r and "input" not in r for r in made)
+
+
+# --- thread objects ------------------------------------------------------------------------------------------
+async def test_thread_state_updated_at_follows_its_state(sdk: LangGraphClient) -> None:
+    thread = await sdk.threads.create()
+    tid = thread["thread_id"]
+    assert thread["state_updated_at"] == thread["created_at"]
+    await sdk.runs.wait(tid, "typed", input={"topic": "a"})
+    ran = await sdk.threads.get(tid)
+    assert ran["state_updated_at"] > thread["state_updated_at"]
+    patched = await sdk.threads.update(tid, metadata={"tag": "x"})
+    assert patched["updated_at"] > ran["updated_at"] and patched["state_updated_at"] == ran["state_updated_at"]
+    await sdk.threads.update_state(tid, {"topic": "b"})
+    updated = await sdk.threads.get(tid)
+    assert updated["state_updated_at"] > ran["state_updated_at"]
+    copied = await sdk.threads.copy(tid)
+    assert copied["state_updated_at"] >= copied["created_at"]
+    await sdk.threads.create()
+    for order in ("asc", "desc"):
+        found = await sdk.threads.search(sort_by="state_updated_at", sort_order=order, limit=100)
+        stamps = [t["state_updated_at"] for t in found]
+        assert len(stamps) >= 3 and stamps == sorted(stamps, reverse=order == "desc"), stamps

@@ -6,8 +6,8 @@ from typing import Any
 
 ASSISTANT_FIELDS = ("assistant_id", "graph_id", "config", "context", "created_at", "updated_at", "metadata",
                     "version", "name", "description")
-THREAD_FIELDS = ("thread_id", "created_at", "updated_at", "metadata", "status", "config", "values",
-                 "interrupts", "error")
+THREAD_FIELDS = ("thread_id", "created_at", "updated_at", "state_updated_at", "metadata", "status", "config",
+                 "values", "interrupts", "error")
 RUN_FIELDS = ("run_id", "thread_id", "assistant_id", "created_at", "updated_at", "status", "metadata", "kwargs",
               "multitask_strategy")
 #: The request fields a run's public `kwargs` carries as LangGraph's server shows them, with their defaults.

@@ -66,17 +66,19 @@ ACCEPTED: list[Accepted] = [
     Accepted("events-mode", "open", r"/stream", r"sse\[events\](\.data.*)?",
              "`events` mode: the root run is named `LangGraph` on Threadline and after the graph (`typed`) on the "
              "reference, node runs' order and metadata (`checkpoint_ns`, `langgraph_*` on the root) differ."),
-    Accepted("thread-state-updated-at", "open", r"/threads", r"body(\[\])?\.state_updated_at",
-             "Thread objects: no `state_updated_at` yet (docs/compatibility.md, Threads)."),
-    Accepted("thread-interrupts-error", "open", r"/threads", r"body(\[\])?\.(interrupts|error)",
-             "Thread objects: Threadline always has `interrupts` and `error`; the reference leaves them out of "
-             "a new, copied or patched thread.", extra_only=True),
+    Accepted("thread-interrupts-error", "deliberate", r"/threads", r"body(\[\])?\.(interrupts|error)",
+             "Thread objects: Threadline always has `interrupts` and `error`, so a client reading them never "
+             "gets a KeyError; the reference leaves them out of a new, copied or patched thread: "
+             "docs/compatibility.md, Threads.", extra_only=True),
     Accepted("thread-config-configurable", "open", r"/threads", r"body(\[\])?\.config\.configurable",
              "Thread `config`: the reference has `{\"configurable\": {}}` once a run has touched it, Threadline `{}`."),
-    Accepted("thread-copy-values", "open", r"POST /threads/<uuid>/copy$", r"body\.values",
-             "`POST /threads/{id}/copy` answers the copy with its `values`; the reference's answer has none."),
-    Accepted("cancelled-error-message", "open", r"GET /threads/<uuid>$", r"body\.error\.message",
-             "A thread whose run was cancelled: the error message names the run instead of the request path."),
+    Accepted("thread-copy-values", "deliberate", r"POST /threads/<uuid>/copy$", r"body\.values",
+             "`POST /threads/{id}/copy` answers the copy as it is once copied (its `values`, and the status they "
+             "imply); the reference answers the new row before its state is copied (no `values`, `idle`)."),
+    Accepted("cancelled-error-message", "deliberate", r"GET /threads/<uuid>$", r"body\.error\.message",
+             "A thread whose run was cancelled: the error message names the run (`interrupt requested for run "
+             "<id>`); the reference's is the route's template with its placeholders left in (`… via POST "
+             "/threads/{thread_id}/runs/{run_id}/cancel`)."),
     Accepted("state-metadata", "open", r"/state|/history", r"body(\[\])?\.metadata(\.(graph_id|thread_id))?",
              "Checkpoint metadata: the reference adds `thread_id` (and `graph_id`), and answers `null` metadata "
              "for a thread without state (Threadline `{}`)."),
