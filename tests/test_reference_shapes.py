@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 from langgraph.types import Interrupt
 from langgraph_sdk.client import LangGraphClient
@@ -138,3 +139,20 @@ async def test_thread_state_updated_at_follows_its_state(sdk: LangGraphClient) -
         found = await sdk.threads.search(sort_by="state_updated_at", sort_order=order, limit=100)
         stamps = [t["state_updated_at"] for t in found]
         assert len(stamps) >= 3 and stamps == sorted(stamps, reverse=order == "desc"), stamps
+
+
+async def test_state_metadata_of_an_empty_thread_and_of_an_update(sdk: LangGraphClient) -> None:
+    tid = (await sdk.threads.create())["thread_id"]
+    assert (await sdk.threads.get_state(tid))["metadata"] is None
+    await sdk.runs.wait(tid, "typed", input={"topic": "a"})
+    await sdk.threads.update_state(tid, {"topic": "b"})
+    metadata = (await sdk.threads.get_state(tid))["metadata"]
+    assert (metadata["source"], metadata["graph_id"], metadata["thread_id"]) == ("update", "typed", tid)
+
+
+async def test_a_waited_cancel_names_the_run(http: httpx.AsyncClient) -> None:
+    tid = (await http.post("/threads", json={})).json()["thread_id"]
+    run = (await http.post(f"/threads/{tid}/runs", json={"assistant_id": "progress",
+                                                          "input": {"steps": 50, "delay": 0.1}})).json()
+    r = await http.post(f"/threads/{tid}/runs/{run['run_id']}/cancel?wait=1")
+    assert r.status_code == 200 and r.headers["content-location"] == f"/threads/{tid}/runs/{run['run_id']}"

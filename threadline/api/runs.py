@@ -186,7 +186,8 @@ async def cancel_thread_run(request: Request, thread_id: UUID, run_id: UUID, wai
                             action: CancelAction = "interrupt") -> Response:
     await runtime(request).runs.cancel(str(run_id), str(thread_id), wait=wait, action=action)
     if wait:
-        return JSON({}, headers={"Location": f"/threads/{thread_id}/runs/{run_id}/join"})
+        return JSON({}, headers={"Location": f"/threads/{thread_id}/runs/{run_id}/join",
+                                 "Content-Location": f"/threads/{thread_id}/runs/{run_id}"})
     return Response(status_code=202)
 
 

@@ -116,7 +116,7 @@ def response_schema(interrupt: Any) -> Any:
 
 
 def empty_state() -> dict[str, Any]:
-    return {"values": {}, "next": [], "tasks": [], "metadata": {}, "created_at": None,
+    return {"values": {}, "next": [], "tasks": [], "metadata": None, "created_at": None,
             "checkpoint": None, "parent_checkpoint": None, "interrupts": [],
             "checkpoint_id": None, "parent_checkpoint_id": None}
 
