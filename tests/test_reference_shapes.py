@@ -156,3 +156,9 @@ async def test_a_waited_cancel_names_the_run(http: httpx.AsyncClient) -> None:
                                                           "input": {"steps": 50, "delay": 0.1}})).json()
     r = await http.post(f"/threads/{tid}/runs/{run['run_id']}/cancel?wait=1")
     assert r.status_code == 200 and r.headers["content-location"] == f"/threads/{tid}/runs/{run['run_id']}"
+
+
+async def test_protocol_unknown_command_text(http: httpx.AsyncClient) -> None:
+    tid = (await http.post("/threads", json={})).json()["thread_id"]
+    r = await http.post(f"/threads/{tid}/commands", json={"id": 2, "method": "no.such", "params": {}})
+    assert r.json()["message"] == "Unknown protocol command: no.such", r.text

@@ -117,8 +117,6 @@ ACCEPTED: list[Accepted] = [
              "Protocol v2 events of a run stopping at `interrupt()`: the reference's root lifecycle starts with "
              "`running` (Threadline `started`), it sends no `updates` on that channel, and its last `values` "
              "comes after `input.requested` (Threadline's before)."),
-    Accepted("protocol-error-message", "open", r"/commands$", r"body\.message",
-             "Protocol v2 `unknown_command` message text (`Unknown protocol command: …` vs `Unknown command: …`)."),
     # --- deliberate, or the reference's deployment ---------------------------------------------------------------
     Accepted("typeddict-io-schemas-311", "deliberate", r"/schemas$|/subgraphs", r"body(\.\w+)?\.(input|output)_schema",
              "Graphs whose state is a `typing.TypedDict`, on Python 3.11: the reference answers `null` input and "
