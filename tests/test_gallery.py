@@ -2,15 +2,14 @@
 and driven through every surface: REST with langgraph-sdk (wait, background + join, state, history), stream
 modes, schemas, MCP (the official client), A2A `message/send`, and Protocol v2 (`client.threads.stream`).
 
-A test that fails because of a difference being fixed in issue 13 is `xfail(strict=True)`: it flips (and
-fails as XPASS) when the fix lands, so the mark is removed with it.
+Every graph passes on every surface; a difference from LangGraph's server is the differential suite's business
+(tests/differential/accepted.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -68,18 +67,6 @@ CASES: dict[str, tuple[dict[str, Any], Check]] = {
     "progress": ({"steps": 2, "delay": 0.01}, _equals({"steps": 2, "delay": 0.01, "done": [0, 1]})),
     "loopback": ({"graph_id": "typed_ext"}, _equals({"graph_id": "typed_ext", "found": 1})),
 }
-ISSUE13 = {
-    "context": "issue 13: a Runtime[Context] graph run without context gets the context schema's defaults",
-    "factory_runtime": "issue 13: graph factories taking (config, runtime) get a ServerRuntime",
-    "loopback": "issue 13: get_client() without a URL inside a graph reaches the server it runs in",
-}
-
-
-def _graph_params() -> list[Any]:
-    return [pytest.param(g, marks=pytest.mark.xfail(strict=True, reason=ISSUE13[g])) if g in ISSUE13 else g
-            for g in CASES]
-
-
 @pytest.fixture
 async def url(backend: Backend) -> AsyncIterator[str]:
     settings = Settings(config=str(GALLERY), workers=4, heartbeat_seconds=5.0, **backend.settings())
@@ -88,7 +75,7 @@ async def url(backend: Backend) -> AsyncIterator[str]:
 
 
 # --- REST: wait, background + join, state, history ----------------------------------------------------
-@pytest.mark.parametrize("graph", _graph_params())
+@pytest.mark.parametrize("graph", list(CASES))
 async def test_rest(url: str, graph: str) -> None:
     client = get_client(url=url)
     given, check = CASES[graph]
@@ -112,7 +99,7 @@ async def test_rest(url: str, graph: str) -> None:
 
 
 # --- stream modes ------------------------------------------------------------------------------------
-@pytest.mark.parametrize("graph", [g for g in CASES if g not in ISSUE13])
+@pytest.mark.parametrize("graph", list(CASES))
 async def test_stream_modes(url: str, graph: str) -> None:
     client = get_client(url=url)
     given, check = CASES[graph]
@@ -136,25 +123,7 @@ async def test_stream_modes(url: str, graph: str) -> None:
         assert any(p.event.startswith("updates|child:") for p in parts)
 
 
-#: Graphs whose state is a `typing.TypedDict` (pydantic builds their schemas itself only from Python 3.12).
-TYPING_TYPEDDICT = {"typed", "context", "subgraphs", "command", "send", "static_interrupt", "dynamic_interrupt",
-                    "factory_config", "factory_runtime", "progress", "loopback"}
-
-
-def _schema_params() -> list[Any]:
-    params = []
-    for graph in CASES:
-        if graph == "factory_runtime":
-            params.append(pytest.param(graph, marks=pytest.mark.xfail(strict=True, reason=ISSUE13[graph])))
-        elif graph in TYPING_TYPEDDICT and sys.version_info < (3, 12):
-            params.append(pytest.param(graph, marks=pytest.mark.xfail(
-                strict=True, reason="issue 13: schemas of typing.TypedDict state on Python 3.11")))
-        else:
-            params.append(graph)
-    return params
-
-
-@pytest.mark.parametrize("graph", _schema_params())
+@pytest.mark.parametrize("graph", list(CASES))
 async def test_schemas(url: str, graph: str) -> None:
     client = get_client(url=url)
     assistant = (await client.assistants.search(graph_id=graph))[0]["assistant_id"]
@@ -196,16 +165,9 @@ async def test_static_breakpoint_resumed_with_no_input(url: str) -> None:
     tid = (await client.threads.create())["thread_id"]
     await client.runs.wait(tid, "static_interrupt", input={"task": "ship"})
     assert (await client.threads.get_state(tid))["next"] == ["act"]
+    assert (await client.threads.get(tid))["status"] == "interrupted"
     done = await client.runs.wait(tid, "static_interrupt", input=None)
     assert done["log"] == ["planned ship", "did ship"]
-
-
-@pytest.mark.xfail(strict=True, reason="issue 13: a run stopped at a static breakpoint leaves its thread 'interrupted'")
-async def test_issue13_static_breakpoint_thread_is_interrupted(url: str) -> None:
-    client = get_client(url=url)
-    tid = (await client.threads.create())["thread_id"]
-    await client.runs.wait(tid, "static_interrupt", input={"task": "ship"})
-    assert (await client.threads.get(tid))["status"] == "interrupted"
 
 
 async def test_functional_interrupt_resumed(url: str) -> None:
@@ -225,9 +187,8 @@ async def _mcp_tools(url: str) -> dict[str, Any]:
 
 
 async def test_mcp_lists_and_calls_gallery_graphs(url: str) -> None:
-    broken = {"factory_runtime"} | (TYPING_TYPEDDICT if sys.version_info < (3, 12) else set())
     tools = await _mcp_tools(url)
-    assert set(CASES) - broken <= set(tools)
+    assert set(CASES) <= set(tools)
     assert set(tools["typed_ext"].input_schema["properties"]) >= {"topic"}
     async with streamable_http_client(f"{url}/mcp") as (read, write), ClientSession(read, write) as session:
         await session.initialize()
@@ -236,12 +197,6 @@ async def test_mcp_lists_and_calls_gallery_graphs(url: str) -> None:
             done = await session.call_tool(graph, given)
             assert not done.is_error, (graph, done.content)
             CASES[graph][1](json.loads(done.content[0].text))
-
-
-@pytest.mark.xfail(strict=True, reason="issue 13: (config, runtime) factories, and typing.TypedDict schemas on 3.11: "
-                                       "a graph whose schema fails is left out of MCP's tools/list")
-async def test_mcp_lists_every_gallery_graph(url: str) -> None:
-    assert set(CASES) <= set(await _mcp_tools(url))
 
 
 @pytest.mark.parametrize("graph", ["messages", "react", "agent"])

@@ -6,10 +6,15 @@ from typing import Any
 
 ASSISTANT_FIELDS = ("assistant_id", "graph_id", "config", "context", "created_at", "updated_at", "metadata",
                     "version", "name", "description")
-THREAD_FIELDS = ("thread_id", "created_at", "updated_at", "metadata", "status", "config", "values",
-                 "interrupts", "error")
+THREAD_FIELDS = ("thread_id", "created_at", "updated_at", "state_updated_at", "metadata", "status", "config",
+                 "values", "interrupts", "error")
 RUN_FIELDS = ("run_id", "thread_id", "assistant_id", "created_at", "updated_at", "status", "metadata", "kwargs",
               "multitask_strategy")
+#: The request fields a run's public `kwargs` carries as LangGraph's server shows them, with their defaults.
+RUN_KWARGS_DEFAULTS: dict[str, Any] = {
+    "input": None, "command": None, "context": {}, "interrupt_before": None, "interrupt_after": None,
+    "webhook": None, "feedback_keys": None, "checkpoint_during": True,
+}
 
 
 def assistant_out(row: dict[str, Any]) -> dict[str, Any]:
@@ -26,4 +31,41 @@ def thread_out(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_out(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: row.get(k) for k in RUN_FIELDS}
+    out = {k: row.get(k) for k in RUN_FIELDS}
+    out["kwargs"] = run_kwargs_out(row)
+    out["langsmith_session_name"] = None  # LangGraph's server names the run's LangSmith project; none here
+    return out
+
+
+def run_kwargs_out(row: dict[str, Any]) -> dict[str, Any]:
+    """A run's `kwargs` as LangGraph's server shows them: the run resolved rather than the request's fields.
+    Every field is there with its default; `stream_mode` is a list (`["values"]` by default); `subgraphs`,
+    `resumable` and `temporary` (a stateless run whose thread goes with it) replace `stream_subgraphs` and
+    `stream_resumable`; `durability` is the one the run has; `config` names the run (`configurable`: the
+    request's context and configurable, `assistant_id`, `graph_id`, `run_id`, `thread_id`; `metadata`: the
+    run's). The stored request (what the worker runs) is not changed."""
+    kwargs = row.get("kwargs") or {}
+    out = {key: kwargs.get(key, default) for key, default in RUN_KWARGS_DEFAULTS.items()}
+    if out["context"] is None:
+        out["context"] = {}
+    modes = kwargs.get("stream_mode") or ["values"]
+    out["stream_mode"] = [modes] if isinstance(modes, str) else list(modes)
+    out["subgraphs"] = bool(kwargs.get("stream_subgraphs"))
+    out["resumable"] = bool(kwargs.get("stream_resumable"))
+    out["temporary"] = bool(kwargs.get("temporary"))
+    if kwargs.get("durability"):
+        out["durability"] = kwargs["durability"]
+    else:
+        out["durability"] = "exit" if kwargs.get("checkpoint_during") is False else "async"
+    for key in ("checkpoint", "checkpoint_id"):
+        if kwargs.get(key) is not None:
+            out[key] = kwargs[key]
+    given = kwargs.get("config") or {}
+    metadata = row.get("metadata") or {}
+    configurable = {**(kwargs.get("context") or {}), **(given.get("configurable") or {}),
+                    "assistant_id": row.get("assistant_id"), "run_id": row.get("run_id"),
+                    "thread_id": row.get("thread_id")}
+    if metadata.get("graph_id") is not None:
+        configurable["graph_id"] = metadata["graph_id"]
+    out["config"] = {**given, "configurable": configurable, "metadata": {**(given.get("metadata") or {}), **metadata}}
+    return out

@@ -39,9 +39,12 @@ class Accepted:
     steps: str = "."  # a regex searched in the step's label
     sometimes: bool = False  # seen on some runs only (an order nobody defines): exempt from the staleness check
     extra_only: bool = False  # only where the reference has no such field at all (Threadline adds it)
+    reference_null: bool = False  # only where the reference answers `null` (Threadline a value)
 
     def matches(self, diff: Any) -> bool:
         if self.extra_only and diff.reference != MISSING:
+            return False
+        if self.reference_null and diff.reference is not None:
             return False
         return (bool(re.search(self.sessions, diff.session)) and bool(re.search(self.steps, diff.step))
                 and bool(re.search(self.where, diff.where))
@@ -53,112 +56,27 @@ _PLATFORM = r"(langgraph_(host|plan|api_url|api_version|version|request_id|auth_
 _ERR = r"body\.(code|message|errors|metadata)"  # our error body's extra keys (the SDK shows `detail`)
 
 ACCEPTED: list[Accepted] = [
-    # --- being fixed in issue 13 (other branches) -------------------------------------------------------
-    Accepted("context-without-context", "issue13", r".", r"session\.error|body\.(__error__|name|reply)|exchange",
-             "A `Runtime[Context]` graph run without `context`: the reference gives the node the context "
-             "schema's defaults, Threadline `None` (AttributeError in the node); the session then stops.", sessions=r"context"),
-    Accepted("factory-config-runtime", "issue13", r"^-$|schemas|graph|subgraphs|/runs/wait|/history|/state|/threads/<uuid>($|/runs)|/assistants/search",
-             r"session\.error|status|exchange|body\.(__error__|code|detail|message|text|graph_id|nodes|edges|input_schema|output_schema|"
-             r"state_schema|config_schema|context_schema)",
-             "A `(config, runtime)` graph factory: Threadline calls it with the config only (TypeError: an error "
-             "run, a 500 on schemas after which the server drops the keep-alive connection, so the client's "
-             "next request fails and the session stops); the reference passes a `ServerRuntime`.",
-             sessions=r"factory_runtime|schemas|^context"),
-    Accepted("get-client-loopback", "issue13", r".", r"session\.error|exchange|body\.(__error__|found|graph_id)",
-             "`langgraph_sdk.get_client()` without a URL inside a graph: the reference answers in-process; on "
-             "Threadline the call fails (TypeError), so the run errors.", sessions=r"^graph:loopback$"),
-    Accepted("disconnect-default", "issue13", r"/runs|/threads/<uuid>$", r"body(\[\])?\.(status|values.*|error.*)",
-             "A client leaving `/runs/wait` mid-run: the reference's run goes on to `success` (`on_disconnect` "
-             "defaults to `continue`); Threadline cancels it (thread `interrupted`).", sessions=r"^disconnect$"),
-    Accepted("static-breakpoint-status", "issue13", r"GET /threads/<uuid>$", r"body\.status",
-             "A run stopped at a static breakpoint (`interrupt_before`): the reference's thread is `interrupted`, "
-             "Threadline's `idle`.", sessions=r"static"),
-    Accepted("update-state-busy", "issue13", r"POST /threads/<uuid>/state$", r"status|body\.(detail|checkpoint)",
-             "Updating the state of a thread with a run in flight: the reference answers 409, Threadline applies it.",
-             sessions=r"busy"),
-    Accepted("root-path", "issue13", r"GET /$", r"status|body\.(ok|services|code|detail|message)",
-             "`GET /`: the reference answers `{\"ok\": true, \"services\": {}}`, Threadline 404."),
-    Accepted("location-headers", "issue13", r"/runs/(stream|wait)$|/join$|/cancel",
-             r"header\.(location|content-location)",
-             "`Location`/`Content-Location` of run responses: the reference sends them on `/runs/wait`, "
-             "`…/join` and cancel, and names stateless runs `/runs/{id}`; Threadline names the temporary thread's "
-             "run or sends none."),
-    Accepted("stateless-stream-follow", "issue13", r"GET /threads/<uuid>/runs/<uuid>$", r"exchange",
-             "After a stateless stream the SDK follows `Content-Location`; Threadline's points at the temporary "
-             "thread's run, which answers (the reference's `/runs/{id}` is not fetched).", sessions=r"stream:"),
-    Accepted("checkpoint-id-fields", "issue13", r"/state|/history|/copy",
-             r"body(\[\])?\.(checkpoint_id|parent_checkpoint_id|checkpoint|configurable)|"
-             r"body(\[\])?\.(checkpoint|parent_checkpoint)\.checkpoint_map|body(\[\])?\.tasks\[\]\.checkpoint\.\w+",
-             "State and history: the reference adds top-level `checkpoint_id`/`parent_checkpoint_id`, leaves "
-             "`checkpoint_map` out, and answers a state update with `{configurable}` (Threadline: `{checkpoint}`)."),
-    Accepted("debug-events", "issue13", r"/stream", r"sse\[debug[^\]]*\](\.data.*)?",
-             "`debug` stream: Threadline also sends the input checkpoint (step 0), and the checkpoint/task payloads "
-             "differ (`checkpoint`/`parent_checkpoint` fields, config contents)."),
-    Accepted("messages-partial-type", "issue13", r"/stream", r"sse\[messages/partial\]\.data\[\]\.(type|chunk_position|tool_call_chunks)",
-             "`messages` mode: the reference's accumulated `messages/partial` message is `type: \"ai\"` without "
-             "the chunk fields; Threadline's is the `AIMessageChunk` (`chunk_position`, `tool_call_chunks`)."),
-    Accepted("error-detail-texts", "issue13", r".", r"body\.detail",
-             "Error texts (`detail`) differ in wording (`Thread … not found` vs `Thread with ID … not found`, "
-             "404 `Not Found`, validation prose)."),
-    Accepted("store-empty-label", "issue13", r"PUT /store/items$", r"body|header\.content-type",
-             "A store namespace with an empty label: the reference answers 422 plain text, Threadline 422 JSON."),
-    Accepted("replay-metadata", "issue13", r"/runs/<uuid>/stream", r"sse\[metadata\]",
-             "Joining a resumable run's stream with `Last-Event-ID: -1`: the reference replays its `metadata` "
-             "event too.", sessions=r"^join$"),
-    Accepted("assistant-delete-threads", "issue13", r"GET /threads/<uuid>$", r"status|body\.\w+",
-             "`DELETE /assistants/{id}?delete_threads=true` leaves the assistant's threads on Threadline "
-             "(the reference deletes them).", sessions=r"^delete$", steps=r"^thread after$"),
-    Accepted("prune-delete", "issue13", r"GET /threads/<uuid>$", r"status|body\.\w+",
-             "`POST /threads/prune` with `strategy: delete` leaves the thread on Threadline (the reference "
-             "deletes it).", sessions=r"^delete$", steps=r"^pruned thread$"),
-    Accepted("join-stream-modes", "issue13", r"/runs/<uuid>/stream\?.*stream_mode=custom", r"sse\[(values|updates)\]",
-             "Joining a run's stream with `stream_mode`: the reference sends only those modes, Threadline every "
-             "mode the run streams.", sessions=r"^join:modes$"),
-    Accepted("typeddict-schemas-311", "issue13", r"/schemas$|/subgraphs", r"body(\.\w+)?\.state_schema",
-             "Graphs whose state is a `typing.TypedDict`, on Python 3.11: the reference builds their state schema, "
-             "Threadline answers `null` for every schema (and leaves them out of MCP's tools/list)."),
     # --- real differences nobody is fixing yet ---------------------------------------------------------------
-    Accepted("interrupt-response-schema", "open", r"/runs/wait$", r"body\.__interrupt__\[\]\.response_schema",
-             "Interrupts in a run's output: the reference adds `response_schema: null`."),
-    Accepted("run-kwargs", "open", r"/runs",
-             r"body(\[\])?\.kwargs\.(checkpoint_during|command|config|context|durability|feedback_keys|input|"
-             r"interrupt_after|interrupt_before|on_completion|resumable|stream_mode|stream_resumable|"
-             r"stream_subgraphs|subgraphs|temporary|webhook)",
-             "A run's `kwargs`: the reference stores the resolved run (full `config`, `context`, `durability`, "
-             "`interrupt_*`, `webhook`, `subgraphs`, `resumable`, `temporary`, `checkpoint_during`, `stream_mode` "
-             "as a list); Threadline the request's fields (`stream_subgraphs`, `stream_resumable`)."),
-    Accepted("messages-with-tuple", "open", r"/stream", r"sse\[messages/(partial|metadata)\]",
-             "A stream asking for both `messages` and `messages-tuple`: the reference sends only the tuple form "
-             "(`messages` events), Threadline both.", sessions=r"^stream:messages$"),
-    Accepted("functional-interrupt-output", "open", r"/runs/wait$", r"body\.__interrupt__",
-             "An `@entrypoint` stopped at `interrupt()`: the reference's `/wait` output is "
-             "`{\"__interrupt__\": [...]}`, Threadline's `{}` (the thread does record the interrupt).",
-             sessions=r"interrupt:functional"),
-    Accepted("stateless-checkpoints", "open", r"POST /runs/stream$", r"sse\[checkpoints\]",
-             "`checkpoints` mode on a stateless run: the reference sends no checkpoint events, Threadline those "
-             "of the temporary thread."),
+    Accepted("run-kwargs-config", "open", r"/runs", r"body(\[\])?\.kwargs\.config\.(configurable\.graph_id|metadata\.(run_id|thread_id))",
+             "A run's `kwargs.config` (Threadline renders it from the stored request and the run's ids): no "
+             "`graph_id` in `configurable` for a run that created its thread (its metadata has none to take it "
+             "from), and for a graph factory the reference's `metadata` also has `run_id`/`thread_id`."),
     Accepted("events-mode", "open", r"/stream", r"sse\[events\](\.data.*)?",
              "`events` mode: the root run is named `LangGraph` on Threadline and after the graph (`typed`) on the "
              "reference, node runs' order and metadata (`checkpoint_ns`, `langgraph_*` on the root) differ."),
-    Accepted("run-langsmith-session", "open", r"/runs", r"body(\[\])?\.langsmith_session_name",
-             "Run objects: the reference has `langsmith_session_name: null` (no LangSmith here)."),
-    Accepted("batch-run-shape", "open", r"POST /runs/batch$", r"body\[\]\.(agent_id|input|on_completion)",
-             "`POST /runs/batch` answers Threadline's Agent Protocol run shape (`agent_id`, `input`, "
-             "`on_completion`) instead of LangGraph's run object."),
-    Accepted("thread-state-updated-at", "open", r"/threads", r"body(\[\])?\.state_updated_at",
-             "Thread objects: no `state_updated_at` yet (docs/compatibility.md, Threads)."),
-    Accepted("thread-interrupts-error", "open", r"/threads", r"body(\[\])?\.(interrupts|error)",
-             "Thread objects: Threadline always has `interrupts` and `error`; the reference leaves them out of "
-             "a new, copied or patched thread.", extra_only=True),
+    Accepted("thread-interrupts-error", "deliberate", r"/threads", r"body(\[\])?\.(interrupts|error)",
+             "Thread objects: Threadline always has `interrupts` and `error`, so a client reading them never "
+             "gets a KeyError; the reference leaves them out of a new, copied or patched thread: "
+             "docs/compatibility.md, Threads.", extra_only=True),
     Accepted("thread-config-configurable", "open", r"/threads", r"body(\[\])?\.config\.configurable",
              "Thread `config`: the reference has `{\"configurable\": {}}` once a run has touched it, Threadline `{}`."),
-    Accepted("thread-copy-values", "open", r"POST /threads/<uuid>/copy$", r"body\.values",
-             "`POST /threads/{id}/copy` answers the copy with its `values`; the reference's answer has none."),
-    Accepted("cancelled-error-message", "open", r"GET /threads/<uuid>$", r"body\.error\.message",
-             "A thread whose run was cancelled: the error message names the run instead of the request path."),
-    Accepted("state-metadata", "open", r"/state|/history", r"body(\[\])?\.metadata(\.(graph_id|thread_id))?",
-             "Checkpoint metadata: the reference adds `thread_id` (and `graph_id`), and answers `null` metadata "
-             "for a thread without state (Threadline `{}`)."),
+    Accepted("thread-copy-values", "deliberate", r"POST /threads/<uuid>/copy$", r"body\.values",
+             "`POST /threads/{id}/copy` answers the copy as it is once copied (its `values`, and the status they "
+             "imply); the reference answers the new row before its state is copied (no `values`, `idle`)."),
+    Accepted("cancelled-error-message", "deliberate", r"GET /threads/<uuid>$", r"body\.error\.message",
+             "A thread whose run was cancelled: the error message names the run (`interrupt requested for run "
+             "<id>`); the reference's is the route's template with its placeholders left in (`… via POST "
+             "/threads/{thread_id}/runs/{run_id}/cancel`)."),
     Accepted("schema-titles", "open", r"/schemas$|/subgraphs", r"body(\.\w+)?\.(state|input|output|config)_schema\.title",
              "Schema titles: the reference names them after the graph (`typed_ext_state`, `functional_input`, "
              "`Context`); Threadline keeps the class's name (`ExtState`, `LangGraphInput`, `LangGraphConfig`)."),
@@ -166,15 +84,14 @@ ACCEPTED: list[Accepted] = [
              r"body(\.\w+)?\.state_schema\.(properties\.\w+\.default|required)",
              "State schemas: the reference gives every field `default: null` and no `required`; Threadline the "
              "declared defaults (pydantic, dataclass) or none, and `required`."),
+    Accepted("schema-node-input-fields", "open", r"/schemas$", r"body\.state_schema\.properties\.\w+",
+             "State schemas: the reference also lists the fields of a node's own input state (a `Send` target's "
+             "`subject`); Threadline only the graph's state.", sessions=r"^schemas$",
+             steps=r"^schemas send$"),
     Accepted("schema-agent-state", "open", r"/schemas$",
              r"body\.state_schema\.(additionalProperties|deprecated|description|properties(\.remaining_steps)?)",
              "State schemas the reference prunes: `create_react_agent`'s (Threadline keeps `remaining_steps`, "
              "`deprecated`, the description) and an `@entrypoint`'s (the reference lists `__end__`)."),
-    Accepted("schema-context-in-config", "open", r"/schemas$|/subgraphs",
-             r"body(\.\w+)?\.config_schema(\.(\$defs|properties(\.\w+)?|type))?",
-             "`config_schema`: for a graph with a context schema the reference inlines the context's fields "
-             "(Threadline nests them under `configurable`), and for a subgraph it is `{}` (Threadline an object "
-             "schema)."),
     Accepted("graph-node-data", "open", r"/graph", r"body\.nodes\[\]\.data\.id",
              "Drawn graphs: node `data.id` of function nodes (Threadline names the runnable's class path)."),
     Accepted("store-search-order", "open", r"POST /store/items/search$",
@@ -182,7 +99,10 @@ ACCEPTED: list[Accepted] = [
              "Store search without a query: the reference lists items in insertion order; Threadline's "
              "(LangGraph's SQLite store, no ORDER BY) order is not defined and differs on some runs.",
              sometimes=True),
-    Accepted("ok-services", "open", r"GET /ok$", r"body\.services", "`GET /ok`: the reference adds `services: {}`."),
+    Accepted("ok-services", "deliberate", r"GET /(ok)?$", r"body\.services",
+             "`GET /ok` and `GET /`: the reference adds `services: {}` (its deployment's services, none under "
+             "`langgraph dev`); Threadline answers `{\"ok\": true}` and checks its database and broker with "
+             "`check_db=1`."),
     Accepted("a2a-history-task-id", "open", r"POST /a2a/", r"body\.result\.history\[\]\.taskId",
              "A2A `message/send` (0.3): the reference puts `taskId` on every history message; Threadline on none."),
     Accepted("a2a-agent-message-id", "open", r"POST /a2a/", r"body\.result\.history\[\]\.messageId",
@@ -197,9 +117,24 @@ ACCEPTED: list[Accepted] = [
              "Protocol v2 events of a run stopping at `interrupt()`: the reference's root lifecycle starts with "
              "`running` (Threadline `started`), it sends no `updates` on that channel, and its last `values` "
              "comes after `input.requested` (Threadline's before)."),
-    Accepted("protocol-error-message", "open", r"/commands$", r"body\.message",
-             "Protocol v2 `unknown_command` message text (`Unknown protocol command: …` vs `Unknown command: …`)."),
     # --- deliberate, or the reference's deployment ---------------------------------------------------------------
+    Accepted("typeddict-io-schemas-311", "deliberate", r"/schemas$|/subgraphs", r"body(\.\w+)?\.(input|output)_schema",
+             "Graphs whose state is a `typing.TypedDict`, on Python 3.11: the reference answers `null` input and "
+             "output schemas (pydantic refuses `typing.TypedDict` before 3.12); Threadline describes them through "
+             "their `typing_extensions` twin, so Studio draws the input form, MCP lists the graph and A2A takes "
+             "text.", reference_null=True),
+    Accepted("error-detail-texts", "deliberate", r".", r"body\.detail",
+             "Error texts where the reference's says less or is a library's prose: a bare `Not Found` for an "
+             "unknown assistant or a deleted run, `Thread with ID … not found` for an unknown run of a known "
+             "thread, the JSON Schema validator's paragraph for a bad `limit`, a multi-line list of graphs, "
+             "the cancel of a finished run: docs/compatibility.md, Conventions.",
+             steps=r"^(get deleted|assistant 404|run 404|unknown assistant|bad limit|cancel finished)$"),
+    Accepted("busy-detail", "deliberate", r"POST /threads/<uuid>/state$", r"body\.detail",
+             "The 409 for a state update while a run is in flight: the reference's text is a Python repr of its "
+             "run rows; Threadline names the runs' ids.", sessions=r"^busy$"),
+    Accepted("store-empty-label", "deliberate", r"PUT /store/items$", r"body|header\.content-type",
+             "A store namespace with an empty label: the reference answers 422 in plain text, Threadline 422 "
+             "with its JSON error body, as for every bad input: docs/compatibility.md, Conventions."),
     Accepted("platform-metadata", "deliberate", r".", rf".*\.(configurable|metadata|data\[\])\.{_PLATFORM}",
              "Values of the reference's deployment that LangGraph passes to the graph: LangSmith plan and host, "
              "API version and URL, the authenticated user, request timing. Threadline's runs carry `graph_id`, "

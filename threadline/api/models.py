@@ -121,7 +121,7 @@ class ThreadSearch(Body):
     status: Literal["idle", "busy", "interrupted", "error"] | None = None
     limit: int = Field(10, ge=1, le=1000)
     offset: int = Field(0, ge=0)
-    sort_by: Literal["thread_id", "status", "created_at", "updated_at"] | None = None
+    sort_by: Literal["thread_id", "status", "created_at", "updated_at", "state_updated_at"] | None = None
     sort_order: SortOrder | None = None
     select: list[str] | None = None
 

@@ -164,7 +164,7 @@ class _Session:
             done.set()
             return {}, done
         if method not in ("subscription.subscribe", "subscription.reconnect"):
-            raise CommandError("unknown_command", f"Unknown command: {method}")
+            raise CommandError("unknown_command", f"Unknown protocol command: {method}")
         flt = EventFilter.parse(params)
         since = since_of(params)
         sid = str(uuid.uuid4())

@@ -187,7 +187,8 @@ async def cancel_thread_run(request: Request, thread_id: UUID, run_id: UUID, wai
                             action: CancelAction = "interrupt") -> Response:
     await runtime(request).runs.cancel(str(run_id), str(thread_id), wait=wait, action=action)
     if wait:
-        return JSON({}, headers={"Location": f"/threads/{thread_id}/runs/{run_id}/join"})
+        return JSON({}, headers={"Location": f"/threads/{thread_id}/runs/{run_id}/join",
+                                 "Content-Location": f"/threads/{thread_id}/runs/{run_id}"})
     return Response(status_code=202)
 
 
@@ -225,7 +226,7 @@ async def wait_run(request: Request, body: RunCreate) -> Response:
 @router.post("/runs/batch")
 async def create_runs_batch(request: Request, bodies: list[RunCreate]) -> JSON:
     rt = runtime(request)
-    return JSON([spec_run_out(await _create(rt, None, b)) for b in bodies])
+    return JSON([run_out(await _create(rt, None, b)) for b in bodies])
 
 
 @router.post("/runs/cancel")

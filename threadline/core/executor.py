@@ -305,7 +305,12 @@ class Executor:
             "context": run_context(run, assistant),
         }
         options["durability"] = run_durability(kwargs)
-        messages = MessageStreamer(legacy="messages" in modes, tuples="messages-tuple" in modes)
+        # Asked for both, `messages` and `messages-tuple` are the tuple form alone, as on LangGraph's server.
+        messages = MessageStreamer(legacy="messages" in modes and "messages-tuple" not in modes,
+                                   tuples="messages-tuple" in modes)
+        # A stateless run's checkpoints are its temporary thread's, gone with the run: as LangGraph's server,
+        # no `checkpoints` events and no `checkpoint` debug events (the debug stream keeps its tasks).
+        stateless = bool(kwargs.get("temporary"))
 
         async def publish(event: str, data: Any) -> None:
             await self._publish(lease, event, data)
@@ -322,6 +327,8 @@ class Executor:
             if mode == "messages":
                 for event, data in messages.feed(chunk):
                     await publish(event + suffix, data)
+            elif stateless and (mode == "checkpoints" or (mode == "debug" and _is_checkpoint(chunk))):
+                continue
             elif mode == "debug":
                 await publish(mode + suffix, debug_json(chunk))
             elif mode in modes:
@@ -332,3 +339,7 @@ class Executor:
         options = {k: v for k, v in options.items() if k not in ("stream_mode", "subgraphs")}
         async for event in graph.astream_events(graph_input(run["kwargs"]), config, version="v2", **options):
             await publish("events", event)
+
+
+def _is_checkpoint(chunk: Any) -> bool:
+    return isinstance(chunk, dict) and chunk.get("type") == "checkpoint"

@@ -164,7 +164,7 @@ class Commands:
         handler = {"run.start": self.run_start, "input.respond": self.input_respond,
                    "agent.getTree": self.get_tree}.get(method)
         if handler is None:
-            return failure(command_id, "unknown_command", f"Unknown command: {method}")
+            return failure(command_id, "unknown_command", f"Unknown protocol command: {method}")
         if not isinstance(params, dict):
             return failure(command_id, "invalid_argument", "params must be an object")
         try:

@@ -7,7 +7,9 @@ from typing import Any
 
 from langgraph.pregel import Pregel
 from langgraph.types import StateSnapshot
+from pydantic import TypeAdapter
 
+from threadline.core.graphs import pydantic_compatible
 from threadline.serde import to_jsonable
 
 
@@ -93,11 +95,28 @@ def debug_json(chunk: Any) -> Any:
 
 
 def interrupt_json(interrupt: Any) -> dict[str, Any]:
-    return {"value": to_jsonable(interrupt.value), "id": getattr(interrupt, "id", None)}
+    """An interrupt as a thread or state shows it: `value`, `id`, and `response_schema` when it has one."""
+    out = {"value": to_jsonable(interrupt.value), "id": getattr(interrupt, "id", None)}
+    schema = response_schema(interrupt)
+    if schema is not None:
+        out["response_schema"] = schema
+    return out
+
+
+def response_schema(interrupt: Any) -> Any:
+    """The JSON Schema of the answer an `interrupt(..., response_schema=...)` asks for: a dict as given, a type
+    (a pydantic model, a TypedDict) described by pydantic; None when there is none or it cannot be described."""
+    schema = getattr(interrupt, "response_schema", None)
+    if schema is None or isinstance(schema, dict):
+        return schema
+    try:
+        return TypeAdapter(pydantic_compatible(schema)).json_schema()
+    except Exception:  # a type pydantic cannot describe: the interrupt is still answered, without a schema
+        return None
 
 
 def empty_state() -> dict[str, Any]:
-    return {"values": {}, "next": [], "tasks": [], "metadata": {}, "created_at": None,
+    return {"values": {}, "next": [], "tasks": [], "metadata": None, "created_at": None,
             "checkpoint": None, "parent_checkpoint": None, "interrupts": [],
             "checkpoint_id": None, "parent_checkpoint_id": None}
 
@@ -117,9 +136,14 @@ def thread_fields(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_output(state: dict[str, Any]) -> Any:
-    """A finished run's output: the state values, with `__interrupt__` when the graph is waiting for input."""
+    """A finished run's output: the state values, with `__interrupt__` when the graph is waiting for input
+    (each with `response_schema`, null when the interrupt has none, as LangGraph's server answers). An
+    `@entrypoint` stopped before it returned has no values yet: its output is the interrupts alone."""
     values = state["values"]
-    interrupts = [i for group in pending_interrupts(state).values() for i in group]
+    interrupts = [{"response_schema": None, **i}
+                  for group in pending_interrupts(state).values() for i in group]
+    if interrupts and values is None:
+        return {"__interrupt__": interrupts}
     if interrupts and isinstance(values, dict):
         return {**values, "__interrupt__": interrupts}
     return values

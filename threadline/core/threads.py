@@ -167,7 +167,11 @@ class Threads:
                 raise BadRequest(f"Thread {thread_id} has no graph yet: run it once, or create it with "
                                  "metadata.graph_id, before updating its state")
             try:
-                config = await graph.aupdate_state(thread_config(thread_id, checkpoint), values, as_node=as_node)
+                # As LangGraph's server: the update's checkpoint metadata names the graph (LangGraph copies
+                # the config's metadata into it), as a run's does.
+                update_config = {**thread_config(thread_id, checkpoint),
+                                 "metadata": {"graph_id": thread["metadata"].get("graph_id")}}
+                config = await graph.aupdate_state(update_config, values, as_node=as_node)
             except Exception as exc:  # LangGraph raises InvalidUpdateError/ValueError for bad updates
                 raise BadRequest(f"{type(exc).__name__}: {exc}") from exc
         await self.refresh(thread_id)

@@ -31,7 +31,7 @@ from threadline.storage.sql import (
 log = logging.getLogger("threadline.storage")
 
 _ASSISTANT_SORT = {"assistant_id", "graph_id", "name", "created_at", "updated_at"}
-_THREAD_SORT = {"thread_id", "status", "created_at", "updated_at"}
+_THREAD_SORT = {"thread_id", "status", "created_at", "updated_at", "state_updated_at"}
 _VERSION_COLS = ("assistant_id", "version", "graph_id", "name", "description", "config", "context", "metadata")
 _MIGRATION_LOCK = 7_345_112_907  # pg_advisory_lock key: one process migrates at a time
 _ACTIVE = "status IN ('pending', 'running')"

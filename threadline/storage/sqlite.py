@@ -29,7 +29,7 @@ from threadline.storage.sql import (
 log = logging.getLogger("threadline.storage")
 
 _ASSISTANT_SORT = {"assistant_id", "graph_id", "name", "created_at", "updated_at"}
-_THREAD_SORT = {"thread_id", "status", "created_at", "updated_at"}
+_THREAD_SORT = {"thread_id", "status", "created_at", "updated_at", "state_updated_at"}
 
 
 class SQLiteStorage(Storage):
