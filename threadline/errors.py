@@ -56,9 +56,23 @@ class ConfigError(ThreadlineError):
 
 
 class Unavailable(ThreadlineError):
-    """A backing service is unavailable."""
+    """A backing service is unavailable. Retry shortly."""
 
     code = "unavailable"
+    #: Seconds a client should wait before trying again (the `Retry-After` of the 503).
+    retry_after = 1
+
+
+class StorageUnavailable(Unavailable):
+    """The database is unavailable. Retry shortly."""
+
+    code = "storage_unavailable"
+
+
+class BrokerUnavailable(Unavailable):
+    """The message broker is unavailable. Retry shortly."""
+
+    code = "broker_unavailable"
 
 
 class ClientGone(ThreadlineError):

@@ -65,7 +65,12 @@ def install(app: FastAPI) -> None:
     async def _domain(_: Request, exc: errors.ThreadlineError) -> JSONResponse:
         status = next((s for cls, s in STATUS.items() if isinstance(exc, cls)), 500)
         extra = {"metadata": exc.metadata} if exc.metadata else {}
-        return error_body(status, exc.message, exc.code, **extra)
+        response = error_body(status, exc.message, exc.code, **extra)
+        if isinstance(exc, errors.Unavailable):
+            # The database or Redis is away (restarting, failing over): the client may try again, and the
+            # server reconnects by itself, so the answer says when (`Retry-After`, as RFC 9110 has it for 503).
+            response.headers["Retry-After"] = str(exc.retry_after)
+        return response
 
     @app.exception_handler(InvalidNamespaceError)
     async def _namespace(_: Request, exc: InvalidNamespaceError) -> JSONResponse:

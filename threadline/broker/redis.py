@@ -29,7 +29,7 @@ from redis.exceptions import RedisError
 from threadline.broker.base import Broker, StreamEvent
 from threadline.broker.keys import Keys
 from threadline.broker.local import LocalSignals
-from threadline.errors import Unavailable
+from threadline.errors import BrokerUnavailable, Unavailable
 
 log = logging.getLogger("threadline.broker")
 
@@ -38,12 +38,15 @@ _ERRORS = (RedisError, OSError)  # OSError includes TimeoutError
 
 @contextlib.asynccontextmanager
 async def _exchange(seconds: float) -> AsyncIterator[None]:
-    """One exchange with Redis, bounded in time; driver errors become `Unavailable` at the backend edge."""
+    """One exchange with Redis, bounded in time; driver errors become `BrokerUnavailable` at the backend edge,
+    whose message names no driver (the log line keeps its words for the operator)."""
     try:
         async with asyncio.timeout(seconds):
             yield
     except _ERRORS as exc:
-        raise Unavailable(f"Redis is unavailable: {exc}") from exc
+        log.warning("Redis unavailable: %s: %s", type(exc).__name__, exc)
+        reason = "no answer in time" if isinstance(exc, TimeoutError) else "connection lost"
+        raise BrokerUnavailable(f"Redis is unavailable ({reason}). Retry shortly.") from exc
 
 
 def _after_id(event_id: str) -> str:
@@ -180,7 +183,7 @@ class RedisBroker(Broker):
                                 expiring.add(name)
                     replies = await pipe.execute()
             except BaseException as exc:
-                failure = exc if isinstance(exc, Exception) else Unavailable(f"Redis broker stopped: {exc!r}")
+                failure = exc if isinstance(exc, Exception) else BrokerUnavailable("The Redis broker stopped.")
                 for _, waiter in waiting:
                     if not waiter.done():
                         waiter.set_exception(failure)

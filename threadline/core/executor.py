@@ -22,11 +22,15 @@ from threadline.core.metrics import Metrics
 from threadline.core.state import bind, debug_json, run_output, snapshot_json, thread_config, thread_fields
 from threadline.core.threads import Threads
 from threadline.core.webhooks import Webhooks
+from threadline.errors import Unavailable
 from threadline.serde import dumps
 from threadline.shapes import run_out
 from threadline.storage.base import Row, Storage
 
 log = logging.getLogger("threadline.executor")
+
+INFRA_RETRY_FIRST = 0.2  # seconds before a run goes on after the database or broker failed under it
+INFRA_RETRY_MAX = 5.0
 
 # Stream modes a client may ask for, and the LangGraph stream mode that feeds each.
 STREAM_MODES = {
@@ -190,13 +194,7 @@ class Executor:
             if protocol is not None:
                 protocol.named(assistant["graph_id"])
             config = build_config(run, assistant, thread_id)
-            async with self.graphs.graph(assistant["graph_id"], config, access="threads.create_run",
-                                         store=self.storage.store, context=run_context(run, assistant)) as graph:
-                checkpointer = self.storage.run_checkpointer(run_durability(run["kwargs"] or {}))
-                bound = bind(graph, FencedCheckpointer(checkpointer, lease), self.storage.store)
-                await self._stream(bound, run, config, assistant, lease, protocol)
-                snap = await bound.aget_state(thread_config(thread_id))
-            state = snapshot_json(snap)
+            state = await self._run_graph(run, config, assistant, lease, protocol)
             output = run_output(state)
             thread_changes: dict[str, Any] = {**thread_fields(state), "error": None}
         except asyncio.CancelledError:
@@ -218,6 +216,9 @@ class Executor:
         except Exception as exc:  # the agent's own failure: recorded on the run, shown to the client
             if isinstance(exc, LeaseLost) or not lease.valid():
                 log.warning("run %s: lease lost (%s); leaving it to the worker that holds it now", run_id, exc)
+                return None
+            if isinstance(exc, Unavailable):  # the database or broker failed, not the agent: another go later
+                await self._release(run, worker_id, exc)
                 return None
             status, failure = "error", exc
             error = {"error": type(exc).__name__, "message": str(exc)}
@@ -241,9 +242,58 @@ class Executor:
                      exc_info=failure, extra={**fields, "status": status, **({"action": action} if action else {}),
                                               "duration_ms": round((time.monotonic() - started) * 1000, 1)})
 
-        finished = await self._finish(run, worker_id, status, error, output, thread_changes, action, ended)
+        finished = await self._finish(run, lease, worker_id, status, error, output, thread_changes, action, ended)
         self.metrics.run_finished(status, time.monotonic() - started)
         return finished
+
+    async def _run_graph(self, run: Row, config: dict[str, Any], assistant: Row, lease: Lease,
+                         protocol: ProtocolRun | None) -> dict[str, Any]:
+        """The graph run to its end; the thread's state after it. When the database or the broker fails
+        under it (`Unavailable`: a connection lost, a restart), that is no failure of the agent's: the run
+        goes on, after a pause, from the last checkpoint it saved, on this worker and under the same claim,
+        as long as the lease holds (a worker that cannot renew it past `lease_seconds` stops, and the
+        sweeper gives the run to another)."""
+        thread_id, given = run["thread_id"], graph_input(run["kwargs"] or {})
+        delay = INFRA_RETRY_FIRST
+        while True:
+            try:
+                async with self.graphs.graph(assistant["graph_id"], config, access="threads.create_run",
+                                             store=self.storage.store, context=run_context(run, assistant)) as graph:
+                    checkpointer = self.storage.run_checkpointer(run_durability(run["kwargs"] or {}))
+                    bound = bind(graph, FencedCheckpointer(checkpointer, lease), self.storage.store)
+                    await self._stream(bound, run, config, assistant, lease, protocol, given)
+                    snap = await bound.aget_state(thread_config(thread_id))
+                return snapshot_json(snap)
+            except Unavailable as exc:
+                if not lease.valid():
+                    raise LeaseLost(f"lease on run {run['run_id']} lapsed while {exc.message}") from exc
+                log.warning("run %s: %s Going on from its last checkpoint in %.1f s.", run["run_id"], exc.message,
+                            delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, INFRA_RETRY_MAX)
+                config, given = await self._resume_point(run, config, given)
+
+    async def _release(self, run: Row, worker_id: str, exc: Unavailable) -> None:
+        """Put the run back in the queue without spending an attempt (if that fails too, its lease lapses
+        and the sweeper requeues it)."""
+        log.warning("run %s: %s Back to the queue.", run["run_id"], exc.message)
+        try:
+            if await self.storage.release_runs(worker_id, {run["run_id"]: run["attempt"]}):
+                await self.broker.wake_workers()
+        except Unavailable as again:
+            log.warning("run %s could not be put back in the queue (%s); it is retried when its lease lapses",
+                        run["run_id"], again.message)
+
+    async def _resume_point(self, run: Row, config: dict[str, Any], given: Any) -> tuple[dict[str, Any], Any]:
+        """Where a run interrupted by an infrastructure failure goes on: from the thread's latest checkpoint
+        with no input, when this run saved it (LangGraph runs what that checkpoint has left to do); else from
+        where it started, with its input (nothing of it was saved)."""
+        latest = await self.storage.checkpointer.aget_tuple(thread_config(run["thread_id"]))
+        if latest is None or (latest.metadata or {}).get("run_id") != run["run_id"]:
+            return config, given
+        configurable = {k: v for k, v in config["configurable"].items()
+                        if k not in ("checkpoint_id", "checkpoint_map")}
+        return {**config, "configurable": configurable}, None
 
     async def _protocol_end(self, protocol: ProtocolRun, run_id: str, status: str, error: Any) -> None:
         """A protocol run cancelled by a user or failed: its clients wait for the root terminal event."""
@@ -263,7 +313,30 @@ class Executor:
         lease.check()  # a worker that lost the run must not write into the stream its successor owns
         await self.broker.post(lease.run_id, event, dumps(data))
 
-    async def _finish(self, run: Row, worker_id: str, status: str, error: Any, output: Any,
+    async def _finish_run(self, run: Row, lease: Lease, status: str, **outcome: Any) -> Row | None:
+        """`storage.finish_run`, again on a fresh connection while the database is unavailable and the lease
+        holds: fenced by worker and attempt, so a write that did commit before its connection was lost is
+        found ended (not ours to end again), and the run is never left `running` until its lease lapses."""
+        delay, retried = INFRA_RETRY_FIRST, False
+        while True:
+            try:
+                finished = await self.storage.finish_run(run["run_id"], status, **outcome)
+            except Unavailable as exc:
+                if not lease.valid():
+                    raise
+                log.warning("run %s: writing its outcome failed: %s Again in %.1f s.", run["run_id"], exc.message,
+                            delay)
+                await asyncio.sleep(delay)
+                delay, retried = min(delay * 2, INFRA_RETRY_MAX), True
+                continue
+            if finished is None and retried:  # the lost write may have committed: then the run is ended as ours
+                found = await self.storage.get_run(run["run_id"])
+                if found is not None and found["status"] == status and found.get("worker_id") == outcome["worker_id"] \
+                        and found.get("attempt") == outcome["attempt"]:
+                    return found
+            return finished
+
+    async def _finish(self, run: Row, lease: Lease, worker_id: str, status: str, error: Any, output: Any,
                       thread_changes: dict[str, Any], action: str | None, ended: Callable[[], None]) -> Row | None:
         """Write the outcome, call `ended` (it logs), and announce the end, so the log says a run ended before its
         waiters hear it; the finished run (None if it was not ours, or rolled back)."""
@@ -275,10 +348,10 @@ class Executor:
                 thread_changes = {**await self.threads.current_fields(thread_id), "error": {
                     "error": "UserRollback", "message": f"rollback requested for run {run_id}"}}
             # A stateless run's temporary thread goes with the run's end (not when another worker holds it).
-            finished = await self.storage.finish_run(run_id, status, error=error, output=output,
-                                                     thread_changes=thread_changes, worker_id=worker_id,
-                                                     attempt=run["attempt"],
-                                                     delete_thread=bool((run["kwargs"] or {}).get("temporary")))
+            finished = await self._finish_run(run, lease, status, error=error, output=output,
+                                              thread_changes=thread_changes, worker_id=worker_id,
+                                              attempt=run["attempt"],
+                                              delete_thread=bool((run["kwargs"] or {}).get("temporary")))
             if finished is None:
                 log.warning("run %s was no longer held by %s; its result was discarded", run_id, worker_id)
             else:
@@ -294,7 +367,7 @@ class Executor:
         return None if action == "rollback" else finished
 
     async def _stream(self, graph: Any, run: Row, config: dict[str, Any], assistant: Row, lease: Lease,
-                      protocol: ProtocolRun | None) -> None:
+                      protocol: ProtocolRun | None, given: Any) -> None:
         kwargs = run["kwargs"]
         modes = requested_modes(kwargs)
         lg_modes = sorted({STREAM_MODES[m] for m in modes if STREAM_MODES.get(m)})
@@ -316,12 +389,12 @@ class Executor:
             await self._publish(lease, event, data)
 
         if "events" in modes:
-            await self._stream_events(graph, run, config, options, publish)
+            await self._stream_events(graph, given, config, options, publish)
             return
         if protocol is not None:  # Protocol v2 events go into the thread's log
-            await protocol.stream(graph, graph_input(kwargs), config, options)
+            await protocol.stream(graph, given, config, options)
             return
-        async for part in graph.astream(graph_input(kwargs), config, **options):
+        async for part in graph.astream(given, config, **options):
             ns, mode, chunk = part if subgraphs else ((), *part)
             suffix = "|" + "|".join(ns) if ns else ""
             if mode == "messages":
@@ -334,10 +407,10 @@ class Executor:
             elif mode in modes:
                 await publish(mode + suffix, chunk)
 
-    async def _stream_events(self, graph: Any, run: Row, config: dict[str, Any], options: dict[str, Any],
+    async def _stream_events(self, graph: Any, given: Any, config: dict[str, Any], options: dict[str, Any],
                              publish: Any) -> None:
         options = {k: v for k, v in options.items() if k not in ("stream_mode", "subgraphs")}
-        async for event in graph.astream_events(graph_input(run["kwargs"]), config, version="v2", **options):
+        async for event in graph.astream_events(given, config, version="v2", **options):
             await publish("events", event)
 
 

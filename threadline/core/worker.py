@@ -24,6 +24,7 @@ from threadline.broker.base import Broker
 from threadline.core.executor import Executor, StopSignal
 from threadline.core.lease import Lease
 from threadline.core.protocol_events import end_without_worker
+from threadline.errors import Unavailable
 from threadline.storage.base import Row, Storage
 
 log = logging.getLogger("threadline.worker")
@@ -140,6 +141,11 @@ class WorkerPool:
             try:
                 sent = time.monotonic()
                 run = await self.storage.claim_run(self.worker_id, self.lease_seconds)
+            except Unavailable as exc:  # the database is away: no traceback, it is not our bug
+                await self.unreserve()
+                log.warning("claiming a run failed: %s", exc.message)
+                await asyncio.sleep(self.poll_seconds)
+                continue
             except Exception:
                 await self.unreserve()
                 log.exception("claiming a run failed; retrying")
@@ -202,6 +208,9 @@ class WorkerPool:
             try:
                 kept = await self.storage.heartbeat_runs(
                     self.worker_id, {run_id: lease.attempt for run_id, lease in leases.items()}, self.lease_seconds)
+            except Unavailable as exc:
+                log.warning("heartbeat failed: %s Leases are not extended.", exc.message)
+                continue
             except Exception:
                 log.exception("heartbeat failed; leases are not extended")
                 continue

@@ -11,16 +11,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+import select
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import datetime, timezone
 from typing import Any, Literal
 
 import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from threadline.errors import ConfigError, Conflict, NotFound, Unavailable
+from threadline.errors import ConfigError, Conflict, NotFound, StorageUnavailable
 from threadline.settings import redact_url
 from threadline.storage.base import THREAD_EVENTS_KEPT, NewThreadEvent, Row, SortOrder, Storage
 from threadline.storage.sql import (
@@ -37,8 +38,59 @@ _MIGRATION_LOCK = 7_345_112_907  # pg_advisory_lock key: one process migrates at
 _ACTIVE = "status IN ('pending', 'running')"
 
 
+@contextlib.contextmanager
+def _translated() -> Iterator[None]:
+    """The backend's edge: a connection lost (the server restarted, an administrator terminated it, the
+    network dropped), none to be had in time, or a transient refusal (a deadlock, a serialization failure, a
+    statement timeout: psycopg's `OperationalError` family) becomes `StorageUnavailable`, whose message names
+    no driver. Anything else (a constraint the code expects, a bug) passes through as it is."""
+    try:
+        yield
+    except psycopg.OperationalError as exc:
+        log.warning("database unavailable: %s: %s", type(exc).__name__, str(exc).strip())
+        raise StorageUnavailable(f"The database is unavailable ({_reason(exc)}). Retry shortly.") from exc
+
+
+def _reason(exc: psycopg.OperationalError) -> str:
+    if isinstance(exc, PoolTimeout):
+        return "no connection free in time"
+    if isinstance(exc, (psycopg.errors.AdminShutdown, psycopg.errors.CannotConnectNow)) or exc.sqlstate is None:
+        return "connection lost"  # no SQLSTATE: the client side found the connection gone
+    return "transient failure"
+
+
+def _readable(conn: psycopg.AsyncConnection) -> bool:
+    """Whether the server wrote to (or closed) an idle connection: it does so when it terminates it."""
+    try:
+        return bool(select.select([conn.pgconn.socket], [], [], 0)[0])
+    except (OSError, ValueError, psycopg.OperationalError):
+        return True
+
+
+async def _check(conn: psycopg.AsyncConnection) -> None:
+    """The pool's check at checkout. An idle connection has nothing to read; one the server terminated has
+    its goodbye (or EOF) waiting: only then a round trip confirms it, and the pool discards it and hands out
+    another (a check per checkout with a round trip each costs a trip on every statement)."""
+    if conn.broken or _readable(conn):
+        await AsyncConnectionPool.check_connection(conn)
+
+
+class _Pool(AsyncConnectionPool):
+    """The psycopg pool, whose connections translate driver errors at the edge (see `_translated`). LangGraph's
+    saver and store take their connections from it too, so the checkpoints of a run are translated as well."""
+
+    @contextlib.asynccontextmanager
+    async def connection(self, timeout: float | None = None) -> AsyncIterator[psycopg.AsyncConnection]:
+        with _translated():
+            async with super().connection(timeout) as conn:
+                yield conn
+
+
 class PostgresStorage(Storage):
     """Storage in one PostgreSQL database, shared by every API and worker process."""
+
+    #: Longest a request waits for a pooled connection (all busy, or the database down) before its 503.
+    checkout_seconds = 10.0
 
     def __init__(self, url: str, pool: AsyncConnectionPool, checkpointer: Any, store: Any,
                  vector_index: str | None) -> None:
@@ -57,8 +109,8 @@ class PostgresStorage(Storage):
         from threadline.storage.postgres_saver import InlinePostgresSaver
         from threadline.storage.vectors import postgres_store
 
-        pool = AsyncConnectionPool(
-            url, min_size=1, max_size=pool_size, open=False,
+        pool = _Pool(
+            url, min_size=1, max_size=pool_size, open=False, check=_check, timeout=cls.checkout_seconds,
             kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
         )
         try:
@@ -102,10 +154,7 @@ class PostgresStorage(Storage):
         await self._pool.close()
 
     async def ping(self) -> None:
-        try:
-            await self._fetchone("SELECT 1 AS ok")
-        except (psycopg.Error, OSError) as exc:
-            raise Unavailable(f"database unavailable: {exc}") from exc
+        await self._fetchone("SELECT 1 AS ok")  # StorageUnavailable when it cannot answer
 
     # --- helpers -------------------------------------------------------------
     @contextlib.asynccontextmanager
@@ -121,9 +170,17 @@ class PostgresStorage(Storage):
             yield conn
 
     async def _fetchall(self, sql: str, params: tuple | list = ()) -> list[Row]:
-        async with self._pool.connection() as conn:
-            cur = await conn.execute(sql, params)
-            return [_row(r) for r in await cur.fetchall()]
+        """A read; one whose connection was lost under it is read again, once, on a fresh connection (the
+        pool replaces a broken one), so a database restart costs a read its retry, not the client a 503."""
+        for last in (False, True):
+            try:
+                async with self._pool.connection() as conn:
+                    cur = await conn.execute(sql, params)
+                    return [_row(r) for r in await cur.fetchall()]
+            except StorageUnavailable as exc:
+                if last or isinstance(exc.__cause__, PoolTimeout):
+                    raise
+        raise AssertionError("unreachable")
 
     async def _fetchone(self, sql: str, params: tuple | list = ()) -> Row | None:
         rows = await self._fetchall(sql, params)

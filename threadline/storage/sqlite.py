@@ -17,10 +17,10 @@ import orjson
 from langgraph.store.base import Op, Result, SearchOp
 from langgraph.store.sqlite.aio import AsyncSqliteStore
 
-from threadline.errors import ConfigError, Conflict, NotFound, Unavailable
+from threadline.errors import ConfigError, Conflict, NotFound, StorageUnavailable
 from threadline.storage.base import THREAD_EVENTS_KEPT, NewThreadEvent, Row, SortOrder, Storage
 from threadline.storage.sqlite_saver import WriterSqliteSaver, delete_thread_checkpoints
-from threadline.storage.sqlite_writer import Writer, in_transaction
+from threadline.storage.sqlite_writer import Writer, in_transaction, translated
 from threadline.storage.sql import (
     JSON_COLUMNS, apply_migrations, dumps, event_bounds, iso_after, now_iso, thread_event_bounds_select,
     thread_events_select, thread_ttl_columns, where, worker_lost,
@@ -112,8 +112,8 @@ class SQLiteStorage(Storage):
     async def ping(self) -> None:
         try:
             await self._fetchone("SELECT 1 AS ok")
-        except (sqlite3.Error, ValueError) as exc:
-            raise Unavailable(f"database unavailable: {exc}") from exc
+        except (sqlite3.Error, ValueError) as exc:  # ValueError: a closed connection
+            raise StorageUnavailable("The database is unavailable. Retry shortly.") from exc
 
     # --- helpers -------------------------------------------------------------
     async def _write(self, fn: Any, *args: Any, inline: bool = True) -> Any:
@@ -123,7 +123,8 @@ class SQLiteStorage(Storage):
 
     async def _fetchall(self, sql: str, params: tuple | list = ()) -> list[Row]:
         async with self._read_lock:
-            rows = await self._read.execute_fetchall(sql, params)  # one trip to the connection's thread
+            with translated():
+                rows = await self._read.execute_fetchall(sql, params)  # one trip to the connection's thread
         return [_row(r) for r in rows]
 
     async def _fetchone(self, sql: str, params: tuple | list = ()) -> Row | None:
@@ -134,7 +135,8 @@ class SQLiteStorage(Storage):
         """One row by key, read on the event loop: microseconds, where a trip to the thread costs hundreds
         (a WAL reader never waits for a writer)."""
         async with self._read_lock:
-            rows = self._read._conn.execute(sql, params).fetchall()
+            with translated():
+                rows = self._read._conn.execute(sql, params).fetchall()
         return _row(rows[0]) if rows else None
 
     # --- assistants ----------------------------------------------------------

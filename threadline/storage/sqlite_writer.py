@@ -26,13 +26,16 @@ restart). `sync` runs commit each write, as before.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import aiosqlite
+
+from threadline.errors import StorageUnavailable
 
 log = logging.getLogger("threadline.storage")
 
@@ -83,6 +86,10 @@ class Writer:
         locked, else on the connection's thread. `fn` must be safe to run again after it raised `locked`
         (one transaction, or one statement). With `group`, `fn` joins the open group of writes (see the
         module docstring) instead of committing on its own."""
+        with translated():
+            return await self._run(fn, *args, inline=inline, group=group)
+
+    async def _run(self, fn: Callable[..., Any], *args: Any, inline: bool, group: bool) -> Any:
         if group:
             await asyncio.Lock.acquire(self.lock)  # joins the group rather than committing it
         else:
@@ -177,6 +184,29 @@ class Writer:
         await self._take_lock()  # commits an open group
         if self._checkpointing is not None:
             await asyncio.gather(self._checkpointing, return_exceptions=True)
+
+
+@contextlib.contextmanager
+def translated() -> Iterator[None]:
+    """The backend's edge: SQLite still locked past its budget (another program holds the write lock), or a
+    file the database cannot use (disk full, read-only, I/O error), becomes `StorageUnavailable`; core never
+    sees `sqlite3`'s exceptions. Any other error (a constraint, a bug) passes through as it is."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        if is_busy(exc) or _unusable(exc):
+            raise StorageUnavailable(f"The database is unavailable ({_reason(exc)}). Retry shortly.") from exc
+        raise
+
+
+def _unusable(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY,
+                                                sqlite3.SQLITE_CANTOPEN)
+
+
+def _reason(exc: sqlite3.Error) -> str:
+    return "locked by another writer" if is_busy(exc) else "the database file cannot be written"
 
 
 def is_busy(exc: sqlite3.OperationalError) -> bool:

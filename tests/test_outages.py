@@ -1,0 +1,294 @@
+"""Errors at the edge: the database or Redis going away mid-request answers 503 JSON with `Retry-After` and no
+driver names, no accepted run is lost, failed or run twice because of it, and service resumes by itself.
+
+The outages are real: PostgreSQL's connections are terminated by an administrator (as a restart or a
+failover does), and the Redis server is a throwaway `redis-server` of this test, stopped and started again
+(the shared one serves other test sessions)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from asgi_lifespan import LifespanManager
+from fastapi import FastAPI
+
+from tests.conftest import PROJECT
+from tests.services import ScaleOut
+from threadline import errors
+from threadline.api.app import create_app
+from threadline.api.errors import install
+from threadline.settings import Settings
+
+DRIVER_WORDS = ("psycopg", "OperationalError", "AdminShutdown", "sqlite3", "redis.", "ConnectionError", "Traceback")
+
+
+def assert_unavailable(r: httpx.Response) -> None:
+    """What a client sees during an outage: 503, JSON, when to retry, and nothing of our drivers."""
+    assert r.status_code == 503, (r.status_code, r.text)
+    body = r.json()
+    assert body["code"].endswith("unavailable") and body["detail"] == body["message"]
+    assert int(r.headers["retry-after"]) >= 1
+    assert not any(word.lower() in r.text.lower() for word in DRIVER_WORDS), r.text
+
+
+# --- the one place errors become HTTP ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("exc", [errors.Unavailable(), errors.StorageUnavailable(), errors.BrokerUnavailable()])
+async def test_unavailable_errors_answer_503_with_retry_after(exc: errors.Unavailable) -> None:
+    app = FastAPI()
+    install(app)
+
+    @app.get("/boom")
+    async def boom() -> None:
+        raise exc
+
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+        r = await client.get("/boom")
+    assert_unavailable(r)
+    assert r.json()["detail"] == exc.message and exc.message.endswith("Retry shortly.")
+
+
+# --- PostgreSQL: connections terminated while requests and runs are in flight ------------------------------
+
+
+@pytest.fixture
+async def pg_app(scaleout_services: ScaleOut) -> AsyncIterator[tuple[httpx.AsyncClient, ScaleOut]]:
+    backend = scaleout_services.fresh()
+    app = create_app(Settings(config=str(PROJECT), workers=4, heartbeat_seconds=5.0, **backend.settings()))
+    async with LifespanManager(app, startup_timeout=30, shutdown_timeout=30) as manager:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app), base_url="http://t",
+                                     timeout=60) as client:
+            yield client, scaleout_services
+
+
+def _terminate_backends(services: ScaleOut) -> int:
+    """What a restart does to the server's connections (this session's own helper connection is spared)."""
+    spared = [services._conn.info.backend_pid] if services._conn is not None else []
+    with psycopg.connect(services.url, autocommit=True) as admin:
+        return len(admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid() AND pid <> ALL(%s)", (spared,)).fetchall())
+
+
+async def _retrying(send: Any) -> httpx.Response:
+    """A client that honours 503 + Retry-After (tests below check each 503 first)."""
+    for _ in range(50):
+        r = await send()
+        if r.status_code != 503:
+            return r
+        assert_unavailable(r)
+        await asyncio.sleep(0.1)
+    raise AssertionError("still unavailable")
+
+
+@pytest.mark.slow
+async def test_postgres_connections_terminated_mid_request(pg_app: tuple[httpx.AsyncClient, ScaleOut]) -> None:
+    http, services = pg_app
+    accepted: list[tuple[str, str]] = []  # (thread_id, run_id)
+    answers: list[httpx.Response] = []
+    stop = asyncio.Event()
+
+    async def client(n: int) -> None:
+        i = 0
+        while not stop.is_set():
+            i += 1
+            r = await http.post("/threads", json={})
+            answers.append(r)
+            if r.status_code != 200:
+                continue
+            tid = r.json()["thread_id"]
+            r = await http.post(f"/threads/{tid}/runs", json={
+                "assistant_id": "slow", "input": {"tag": f"c{n}-{i}", "steps": 3, "delay": 0.02}})
+            answers.append(r)
+            if r.status_code == 200:
+                accepted.append((tid, r.json()["run_id"]))
+            answers.append(await http.get(f"/threads/{tid}"))
+            answers.append(await http.post("/threads/search", json={"limit": 5}))
+
+    clients = [asyncio.create_task(client(n)) for n in range(4)]
+    terminated = 0
+    for _ in range(4):  # four restarts, 0.4 s apart, under a steady load
+        await asyncio.sleep(0.4)
+        terminated += await asyncio.to_thread(_terminate_backends, services)
+    await asyncio.sleep(0.3)
+    stop.set()
+    await asyncio.gather(*clients)
+    assert terminated >= 4, "the outage did not happen"
+
+    statuses = {r.status_code for r in answers}
+    assert statuses <= {200, 503}, [(r.status_code, r.text) for r in answers if r.status_code not in (200, 503)]
+    for r in answers:
+        if r.status_code == 503:
+            assert_unavailable(r)
+    assert len(accepted) >= 10
+
+    # Every accepted run ends, successfully, within its first attempt: none waited out its lease (30 s) and
+    # was run again, none ended `error` because its connection was lost.
+    deadline = time.monotonic() + 20
+    runs: dict[str, dict[str, Any]] = {}
+    while time.monotonic() < deadline and len(runs) < len(accepted):
+        for tid, rid in accepted:
+            if rid not in runs:
+                r = await _retrying(lambda: http.get(f"/threads/{tid}/runs/{rid}"))
+                if r.json()["status"] not in ("pending", "running"):
+                    runs[rid] = r.json()
+        await asyncio.sleep(0.2)
+    assert len(runs) == len(accepted), "some accepted runs did not end within 20 s"
+    assert {rid: run["status"] for rid, run in runs.items() if run["status"] != "success"} == {}
+    with psycopg.connect(services.url, autocommit=True) as admin:
+        attempts = dict(admin.execute("SELECT run_id, attempt FROM runs WHERE run_id = ANY(%s)",
+                                      ([rid for _, rid in accepted],)).fetchall())
+    assert set(attempts.values()) == {1}, attempts
+    for tid, rid in accepted:
+        thread = (await _retrying(lambda: http.get(f"/threads/{tid}"))).json()
+        assert thread["status"] == "idle" and len(thread["values"]["done"]) == 1, thread
+
+    # Service resumed by itself: no 503 now.
+    tid = (await http.post("/threads", json={})).json()["thread_id"]
+    r = await http.post(f"/threads/{tid}/runs/wait", json={"assistant_id": "slow", "input": {"tag": "after"}})
+    assert r.status_code == 200 and r.json()["done"] == ["after"]
+
+
+# --- Redis: the broker's server stopped and started again ----------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_redis(port: int) -> subprocess.Popen:
+    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.1):
+            return proc
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError("redis-server did not start")
+
+
+async def _eventually_ok(http: httpx.AsyncClient, seconds: float = 15) -> None:
+    deadline = time.monotonic() + seconds
+    while (r := await http.get("/ok", params={"check_db": 1})).status_code != 200:
+        assert_unavailable(r)
+        assert time.monotonic() < deadline, "service did not resume"
+        await asyncio.sleep(0.2)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server to start a throwaway Redis")
+async def test_redis_down_answers_503_and_service_resumes(scaleout_services: ScaleOut) -> None:
+    backend = scaleout_services.fresh()
+    port = _free_port()
+    settings = Settings(config=str(PROJECT), workers=2, heartbeat_seconds=5.0, database_url=backend.database_url,
+                        redis_url=f"redis://127.0.0.1:{port}/0", redis_key_prefix="outage")
+    procs = [_start_redis(port)]
+    try:
+        app = create_app(settings)
+        async with LifespanManager(app, startup_timeout=30, shutdown_timeout=30) as manager:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app), base_url="http://t",
+                                         timeout=60) as http:
+                await _eventually_ok(http, 1)
+                tid = (await http.post("/threads", json={})).json()["thread_id"]
+                long = (await http.post(f"/threads/{tid}/runs", json={
+                    "assistant_id": "slow", "input": {"tag": "long", "steps": 100, "delay": 0.05}})).json()
+
+                procs[0].kill()
+                procs[0].wait()
+                assert_unavailable(await http.get("/ok", params={"check_db": 1}))
+                cancel = await http.post(f"/threads/{tid}/runs/{long['run_id']}/cancel")
+                assert_unavailable(cancel)
+
+                procs.append(_start_redis(port))
+                await _eventually_ok(http)
+                # The run went on while Redis was away (its events were lost, not its work), and a cancel,
+                # a new run and its answer work again.
+                cancel = await http.post(f"/threads/{tid}/runs/{long['run_id']}/cancel", params={"wait": 1})
+                assert cancel.status_code in (200, 202, 204), cancel.text
+                other = (await http.post("/threads", json={})).json()["thread_id"]
+                r = await http.post(f"/threads/{other}/runs/wait", json={"assistant_id": "slow",
+                                                                         "input": {"tag": "back"}})
+                assert r.status_code == 200 and r.json()["done"] == ["back"]
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+# --- a run whose storage fails under it (both backends; the failures injected at the storage edge) ---------
+
+
+class _FlakyCheckpointer:
+    """The run's checkpointer, whose `fail`-th save fails as a lost connection does."""
+
+    def __init__(self, inner: Any, calls: list[int], fail: int) -> None:
+        self._inner, self._calls, self._fail = inner, calls, fail
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def aput(self, *args: Any, **kwargs: Any) -> Any:
+        self._calls.append(1)
+        if len(self._calls) == self._fail:
+            raise errors.StorageUnavailable()
+        return await self._inner.aput(*args, **kwargs)
+
+
+async def _run_once(http: httpx.AsyncClient, tag: str) -> tuple[httpx.Response, dict[str, Any]]:
+    tid = (await http.post("/threads", json={})).json()["thread_id"]
+    started = time.monotonic()
+    r = await http.post(f"/threads/{tid}/runs/wait", json={
+        "assistant_id": "slow", "input": {"tag": tag, "steps": 2, "delay": 0.01}})
+    assert time.monotonic() - started < 10  # not after a lease (30 s) lapsed
+    run = (await http.get(f"/threads/{tid}/runs")).json()[0]
+    return r, run
+
+
+async def test_a_checkpoint_write_lost_is_retried_from_the_last_checkpoint(runtime: Any,
+                                                                           http: httpx.AsyncClient) -> None:
+    """An infrastructure failure is never the agent's error: the run goes on from its last checkpoint."""
+    from tests.project.agents import WORK_LOG
+
+    calls: list[int] = []
+    original = runtime.storage.run_checkpointer
+    runtime.storage.run_checkpointer = lambda durability: _FlakyCheckpointer(original(durability), calls, 3)
+    r, run = await _run_once(http, "ck")
+    assert len(calls) > 3, "the failure was not injected"
+    assert r.status_code == 200 and r.json()["done"] == ["ck"], r.text
+    assert run["status"] == "success"
+    assert WORK_LOG.count("ck:1") in (1, 2)  # the step in flight may run again; the run, not from the start
+
+
+@pytest.mark.parametrize("committed", [False, True], ids=["before-commit", "after-commit"])
+async def test_a_finish_write_lost_is_written_again(runtime: Any, http: httpx.AsyncClient, committed: bool) -> None:
+    """The connection is lost before the outcome is written, or after it committed but before its answer:
+    either way the worker writes it (again) at once, fenced by its attempt, and the run ends `success`."""
+    original = runtime.storage.finish_run
+    failed: list[str] = []
+
+    async def flaky(run_id: str, status: str, **kw: Any) -> Any:
+        if not failed:
+            failed.append(run_id)
+            if committed:
+                await original(run_id, status, **kw)
+            raise errors.StorageUnavailable()
+        return await original(run_id, status, **kw)
+
+    runtime.storage.finish_run = flaky
+    r, run = await _run_once(http, "fin")
+    assert failed, "the failure was not injected"
+    assert r.status_code == 200 and r.json()["done"] == ["fin"], r.text
+    assert run["status"] == "success" and run["run_id"] == failed[0]
