@@ -294,7 +294,7 @@ def find_reference_bin() -> Path | None:
     candidates: list[Path] = []
     if os.environ.get("BENCH_REFERENCE_BIN"):
         candidates.append(Path(os.environ["BENCH_REFERENCE_BIN"]).expanduser())
-    candidates += [REPO_ROOT / ".refvenv" / "bin" / "langgraph", Path("/work/refvenv/bin/langgraph")]
+    candidates += [REPO_ROOT / ".refvenv" / "bin" / "langgraph", REPO_ROOT / ".venv-ref" / "bin" / "langgraph"]
     which = shutil.which("langgraph")
     if which:
         candidates.append(Path(which))
@@ -503,7 +503,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=None,
                    help="Pass --workers to threadline serve (default: threadline's own default).")
     p.add_argument("--reference-bin", default=None, help="Path to the reference `langgraph` binary "
-                   "(default: $BENCH_REFERENCE_BIN, .refvenv/bin/langgraph, /work/refvenv/bin/langgraph, PATH).")
+                   "(default: $BENCH_REFERENCE_BIN, .refvenv/bin/langgraph, .venv-ref/bin/langgraph, PATH).")
     p.add_argument("--skip", default="", help="Comma-separated parts to skip: floor,threadline,reference,scaleout.")
     scaleout.add_arguments(p)
     p.add_argument("--output", default=str(BENCH_DIR / "results" / "latest.json"), help="JSON results path.")
