@@ -264,19 +264,30 @@ class Runs:
         only names it in its metadata, or that another assistant ran on since, is kept."""
         aid = (await self.assistants.get(assistant_id))["assistant_id"]
         await self.assistants.delete(aid)  # first: no new run can name it now (its runs' rows stay)
-        runs = await self.storage.search_runs(thread_id=None, assistant_id=aid, status=None, metadata=None,
-                                              limit=100_000, offset=0)
-        active = [r["run_id"] for r in runs if r["status"] not in TERMINAL]
+        active = [r["run_id"] for status in ("pending", "running") async for r in self._runs_of(aid, status)]
         for run_id in active:
             await self.stop(run_id, action="interrupt")
         await self._settle(active)
         if delete_threads:
             threads = []
-            for thread_id in dict.fromkeys(r["thread_id"] for r in runs):
+            for thread_id in dict.fromkeys([r["thread_id"] async for r in self._runs_of(aid, None)]):
                 thread = await self.storage.get_thread(thread_id)
                 if thread is not None and thread["metadata"].get("assistant_id") == aid:
                     threads.append(thread_id)
             await self.delete_threads(threads)
+
+    async def _runs_of(self, assistant_id: str, status: str | None, page: int = 500) -> AsyncIterator[Row]:
+        """Every run of the assistant (with `status`, if given), a page at a time: no cap, and only the
+        active ones when that is all a caller needs (a finished run's row carries its output)."""
+        offset = 0
+        while True:
+            rows = await self.storage.search_runs(thread_id=None, assistant_id=assistant_id, status=status,
+                                                  metadata=None, limit=page, offset=offset)
+            for row in rows:
+                yield row
+            if len(rows) < page:
+                return
+            offset += page
 
     async def delete_threads(self, thread_ids: list[str]) -> int:
         """Delete each thread with its checkpoints and runs, its active runs cancelled first (as
