@@ -24,6 +24,10 @@ def redact_url(url: str) -> str:
     return f"{scheme}://{creds.split(':', 1)[0]}@{host}"
 
 
+#: Settings also read from LangGraph's server's environment variable, below our own `THREADLINE_*` one.
+ENV_ALIASES = {"run_timeout_seconds": "BG_JOB_TIMEOUT_SECS"}
+
+
 def _setting(default: Any, help: str, *, flag: bool = True, choices: tuple[str, ...] | None = None) -> Any:
     return field(default=default, metadata={"help": help, "flag": flag, "choices": choices})
 
@@ -64,6 +68,12 @@ class Settings:
     stream_buffer_events: int = _setting(
         10_000, "Events kept per run for joins and Last-Event-ID resumption while the process lives."
     )
+    # --- limits: run timeouts, rate limits, quotas and back-pressure (docs/configuration.md, "Limits")
+    run_timeout_seconds: float = _setting(
+        86400.0, "Longest a run may execute, from its start, before it is cancelled and ends `timeout` (0: no "
+        "limit). LangGraph's BG_JOB_TIMEOUT_SECS is honoured when this is not set. An assistant's or a run's "
+        "config.configurable.run_timeout_seconds overrides it for its runs."
+    )
     log_level: str = _setting("info", "Log level; debug adds the traceback of a failed startup.",
                               choices=("debug", "info", "warning", "error"))
     log_format: str = _setting("text", "Log lines as text, or as one JSON object per line (json).",
@@ -82,6 +92,8 @@ class Settings:
             given = (overrides or {}).get(f.name)
             if given is None:
                 raw = env.get(f"THREADLINE_{f.name.upper()}")
+                if raw is None and f.name in ENV_ALIASES:  # LangGraph's own name, so a deployment carries over
+                    raw = env.get(ENV_ALIASES[f.name])
                 if raw is None:
                     continue
                 given = _coerce(raw, type(f.default) if f.default is not None else str, f.name)

@@ -117,9 +117,11 @@ class Metrics:
         children[0].inc()
         children[1].observe(seconds)
 
-    def run_finished(self, status: str, seconds: float) -> None:
+    def run_finished(self, status: str, seconds: float | None) -> None:
+        """`seconds` from its claim to its end; None for a run ended by the sweeper (its worker is gone)."""
         self.runs_finished.labels(status=status).inc()
-        self.run_duration.observe(seconds)
+        if seconds is not None:
+            self.run_duration.observe(seconds)
 
     def stream_open(self) -> AbstractContextManager[Any]:
         """Counts one open event stream for as long as the block runs."""

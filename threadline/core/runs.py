@@ -49,6 +49,17 @@ def run_metadata(assistant: Row, thread_metadata: dict[str, Any] | None, body: d
             "assistant_id": assistant["assistant_id"]}
 
 
+def check_run_timeout(config: Any) -> None:
+    """A run's (or assistant's) `config.configurable.run_timeout_seconds`, when given, is a positive number."""
+    given = ((config or {}).get("configurable") or {}).get("run_timeout_seconds") if isinstance(config, dict) \
+        else None
+    if given is None:
+        return
+    if isinstance(given, bool) or not isinstance(given, (int, float)) or not given > 0:
+        raise InvalidInput(f"config.configurable.run_timeout_seconds must be a positive number of seconds, "
+                           f"not {given!r}")
+
+
 class Runs:
     """Run operations. Execution itself is the worker's (see `threadline.core.worker`)."""
 
@@ -84,6 +95,7 @@ class Runs:
         assistant = await self._resolve_assistant(body.get("assistant_id"))
         if body.get("input") is not None and body.get("command") is not None:
             raise InvalidInput("Give either input or command, not both")
+        check_run_timeout(body.get("config"))
         kwargs = {k: body[k] for k in KWARG_KEYS if body.get(k) is not None}
         create_thread = body.get("if_not_exists") == "create"
         if thread_id is None:

@@ -122,7 +122,8 @@ class Runtime:
         webhooks = Webhooks(enabled="webhooks" not in project.http.disabled)
         workers = None
         if settings.workers > 0:
-            executor = Executor(storage, broker, graphs, threads, metrics, webhooks)
+            executor = Executor(storage, broker, graphs, threads, metrics, webhooks,
+                                run_timeout=settings.run_timeout_seconds)
             workers = WorkerPool(storage, broker, executor, settings.workers,
                                  lease_seconds=settings.lease_seconds, max_attempts=settings.run_retries,
                                  sweep=storage.capabilities.get("multi_process", False))
@@ -135,7 +136,8 @@ class Runtime:
         # One process owns an embedded database: whatever it left running died with it. Shared databases
         # have live peers, so only runs whose lease lapsed are taken back (and the sweeper keeps doing so).
         shared = self.storage.capabilities.get("multi_process", False)
-        requeued, failed = await recover(self.storage, self.broker, self.settings.run_retries, expired_only=shared)
+        requeued, failed = await recover(self.storage, self.broker, self.settings.run_retries,
+                                         expired_only=shared, metrics=self.metrics)
         self.started = {"requeued": [r["run_id"] for r in requeued], "failed": [r["run_id"] for r in failed]}
         if self.workers is not None:
             await self.workers.start()

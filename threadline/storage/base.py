@@ -217,6 +217,15 @@ class Storage(abc.ABC):
     async def queue_stats(self) -> Row:
         """Pending count, running count and the age in seconds of the oldest pending run."""
 
+    # --- limits (issue 16: run deadlines) ---------------------------------------
+    @abc.abstractmethod
+    async def set_run_deadline(self, run_id: str, seconds: float) -> float:
+        """Give the run a deadline `seconds` from now unless it has one already (a retried run keeps the one
+        its first start set); return the seconds left until it, on the database's clock (<= 0: passed).
+
+        `recover_runs` ends a run whose worker is gone and whose deadline has passed as `timeout` (its
+        thread `error`, `timed_out()`) instead of queueing it again; those are among the runs it fails."""
+
     # --- checkpoints helpers not in LangGraph's saver contract ---------------
     @abc.abstractmethod
     async def delete_checkpoints_for_run(self, thread_id: str, run_id: str) -> None: ...

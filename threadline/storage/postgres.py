@@ -26,7 +26,7 @@ from threadline.settings import redact_url
 from threadline.storage.base import THREAD_EVENTS_KEPT, NewThreadEvent, Row, SortOrder, Storage
 from threadline.storage.sql import (
     JSON_COLUMNS, MIGRATIONS_TABLE, event_bounds, now_iso, pending_migrations, thread_event_bounds_select,
-    thread_events_select, thread_ttl_columns, worker_lost,
+    thread_events_select, thread_ttl_columns, timed_out, worker_lost,
 )
 
 log = logging.getLogger("threadline.storage")
@@ -489,9 +489,13 @@ class PostgresStorage(Storage):
         lapsed = " AND lease_expires_at < now()" if expired_only else ""
         requeued, failed = [], []
         async with self._tx() as db:
-            cur = await db.execute(f"SELECT * FROM runs WHERE status = 'running'{lapsed} FOR UPDATE SKIP LOCKED")
+            # `past_deadline` (issue 16): a run whose deadline passed ends `timeout` instead of being retried.
+            cur = await db.execute("SELECT *, deadline_at IS NOT NULL AND deadline_at <= now() AS past_deadline "
+                                   f"FROM runs WHERE status = 'running'{lapsed} FOR UPDATE SKIP LOCKED")
             for r in [_row(x) for x in await cur.fetchall()]:
-                if r["attempt"] <= max_attempts:
+                if r.pop("past_deadline"):
+                    failed.append(await _end_timed_out(db, r))
+                elif r["attempt"] <= max_attempts:
                     await db.execute("UPDATE runs SET status = 'pending', worker_id = NULL, lease_expires_at = NULL, "
                                      "updated_at = now() WHERE run_id = %s", (r["run_id"],))
                     requeued.append(r)
@@ -516,6 +520,14 @@ class PostgresStorage(Storage):
         row = row or {}
         return {"pending": int(row.get("pending") or 0), "running": int(row.get("running") or 0),
                 "oldest_pending_at": row.get("oldest")}
+
+    # --- limits (issue 16: run deadlines) ---------------------------------------
+    async def set_run_deadline(self, run_id: str, seconds: float) -> float:
+        row = await self._fetchone(
+            "UPDATE runs SET deadline_at = COALESCE(deadline_at, now() + make_interval(secs => %s)) "
+            "WHERE run_id = %s RETURNING EXTRACT(EPOCH FROM deadline_at - now())::float8 AS remaining",
+            (seconds, run_id))
+        return float(row["remaining"]) if row else 0.0
 
     # --- checkpoint helpers ----------------------------------------------------
     async def delete_checkpoints_for_run(self, thread_id: str, run_id: str) -> None:
@@ -575,6 +587,15 @@ class PostgresStorage(Storage):
 
     async def thread_event_bounds(self, thread_id: str) -> tuple[int, int]:
         return event_bounds(await self._fetchone(thread_event_bounds_select("%s"), (thread_id,)))
+
+
+async def _end_timed_out(db: psycopg.AsyncConnection, run: Row) -> Row:
+    """`recover_runs`: a running run past its deadline whose worker is gone ends `timeout` (limits)."""
+    err = timed_out()
+    await db.execute("UPDATE runs SET status = 'timeout', error = %s, worker_id = NULL, lease_expires_at = NULL, "
+                     "updated_at = now() WHERE run_id = %s", (Jsonb(err), run["run_id"]))
+    await _reconcile_thread(db, {"status": "error", "error": err}, thread_id=run["thread_id"])
+    return {**run, "status": "timeout", "error": err}
 
 
 async def _apply_migrations(conn: psycopg.AsyncConnection) -> list[str]:

@@ -31,6 +31,11 @@ def worker_lost(attempts: int) -> dict[str, str]:
             "message": f"The process running this run stopped; no retries left after {attempts} attempts."}
 
 
+def timed_out() -> dict[str, str]:
+    """The error a run past its deadline ends with, on its thread too, as LangGraph's server records it."""
+    return {"error": "TimeoutError", "message": ""}
+
+
 def dumps(value: Any) -> str:
     """A JSON column's text. orjson, as LangGraph's server: NaN and Infinity become null (PostgreSQL's jsonb
     has no such values). The standard encoder only for what orjson refuses (an int beyond 64 bits)."""

@@ -9,6 +9,7 @@ import json
 import logging
 import sqlite3
 from collections.abc import Callable, Iterable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any, Literal
 
@@ -23,7 +24,7 @@ from threadline.storage.sqlite_saver import WriterSqliteSaver, delete_thread_che
 from threadline.storage.sqlite_writer import Writer, in_transaction, translated
 from threadline.storage.sql import (
     JSON_COLUMNS, apply_migrations, dumps, event_bounds, iso_after, now_iso, thread_event_bounds_select,
-    thread_events_select, thread_ttl_columns, where, worker_lost,
+    thread_events_select, thread_ttl_columns, timed_out, where, worker_lost,
 )
 
 log = logging.getLogger("threadline.storage")
@@ -303,6 +304,10 @@ class SQLiteStorage(Storage):
         )
         return {"pending": int(row["pending"] or 0), "running": int(row["running"] or 0),
                 "oldest_pending_at": row["oldest"]} if row else {"pending": 0, "running": 0, "oldest_pending_at": None}
+
+    # --- limits (issue 16: run deadlines) ---------------------------------------
+    async def set_run_deadline(self, run_id: str, seconds: float) -> float:
+        return await self._write(_set_deadline, run_id, seconds)
 
     # --- checkpoint helpers ----------------------------------------------------
     async def delete_checkpoints_for_run(self, thread_id: str, run_id: str) -> None:
@@ -630,7 +635,9 @@ def _recover(db: sqlite3.Connection, max_attempts: int, expired_only: bool) -> t
                                         (now,) if expired_only else ()).fetchall()]
     requeued, failed = [], []
     for r in rows:
-        if r["attempt"] <= max_attempts:
+        if r.get("deadline_at") is not None and r["deadline_at"] <= now:  # issue 16: past its deadline
+            failed.append(_end_timed_out(db, r, now))
+        elif r["attempt"] <= max_attempts:
             db.execute("UPDATE runs SET status = 'pending', worker_id = NULL, lease_expires_at = NULL, "
                        "updated_at = ? WHERE run_id = ?", (now, r["run_id"]))
             requeued.append(r)
@@ -645,6 +652,23 @@ def _recover(db: sqlite3.Connection, max_attempts: int, expired_only: bool) -> t
                "(SELECT 1 FROM runs WHERE runs.thread_id = threads.thread_id AND runs.status IN "
                "('pending', 'running'))", (now,))
     return requeued, failed
+
+
+def _set_deadline(db: sqlite3.Connection, run_id: str, seconds: float) -> float:
+    db.execute("UPDATE runs SET deadline_at = COALESCE(deadline_at, ?) WHERE run_id = ?", (iso_after(seconds), run_id))
+    found = _one_now(db, "SELECT deadline_at FROM runs WHERE run_id = ?", (run_id,))
+    if found is None or found["deadline_at"] is None:
+        return 0.0
+    return (datetime.fromisoformat(found["deadline_at"]) - datetime.now(timezone.utc)).total_seconds()
+
+
+def _end_timed_out(db: sqlite3.Connection, run: Row, now: str) -> Row:
+    """`_recover`: a running run past its deadline whose worker is gone ends `timeout` (limits)."""
+    err = timed_out()
+    db.execute("UPDATE runs SET status = 'timeout', error = ?, worker_id = NULL, lease_expires_at = NULL, "
+               "updated_at = ? WHERE run_id = ?", (dumps(err), now, run["run_id"]))
+    _reconcile_now(db, run["thread_id"], {"status": "error", "error": err}, now)
+    return {**run, "status": "timeout", "error": err}
 
 
 def _one_now(db: sqlite3.Connection, sql: str, params: tuple | list = (), *, as_given: Row | None = None) -> Row | None:

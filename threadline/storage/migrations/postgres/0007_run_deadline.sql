@@ -1,0 +1,4 @@
+-- A run's deadline (issue 16, run timeouts): set when it first starts, kept when it is retried, so a run
+-- whose worker died still ends `timeout` once it passes, whichever process sweeps it (`recover_runs`).
+-- NULL: no timeout applies.
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS deadline_at TIMESTAMPTZ;
