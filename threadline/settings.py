@@ -74,6 +74,16 @@ class Settings:
         "limit). LangGraph's BG_JOB_TIMEOUT_SECS is honoured when this is not set. An assistant's or a run's "
         "config.configurable.run_timeout_seconds overrides it for its runs."
     )
+    rate_limit_runs: str = _setting(
+        "", "Budget of run creation per identity (client address), as '10/second' or '600 per minute'; shared by "
+        "every API process through Redis when redis_url is set. Empty: unlimited."
+    )
+    rate_limit_requests: str = _setting(
+        "", "Budget of every other request per identity (GET /ok and /metrics are never limited). Empty: unlimited."
+    )
+    trusted_proxies: str = _setting(
+        "", "Comma-separated addresses or CIDR blocks of reverse proxies whose X-Forwarded-For names the client."
+    )
     log_level: str = _setting("info", "Log level; debug adds the traceback of a failed startup.",
                               choices=("debug", "info", "warning", "error"))
     log_format: str = _setting("text", "Log lines as text, or as one JSON object per line (json).",

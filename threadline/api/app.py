@@ -16,6 +16,7 @@ from threadline.api import (
 )
 from threadline.api.limits import BodyLimit
 from threadline.api.loopback import serving_loopback
+from threadline.api.ratelimit import RateLimit, RateLimiter
 from threadline.config import HttpConfig, ProjectConfig
 from threadline.core.runtime import Runtime
 from threadline.errors import ConfigError
@@ -73,6 +74,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if http.configurable_headers is not None:
         app.add_middleware(http_config.RunHeaders, rules=http_config.HeaderRules(http.configurable_headers))
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RateLimit, limiter=RateLimiter.of(settings))  # outside BodyLimit: refused before read
     if http.cors is None:  # configured CORS stands in front of the project's app instead
         app.add_middleware(http_config.cors_middleware, http=http)
     app.state.project = project

@@ -99,6 +99,9 @@ class Metrics:
                                       buckets=RUN_BUCKETS, registry=self.registry)
         self.stream_subscribers = Gauge(PREFIX + "stream_subscribers", "Event streams being served now.",
                                         registry=self.registry)
+        self.rate_limited_requests = Counter(
+            PREFIX + "rate_limited_requests", "Requests refused with 429 by a rate limit, by route template and budget.",
+            ["path", "budget"], registry=self.registry)
         for outcome in OUTCOMES:
             self.runs_finished.labels(status=outcome)
         self._live = _Live()
@@ -122,6 +125,9 @@ class Metrics:
         self.runs_finished.labels(status=status).inc()
         if seconds is not None:
             self.run_duration.observe(seconds)
+
+    def rate_limited(self, path: str, budget: str) -> None:
+        self.rate_limited_requests.labels(path=path, budget=budget).inc()
 
     def stream_open(self) -> AbstractContextManager[Any]:
         """Counts one open event stream for as long as the block runs."""
