@@ -81,6 +81,12 @@ class Settings:
     rate_limit_requests: str = _setting(
         "", "Budget of every other request per identity (GET /ok and /metrics are never limited). Empty: unlimited."
     )
+    max_active_runs_per_identity: int = _setting(
+        0, "Most pending + running runs one identity may have; past it, creating a run gets 429. 0: no cap."
+    )
+    max_active_runs: int = _setting(
+        0, "Most pending + running runs of the whole deployment (the queue's bound); past it, 429. 0: no cap."
+    )
     trusted_proxies: str = _setting(
         "", "Comma-separated addresses or CIDR blocks of reverse proxies whose X-Forwarded-For names the client."
     )

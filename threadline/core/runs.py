@@ -16,7 +16,7 @@ from threadline.core.protocol_events import end_without_worker
 from threadline.core.threads import Threads
 from threadline.core.worker import WorkerPool
 from threadline.errors import Conflict, InvalidInput, NotFound
-from threadline.storage.base import Row, Storage
+from threadline.storage.base import Quota, Row, Storage
 
 TERMINAL = ("success", "error", "timeout", "interrupted")
 #: How long a client's cancel waits for the run to have ended before it answers (see `Runs._settle`).
@@ -64,8 +64,10 @@ class Runs:
     """Run operations. Execution itself is the worker's (see `threadline.core.worker`)."""
 
     def __init__(self, storage: Storage, broker: Broker, assistants: Assistants, threads: Threads,
-                 workers: WorkerPool | None = None) -> None:
+                 workers: WorkerPool | None = None, *, max_per_identity: int = 0, max_active: int = 0) -> None:
         self.storage = storage
+        self.max_per_identity = max_per_identity  # caps on active runs (limits): 0 for none
+        self.max_active = max_active
         self.broker = broker
         self.assistants = assistants
         self.threads = threads
@@ -84,7 +86,8 @@ class Runs:
             )
         return await self.assistants.get(default)
 
-    async def create(self, thread_id: str | None, body: dict[str, Any], *, start_here: bool = False) -> Row:
+    async def create(self, thread_id: str | None, body: dict[str, Any], *, start_here: bool = False,
+                     identity: str | None = None) -> Row:
         """Validate, apply the multitask strategy and enqueue; returns the run as created.
 
         `thread_id=None` is a stateless run on a temporary thread. With `start_here` (the caller waits for the
@@ -132,6 +135,8 @@ class Runs:
                                      **(body.get("metadata") or {})},
                 claim_for=(pool.worker_id, pool.lease_seconds) if pool is not None else None,
                 run_metadata=lambda thread: run_metadata(assistant, thread, body),
+                quota=Quota(identity, self.max_per_identity, self.max_active)
+                if self.max_per_identity or self.max_active else None,
             )
         except BaseException:
             if pool is not None:

@@ -127,7 +127,8 @@ class Runtime:
             workers = WorkerPool(storage, broker, executor, settings.workers,
                                  lease_seconds=settings.lease_seconds, max_attempts=settings.run_retries,
                                  sweep=storage.capabilities.get("multi_process", False))
-        runs = Runs(storage, broker, assistants, threads, workers)
+        runs = Runs(storage, broker, assistants, threads, workers,
+                    max_per_identity=settings.max_active_runs_per_identity, max_active=settings.max_active_runs)
         return cls(settings, project, graphs, storage, broker, assistants, threads, runs, workers, metrics=metrics,
                    webhooks=webhooks)
 

@@ -23,10 +23,10 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from threadline.errors import ConfigError, Conflict, NotFound, StorageUnavailable
 from threadline.settings import redact_url
-from threadline.storage.base import THREAD_EVENTS_KEPT, NewThreadEvent, Row, SortOrder, Storage
+from threadline.storage.base import THREAD_EVENTS_KEPT, NewThreadEvent, Quota, Row, SortOrder, Storage
 from threadline.storage.sql import (
     JSON_COLUMNS, MIGRATIONS_TABLE, event_bounds, now_iso, pending_migrations, thread_event_bounds_select,
-    thread_events_select, thread_ttl_columns, timed_out, worker_lost,
+    quota_refusal, thread_events_select, thread_ttl_columns, timed_out, worker_lost,
 )
 
 log = logging.getLogger("threadline.storage")
@@ -332,7 +332,8 @@ class PostgresStorage(Storage):
                           reject_if_active: bool, thread_ttl_minutes: float | None = None,
                           new_thread_metadata: dict[str, Any] | None = None,
                           claim_for: tuple[str, float] | None = None,
-                          run_metadata: Callable[[dict[str, Any] | None], dict[str, Any]] | None = None) -> Row:
+                          run_metadata: Callable[[dict[str, Any] | None], dict[str, Any]] | None = None,
+                          quota: Quota | None = None) -> Row:
         now, thread_id = run["created_at"], run["thread_id"]
         # Pipelined (psycopg's pipeline mode): the statements whose results decide nothing are sent with the
         # next ones, so the enqueue takes three round trips (the thread and its active run, then the writes,
@@ -359,6 +360,8 @@ class PostgresStorage(Storage):
                                "different multitask strategy.")
             if run_metadata is not None:
                 run = {**run, "metadata": run_metadata(None if created_thread else thread["metadata"])}
+            if quota is not None:  # limits (issue 16): refused here, nothing of this run is written
+                run = await _check_quota(db, quota, run)
             await db.execute("UPDATE threads SET status = 'busy', metadata = metadata || %s, updated_at = %s "
                              "WHERE thread_id = %s", (Jsonb(thread_metadata), now, thread_id))
             lease: tuple[str, float] | None = None
@@ -587,6 +590,21 @@ class PostgresStorage(Storage):
 
     async def thread_event_bounds(self, thread_id: str) -> tuple[int, int]:
         return event_bounds(await self._fetchone(thread_event_bounds_select("%s"), (thread_id,)))
+
+
+async def _check_quota(db: psycopg.AsyncConnection, quota: Quota, run: Row) -> Row:
+    """`enqueue_run`'s caps. Transaction-scoped advisory locks (the whole queue's, then the identity's, always
+    in that order, after the thread's row lock) make concurrent enqueues count one after another, so no two
+    can both take the last place; they are released at commit, with the run visible to the next counter."""
+    if quota.total:
+        await db.execute("SELECT pg_advisory_xact_lock(hashtext('threadline:quota'))")
+    if quota.per_identity and quota.identity is not None:
+        await db.execute("SELECT pg_advisory_xact_lock(hashtext('threadline:quota:' || %s))", (quota.identity,))
+    cur = await db.execute(f"SELECT COUNT(*) FILTER (WHERE identity = %s) AS mine, COUNT(*) AS total FROM runs "
+                           f"WHERE {_ACTIVE}", (quota.identity,))
+    counts = await cur.fetchone() or {"mine": 0, "total": 0}
+    quota_refusal(quota, int(counts["mine"] or 0), int(counts["total"] or 0))
+    return {**run, "identity": quota.identity} if quota.per_identity and quota.identity is not None else run
 
 
 async def _end_timed_out(db: psycopg.AsyncConnection, run: Row) -> Row:

@@ -9,6 +9,8 @@ from typing import Any
 
 import orjson
 
+from threadline.errors import QuotaExceeded
+
 JSON_COLUMNS = {"config", "context", "metadata", "values", "interrupts", "error", "kwargs", "output"}
 
 
@@ -34,6 +36,17 @@ def worker_lost(attempts: int) -> dict[str, str]:
 def timed_out() -> dict[str, str]:
     """The error a run past its deadline ends with, on its thread too, as LangGraph's server records it."""
     return {"error": "TimeoutError", "message": ""}
+
+
+def quota_refusal(quota: Any, mine: int, total: int) -> None:
+    """Raise QuotaExceeded when one more active run would pass a cap of `quota` (a `Quota`), given the active
+    runs of its identity (`mine`) and of the deployment (`total`)."""
+    if quota.total and total >= quota.total:
+        raise QuotaExceeded(f"The run queue is full ({total} active runs, the cap is {quota.total}): "
+                            "try again once some have finished.")
+    if quota.per_identity and quota.identity is not None and mine >= quota.per_identity:
+        raise QuotaExceeded(f"Too many active runs for this client ({mine}, the cap is {quota.per_identity}): "
+                            "try again once some have finished, or cancel some.")
 
 
 def dumps(value: Any) -> str:

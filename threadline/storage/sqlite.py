@@ -19,12 +19,12 @@ from langgraph.store.base import Op, Result, SearchOp
 from langgraph.store.sqlite.aio import AsyncSqliteStore
 
 from threadline.errors import ConfigError, Conflict, NotFound, StorageUnavailable
-from threadline.storage.base import THREAD_EVENTS_KEPT, NewThreadEvent, Row, SortOrder, Storage
+from threadline.storage.base import THREAD_EVENTS_KEPT, NewThreadEvent, Quota, Row, SortOrder, Storage
 from threadline.storage.sqlite_saver import WriterSqliteSaver, delete_thread_checkpoints
 from threadline.storage.sqlite_writer import Writer, in_transaction, translated
 from threadline.storage.sql import (
     JSON_COLUMNS, apply_migrations, dumps, event_bounds, iso_after, now_iso, thread_event_bounds_select,
-    thread_events_select, thread_ttl_columns, timed_out, where, worker_lost,
+    quota_refusal, thread_events_select, thread_ttl_columns, timed_out, where, worker_lost,
 )
 
 log = logging.getLogger("threadline.storage")
@@ -239,10 +239,11 @@ class SQLiteStorage(Storage):
                           reject_if_active: bool, thread_ttl_minutes: float | None = None,
                           new_thread_metadata: dict[str, Any] | None = None,
                           claim_for: tuple[str, float] | None = None,
-                          run_metadata: Callable[[dict[str, Any] | None], dict[str, Any]] | None = None) -> Row:
+                          run_metadata: Callable[[dict[str, Any] | None], dict[str, Any]] | None = None,
+                          quota: Quota | None = None) -> Row:
         return await self._write(_enqueue, run, thread_metadata, create_thread, reject_if_active,
                                  thread_ttl_columns(thread_ttl_minutes), new_thread_metadata or {}, claim_for,
-                                 run_metadata)
+                                 run_metadata, quota)
 
     async def claim_run(self, worker_id: str, lease_seconds: float) -> Row | None:
         return await self.writer.run(_claim, worker_id, lease_seconds)
@@ -434,11 +435,14 @@ def _update_thread(db: sqlite3.Connection, thread_id: str, changes: Row, merge_m
 
 def _enqueue(db: sqlite3.Connection, run: Row, thread_metadata: dict[str, Any], create_thread: bool,
              reject_if_active: bool, ttl_columns: Row, new_thread_metadata: dict[str, Any],
-             claim_for: tuple[str, float] | None, run_metadata: Callable[[Row | None], Row] | None) -> Row:
+             claim_for: tuple[str, float] | None, run_metadata: Callable[[Row | None], Row] | None,
+             quota: Quota | None = None) -> Row:
     now, thread_id = run["created_at"], run["thread_id"]
     thread = _one_now(db, "SELECT metadata FROM threads WHERE thread_id = ?", (thread_id,))
     if thread is None and not create_thread:
         raise NotFound(f"Thread with ID {thread_id} not found")
+    if quota is not None:  # limits (issue 16): one writer, BEGIN IMMEDIATE: nothing enqueues meanwhile
+        run = _check_quota_now(db, quota, run)
     if run_metadata is not None:
         run = {**run, "metadata": run_metadata(thread["metadata"] if thread is not None else None)}
     active = False
@@ -652,6 +656,13 @@ def _recover(db: sqlite3.Connection, max_attempts: int, expired_only: bool) -> t
                "(SELECT 1 FROM runs WHERE runs.thread_id = threads.thread_id AND runs.status IN "
                "('pending', 'running'))", (now,))
     return requeued, failed
+
+
+def _check_quota_now(db: sqlite3.Connection, quota: Quota, run: Row) -> Row:
+    counts = _one_now(db, "SELECT COALESCE(SUM(identity = ?), 0) AS mine, COUNT(*) AS total FROM runs "
+                          "WHERE status IN ('pending', 'running')", (quota.identity,)) or {"mine": 0, "total": 0}
+    quota_refusal(quota, int(counts["mine"] or 0), int(counts["total"] or 0))
+    return {**run, "identity": quota.identity} if quota.per_identity and quota.identity is not None else run
 
 
 def _set_deadline(db: sqlite3.Connection, run_id: str, seconds: float) -> float:
