@@ -41,6 +41,8 @@ async def test_the_queue_cap_refuses_new_runs_and_keeps_the_queued_ones(backend:
         pending = (await http.post("/runs/search", json={"limit": 10})).json()
         assert sorted(r["run_id"] for r in pending) == sorted(created)
         assert {r["status"] for r in pending} == {"pending"}
+        metrics = (await http.get("/metrics")).text
+        assert "lg_api_queue_cap 3.0" in metrics and "lg_api_num_pending_runs 3.0" in metrics
         # A stateless run counts against the same cap; cancelling one frees a place.
         assert (await http.post("/runs", json=BODY)).status_code == 429
         await http.post(f"/runs/{created[0]}/cancel")

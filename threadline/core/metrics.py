@@ -99,6 +99,8 @@ class Metrics:
                                       buckets=RUN_BUCKETS, registry=self.registry)
         self.stream_subscribers = Gauge(PREFIX + "stream_subscribers", "Event streams being served now.",
                                         registry=self.registry)
+        self.queue_cap = Gauge(PREFIX + "queue_cap", "The cap on pending + running runs (max_active_runs); 0: none.",
+                               registry=self.registry)
         self.rate_limited_requests = Counter(
             PREFIX + "rate_limited_requests", "Requests refused with 429 by a rate limit, by route template and budget.",
             ["path", "budget"], registry=self.registry)

@@ -119,6 +119,7 @@ class Runtime:
         assistants = Assistants(storage, graphs)
         threads = Threads(storage, graphs, project.checkpointer_ttl)
         metrics = Metrics()
+        metrics.queue_cap.set(settings.max_active_runs)  # beside num_pending/num_running_runs: depth vs its cap
         webhooks = Webhooks(enabled="webhooks" not in project.http.disabled)
         workers = None
         if settings.workers > 0:
