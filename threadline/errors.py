@@ -83,6 +83,12 @@ class QuotaExceeded(ThreadlineError):
     retry_after = 5
 
 
+class TooManyStreams(QuotaExceeded):
+    """Too many open event streams for this client: close one, or try again later."""
+
+    code = "too_many_streams"
+
+
 class ClientGone(ThreadlineError):
     """The client disconnected before the answer was ready."""
 

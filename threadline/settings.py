@@ -87,6 +87,13 @@ class Settings:
     max_active_runs: int = _setting(
         0, "Most pending + running runs of the whole deployment (the queue's bound); past it, 429. 0: no cap."
     )
+    max_streams_per_identity: int = _setting(
+        0, "Most event streams one identity may have open on this API process; past it, 429. 0: no cap."
+    )
+    stream_send_timeout_seconds: float = _setting(
+        30.0, "A stream whose client has not taken a frame for this long (its connection's buffers are full) "
+        "is closed; the run goes on, and the client can resume with Last-Event-ID. 0: never."
+    )
     trusted_proxies: str = _setting(
         "", "Comma-separated addresses or CIDR blocks of reverse proxies whose X-Forwarded-For names the client."
     )

@@ -17,6 +17,7 @@ from threadline.api import (
 from threadline.api.limits import BodyLimit
 from threadline.api.loopback import serving_loopback
 from threadline.api.ratelimit import RateLimit, RateLimiter
+from threadline.api.sse import StreamSlots
 from threadline.config import HttpConfig, ProjectConfig
 from threadline.core.runtime import Runtime
 from threadline.errors import ConfigError
@@ -78,6 +79,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if http.cors is None:  # configured CORS stands in front of the project's app instead
         app.add_middleware(http_config.cors_middleware, http=http)
     app.state.project = project
+    app.state.stream_slots = StreamSlots(settings.max_streams_per_identity)
     app.state.settings = settings
     errors.install(app)
     for router in http_config.served(ROUTERS, http):

@@ -15,7 +15,7 @@ from threadline.api.common import JSON, Router, no_content, runtime, select, spe
 from threadline.shapes import run_out
 from threadline.api.models import RunCancelMany, RunCreate, RunSearch
 from threadline.api.ratelimit import identity_of
-from threadline.api.sse import event_response
+from threadline.api.sse import event_response, stream_slot
 from threadline.api.waits import KeptAliveJSON
 from threadline.core.runtime import Runtime
 from threadline.errors import ClientGone, InvalidInput, NotFound
@@ -46,7 +46,8 @@ async def _create(rt: Runtime, thread_id: str | None, body: RunCreate, *, waited
 
 
 def _stream(rt: Runtime, run: dict[str, Any], *, last_event_id: str | None = None, replay: bool = True,
-            cancel_on_disconnect: bool = False, path: str | None = None, modes: list[str] | None = None) -> Response:
+            cancel_on_disconnect: bool = False, path: str | None = None, modes: list[str] | None = None,
+            slot: Callable[[], None] | None = None) -> Response:
     """`path`: the run's own path, as `Content-Location` (default: its thread-scoped path). `modes`: a join's
     `stream_mode`, the only modes it sends."""
     path = path or _run_path(run)
@@ -58,8 +59,17 @@ def _stream(rt: Runtime, run: dict[str, Any], *, last_event_id: str | None = Non
         rt.runs.stream(run["run_id"], last_event_id=last_event_id, replay=replay, modes=modes),
         heartbeat=rt.settings.heartbeat_seconds,
         headers={"Location": f"{path}/stream", "Content-Location": path},
-        on_disconnect=disconnect if cancel_on_disconnect else None, draining=rt.draining,
+        on_disconnect=disconnect if cancel_on_disconnect else None, draining=rt.draining, slot=slot,
     )
+
+
+async def _released_on_error(slot: Callable[[], None] | None, creating: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+    try:
+        return await creating
+    except BaseException:
+        if slot is not None:
+            slot()
+        raise
 
 
 async def wait_done(request: Request, rt: Runtime, run: dict[str, Any], *, cancel_on_disconnect: bool) -> Any:
@@ -119,8 +129,9 @@ async def create_thread_run(request: Request, thread_id: UUID, body: RunCreate) 
 @router.post("/threads/{thread_id}/runs/stream")
 async def stream_thread_run(request: Request, thread_id: UUID, body: RunCreate) -> Response:
     rt = runtime(request)
-    run = await _create(rt, str(thread_id), body, waited=True, identity=identity_of(request))
-    return _stream(rt, run, cancel_on_disconnect=_disconnect_cancels(body))
+    slot = stream_slot(request)  # before the run: a client over its stream cap creates none
+    run = await _released_on_error(slot, _create(rt, str(thread_id), body, waited=True, identity=identity_of(request)))
+    return _stream(rt, run, cancel_on_disconnect=_disconnect_cancels(body), slot=slot)
 
 
 @router.post("/threads/{thread_id}/runs/wait")
@@ -207,8 +218,9 @@ async def create_run(request: Request, body: RunCreate) -> JSON:
 @router.post("/runs/stream")
 async def stream_run(request: Request, body: RunCreate) -> Response:
     rt = runtime(request)
-    run = await _create(rt, None, body, waited=True, identity=identity_of(request))
-    return _stream(rt, run, cancel_on_disconnect=_disconnect_cancels(body), path=f"/runs/{run['run_id']}")
+    slot = stream_slot(request)
+    run = await _released_on_error(slot, _create(rt, None, body, waited=True, identity=identity_of(request)))
+    return _stream(rt, run, cancel_on_disconnect=_disconnect_cancels(body), path=f"/runs/{run['run_id']}", slot=slot)
 
 
 @router.post("/runs/wait")

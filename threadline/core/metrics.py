@@ -101,6 +101,13 @@ class Metrics:
                                         registry=self.registry)
         self.queue_cap = Gauge(PREFIX + "queue_cap", "The cap on pending + running runs (max_active_runs); 0: none.",
                                registry=self.registry)
+        self.stream_slow_disconnects = Counter(
+            PREFIX + "stream_slow_disconnects", "Event streams closed because their client stopped reading.",
+            registry=self.registry)
+        self.stream_replay_gaps = Counter(
+            PREFIX + "stream_replay_gaps",
+            "Resumes (Last-Event-ID) some of whose events were no longer buffered: the client missed them.",
+            registry=self.registry)
         self.rate_limited_requests = Counter(
             PREFIX + "rate_limited_requests", "Requests refused with 429 by a rate limit, by route template and budget.",
             ["path", "budget"], registry=self.registry)
@@ -127,6 +134,12 @@ class Metrics:
         self.runs_finished.labels(status=status).inc()
         if seconds is not None:
             self.run_duration.observe(seconds)
+
+    def stream_slow_disconnect(self) -> None:
+        self.stream_slow_disconnects.inc()
+
+    def replay_gap(self) -> None:
+        self.stream_replay_gaps.inc()
 
     def rate_limited(self, path: str, budget: str) -> None:
         self.rate_limited_requests.labels(path=path, budget=budget).inc()

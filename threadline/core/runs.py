@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from threadline.broker.base import Broker, StreamEvent
 from threadline.core.assistants import Assistants
+from threadline.core.metrics import Metrics
 from threadline.core.protocol_events import end_without_worker
 from threadline.core.threads import Threads
 from threadline.core.worker import WorkerPool
@@ -64,8 +65,10 @@ class Runs:
     """Run operations. Execution itself is the worker's (see `threadline.core.worker`)."""
 
     def __init__(self, storage: Storage, broker: Broker, assistants: Assistants, threads: Threads,
-                 workers: WorkerPool | None = None, *, max_per_identity: int = 0, max_active: int = 0) -> None:
+                 workers: WorkerPool | None = None, *, max_per_identity: int = 0, max_active: int = 0,
+                 metrics: Metrics | None = None) -> None:
         self.storage = storage
+        self.metrics = metrics
         self.max_per_identity = max_per_identity  # caps on active runs (limits): 0 for none
         self.max_active = max_active
         self.broker = broker
@@ -328,6 +331,9 @@ class Runs:
         run = await self.storage.get_run(run_id)
         if run is not None and run["status"] in TERMINAL and not await self.broker.stream_started(run_id):
             return
+        if last_event_id is not None and self.metrics is not None and await self.broker.resume_gap(run_id,
+                                                                                                  last_event_id):
+            self.metrics.replay_gap()  # the client missed events the bounded buffer no longer holds
         modes = [m for m in modes or () if m]  # langgraph-sdk sends `stream_mode=` when it has none
         wanted = {"messages" if m == "messages-tuple" else m for m in modes} | {"error"}
         async for event in self.broker.subscribe(run_id, after=last_event_id, replay=replay):

@@ -129,7 +129,8 @@ class Runtime:
                                  lease_seconds=settings.lease_seconds, max_attempts=settings.run_retries,
                                  sweep=storage.capabilities.get("multi_process", False))
         runs = Runs(storage, broker, assistants, threads, workers,
-                    max_per_identity=settings.max_active_runs_per_identity, max_active=settings.max_active_runs)
+                    max_per_identity=settings.max_active_runs_per_identity, max_active=settings.max_active_runs,
+                    metrics=metrics)
         return cls(settings, project, graphs, storage, broker, assistants, threads, runs, workers, metrics=metrics,
                    webhooks=webhooks)
 
