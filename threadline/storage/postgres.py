@@ -602,7 +602,7 @@ async def _check_quota(db: psycopg.AsyncConnection, quota: Quota, run: Row) -> R
         await db.execute("SELECT pg_advisory_xact_lock(hashtext('threadline:quota:' || %s))", (quota.identity,))
     cur = await db.execute(f"SELECT COUNT(*) FILTER (WHERE identity = %s) AS mine, COUNT(*) AS total FROM runs "
                            f"WHERE {_ACTIVE}", (quota.identity,))
-    counts = await cur.fetchone() or {"mine": 0, "total": 0}
+    counts: Any = await cur.fetchone() or {"mine": 0, "total": 0}  # dict rows (the pool's row factory)
     quota_refusal(quota, int(counts["mine"] or 0), int(counts["total"] or 0))
     return {**run, "identity": quota.identity} if quota.per_identity and quota.identity is not None else run
 
