@@ -137,3 +137,16 @@ def test_the_budget_is_shared_by_every_api_process(scaleout_services: ScaleOut, 
         for proc, _ in procs:
             proc.terminate()
             proc.wait(15)
+
+
+def test_the_identity_is_the_authenticated_caller_once_there_is_one() -> None:
+    from types import SimpleNamespace
+
+    from starlette.requests import Request
+
+    from threadline.api.ratelimit import identity_of
+
+    scope = {"type": "http", "method": "GET", "path": "/", "headers": [], "client": ("10.1.2.3", 5000)}
+    assert identity_of(Request(scope)) == "ip:10.1.2.3"
+    scope["threadline.auth_user"] = SimpleNamespace(identity="alice")
+    assert identity_of(Request(scope)) == "user:alice"

@@ -72,10 +72,16 @@ def client_address(request: Request, trusted: str = "") -> str:
     return hops[0] if hops else peer
 
 
+#: Where the authentication layer (branch h-auth, `api/auth.py: Authenticate`) leaves the caller in the scope.
+AUTH_USER_KEY = "threadline.auth_user"
+
+
 def identity_of(request: Request) -> str:
-    """Who a request counts against, for rate limits and quotas. The seam for authentication: an identity an
-    auth layer put in `request.state.identity` (or the scope's `user`) wins; else the client address."""
-    given = getattr(request.state, "identity", None) or getattr(request.scope.get("user"), "identity", None)
+    """Who a request counts against, for rate limits, quotas and stream caps. The seam for authentication:
+    the authenticated caller's `identity` (the scope's `threadline.auth_user`, or `request.state.identity`)
+    wins; else the client address. A layer only sees the caller if it runs after authentication."""
+    user = request.scope.get(AUTH_USER_KEY) or request.scope.get("user")
+    given = getattr(request.state, "identity", None) or getattr(user, "identity", None)
     if given:
         return f"user:{given}"
     settings = getattr(request.app.state, "settings", None) if request.scope.get("app") is not None else None
