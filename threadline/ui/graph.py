@@ -13,7 +13,7 @@ NODE_H = 34
 LAYER_GAP = 70
 NODE_GAP = 28
 CHAR_W = 7.5
-MARGIN = 24
+MARGIN = 48
 
 
 @dataclass
@@ -118,7 +118,7 @@ def layout(graph: dict[str, Any]) -> Layout:
     height = MARGIN * 2 + (max(rows, default=0) + 1) * (NODE_H + LAYER_GAP) - LAYER_GAP
     out = Layout(width, height, list(boxes.values()))
     for s, t, conditional, label in edges:
-        out.lines.append(_line(boxes[s], boxes[t], conditional, label, (s, t) in back or s == t))
+        out.lines.append(_line(boxes[s], boxes[t], conditional, label, (s, t) in back or s == t, width))
     out.frames = _frames(boxes)
     return out
 
@@ -127,12 +127,15 @@ def _label(node_id: str) -> str:
     return node_id.rsplit(":", 1)[-1] if ":" in node_id else node_id
 
 
-def _line(a: Box, b: Box, conditional: bool, label: str, back: bool) -> Line:
+def _line(a: Box, b: Box, conditional: bool, label: str, back: bool, width: float) -> Line:
     ax, bx = a.x + a.w / 2, b.x + b.w / 2
-    if back:  # up the right-hand side, back into the target's side
-        x = max(a.x + a.w, b.x + b.w) + 30
-        path = (f"M{a.x + a.w:.0f},{a.y + a.h / 2:.0f} C{x:.0f},{a.y + a.h / 2:.0f} {x:.0f},{b.y + b.h / 2:.0f} "
-                f"{b.x + b.w:.0f},{b.y + b.h / 2:.0f}")
+    if back:  # around the outside, on the side the source is nearer, into the target's side
+        if ax < width / 2:
+            x, sx, tx = min(a.x, b.x) - 30, a.x, b.x
+        else:
+            x, sx, tx = max(a.x + a.w, b.x + b.w) + 30, a.x + a.w, b.x + b.w
+        path = (f"M{sx:.0f},{a.y + a.h / 2:.0f} C{x:.0f},{a.y + a.h / 2:.0f} {x:.0f},{b.y + b.h / 2:.0f} "
+                f"{tx:.0f},{b.y + b.h / 2:.0f}")
     else:
         y1, y2 = a.y + a.h, b.y
         mid = (y1 + y2) / 2

@@ -36,6 +36,10 @@ def _text(content: Any) -> str:
     return "" if content is None else json.dumps(content, default=str)
 
 
+def _clip(text: str, limit: int = 240) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 def chat_messages(values: Any) -> list[Bubble]:
     """The `messages` of a thread's state values as chat bubbles (none when the state has no messages)."""
     messages = values.get("messages") if isinstance(values, dict) else None
@@ -48,7 +52,7 @@ def chat_messages(values: Any) -> list[Bubble]:
             continue
         role = ROLES.get(str(msg.get("type") or msg.get("role") or ""), "other")
         calls = [{"name": c.get("name", ""), "id": c.get("id", ""),
-                  "args": json.dumps(c.get("args", {}), ensure_ascii=False, default=str)}
+                  "args": _clip(json.dumps(c.get("args", {}), ensure_ascii=False, default=str))}
                  for c in msg.get("tool_calls") or [] if isinstance(c, dict)]
         out.append(Bubble(role, _text(msg.get("content")), str(msg.get("name") or ""), calls,
                           str(msg.get("tool_call_id") or "")))

@@ -218,7 +218,8 @@
       calls.filter((c) => c.name).forEach((c) => {
         let div = li.querySelector(`[data-call="${c.id}"]`);
         if (!div) { div = document.createElement("div"); div.className = "tool-call"; div.dataset.call = c.id; li.append(div); }
-        div.textContent = `calls ${c.name}(${JSON.stringify(c.args || {})})`;
+        const args = JSON.stringify(c.args || {});
+        div.textContent = `calls ${c.name}(${args.length > 240 ? args.slice(0, 240) + "…" : args})`;
       });
     }
     function show(ev) {
@@ -230,6 +231,7 @@
       li.append(name, " ", data);
       list.append(li);
       if (list.children.length > 500) list.firstElementChild.remove();
+      list.scrollTop = list.scrollHeight;  // the newest event in view
       if (ev.event.startsWith("messages")) {
         const [chunk] = Array.isArray(ev.data) ? ev.data : [ev.data];
         if (chunk && typeof chunk === "object") showMessage(chunk, (chunk.type || "").endsWith("Chunk"));
