@@ -93,6 +93,7 @@ async def test_assistant_pages_show_versions_schemas_and_the_graph_with_subgraph
     for node in drawn["nodes"]:
         assert f'data-node="{node["id"]}"' in page.text
     assert any(":" in n["id"] for n in drawn["nodes"]) and 'class="frame"' in page.text  # xray: a framed subgraph
+    assert f'data-schemas="/assistants/{nested["assistant_id"]}/schemas"' in page.text  # fetched when opened
     assert "Input schema" in page.text and "version 1" in text(page)
 
 

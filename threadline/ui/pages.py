@@ -157,14 +157,13 @@ async def assistant(request: Request, assistant_id: str) -> Response:
         async with Api(request) as api:
             row = await api.get(f"/assistants/{assistant_id}")
             versions = await api.post(f"/assistants/{assistant_id}/versions", {"limit": 20})
-            schemas = await api.get(f"/assistants/{assistant_id}/schemas")
             try:
                 drawn: Any = graph_layout.layout(await api.get(f"/assistants/{assistant_id}/graph", xray="true"))
             except ApiError as error:  # a graph that cannot be drawn still has a page
                 drawn = error
     except ApiError as error:
         return failure(request, error)
-    return render(request, "assistant.html", assistant=row, versions=versions, schemas=schemas, graph=drawn)
+    return render(request, "assistant.html", assistant=row, versions=versions, graph=drawn)
 
 
 @router.get("/store", response_class=HTMLResponse)

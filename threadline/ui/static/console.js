@@ -147,6 +147,22 @@
     });
   });
 
+  // --- An assistant's schemas, fetched once, when one is first opened.
+  document.querySelectorAll("[data-schemas]").forEach((section) => {
+    let loaded = null;
+    section.querySelectorAll("details[data-schema]").forEach((details) => {
+      details.addEventListener("toggle", async () => {
+        if (!details.open) return;
+        const pre = details.querySelector("pre");
+        try {
+          loaded = loaded || api("GET", section.dataset.schemas.slice(API.length));
+          const value = (await loaded)[details.dataset.schema];
+          pre.textContent = value ? JSON.stringify(value, null, 2) : "(none)";
+        } catch (e) { loaded = null; pre.textContent = e.message; }
+      });
+    });
+  });
+
   // --- Store: put and delete, then show the page again.
   document.querySelectorAll("[data-put-form]").forEach((form) => {
     const box = form.querySelector(".errors");
