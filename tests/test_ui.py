@@ -4,6 +4,7 @@ a clear 4xx page, the setting turns the console off. (In a real browser: tests/t
 from __future__ import annotations
 
 import html
+import json
 import re
 import sqlite3
 from dataclasses import replace
@@ -172,3 +173,20 @@ def test_messages_become_chat_bubbles_and_namespaces_a_tree() -> None:
     assert [n.label for n in tree] == ["a", "z"]
     assert [c.path for c in tree[0].children] == [["a", "b"], ["a", "c"]]
     assert tree[0].children[1].children[0].path == ["a", "c", "d"]
+
+
+async def test_under_a_mount_prefix_the_console_and_its_links_carry_it(settings: Settings, tmp_path: Path) -> None:
+    project = tmp_path / "langgraph.json"
+    project.write_text(json.dumps({"graphs": {"echo": "threadline.example.agents:echo"},
+                                   "http": {"mount_prefix": "/api"}}))
+    app = create_app(replace(settings, config=str(project)))
+    async with LifespanManager(app, startup_timeout=30) as manager:
+        transport = httpx.ASGITransport(app=manager.app)  # type: ignore[arg-type]
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+            thread = (await http.post("/api/threads", json={})).json()["thread_id"]
+            page = await http.get("/api/ui/threads")
+            assert page.status_code == 200 and f'href="/api/ui/threads/{thread}"' in page.text
+            assert 'href="/api/ui/static/console.css"' in page.text
+            assert (await http.get("/api/ui/static/console.css")).status_code == 200
+            assert (await http.get(f"/api/ui/threads/{thread}")).status_code == 200
+            assert (await http.get("/ui/threads")).status_code == 404
