@@ -225,3 +225,18 @@ def test_the_store_is_browsed_searched_put_and_deleted(page: Page, api: httpx.Cl
     page.get_by_role("button", name="Delete soup").click()
     expect(page.locator("[data-item]")).to_have_count(1)
     assert api.get("/store/items", params={"namespace": "docs.recipes", "key": "soup"}).json() is None
+
+
+def test_a_stateless_run_streams_its_custom_events(page: Page, api: httpx.Client) -> None:
+    page.goto(f"/ui/assistants/{assistant_id(api, 'counter')}")
+    form = page.locator("[data-run-form]")
+    form.get_by_label("stateless (no thread kept)").check()
+    form.get_by_label("Input (JSON)").fill('{"steps": 3, "tag": "hello", "increment": "2"}')
+    form.get_by_role("button", name="Start run").click()
+    expect(form.get_by_role("alert")).to_contain_text('"increment" must be integer, not string')
+    form.get_by_label("Input (JSON)").fill('{"steps": 3, "tag": "hello", "increment": 2}')
+    form.get_by_role("button", name="Start run").click()
+    page.wait_for_url("**/ui/runs/**")
+    expect(page.locator("#run-status")).to_have_text("success")
+    expect(page.locator("#events li").filter(has_text="custom")).to_have_count(3)
+    expect(page.locator("#events")).to_contain_text('"tag":"hello"')

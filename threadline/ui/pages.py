@@ -24,7 +24,6 @@ from threadline.ui.views import chat_messages, interrupts_of, namespace_tree
 HERE = Path(__file__).parent
 PAGE_SIZE = 25
 STATUSES = ("idle", "busy", "interrupted", "error")
-RUN_STREAM_MODES = ["messages-tuple", "updates", "custom"]
 
 env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]),
                   trim_blocks=True, lstrip_blocks=True)
@@ -39,7 +38,7 @@ def render(request: Request, template: str, status_code: int = 200, **context: A
     root = str(request.scope.get("root_path", ""))
     page = env.get_template(template).render(
         ui=root + "/ui", api=root, version=__version__, path=request.url.path, request=request,
-        stream_modes=json.dumps(RUN_STREAM_MODES), **context)
+        **context)
     return HTMLResponse(page, status_code=status_code)
 
 

@@ -121,8 +121,8 @@
         const payload = {assistant_id: assistantId, input, stream_mode: STREAM_MODES};
         let thread = form.dataset.thread;
         const where = form.elements.where ? form.elements.where.value : "thread";
-        if (where === "stateless") {
-          const run = await api("POST", "/runs", payload);
+        if (where === "stateless") {  // kept once done, so that its page can still be read
+          const run = await api("POST", "/runs", Object.assign({on_completion: "keep"}, payload));
           location.href = `${UI}/runs/${run.run_id}`;
           return;
         }
