@@ -17,7 +17,7 @@ OUT = ROOT / "docs" / "ui"
 
 def seed(api: httpx.Client) -> dict[str, str]:
     """A little of everything: a chat with a tool call, a thread waiting for approval, a counter's history,
-    store items, a failed run."""
+    a failed run (`int("many")`), store items."""
     chat = api.post("/threads", json={"metadata": {"user": "ada", "topic": "words"}}).json()["thread_id"]
     for text in ("How many words is this question?", "And this one, which is a little longer?"):
         api.post(f"/threads/{chat}/runs/wait", json={
@@ -27,6 +27,8 @@ def seed(api: httpx.Client) -> dict[str, str]:
     for i in range(3):
         counter = api.post("/threads", json={"metadata": {"user": "linus", "batch": i}}).json()["thread_id"]
         api.post(f"/threads/{counter}/runs/wait", json={"assistant_id": "counter", "input": {"tag": f"run {i}"}})
+    broken = api.post("/threads", json={"metadata": {"user": "linus"}}).json()["thread_id"]
+    api.post(f"/threads/{broken}/runs/wait", json={"assistant_id": "counter", "input": {"increment": "many"}})
     for ns, key, value in ((["users", "ada"], "preferences", {"theme": "dark", "language": "en"}),
                            (["users", "ada"], "memory", {"text": "prefers short answers"}),
                            (["users", "grace"], "preferences", {"theme": "light"}),
