@@ -240,3 +240,26 @@ def test_a_stateless_run_streams_its_custom_events(page: Page, api: httpx.Client
     expect(page.locator("#run-status")).to_have_text("success")
     expect(page.locator("#events li").filter(has_text="custom")).to_have_count(3)
     expect(page.locator("#events")).to_contain_text('"tag":"hello"')
+
+
+UNLABELLED = """() => [...document.querySelectorAll('input:not([type=hidden]), select, textarea, button')]
+    .filter((el) => !(el.labels && el.labels.length) && !el.getAttribute('aria-label') && !el.textContent.trim())
+    .map((el) => el.outerHTML)"""
+
+
+def test_every_control_is_labelled_and_the_keyboard_reaches_the_content(page: Page, api: httpx.Client) -> None:
+    thread = chat_thread(api, "hi")
+    waiting = api.post("/threads", json={}).json()["thread_id"]
+    api.post(f"/threads/{waiting}/runs/wait", json={"assistant_id": "approval", "input": {"request": "x"}})
+    api.put("/store/items", json={"namespace": ["a11y"], "key": "k", "value": {"v": 1}})
+    for path in ("/ui/threads", f"/ui/threads/{thread}", f"/ui/threads/{waiting}", "/ui/assistants",
+                 f"/ui/assistants/{assistant_id(api, 'assistant')}", "/ui/store", "/ui/queue", "/ui/login"):
+        page.goto(path)
+        assert page.evaluate(UNLABELLED) == [], path
+    page.goto("/ui/threads")
+    page.keyboard.press("Tab")
+    expect(page.get_by_role("link", name="Skip to content")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page.locator("main")).to_be_focused()
+    page.keyboard.press("Tab")
+    expect(page.get_by_label("Status")).to_be_focused()
