@@ -64,6 +64,7 @@ class Settings:
     stream_buffer_events: int = _setting(
         10_000, "Events kept per run for joins and Last-Event-ID resumption while the process lives."
     )
+    ui: str = _setting("on", "The web console at /ui (on), or none (off).", choices=("on", "off"))
     log_level: str = _setting("info", "Log level; debug adds the traceback of a failed startup.",
                               choices=("debug", "info", "warning", "error"))
     log_format: str = _setting("text", "Log lines as text, or as one JSON object per line (json).",

@@ -82,6 +82,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(router)
     if "meta" not in http.disabled:
         docs.mount_assets(app)
+    if settings.ui == "on":
+        from threadline import ui  # the console: pages over this same API (threadline/ui)
+
+        ui.mount(app)
     metrics.label_plain_routes(app)
     app.front = _front(app, http, project_app)
     return app
