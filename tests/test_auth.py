@@ -1,0 +1,317 @@
+"""Authentication (`langgraph.json` `auth`, built-in API keys) on every route, over both backends."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from asgi_lifespan import LifespanManager
+from langgraph_sdk import get_client
+
+from threadline.api.app import create_app
+from threadline.errors import ConfigError
+from threadline.settings import Settings
+
+from tests.conftest import serving
+from tests.services import Backend
+
+AUTH_PROJECT = Path(__file__).parent / "auth_project" / "langgraph.json"
+ALICE = {"authorization": "Bearer user-alice"}
+KEY = "sk-test-0123456789abcdef"
+
+
+@pytest.fixture
+def settings(backend: Backend) -> Settings:
+    return Settings(config=str(AUTH_PROJECT), workers=2, heartbeat_seconds=5.0, **backend.settings())
+
+
+def _auth_module() -> Any:
+    import sys
+
+    return next(m for name, m in sys.modules.items() if name.startswith("threadline_project.auth_"))
+
+
+def our_routes(app: Any) -> Iterator[tuple[str, str]]:
+    """(method, path) of every route the app serves: FastAPI's included routers, mounts and WebSockets."""
+    from starlette.routing import Mount, WebSocketRoute
+
+    def walk(routes: Any, prefix: str) -> Iterator[tuple[str, str]]:
+        for route in routes:
+            context = getattr(route, "include_context", None)
+            if context is not None:  # FastAPI keeps an included router as one route
+                yield from walk(context.included_router.routes, prefix + context.prefix)
+            elif isinstance(route, Mount):
+                yield "GET", prefix + route.path + "/x"
+            elif isinstance(route, WebSocketRoute) or type(route).__name__ == "APIWebSocketRoute":
+                yield "WEBSOCKET", prefix + route.path
+            else:
+                for method in sorted(route.methods or {"GET"}):
+                    if method != "HEAD":
+                        yield method, prefix + route.path
+
+    yield from walk(app.routes, "")
+
+
+def concrete(path: str) -> str:
+    return re.sub(r"\{[^}]+\}", str(uuid.uuid4()), path)
+
+
+async def websocket_handshake(app: Any, path: str, headers: list[tuple[bytes, bytes]] | None = None,
+                              query: bytes = b"") -> list[dict[str, Any]]:
+    """What an app sends back to a WebSocket handshake (the denial-response extension offered), and whether
+    it accepted; the client then goes away."""
+    sent: list[dict[str, Any]] = []
+    inbox = [{"type": "websocket.connect"}]
+
+    async def receive() -> dict[str, Any]:
+        if inbox:
+            return inbox.pop()
+        return {"type": "websocket.disconnect", "code": 1000}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "websocket", "path": path, "raw_path": path.encode(), "root_path": "", "query_string": query,
+             "headers": headers or [], "scheme": "ws", "server": ("test", 80), "client": ("127.0.0.1", 1),
+             "subprotocols": [], "asgi": {"version": "3.0"}, "extensions": {"websocket.http.response": {}}}
+    await app(scope, receive, send)
+    return sent
+
+
+# --- every route, every surface ----------------------------------------------------------------------------
+
+
+async def test_every_route_refuses_a_request_without_credentials(served: tuple[Any, Any],
+                                                                 http: httpx.AsyncClient) -> None:
+    application, app = served
+    routes = list(our_routes(application))
+    kinds = {path for _, path in routes}
+    # The surfaces the walk must see, so a router that moves out of the table cannot hide from it.
+    for surface in ("/threads/{thread_id}/stream/events", "/threads/{thread_id}/commands", "/mcp", "/store/items",
+                    "/info", "/metrics", "/openapi.json", "/docs", "/runs/wait", "/threads/{thread_id}/stream"):
+        assert surface in kinds, surface
+    assert any(p.startswith("/a2a/") for p in kinds) and any(p.startswith("/docs/assets") for p in kinds)
+    checked = 0
+    for method, path in routes:
+        url = concrete(path)
+        if method == "WEBSOCKET":
+            sent = await websocket_handshake(app, url)
+            assert sent[0]["type"] == "websocket.http.response.start" and sent[0]["status"] == 401, path
+            assert not any(m["type"] == "websocket.accept" for m in sent), path
+        else:
+            response = await http.request(method, url, json={} if method in ("POST", "PUT", "PATCH") else None)
+            if path == "/ok":
+                assert response.status_code == 200
+                continue
+            assert response.status_code == 401, (method, path, response.status_code, response.text)
+            assert response.json()["detail"] == "Missing or bad token"
+            assert response.headers["www-authenticate"] == "Bearer"
+        checked += 1
+    assert checked > 40
+    # A path no route serves is refused too (as LangGraph's server): nothing is learnt without credentials.
+    assert (await http.get("/no/such/route")).status_code == 401
+
+
+async def test_the_same_routes_answer_with_credentials(http: httpx.AsyncClient) -> None:
+    for path in ("/info", "/openapi.json", "/docs", "/metrics"):
+        assert (await http.get(path, headers=ALICE)).status_code == 200, path
+    assert (await http.post("/assistants/search", json={}, headers=ALICE)).status_code == 200
+    assert (await http.post("/store/namespaces", json={}, headers=ALICE)).status_code == 200
+
+
+async def test_openapi_shows_the_configured_security_schemes(http: httpx.AsyncClient) -> None:
+    schema = (await http.get("/openapi.json", headers=ALICE)).json()
+    assert schema["components"]["securitySchemes"]["bearer"] == {"type": "http", "scheme": "bearer"}
+    assert schema["security"] == [{"bearer": []}]
+    assert "/threads" in schema["paths"]
+
+
+# --- the authenticator's parameters and outcomes -------------------------------------------------------------
+
+
+async def test_handler_parameters_are_injected_by_name(http: httpx.AsyncClient) -> None:
+    thread_id = str(uuid.uuid4())
+    response = await http.post(f"/threads/{thread_id}/history?limit=3&x=1&x=2", json={"limit": 2},
+                               headers={**ALICE, "x-extra": "yes"})
+    assert response.status_code == 404  # authenticated; the thread does not exist
+    last = _auth_module().LAST
+    assert last["authorization"] == "Bearer user-alice" and last["method"] == "POST"
+    assert last["path"] == f"/threads/{thread_id}/history"
+    assert last["path_params"] == {"thread_id": thread_id}
+    assert last["query_params"]["limit"] == "3" and last["query_params"].getlist("x") == ["1", "2"]
+    assert last["headers"][b"x-extra"] == b"yes"
+    assert last["body"] == {"limit": 2}  # and the route still read the body (it answered, not 422)
+    assert last["request"].url.path == f"/threads/{thread_id}/history"
+
+
+async def test_http_exception_gives_its_status_detail_and_headers(http: httpx.AsyncClient) -> None:
+    response = await http.post("/threads", json={}, headers={"authorization": "Bearer teapot"})
+    assert response.status_code == 418
+    assert response.json()["detail"] == "short and stout" and response.headers["x-why"] == "tea"
+
+
+@pytest.mark.parametrize("token", ["boom", "none"])
+async def test_a_failing_authenticator_is_a_401_that_says_nothing(http: httpx.AsyncClient, token: str,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    response = await http.post("/threads", json={}, headers={"authorization": f"Bearer {token}"})
+    assert response.status_code == 401
+    assert response.json()["detail"] == "Unauthorized"
+    assert "secret" not in response.text and "Traceback" not in response.text and "auth.py" not in response.text
+    if token == "boom":
+        assert "secret internals xyz" in caplog.text  # the operator sees it in the log
+
+
+async def test_websocket_handshake_is_authenticated(app: Any) -> None:
+    thread_id = str(uuid.uuid4())
+    refused = await websocket_handshake(app, f"/threads/{thread_id}/stream/events",
+                                        [(b"authorization", b"Bearer nobody")])
+    assert refused[0]["status"] == 401 and not any(m["type"] == "websocket.accept" for m in refused)
+    body = json.loads(refused[1]["body"])
+    assert body["detail"] == "Missing or bad token"
+    accepted = await websocket_handshake(app, f"/threads/{thread_id}/stream/events", query=b"token=user-alice")
+    assert accepted[0]["type"] == "websocket.accept"
+
+
+# --- the identity reaches the agent --------------------------------------------------------------------------
+
+
+EXPECTED_USER = {"identity": "alice", "is_authenticated": True, "display_name": "Alice",
+                 "permissions": ["threads:read", "runs:create"], "team": "blue"}
+
+
+def _seen(user: dict[str, Any], identity: str, permissions: list[str]) -> dict[str, Any]:
+    return {"user": user, "identity_attr": identity, "user_id": identity, "permissions": permissions}
+
+
+async def test_the_identity_reaches_the_graph(http: httpx.AsyncClient) -> None:
+    thread = (await http.post("/threads", json={}, headers=ALICE)).json()
+    # A client cannot claim to be someone else: the server's keys win over the body's.
+    spoof = {"configurable": {"langgraph_auth_user_id": "mallory", "langgraph_auth_user": {"identity": "mallory"}}}
+    out = (await http.post(f"/threads/{thread['thread_id']}/runs/wait", headers=ALICE,
+                           json={"assistant_id": "whoami", "input": {}, "config": spoof})).json()
+    assert out["seen"] == _seen(EXPECTED_USER, "alice", ["threads:read", "runs:create"])
+    plain = (await http.post("/runs/wait", json={"assistant_id": "whoami", "input": {}},
+                             headers={"authorization": "Bearer alice"})).json()
+    assert plain["seen"] == _seen({"identity": "alice", "is_authenticated": True, "display_name": "alice"},
+                                  "alice", [])
+    runs = (await http.get(f"/threads/{thread['thread_id']}/runs", headers=ALICE)).json()
+    assert runs[0]["kwargs"]["config"]["configurable"]["langgraph_auth_user_id"] == "alice"
+
+
+async def test_the_identity_reaches_mcp_and_a2a_runs(http: httpx.AsyncClient) -> None:
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "whoami", "arguments": {}}}
+    mcp = await http.post("/mcp", json=call, headers={**ALICE, "accept": "application/json, text/event-stream"})
+    assert mcp.status_code == 200, mcp.text
+    result = mcp.json()["result"]
+    seen = (result.get("structuredContent") or json.loads(result["content"][0]["text"]))["seen"]
+    assert seen == _seen(EXPECTED_USER, "alice", ["threads:read", "runs:create"])
+    assistant = (await http.post("/assistants/search", json={"graph_id": "echo"}, headers=ALICE)).json()[0]
+    send = {"jsonrpc": "2.0", "id": 2, "method": "message/send", "params": {"message": {
+        "kind": "message", "role": "user", "messageId": str(uuid.uuid4()), "parts": [{"kind": "text", "text": "hi"}]}}}
+    a2a = await http.post(f"/a2a/{assistant['assistant_id']}", json=send, headers=ALICE)
+    assert a2a.status_code == 200 and "result" in a2a.json(), a2a.text
+    context_id = a2a.json()["result"]["contextId"]
+    runs = (await http.get(f"/threads/{context_id}/runs", headers=ALICE)).json()
+    assert runs[0]["kwargs"]["config"]["configurable"]["langgraph_auth_user_id"] == "alice"
+
+
+# --- a real client, API keys -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def key_settings(backend: Backend, tmp_path: Path) -> Settings:
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps([{"key": "sk-file-0123456789abcdef", "identity": "scraper",
+                                 "permissions": ["metrics:read"]}]))
+    return Settings(config=str(Path(__file__).parent / "project" / "langgraph.json"), workers=2,
+                    api_keys=f"bob={KEY}", api_keys_file=str(keys), public_paths="/metrics",
+                    **backend.settings())
+
+
+@pytest.fixture
+async def key_http(key_settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    application = create_app(key_settings)
+    async with LifespanManager(application, startup_timeout=30, shutdown_timeout=30) as manager:
+        transport = httpx.ASGITransport(app=manager.app)  # type: ignore[arg-type]
+        async with httpx.AsyncClient(transport=transport, base_url="http://threadline", timeout=30) as client:
+            yield client
+
+
+async def test_api_keys_without_an_auth_py(key_http: httpx.AsyncClient) -> None:
+    assert (await key_http.post("/threads", json={})).status_code == 401
+    assert (await key_http.post("/threads", json={}, headers={"x-api-key": KEY + "x"})).status_code == 401
+    assert (await key_http.post("/threads", json={}, headers={"authorization": "Basic " + KEY})).status_code == 401
+    assert (await key_http.post("/threads", json={}, headers={"x-api-key": KEY})).status_code == 200
+    assert (await key_http.post("/threads", json={}, headers={"authorization": f"Bearer {KEY}"})).status_code == 200
+    assert (await key_http.get("/metrics")).status_code == 200  # public_paths
+    assert (await key_http.get("/info")).status_code == 401
+    schema = (await key_http.get("/openapi.json", headers={"x-api-key": KEY})).json()
+    assert schema["security"] == [{"apiKeyAuth": []}]
+    out = (await key_http.post("/runs/wait", json={"assistant_id": "echo", "input": {"message": "x"}},
+                               headers={"x-api-key": "sk-file-0123456789abcdef"}))
+    assert out.status_code == 200
+    thread = (await key_http.post("/threads", json={}, headers={"x-api-key": "sk-file-0123456789abcdef"})).json()
+    await key_http.post(f"/threads/{thread['thread_id']}/runs/wait", json={"assistant_id": "echo", "input": {}},
+                        headers={"x-api-key": "sk-file-0123456789abcdef"})
+    runs = (await key_http.get(f"/threads/{thread['thread_id']}/runs",
+                               headers={"x-api-key": "sk-file-0123456789abcdef"})).json()
+    configurable = runs[0]["kwargs"]["config"]["configurable"]
+    assert configurable["langgraph_auth_user_id"] == "scraper"
+    assert configurable["langgraph_auth_permissions"] == ["metrics:read"]
+
+
+@pytest.mark.slow
+async def test_a_real_sdk_client_with_an_api_key(key_settings: Settings) -> None:
+    async with serving(key_settings) as url:
+        anonymous = get_client(url=url, api_key=None)
+        with pytest.raises(httpx.HTTPStatusError) as refused:
+            await anonymous.threads.create()
+        assert refused.value.response.status_code == 401
+        client = get_client(url=url, api_key=KEY)  # the SDK sends it as `x-api-key`
+        bearer = get_client(url=url, api_key=None, headers={"authorization": f"Bearer {KEY}"})
+        assert (await bearer.assistants.search())[0]["graph_id"]
+        thread = await client.threads.create()
+        out = await client.runs.wait(thread["thread_id"], "echo", input={"message": "hi"})
+        assert out["messages"][-1]["content"]
+        chunks = [c async for c in client.runs.stream(thread["thread_id"], "echo", input={"message": "again"})]
+        assert chunks[-1].event in ("values", "end")
+
+
+def test_bad_api_key_configuration_stops_startup(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="at least 16"):
+        create_app(Settings(config=str(AUTH_PROJECT.parent.parent / "project" / "langgraph.json"),
+                            api_keys="bob=short"))
+    with pytest.raises(ConfigError, match="public_paths"):
+        create_app(Settings(config=str(AUTH_PROJECT), public_paths="/threads"))
+
+
+# --- fail closed -----------------------------------------------------------------------------------------------
+
+
+def test_no_auth_on_a_public_interface_refuses_to_start() -> None:
+    project = str(Path(__file__).parent / "project" / "langgraph.json")
+    with pytest.raises(ConfigError, match="refusing to serve on 0.0.0.0 without authentication"):
+        create_app(Settings(config=project, host="0.0.0.0"))
+    create_app(Settings(config=project, host="0.0.0.0", allow_unauthenticated=True))
+    create_app(Settings(config=project, host="0.0.0.0", api_keys=f"bob={KEY}"))
+    create_app(Settings(config=str(AUTH_PROJECT), host="0.0.0.0"))
+    create_app(Settings(config=project, host="::1"))
+
+
+@pytest.mark.slow
+def test_threadline_serve_on_0000_without_auth_exits(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    project = str(Path(__file__).parent / "project" / "langgraph.json")
+    done = subprocess.run([sys.executable, "-m", "threadline", "serve", "--config", project, "--host", "0.0.0.0",
+                           "--port", "0", "--database-url", f"sqlite:///{tmp_path / 'x.db'}"],
+                          capture_output=True, text=True, timeout=60, cwd=Path(__file__).parents[1])
+    assert done.returncode == 2
+    assert "--allow-unauthenticated" in done.stderr and "refusing to serve on 0.0.0.0" in done.stderr
