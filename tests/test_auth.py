@@ -315,3 +315,133 @@ def test_threadline_serve_on_0000_without_auth_exits(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60, cwd=Path(__file__).parents[1])
     assert done.returncode == 2
     assert "--allow-unauthenticated" in done.stderr and "refusing to serve on 0.0.0.0" in done.stderr
+
+
+# --- webhooks, CORS, the project's own routes ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9/hook", "http://169.254.169.254/latest/meta-data/",
+                                 "http://[::1]/hook", "http://10.0.0.8/hook", "http://localhost:9/hook",
+                                 "http://[::ffff:169.254.169.254]/x"])
+async def test_webhooks_into_the_servers_own_network_are_refused(http: httpx.AsyncClient, url: str) -> None:
+    response = await http.post("/runs", json={"assistant_id": "echo", "input": {}, "webhook": url}, headers=ALICE)
+    assert response.status_code == 422, response.text
+    assert "webhook" in response.json()["detail"]
+
+
+async def test_the_webhook_policy_of_langgraph_json(tmp_path: Path) -> None:
+    from threadline.config import WebhookPolicy
+    from threadline.core.webhook_policy import WebhookGuard, WebhookRefused
+
+    open_guard = WebhookGuard(WebhookPolicy(), authenticated=False)
+    await open_guard.check("http://127.0.0.1:9/hook")  # no authentication: a local server may call itself
+    strict = WebhookGuard(WebhookPolicy(require_https=True, allowed_domains=("*.corp.example",),
+                                        allowed_ports=(443,), disable_loopback=True), authenticated=False)
+    for bad in ("http://a.corp.example/x", "https://corp.example/x", "https://a.corp.example:8443/x", "/hooks/x",
+                "ftp://a.corp.example/x"):
+        with pytest.raises(WebhookRefused):
+            await strict.check(bad)
+    allowed = WebhookGuard(WebhookPolicy(allow_private_networks=True), authenticated=True)
+    await allowed.check("http://10.0.0.8/hook")
+    await WebhookGuard(WebhookPolicy(), authenticated=True).check("/hooks/relative")  # this server's own app
+
+
+async def test_a_cors_preflight_needs_no_credentials_and_a_refusal_carries_cors(http: httpx.AsyncClient) -> None:
+    preflight = await http.options("/threads", headers={"origin": "https://app.example",
+                                                        "access-control-request-method": "POST",
+                                                        "access-control-request-headers": "authorization"})
+    assert preflight.status_code == 200
+    assert preflight.headers["access-control-allow-origin"] in ("*", "https://app.example")
+    refused = await http.post("/threads", json={}, headers={"origin": "https://app.example"})
+    assert refused.status_code == 401
+    assert refused.headers["access-control-allow-origin"] == "*"  # the browser may read why
+
+
+async def test_a_configured_cors_preflight_with_authentication(tmp_path: Path, backend: Backend) -> None:
+    project = json.loads(AUTH_PROJECT.read_text())
+    project["http"] = {"cors": {"allow_origins": ["https://app.example"], "allow_methods": ["GET", "POST"],
+                                "allow_headers": ["authorization"], "allow_credentials": True}}
+    for name in ("auth.py", "whoami.py"):
+        (tmp_path / name).write_text((AUTH_PROJECT.parent / name).read_text())
+    (tmp_path / "langgraph.json").write_text(json.dumps(project))
+    application = create_app(Settings(config=str(tmp_path / "langgraph.json"), **backend.settings()))
+    async with LifespanManager(application, startup_timeout=30, shutdown_timeout=30) as manager:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app),  # type: ignore[arg-type]
+                                     base_url="http://threadline") as client:
+            ok = await client.options("/threads", headers={"origin": "https://app.example",
+                                                           "access-control-request-method": "POST",
+                                                           "access-control-request-headers": "authorization"})
+            assert ok.status_code == 200 and ok.headers["access-control-allow-credentials"] == "true"
+            assert ok.headers["access-control-allow-origin"] == "https://app.example"
+            bad = await client.options("/threads", headers={"origin": "https://evil.example",
+                                                            "access-control-request-method": "POST"})
+            assert bad.status_code == 400
+            answered = await client.post("/threads", json={}, headers={"origin": "https://app.example", **ALICE})
+            assert answered.status_code == 200
+            assert answered.headers["access-control-allow-origin"] == "https://app.example"
+
+
+@pytest.mark.parametrize("custom_route_auth", [False, True])
+async def test_the_projects_own_routes_need_credentials_only_when_asked(tmp_path: Path, backend: Backend,
+                                                                       custom_route_auth: bool) -> None:
+    project = json.loads(AUTH_PROJECT.read_text())
+    project["http"] = {"app": "./webapp.py:app", "enable_custom_route_auth": custom_route_auth}
+    for name in ("auth.py", "whoami.py"):
+        (tmp_path / name).write_text((AUTH_PROJECT.parent / name).read_text())
+    (tmp_path / "webapp.py").write_text(
+        "from starlette.applications import Starlette\n"
+        "from starlette.responses import JSONResponse\n"
+        "from starlette.routing import Route\n"
+        "from threadline.core.auth import current_user\n\n"
+        "async def hello(request):\n"
+        "    user = current_user()\n"
+        "    return JSONResponse({'hello': user.identity if user else None})\n\n"
+        "app = Starlette(routes=[Route('/custom/hello', hello)])\n")
+    (tmp_path / "langgraph.json").write_text(json.dumps(project))
+    application = create_app(Settings(config=str(tmp_path / "langgraph.json"), **backend.settings()))
+    async with LifespanManager(application, startup_timeout=30, shutdown_timeout=30) as manager:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app),  # type: ignore[arg-type]
+                                     base_url="http://threadline") as client:
+            anonymous = await client.get("/custom/hello")
+            assert anonymous.status_code == (401 if custom_route_auth else 200)
+            if custom_route_auth:
+                assert (await client.get("/custom/hello", headers=ALICE)).json() == {"hello": "alice"}
+            assert (await client.post("/threads", json={})).status_code == 401  # ours: always
+            assert (await client.post("/threads", json={}, headers=ALICE)).status_code == 200
+
+
+# --- a worker in another process ------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+async def test_a_worker_in_another_process_runs_the_agent_as_the_caller(backend: Backend, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    if backend.kind != "postgres" or backend.redis_url is None:
+        pytest.skip("a second process needs PostgreSQL and Redis")
+    log = open(tmp_path / "worker.log", "w")
+    worker = subprocess.Popen([sys.executable, "-m", "threadline", "worker", "--config", str(AUTH_PROJECT),
+                               "--workers", "2"], env={**os.environ, **backend.env()}, stdout=log,
+                              stderr=subprocess.STDOUT, cwd=Path(__file__).parents[1])
+    try:
+        application = create_app(Settings(config=str(AUTH_PROJECT), workers=0, **backend.settings()))
+        async with LifespanManager(application, startup_timeout=30, shutdown_timeout=30) as manager:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app),  # type: ignore[arg-type]
+                                         base_url="http://threadline", timeout=60) as client:
+                thread = (await client.post("/threads", json={}, headers=ALICE)).json()
+                run = (await client.post(f"/threads/{thread['thread_id']}/runs", headers=ALICE,
+                                         json={"assistant_id": "whoami", "input": {}})).json()
+                out = (await client.get(f"/threads/{thread['thread_id']}/runs/{run['run_id']}/join",
+                                        headers=ALICE)).json()
+                assert out["seen"] == _seen(EXPECTED_USER, "alice", ["threads:read", "runs:create"])
+                assert worker.poll() is None
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+        log.close()
+    assert "Threadline" in (tmp_path / "worker.log").read_text()

@@ -225,7 +225,7 @@ class WebhookPolicy:
                                                           for v in value):
                     raise ConfigError(f"{where} must be a list of {item.__name__}s, got {value!r}")
                 given[key] = tuple(v.lower() if isinstance(v, str) else v for v in value)
-            elif not isinstance(value, kind) or (kind is int and (isinstance(value, bool) or int(value) <= 0)):
+            elif not isinstance(value, kind) or (kind is int and (isinstance(value, bool) or (isinstance(value, int) and value <= 0))):
                 raise ConfigError(f"{where} must be a {'positive int' if kind is int else 'true or false'}, "
                                   f"got {value!r}")
             else:
