@@ -445,3 +445,32 @@ async def test_a_worker_in_another_process_runs_the_agent_as_the_caller(backend:
             worker.kill()
         log.close()
     assert "Threadline" in (tmp_path / "worker.log").read_text()
+
+
+@pytest.mark.slow
+async def test_a_refused_websocket_on_the_wire(settings: Settings) -> None:
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import InvalidStatus
+
+    async with serving(settings) as url:
+        events = url.replace("http", "ws") + f"/threads/{uuid.uuid4()}/stream/events"
+        with pytest.raises(InvalidStatus) as refused:
+            async with connect(events, additional_headers={"authorization": "Bearer nobody"}):
+                pass
+        assert refused.value.response.status_code == 401
+        assert b"Missing or bad token" in refused.value.response.body
+        async with connect(events, additional_headers=ALICE) as ws:
+            await ws.send(json.dumps({"id": 1, "method": "subscription.subscribe", "params": {"channels": ["values"]}}))
+            assert json.loads(await ws.recv())["id"] == 1
+
+
+def test_authorization_handlers_stop_startup_rather_than_being_ignored(tmp_path: Path) -> None:
+    (tmp_path / "auth.py").write_text(
+        "from langgraph_sdk import Auth\n\nauth = Auth()\n\n\n@auth.authenticate\nasync def who() -> str:\n"
+        "    return 'x'\n\n\n@auth.on.threads.read\nasync def mine(ctx, value):\n"
+        "    return {'owner': ctx.user.identity}\n")
+    (tmp_path / "whoami.py").write_text((AUTH_PROJECT.parent / "whoami.py").read_text())
+    (tmp_path / "langgraph.json").write_text(json.dumps({"graphs": {"whoami": "./whoami.py:graph"},
+                                                         "auth": {"path": "./auth.py:auth"}}))
+    with pytest.raises(ConfigError, match=r"authorization handlers \(@auth.on.threads.read\)"):
+        create_app(Settings(config=str(tmp_path / "langgraph.json")))

@@ -165,6 +165,16 @@ class CustomAuth(Authenticator):
         if unknown:
             raise ConfigError(f"auth.path '{spec}': the @auth.authenticate handler takes {', '.join(unknown)}; "
                               f"it may take {', '.join(sorted(HANDLER_PARAMETERS))}")
+        registered = [f"@auth.on.{r}.{a}".replace(".*", "") for r, a in getattr(auth, "_handlers", {})]
+        if getattr(auth, "_global_handlers", None):
+            registered.insert(0, "@auth.on")
+        if registered:
+            # Fail closed: a project that isolates its users with these would leak between them here.
+            raise ConfigError(
+                f"auth.path '{spec}' registers authorization handlers ({', '.join(registered)}), which Threadline "
+                "does not apply yet: every authenticated caller could read and change every thread, run, "
+                "assistant and store item.\n  hint: remove them (keeping @auth.authenticate) to serve with "
+                "authentication alone, or run on LangGraph's server until Threadline supports them")
         self.auth = auth
         self.handler: Callable[..., Awaitable[Any]] = handler
         self.wants = frozenset(n for n in params if n in HANDLER_PARAMETERS)
