@@ -474,3 +474,60 @@ def test_authorization_handlers_stop_startup_rather_than_being_ignored(tmp_path:
                                                          "auth": {"path": "./auth.py:auth"}}))
     with pytest.raises(ConfigError, match=r"authorization handlers \(@auth.on.threads.read\)"):
         create_app(Settings(config=str(tmp_path / "langgraph.json")))
+
+
+# --- authorization handlers (the dispatch; not wired to the routes yet) ----------------------------------------
+
+
+async def test_the_most_specific_authorization_handler_wins_and_may_change_the_value() -> None:
+    from langgraph_sdk import Auth
+
+    from threadline.core.auth import Authorizer, as_user
+    from threadline.errors import Unauthorized
+
+    auth = Auth()
+    calls: list[str] = []
+
+    @auth.on
+    async def everything(ctx: Any, value: Any) -> bool:
+        calls.append("global")
+        return False
+
+    @auth.on.threads
+    async def threads(ctx: Any, value: Any) -> Any:
+        calls.append(f"threads:{ctx.action}")
+        return {"owner": ctx.user.identity}
+
+    @auth.on.threads.create
+    async def create(ctx: Any, value: Any) -> None:
+        calls.append("threads.create")
+        value.setdefault("metadata", {})["owner"] = ctx.user.identity
+
+    @auth.on(actions=["search"])
+    async def searches(ctx: Any, value: Any) -> bool:
+        calls.append(f"search:{ctx.resource}:{ctx.permissions}")
+        return True
+
+    @auth.on.assistants.delete
+    async def teapot(ctx: Any, value: Any) -> None:
+        raise Auth.exceptions.HTTPException(status_code=418, detail="no")
+
+    @auth.on.crons.read
+    async def wrong(ctx: Any, value: Any) -> Any:
+        return {"owner": {"$ne": "x"}}
+
+    authorizer = Authorizer(auth)
+    user = as_user({"identity": "alice", "permissions": ["p"]})
+    value: dict[str, Any] = {"metadata": {"x": 1}}
+    assert await authorizer.authorize(user, "threads", "create", value) is None
+    assert value == {"metadata": {"x": 1, "owner": "alice"}}
+    assert await authorizer.authorize(user, "threads", "read", {}) == {"owner": "alice"}
+    assert await authorizer.authorize(user, "threads", "search", {}) == {"owner": "alice"}  # resource beats action
+    assert await authorizer.authorize(user, "assistants", "search", {}) is None
+    for resource, action, status in (("assistants", "read", 403), ("assistants", "delete", 418),
+                                     ("crons", "read", 403), ("store", "put", 403)):
+        with pytest.raises(Unauthorized) as refused:
+            await authorizer.authorize(user, resource, action, {})
+        assert refused.value.status == status
+    assert calls[:4] == ["threads.create", "threads:read", "threads:search", "search:assistants:['p']"]
+    assert await Authorizer(Auth()).authorize(user, "threads", "read", {}) is None  # no handlers: allowed

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from threadline.errors import ConfigError, Unauthorized
+from threadline.storage.sql import filter_terms
 
 log = logging.getLogger("threadline.auth")
 
@@ -279,3 +280,53 @@ def _key(key: str, fields: dict[str, Any], where: str) -> ApiKey:
 def auth_configured(project: Any, settings: Any) -> bool:
     """Whether requests are authenticated: langgraph.json has `auth`, or API keys are configured."""
     return project.auth is not None or bool(settings.api_keys or settings.api_keys_file)
+
+
+class Authorizer:
+    """The project's `@auth.on…` handlers, dispatched as LangGraph's server does: for (resource, action) the
+    most specific one registered runs: `@auth.on.<resource>.<action>`, else `@auth.on.<resource>`, else one
+    registered for the action on every resource (`@auth.on(actions=...)`), else `@auth.on`; none at all
+    allows. The handler may change `value` in place (stamp `metadata.owner`); it allows with None or True,
+    refuses with False (`Unauthorized`, 403), or returns a filter on the resource's metadata for the storage
+    query (`sql.filter_terms`). Not wired to the routes yet (`CustomAuth` refuses a project that has any)."""
+
+    def __init__(self, auth: Any) -> None:
+        self.handlers: dict[tuple[str, str], Any] = {k: v[0] for k, v in getattr(auth, "_handlers", {}).items()}
+        globals_ = getattr(auth, "_global_handlers", None) or []
+        self.fallback = globals_[0] if globals_ else None
+
+    def handler(self, resource: str, action: str) -> Any:
+        for key in ((resource, action), (resource, "*"), ("*", action)):
+            if key in self.handlers:
+                return self.handlers[key]
+        return self.fallback
+
+    async def authorize(self, user: AuthUser, resource: str, action: str,
+                        value: dict[str, Any]) -> dict[str, Any] | None:
+        """None (allowed, nothing to filter) or the filter to apply inside the query; raises when refused."""
+        handler = self.handler(resource, action)
+        if handler is None:
+            return None
+        from langgraph_sdk.auth.exceptions import HTTPException
+        from langgraph_sdk.auth.types import AuthContext
+
+        ctx = AuthContext(permissions=user.permissions, user=user,
+                          resource=resource, action=action)  # type: ignore[arg-type]
+        try:
+            result = await handler(ctx=ctx, value=value)
+        except HTTPException as exc:
+            raise Unauthorized(exc.detail, status=exc.status_code, headers=dict(exc.headers or {})) from None
+        if result is None or result is True:
+            return None
+        if result is False:
+            raise Unauthorized("Forbidden", status=403)
+        if isinstance(result, dict):
+            try:
+                filter_terms(result)
+            except ValueError:
+                log.exception("@auth.on handler for %s.%s returned a filter that cannot be applied", resource, action)
+                raise Unauthorized("Forbidden", status=403) from None
+            return result or None
+        log.error("@auth.on handler for %s.%s returned %s, not None, a bool or a filter: refused",
+                  resource, action, type(result).__name__)
+        raise Unauthorized("Forbidden", status=403)
