@@ -531,3 +531,23 @@ async def test_the_most_specific_authorization_handler_wins_and_may_change_the_v
         assert refused.value.status == status
     assert calls[:4] == ["threads.create", "threads:read", "threads:search", "search:assistants:['p']"]
     assert await Authorizer(Auth()).authorize(user, "threads", "read", {}) is None  # no handlers: allowed
+
+
+@pytest.mark.slow
+async def test_deepagents_async_subagents_reach_an_authenticated_server(key_settings: Settings) -> None:
+    """deepagents' async-subagent tools send the key in their `headers` (langgraph-sdk reserves `x-api-key`
+    for `api_key=`, so a `headers` key goes as `Authorization: Bearer`)."""
+    from tests.test_deepagents import ParentAgent, _finished
+
+    async with serving(key_settings) as url:
+        parent = ParentAgent(url, headers={"authorization": f"Bearer {KEY}"})
+        stranger = ParentAgent(url, headers={"authorization": "Bearer sk-wrong-0123456789abcdef"})
+        try:
+            task_id = await parent.start("summarize the Agent Protocol")
+            checked = await parent.check_until(task_id, _finished)
+            assert checked["status"] == "success" and checked["result"].startswith("Done: summarize")
+            said = await stranger.call("start_async_task", description="anything", subagent_type="researcher")
+            assert said == "Failed to launch async subagent 'researcher': Invalid API key"
+        finally:
+            await parent.aclose()
+            await stranger.aclose()
