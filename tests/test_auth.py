@@ -551,3 +551,19 @@ async def test_deepagents_async_subagents_reach_an_authenticated_server(key_sett
         finally:
             await parent.aclose()
             await stranger.aclose()
+
+
+async def test_a_handler_that_reads_the_request_body_leaves_it_to_the_route(tmp_path: Path, backend: Backend) -> None:
+    (tmp_path / "auth.py").write_text(
+        "from langgraph_sdk import Auth\n\nauth = Auth()\n\n\n@auth.authenticate\nasync def who(request):\n"
+        "    data = await request.json()\n"
+        "    return data.get('metadata', {}).get('as') or 'anonymous'\n")
+    (tmp_path / "whoami.py").write_text((AUTH_PROJECT.parent / "whoami.py").read_text())
+    (tmp_path / "langgraph.json").write_text(json.dumps({"graphs": {"whoami": "./whoami.py:graph"},
+                                                         "auth": {"path": "./auth.py:auth"}}))
+    application = create_app(Settings(config=str(tmp_path / "langgraph.json"), **backend.settings()))
+    async with LifespanManager(application, startup_timeout=30, shutdown_timeout=30) as manager:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app),  # type: ignore[arg-type]
+                                     base_url="http://threadline") as client:
+            created = await client.post("/threads", json={"metadata": {"as": "carol", "x": 1}})
+            assert created.status_code == 200 and created.json()["metadata"] == {"as": "carol", "x": 1}

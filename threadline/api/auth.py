@@ -119,10 +119,14 @@ class Authenticate:
             facts["scope"] = scope
         if "path_params" in wants:
             facts["path_params"] = self._path_params(scope)
-        if "body" in wants:
-            receive, facts["body"] = await _read_body(scope, receive)
-        if "request" in wants:
-            facts["request"] = Request(scope, receive) if scope["type"] == "http" else _handshake(scope)
+        if scope["type"] != "http":
+            facts.update(body=None, request=_handshake(scope))
+        elif "body" in wants or "request" in wants:
+            # The body is read once, up front (the body limit bounds it); the handler's `request` and the route
+            # each get their own replay of it, so whatever the handler reads, the route still reads it all.
+            messages, facts["body"] = await _read_body(receive)
+            facts["request"] = Request(scope, _replay(messages, receive))
+            receive = _replay(messages, receive)
         return facts, receive
 
     def _path_params(self, scope: Any) -> dict[str, str]:
@@ -159,10 +163,8 @@ def _handshake(scope: Any) -> Any:
     return WebSocket(scope, never, nowhere)
 
 
-async def _read_body(scope: Any, receive: Any) -> tuple[Any, Any]:
-    """The request's JSON body (None when it is not JSON), and a `receive` that replays it to the route."""
-    if scope["type"] != "http":
-        return receive, None
+async def _read_body(receive: Any) -> tuple[list[Any], Any]:
+    """The request's body messages, and its JSON (None when there is none, or it is not JSON)."""
     messages, chunks = [], []
     while True:
         message = await receive()
@@ -177,6 +179,11 @@ async def _read_body(scope: Any, receive: Any) -> tuple[Any, Any]:
         body = orjson.loads(raw) if raw else None
     except orjson.JSONDecodeError:
         body = None
+    return messages, body
+
+
+def _replay(messages: list[Any], receive: Any) -> Any:
+    """A `receive` that gives `messages` first, then what the connection sends (a disconnect)."""
     pending = iter(messages)
 
     async def replay() -> Any:
@@ -184,7 +191,7 @@ async def _read_body(scope: Any, receive: Any) -> tuple[Any, Any]:
             return message
         return await receive()
 
-    return replay, body
+    return replay
 
 
 async def _refuse(scope: Any, receive: Any, send: Any, exc: Unauthorized) -> None:
