@@ -7,7 +7,9 @@ measured in one run, interleaved.
 
 c=1: each round times `POST /threads/{id}/runs/wait` on one server, then on the other (the order alternates
 each round), so the machine's drift falls on both; the first 20 rounds are warm-up. c=32: stateless
-`/runs/wait` with 32 in flight, each server in turn, twice (A B B A), throughput averaged. Prints p50 / p90
+`/runs/wait` with 32 in flight, after a warm-up burst on each, each server in turn, twice (A B B A),
+throughput averaged. First, in process: the middleware's own cost per request, with and without it in front
+of a trivial ASGI app. Prints p50 / p90
 per server, the added p50 in ms and the throughput ratio. The auth.py is the least a real one does: read the
 `Authorization` header and compare it with a constant.
 """
@@ -23,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -116,7 +119,36 @@ async def throughput(url: str, headers: dict[str, str], total: int, concurrency:
         return total / (time.perf_counter() - started)
 
 
+async def middleware_cost(n: int = 20_000) -> float:
+    """Microseconds the authentication middleware adds to one request, in process: the same trivial ASGI
+    app called with and without it in front (alternating blocks of 1,000), best of the blocks."""
+    from langgraph_sdk import Auth
+
+    from threadline.api.auth import Authenticate
+    from threadline.core.auth import CustomAuth
+
+    auth = Auth()
+    exec(compile(AUTH_PY.split("auth = Auth()", 1)[1], "auth.py", "exec"), {"auth": auth, "Auth": Auth})
+
+    async def endpoint(scope: Any, receive: Any, send: Any) -> None:
+        return None
+
+    guarded = Authenticate(endpoint, CustomAuth(auth, "auth.py:auth"), {"/ok"})
+    scope = {"type": "http", "method": "POST", "path": "/threads/x/runs/wait", "root_path": "", "query_string": b"",
+             "headers": [(b"host", b"bench"), (b"content-type", b"application/json"),
+                         (b"authorization", TOKEN.encode())]}
+    best: dict[str, float] = {"plain": float("inf"), "auth": float("inf")}
+    for _ in range(n // 1000):
+        for name, app in (("plain", endpoint), ("auth", guarded)):
+            started = time.perf_counter()
+            for _ in range(1000):
+                await app(dict(scope), None, None)
+            best[name] = min(best[name], (time.perf_counter() - started) / 1000)
+    return (best["auth"] - best["plain"]) * 1e6
+
+
 async def main(rounds: int, total: int) -> None:
+    print(f"in process: the middleware and a trivial auth.py add {await middleware_cost():.1f} µs per request")
     root = Path(tempfile.mkdtemp(prefix="threadline-auth-bench-"))
     procs = []
     try:
@@ -128,6 +160,8 @@ async def main(rounds: int, total: int) -> None:
             await ready(urls[name])
         waits = await serial(urls, headers, rounds)
         rates: dict[str, list[float]] = {name: [] for name in urls}
+        for name in urls:  # warm-up at c=32 (not counted): the first burst on a server is slower
+            await throughput(urls[name], headers[name], total // 4)
         for name in ("none", "auth.py", "auth.py", "none"):
             rates[name].append(await throughput(urls[name], headers[name], total))
         p50 = {name: statistics.median(w) * 1e3 for name, w in waits.items()}
