@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, Literal
 
 from langgraph.pregel import Pregel
@@ -127,7 +127,7 @@ class Threads:
         if graph_id not in self.graphs.entries:
             yield None
             return
-        config = thread_config(thread["thread_id"])
+        config: Mapping[str, Any] = thread_config(thread["thread_id"])
         if self.graphs.entry(graph_id).is_factory:
             assistant = await self._assistant_of(thread, graph_id)
             if assistant is not None:
@@ -169,8 +169,8 @@ class Threads:
             try:
                 # As LangGraph's server: the update's checkpoint metadata names the graph (LangGraph copies
                 # the config's metadata into it), as a run's does.
-                update_config = {**thread_config(thread_id, checkpoint),
-                                 "metadata": {"graph_id": thread["metadata"].get("graph_id")}}
+                update_config = thread_config(thread_id, checkpoint)
+                update_config["metadata"] = {"graph_id": thread["metadata"].get("graph_id")}
                 config = await graph.aupdate_state(update_config, values, as_node=as_node)
             except Exception as exc:  # LangGraph raises InvalidUpdateError/ValueError for bad updates
                 raise BadRequest(f"{type(exc).__name__}: {exc}") from exc
@@ -181,16 +181,19 @@ class Threads:
 
     async def history(self, thread_id: str, *, limit: int = 10, before: dict[str, Any] | str | None = None,
                       metadata: dict | None = None, checkpoint: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        start: dict[str, Any] | None
         if isinstance(before, str):
-            before = {"checkpoint_id": before}
+            start = {"checkpoint_id": before}
         elif isinstance(before, dict) and isinstance(before.get("configurable"), dict):
-            before = before["configurable"]  # a RunnableConfig, as LangGraph's own history returns
+            start = before["configurable"]  # a RunnableConfig, as LangGraph's own history returns
+        else:
+            start = before
         async with self._graph(await self.get(thread_id)) as graph:
             if graph is None:
                 return []
             return [snapshot_json(snap) async for snap in graph.aget_state_history(
                 thread_config(thread_id, checkpoint), limit=limit, filter=metadata or None,
-                before=thread_config(thread_id, before) if before else None,
+                before=thread_config(thread_id, start) if start else None,
             )]
 
     async def current_fields(self, thread_id: str) -> dict[str, Any]:
