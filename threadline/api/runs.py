@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Any
 from uuid import UUID
 
 from fastapi import Header, Query, Request
@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from threadline.api.http_config import with_run_headers
 from threadline.api.common import JSON, Router, no_content, runtime, select, spec_run_out
-from threadline.shapes import run_out
+from threadline.shapes import CancelAction, RunStatus, run_out
 from threadline.api.models import RunCancelMany, RunCreate, RunSearch
 from threadline.api.sse import event_response
 from threadline.api.waits import KeptAliveJSON
@@ -20,8 +20,6 @@ from threadline.core.runtime import Runtime
 from threadline.errors import ClientGone, InvalidInput, NotFound
 
 router = Router(tags=["Runs"])
-CancelAction = Literal["interrupt", "rollback"]
-RunStatus = Literal["pending", "running", "error", "success", "timeout", "interrupted"]
 
 
 def _run_path(run: dict[str, Any]) -> str:
