@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from threadline.ids import is_uuid
+from threadline.shapes import MultitaskStrategy
 from threadline.core.protocol_events import thread_events_signal
 from threadline.core.runs import Runs
 from threadline.errors import BadRequest, EventsExpired, InvalidInput, NoSuchInterrupt, NoSuchRun
 from threadline.storage.base import Row
 
 CHANNELS = ("values", "updates", "messages", "tools", "lifecycle", "input", "tasks", "custom", "checkpoints")
-STRATEGIES = ("reject", "rollback", "interrupt", "enqueue")
+STRATEGIES: tuple[MultitaskStrategy, ...] = ("reject", "rollback", "interrupt", "enqueue")  # as the reference lists them
 #: How long a follower sleeps between checks of the log when no wake-up arrives (a lost wake-up's cost).
 IDLE_RECHECK_SECONDS = 5.0
 READ_BATCH = 500

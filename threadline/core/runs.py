@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
-from typing import Any, Literal
+from typing import Any
 
 from threadline.broker.base import Broker, StreamEvent
 from threadline.core.assistants import Assistants
@@ -16,6 +16,7 @@ from threadline.core.protocol_events import end_without_worker
 from threadline.core.threads import Threads
 from threadline.core.worker import WorkerPool
 from threadline.errors import Conflict, InvalidInput, NotFound
+from threadline.shapes import CancelAction, MultitaskStrategy
 from threadline.storage.base import Row, Storage
 
 TERMINAL = ("success", "error", "timeout", "interrupted")
@@ -26,7 +27,6 @@ CANCEL_SETTLE_SECONDS = 5.0
 def thread_signal(thread_id: str) -> str:
     """The key, in the broker's run-done signal space, that announces a new run on a thread."""
     return f"thread:{thread_id}"
-MultitaskStrategy = Literal["reject", "interrupt", "rollback", "enqueue"]
 
 # Keys of a run request kept in the run's `kwargs` and read by the executor.
 KWARG_KEYS = (
@@ -177,7 +177,7 @@ class Runs:
             await listen(30.0)
 
     async def cancel(self, run_id: str, thread_id: str | None = None, *, wait: bool = False,
-                     action: Literal["interrupt", "rollback"] = "interrupt") -> Row | None:
+                     action: CancelAction = "interrupt") -> Row | None:
         """A client's cancel: 404 when the run has already finished (as the reference), else `stop`."""
         run = await self.get(run_id, thread_id)
         if run["status"] in TERMINAL:
@@ -204,14 +204,14 @@ class Runs:
             pass
 
     async def stop(self, run_id: str, *, wait: bool = False,
-                   action: Literal["interrupt", "rollback"] = "interrupt") -> Row | None:
+                   action: CancelAction = "interrupt") -> Row | None:
         """Stop the run if it is still active; a run that finished meanwhile is simply returned."""
         run = await self.storage.get_run(run_id)
         if run is None or run["status"] in TERMINAL:
             return run
         return await self._stop(run, wait=wait, action=action)
 
-    async def _stop(self, run: Row, *, wait: bool, action: Literal["interrupt", "rollback"]) -> Row | None:
+    async def _stop(self, run: Row, *, wait: bool, action: CancelAction) -> Row | None:
         """Pending runs never start; running ones are cancelled at their next await."""
         run_id = run["run_id"]
         if await self.storage.cancel_pending_runs([run_id], "interrupted"):
@@ -222,7 +222,7 @@ class Runs:
             return await self.wait(run_id)
         return await self.storage.get_run(run_id)
 
-    async def _after_stop(self, run: Row, action: str) -> None:
+    async def _after_stop(self, run: Row, action: CancelAction) -> None:
         """Bookkeeping for a run that ended without a worker: rollback, signals, stream end."""
         if action == "rollback":
             await self.storage.delete_run(run["run_id"])
@@ -230,7 +230,7 @@ class Runs:
         await self.broker.wake_workers()  # the thread's next pending run may now be claimable
 
     async def cancel_many(self, *, run_ids: list[str] | None = None, thread_id: str | None = None,
-                          status: str | None = None, action: Literal["interrupt", "rollback"] = "interrupt") -> int:
+                          status: str | None = None, action: CancelAction = "interrupt") -> int:
         targets: list[Row] = []
         if run_ids:
             for rid in run_ids:

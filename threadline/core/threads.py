@@ -6,7 +6,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, Literal
+from typing import Any
 
 from langgraph.pregel import Pregel
 from langgraph.types import StateUpdate
@@ -17,6 +17,7 @@ from threadline.core.graphs import AccessContext, GraphRegistry
 from threadline.ids import is_uuid
 from threadline.core.state import bind, checkpoint_ref, empty_state, snapshot_json, thread_config, thread_fields
 from threadline.errors import BadRequest, Conflict, NotFound
+from threadline.shapes import IfExists
 from threadline.storage.base import Row, Storage
 from threadline.storage.sql import now_iso, thread_ttl_columns
 
@@ -37,7 +38,7 @@ class Threads:
         return self.ttl.default_ttl if self.ttl else None
 
     async def create(self, *, thread_id: str | None = None, metadata: dict | None = None,
-                     if_exists: Literal["raise", "do_nothing"] = "raise",
+                     if_exists: IfExists = "raise",
                      supersteps: list[dict[str, Any]] | None = None, graph_id: str | None = None,
                      ttl: float | None = None) -> Row:
         """A new thread; `supersteps` (state updates applied in order) seed its state through its graph.
