@@ -7,14 +7,17 @@ A leaf: it imports nothing of Threadline's, so any layer may import it.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 # --- closed sets ------------------------------------------------------------------------------------------------
 # The order of each is the order pydantic names them in a 422 ("Input should be 'raise' or 'do_nothing'").
 
 RunStatus = Literal["pending", "running", "error", "success", "timeout", "interrupted"]
 #: What a run has ended as: every status but those of a run still queued or running.
-FinalRunStatus = Literal["error", "success", "timeout", "interrupted"]
+FinalRunStatus = Literal["success", "error", "timeout", "interrupted"]
+FINAL_RUN_STATUSES: tuple[FinalRunStatus, ...] = get_args(FinalRunStatus)
+#: Which runs a bulk cancel takes when it names none: pending, running, or both (`all`).
+CancelStatus = Literal["pending", "running", "all"]
 ThreadStatus = Literal["idle", "busy", "interrupted", "error"]
 MultitaskStrategy = Literal["reject", "interrupt", "rollback", "enqueue"]
 #: How a run is cancelled: `interrupt` keeps what it checkpointed, `rollback` deletes the run and its checkpoints.

@@ -10,6 +10,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from threadline.shapes import (
     AssistantSortBy,
+    CancelStatus,
     Durability,
     IfExists,
     IfNotExists,
@@ -243,7 +244,7 @@ class RunSearch(Body):
 class RunCancelMany(Body):
     thread_id: str | None = None
     run_ids: list[str] | None = None
-    status: Literal["pending", "running", "all"] | None = None
+    status: CancelStatus | None = None
 
 
 class StorePut(Body):

@@ -16,10 +16,10 @@ from threadline.core.protocol_events import end_without_worker
 from threadline.core.threads import Threads
 from threadline.core.worker import WorkerPool
 from threadline.errors import Conflict, InvalidInput, NotFound
-from threadline.shapes import CancelAction, MultitaskStrategy
+from threadline.shapes import FINAL_RUN_STATUSES, CancelAction, CancelStatus, MultitaskStrategy, RunStatus
 from threadline.storage.base import Row, Storage
 
-TERMINAL = ("success", "error", "timeout", "interrupted")
+TERMINAL = FINAL_RUN_STATUSES
 #: How long a client's cancel waits for the run to have ended before it answers (see `Runs._settle`).
 CANCEL_SETTLE_SECONDS = 5.0
 
@@ -230,7 +230,7 @@ class Runs:
         await self.broker.wake_workers()  # the thread's next pending run may now be claimable
 
     async def cancel_many(self, *, run_ids: list[str] | None = None, thread_id: str | None = None,
-                          status: str | None = None, action: CancelAction = "interrupt") -> int:
+                          status: CancelStatus | None = None, action: CancelAction = "interrupt") -> int:
         targets: list[Row] = []
         if run_ids:
             for rid in run_ids:
@@ -276,7 +276,7 @@ class Runs:
                     threads.append(thread_id)
             await self.delete_threads(threads)
 
-    async def _runs_of(self, assistant_id: str, status: str | None, page: int = 500) -> AsyncIterator[Row]:
+    async def _runs_of(self, assistant_id: str, status: RunStatus | None, page: int = 500) -> AsyncIterator[Row]:
         """Every run of the assistant (with `status`, if given), a page at a time: no cap, and only the
         active ones when that is all a caller needs (a finished run's row carries its output)."""
         offset = 0
