@@ -22,7 +22,8 @@ from threadline.errors import BadRequest, EventsExpired, InvalidInput, NoSuchInt
 from threadline.storage.base import Row
 
 CHANNELS = ("values", "updates", "messages", "tools", "lifecycle", "input", "tasks", "custom", "checkpoints")
-STRATEGIES: tuple[MultitaskStrategy, ...] = ("reject", "rollback", "interrupt", "enqueue")  # as the reference lists them
+#: In the order the reference lists them in its error message.
+STRATEGIES: tuple[MultitaskStrategy, ...] = ("reject", "rollback", "interrupt", "enqueue")
 #: How long a follower sleeps between checks of the log when no wake-up arrives (a lost wake-up's cost).
 IDLE_RECHECK_SECONDS = 5.0
 READ_BATCH = 500
