@@ -81,8 +81,9 @@ async def _model_reply(state: ChatState) -> dict[str, Any]:
             from langchain_anthropic import ChatAnthropic
         except ImportError:
             return {"messages": [AIMessage(content="pip install langchain-anthropic to use ANTHROPIC_API_KEY")]}
-        # call-arg: mypy reads ChatAnthropic's aliased pydantic fields (model_name, timeout, stop) as required.
-        model = ChatAnthropic(  # type: ignore[call-arg]
+        # call-arg: mypy reads ChatAnthropic's aliased pydantic fields (model_name, timeout, stop) as required;
+        # unused-ignore: without langchain-anthropic installed (deepagents, in the test extra, brings it) it is Any.
+        model = ChatAnthropic(  # type: ignore[call-arg, unused-ignore]
             model=os.environ.get("THREADLINE_EXAMPLE_MODEL", "claude-3-5-haiku-latest"))
         return {"messages": [await model.ainvoke(state.get("messages") or [])]}
     note = "No model provider key is set (OPENAI_API_KEY or ANTHROPIC_API_KEY); echoing instead."
