@@ -4,7 +4,7 @@ error for A2A and MCP (`rpc_error`) and a Protocol v2 error envelope's code (`pr
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -44,9 +44,12 @@ RPC_CODES: dict[type[errors.ThreadlineError], int] = {
     errors.Conflict: jsonrpc.INVALID_PARAMS,
 }
 
-# Protocol v2 command answers (`{"type": "error", "error": <code>}`), first match wins; any other Threadline error
-# is `unknown_error`.
-PROTOCOL_CODES: dict[type[errors.ThreadlineError], str] = {
+#: The error codes of Protocol v2 command answers (`{"type": "error", "error": <code>}`).
+ProtocolCode = Literal["invalid_argument", "unknown_command", "not_supported", "no_such_run", "no_such_interrupt",
+                       "no_such_subscription", "resume_gap", "unknown_error"]
+
+# Which code each error answers with, first match wins; any other Threadline error is `unknown_error`.
+PROTOCOL_CODES: dict[type[errors.ThreadlineError], ProtocolCode] = {
     errors.NoSuchRun: "no_such_run",
     errors.NoSuchInterrupt: "no_such_interrupt",
     errors.NoSuchSubscription: "no_such_subscription",
@@ -81,9 +84,9 @@ def rpc_error(exc: Exception) -> tuple[int, str]:
     return jsonrpc.INTERNAL_ERROR, "Internal error"
 
 
-def protocol_error(exc: errors.ThreadlineError) -> tuple[str, str, dict[str, Any]]:
+def protocol_error(exc: errors.ThreadlineError) -> tuple[ProtocolCode, str, dict[str, Any]]:
     """A Protocol v2 error envelope's code, message and extra fields (`resume_gap`'s `since`, …) for `exc`."""
-    code = next((c for cls, c in PROTOCOL_CODES.items() if isinstance(exc, cls)), "unknown_error")
+    code: ProtocolCode = next((c for cls, c in PROTOCOL_CODES.items() if isinstance(exc, cls)), "unknown_error")
     return code, exc.message, dict(exc.metadata)
 
 

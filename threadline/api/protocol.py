@@ -20,7 +20,7 @@ from fastapi import Request, WebSocket, WebSocketDisconnect
 from starlette.responses import JSONResponse, Response
 
 from threadline.api.common import JSON, Router, runtime
-from threadline.api.errors import protocol_error
+from threadline.api.errors import ProtocolCode, protocol_error
 from threadline.api.sse import event_response
 from threadline.broker.base import StreamEvent
 from threadline.core.protocol import Commands, EventFilter, check_resumable, follow_events, replay_events, since_of
@@ -41,7 +41,7 @@ def success(command_id: int, result: dict[str, Any], applied_through_seq: int) -
     return {"type": "success", "id": command_id, "result": result, "meta": {"applied_through_seq": applied_through_seq}}
 
 
-def failure(command_id: int | None, code: str, message: str, **extra: Any) -> dict[str, Any]:
+def failure(command_id: int | None, code: ProtocolCode, message: str, **extra: Any) -> dict[str, Any]:
     return {"type": "error", "id": command_id, "error": code, "message": message, **extra}
 
 
