@@ -27,6 +27,7 @@ STATUS = {
     errors.Unavailable: 503,
     errors.ClientGone: 499,  # nobody reads it; the status is for logs and metrics
     errors.EventsExpired: 410,
+    errors.Unauthorized: 401,  # or the status the project's authenticator chose: `refusal`
 }
 
 # JSON-RPC (A2A and MCP), first match wins: the A2A spec's own codes, then the generic ones. Any other error is
