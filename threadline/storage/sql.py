@@ -25,12 +25,6 @@ def thread_ttl_columns(minutes: float | None) -> dict[str, Any]:
     return {"ttl_strategy": "delete", "ttl_minutes": minutes} if minutes is not None else {}
 
 
-def worker_lost(attempts: int) -> dict[str, str]:
-    """The error a run ends with when its worker died and no retries are left."""
-    return {"error": "WorkerLost",
-            "message": f"The process running this run stopped; no retries left after {attempts} attempts."}
-
-
 def dumps(value: Any) -> str:
     """A JSON column's text. orjson, as LangGraph's server: NaN and Infinity become null (PostgreSQL's jsonb
     has no such values). The standard encoder only for what orjson refuses (an int beyond 64 bits)."""
