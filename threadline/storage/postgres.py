@@ -18,10 +18,10 @@ import logging
 import select
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from threadline.errors import ConfigError, StorageUnavailable
@@ -32,7 +32,13 @@ from threadline.storage.sql import MIGRATIONS_TABLE, now_iso, pending_migrations
 from threadline.storage.sqlstorage import SQLStorage
 from threadline.storage.statements import POSTGRES
 
+if TYPE_CHECKING:
+    from langgraph.store.postgres import AsyncPostgresStore
+
+    from threadline.storage.postgres_saver import InlinePostgresSaver
+
 log = logging.getLogger("threadline.storage")
+_Conn = psycopg.AsyncConnection[DictRow]
 
 _MIGRATION_LOCK = 7_345_112_907  # pg_advisory_lock key: one process migrates at a time
 
@@ -58,7 +64,7 @@ def _reason(exc: psycopg.OperationalError) -> str:
     return "transient failure"
 
 
-def _readable(conn: psycopg.AsyncConnection) -> bool:
+def _readable(conn: _Conn) -> bool:
     """Whether the server wrote to (or closed) an idle connection: it does so when it terminates it."""
     try:
         return bool(select.select([conn.pgconn.socket], [], [], 0)[0])
@@ -66,7 +72,7 @@ def _readable(conn: psycopg.AsyncConnection) -> bool:
         return True
 
 
-async def _check(conn: psycopg.AsyncConnection) -> None:
+async def _check(conn: _Conn) -> None:
     """The pool's check at checkout. An idle connection has nothing to read; one the server terminated has
     its goodbye (or EOF) waiting: only then a round trip confirms it, and the pool discards it and hands out
     another (a check per checkout with a round trip each costs a trip on every statement)."""
@@ -74,12 +80,12 @@ async def _check(conn: psycopg.AsyncConnection) -> None:
         await AsyncConnectionPool.check_connection(conn)
 
 
-class _Pool(AsyncConnectionPool):
+class _Pool(AsyncConnectionPool[_Conn]):
     """The psycopg pool, whose connections translate driver errors at the edge (see `_translated`). LangGraph's
     saver and store take their connections from it too, so the checkpoints of a run are translated as well."""
 
     @contextlib.asynccontextmanager
-    async def connection(self, timeout: float | None = None) -> AsyncIterator[psycopg.AsyncConnection]:
+    async def connection(self, timeout: float | None = None) -> AsyncIterator[_Conn]:
         with _translated():
             async with super().connection(timeout) as conn:
                 yield conn
@@ -92,12 +98,12 @@ class PostgresStorage(SQLStorage):
     checkout_seconds = 10.0
     dialect = POSTGRES
 
-    def __init__(self, url: str, pool: AsyncConnectionPool, checkpointer: Any, store: Any,
+    def __init__(self, url: str, pool: _Pool, checkpointer: InlinePostgresSaver, store: AsyncPostgresStore,
                  vector_index: str | None) -> None:
         self.url = url
         self._pool = pool
-        self.checkpointer = checkpointer
-        self.store = store
+        self.checkpointer: InlinePostgresSaver = checkpointer
+        self.store: AsyncPostgresStore = store
         # vector_search: semantic search works once store.index is set (pgvector, or else an exact scan);
         # vector_index: how the configured store.index searches, "pgvector" or "exact_scan" (None: no index).
         self.capabilities = {"vector_search": True, "vector_index": vector_index, "ttl": True,
@@ -120,7 +126,7 @@ class PostgresStorage(SQLStorage):
             raise ConfigError(f"cannot connect to PostgreSQL at {redact_url(url)}: {exc}") from exc
         try:
             vector = await _has_pgvector(pool)
-            saver = InlinePostgresSaver(pool)  # type: ignore[arg-type]
+            saver = InlinePostgresSaver(pool)
             store, vector_index = postgres_store(pool, index=store_index, ttl=store_ttl, pgvector=vector)
             self = cls(url, pool, saver, store, vector_index)
             self.applied_migrations = await self.migrate()
@@ -137,8 +143,7 @@ class PostgresStorage(SQLStorage):
             # Try, don't wait, for the lock: a session blocked in pg_advisory_lock() is an open
             # transaction, and the CREATE INDEX CONCURRENTLY in LangGraph's setup waits for every open
             # transaction, so the holder and the waiter would wait for each other.
-            while not (await (await conn.execute("SELECT pg_try_advisory_lock(%s) AS ok",
-                                                 (_MIGRATION_LOCK,))).fetchone())["ok"]:
+            while not await _fetch_ok(conn, "SELECT pg_try_advisory_lock(%s) AS ok", _MIGRATION_LOCK):
                 await asyncio.sleep(0.1)
             try:
                 applied = await _apply_migrations(conn)
@@ -172,9 +177,9 @@ class PostgresStorage(SQLStorage):
                         else:
                             step = steps.send(await _execute(conn, step))
                 except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
+                    return stop.value
         except Undo as undo:
-            return undo.value  # type: ignore[no-any-return]
+            return undo.value
 
     async def _read(self, sql: str, params: dict[str, Any], *, point: bool = False) -> list[Row]:
         """A read; one whose connection was lost under it is read again, once, on a fresh connection (the
@@ -206,9 +211,9 @@ class PostgresStorage(SQLStorage):
         await self.checkpointer.aprune([thread_id], strategy=strategy)
 
 
-async def _execute(conn: psycopg.AsyncConnection[Any], qs: Sequence[Q]) -> list[list[Row] | None]:
+async def _execute(conn: _Conn, qs: Sequence[Q]) -> list[list[Row] | None]:
     """Send the statements, then fetch the rows of those waited for."""
-    sent: list[psycopg.AsyncCursor[Any] | None] = []
+    sent: list[psycopg.AsyncCursor[DictRow] | None] = []
     for q in qs:
         if q.many:
             async with conn.cursor() as many:
@@ -220,20 +225,25 @@ async def _execute(conn: psycopg.AsyncConnection[Any], qs: Sequence[Q]) -> list[
             for q, cur in zip(qs, sent)]
 
 
-async def _apply_migrations(conn: psycopg.AsyncConnection) -> list[str]:
+async def _fetch_ok(conn: _Conn, sql: str, *params: Any) -> bool:
+    found = await (await conn.execute(sql, params)).fetchone()
+    return bool(found and found["ok"])
+
+
+async def _apply_migrations(conn: _Conn) -> list[str]:
     await conn.execute(MIGRATIONS_TABLE)
     cur = await conn.execute("SELECT name FROM threadline_migrations")
     applied = []
     for name, script in pending_migrations("postgres", {r["name"] for r in await cur.fetchall()}):
         async with conn.transaction():  # the migration and its record commit together, or not at all
-            await conn.execute(script, prepare=False)  # type: ignore[arg-type]
+            await conn.execute(script, prepare=False)
             await conn.execute("INSERT INTO threadline_migrations (name, applied_at) VALUES (%s, %s)",
                                (name, now_iso()))
         applied.append(name)
     return applied
 
 
-async def _has_pgvector(pool: AsyncConnectionPool) -> bool:
+async def _has_pgvector(pool: _Pool) -> bool:
     """pgvector is installed, or available and this role may install it (LangGraph's store setup will).
 
     "Available" alone is not enough: on managed databases a role often may not CREATE EXTENSION, and then
@@ -242,10 +252,10 @@ async def _has_pgvector(pool: AsyncConnectionPool) -> bool:
     async with pool.connection() as conn:
         cur = await conn.execute("SELECT (SELECT 1 FROM pg_extension WHERE extname = 'vector') AS installed, "
                                  "(SELECT 1 FROM pg_available_extensions WHERE name = 'vector') AS available")
-        found = await cur.fetchone()
-        if found["installed"]:
+        found = await cur.fetchone() or {}
+        if found.get("installed"):
             return True
-        if not found["available"]:
+        if not found.get("available"):
             return False
         try:
             async with conn.transaction():

@@ -130,7 +130,7 @@ class SQLiteStorage(SQLStorage):
         try:
             result: T = await self.writer.run(in_transaction, _stepped, script, args, inline=not heavy)
         except Undo as undo:
-            return undo.value  # type: ignore[no-any-return]
+            return undo.value
         return result
 
     async def _read(self, sql: str, params: dict[str, Any], *, point: bool = False) -> list[Row]:
@@ -151,7 +151,7 @@ class SQLiteStorage(SQLStorage):
         return self.checkpointer if durability == "sync" else self.checkpointer.grouped()
 
     async def claim_run(self, worker_id: str, lease_seconds: float) -> Row | None:
-        return await self.writer.run(_claim, worker_id, lease_seconds)  # type: ignore[no-any-return]
+        return await self.writer.run(_claim, worker_id, lease_seconds)
 
     async def prune_checkpoints(self, thread_id: str, strategy: Literal["delete", "keep_latest"]) -> None:
         if strategy == "delete":
@@ -170,7 +170,7 @@ def _stepped(db: sqlite3.Connection, script: Callable[..., Script[T]], args: tup
             result = _execute(db, step, now) if isinstance(step, Q) else [_execute(db, s, now) for s in step]
             step = steps.send(result)
     except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
+        return stop.value
 
 
 def _execute(db: sqlite3.Connection, q: Q, now: str) -> list[Row] | None:
@@ -188,7 +188,7 @@ def _bind(params: dict[str, Any], now: str) -> dict[str, Any]:
     bound = {k: str(v) if isinstance(v, str) else v for k, v in SQLITE.params(params).items()}
     bound.setdefault("now", now)
     if bound.get("lease_seconds") is not None:
-        bound["lease_at"] = iso_after(bound["lease_seconds"])
+        bound["lease_at"] = iso_after(float(bound["lease_seconds"]))
     return bound
 
 
