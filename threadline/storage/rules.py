@@ -8,17 +8,11 @@ finish waits for no result; `thread_status_changes` says what it is given).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 from threadline.errors import Conflict, NotFound
 
 Row = dict[str, Any]
-#: A run's status (the queue's and the finisher's).
-RunStatus = Literal["pending", "running", "success", "error", "timeout", "interrupted"]
-#: A thread's status: busy while it has a pending or running run, else what its last run left.
-ThreadStatus = Literal["idle", "busy", "interrupted", "error"]
-
-
 class EnqueuePlan(NamedTuple):
     """What an enqueue writes: the run row (claimed when it starts at once) and the thread's metadata."""
 

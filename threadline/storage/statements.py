@@ -133,7 +133,8 @@ STATEMENTS: dict[str, str] = {
     "event_bounds": "SELECT MIN(seq) AS lo, MAX(seq) AS hi FROM thread_events WHERE thread_id = :thread_id",
 }
 
-#: Statements on LangGraph's checkpoint tables, which each saver names and shapes its own way.
+#: Statements on LangGraph's checkpoint tables, which each saver names and shapes its own way. One name may
+#: be several statements, separated by "; " (`Dialect.statements` splits them; a script runs them in order).
 DIALECT_STATEMENTS: dict[DialectName, dict[str, str]] = {
     "sqlite": {
         "delete_thread_checkpoints": (
