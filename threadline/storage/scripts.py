@@ -211,7 +211,7 @@ def create_assistant(d: Dialect, row: Row, if_exists: str) -> Script[Row]:
     inserted = yield Q(d.insert("assistants", row, conflict="(assistant_id) DO NOTHING RETURNING assistant_id"), row)
     if inserted:
         version = {k: row[k] for k in (*VERSION_COLUMNS, "created_at")}
-        yield Q(d.insert("assistant_versions", version), version, wait=False)
+        yield q(d, "insert_assistant_version", wait=False, **version)
     elif if_exists == "raise":
         raise Conflict(f"Assistant {row['assistant_id']} already exists")
     return (yield q(d, "get_assistant", assistant_id=row["assistant_id"]))[0]
@@ -225,7 +225,7 @@ def update_assistant(d: Dialect, assistant_id: str, changes: Row) -> Script[Row]
     new = next_assistant_version(current[0], changes, latest[0]["v"] if latest else None, now_iso())
     version = {**{k: new[k] for k in VERSION_COLUMNS}, "created_at": new["updated_at"]}
     cols = {k: v for k, v in new.items() if k != "assistant_id"}
-    _, _, found = yield (Q(d.insert("assistant_versions", version), version, wait=False),
+    _, _, found = yield (q(d, "insert_assistant_version", wait=False, **version),
                          Q(d.update("assistants", cols, "assistant_id"), new, wait=False),
                          q(d, "get_assistant", assistant_id=assistant_id))
     return found[0]
