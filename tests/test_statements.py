@@ -54,7 +54,8 @@ def every_statement(d: Dialect) -> dict[str, str]:
             out[f"reconcile:{of_run}:{only_if_busy}"] = d.reconcile_thread(
                 ["values", "interrupts", "error"], of_run=of_run, only_if_busy=only_if_busy)
     cond, _ = where(d, [("thread_id {in:ids}", {}), ("status = :status", {})],
-                    metadata={"owner": {"a": [1, "x", None, True]}}, values={"n": 1.5})
+                    metadata={"owner": {"a": [1, "x", None, True]}}, values={"n": 1.5},
+                    filters={"owner": "a", "team": {"$contains": ["x", 2]}})
     out["search:threads"] = d.search("threads", cond, order_by("created_at", "desc", {"created_at"}, "created_at",
                                                                "thread_id"))
     out["count:threads"] = d.count("threads", cond)

@@ -34,6 +34,32 @@ def dumps(value: Any) -> str:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
+def filter_terms(filters: dict | None) -> list[tuple[str, str, Any]]:
+    """An authorization filter (`langgraph_sdk.Auth.types.FilterType`, what an `@auth.on` handler returns) as
+    (metadata key, `$eq` | `$contains`, value) terms, ANDed: `{"owner": "a"}` and `{"owner": {"$eq": "a"}}`
+    are equality; `{"tags": {"$contains": "x"}}` and `{"tags": {"$contains": ["x", "y"]}}` need the key's list
+    to hold every value (given as a list here). Anything else is a `ValueError`: a filter that cannot be
+    applied must never widen what a caller sees."""
+    terms: list[tuple[str, str, Any]] = []
+    for key, wanted in (filters or {}).items():
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"filter key must be a non-empty string, got {key!r}")
+        if isinstance(wanted, dict):
+            if len(wanted) != 1 or next(iter(wanted)) not in ("$eq", "$contains"):
+                raise ValueError(f"filter on {key!r}: an operator object is {{'$eq': v}} or {{'$contains': v}}")
+            op, value = next(iter(wanted.items()))
+            if op == "$contains":
+                value = list(value) if isinstance(value, (list, tuple)) else [value]
+                if not value or any(isinstance(v, (dict, list)) for v in value):
+                    raise ValueError(f"filter on {key!r}: $contains takes a value or a non-empty list of values")
+            terms.append((key, op, value))
+        elif isinstance(wanted, (list, tuple)):
+            raise ValueError(f"filter on {key!r}: use {{'$contains': [...]}} for lists")
+        else:
+            terms.append((key, "$eq", wanted))
+    return terms
+
+
 MIGRATIONS_TABLE = "CREATE TABLE IF NOT EXISTS threadline_migrations (name TEXT PRIMARY KEY, applied_at TEXT)"
 
 

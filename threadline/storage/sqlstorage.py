@@ -90,8 +90,12 @@ class SQLStorage(Storage):
     async def create_thread(self, row: Row, *, if_exists: Literal["raise", "do_nothing"]) -> Row:
         return await self._transact(scripts.create_thread, row, if_exists)
 
-    async def get_thread(self, thread_id: str) -> Row | None:
-        return await self._one("get_thread", thread_id=thread_id)
+    async def get_thread(self, thread_id: str, *, filters: dict[str, Any] | None = None) -> Row | None:
+        if not filters:
+            return await self._one("get_thread", thread_id=thread_id)
+        cond, params = where(self.dialect, [("thread_id = :thread_id", {"thread_id": thread_id})], filters=filters)
+        rows = await self._read(self.dialect.sql(f"SELECT * FROM threads {cond}"), params, point=True)
+        return rows[0] if rows else None
 
     async def update_thread(self, thread_id: str, changes: Row, *,
                             merge_metadata: dict[str, Any] | None = None) -> Row | None:
@@ -105,25 +109,25 @@ class SQLStorage(Storage):
         return await self._transact(scripts.delete_expired_threads, now, limit, heavy=True)
 
     def _thread_filter(self, ids: list[str] | None, metadata: dict[str, Any] | None, values: dict[str, Any] | None,
-                       status: str | None) -> tuple[str, dict[str, Any]]:
+                       status: str | None, filters: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
         clauses: list[tuple[str, dict[str, Any]]] = []
         if ids:
             clauses.append(("thread_id {in:ids}", {"ids": list(ids)}))
         if status is not None:
             clauses.append(("status = :status", {"status": status}))
-        return where(self.dialect, clauses, metadata=metadata, values=values)
+        return where(self.dialect, clauses, metadata=metadata, values=values, filters=filters)
 
     async def search_threads(self, *, ids: list[str] | None, metadata: dict[str, Any] | None,
                              values: dict[str, Any] | None, status: str | None, limit: int, offset: int,
-                             sort_by: str, sort_order: SortOrder) -> list[Row]:
-        cond, params = self._thread_filter(ids, metadata, values, status)
+                             sort_by: str, sort_order: SortOrder, filters: dict[str, Any] | None = None) -> list[Row]:
+        cond, params = self._thread_filter(ids, metadata, values, status, filters)
         order = order_by(sort_by, sort_order, _THREAD_SORT, "created_at", "thread_id")
         return await self._read(self.dialect.search("threads", cond, order), {**params, "limit": limit,
                                                                                "offset": offset})
 
     async def count_threads(self, *, metadata: dict[str, Any] | None, values: dict[str, Any] | None,
-                            status: str | None) -> int:
-        cond, params = self._thread_filter(None, metadata, values, status)
+                            status: str | None, filters: dict[str, Any] | None = None) -> int:
+        cond, params = self._thread_filter(None, metadata, values, status, filters)
         rows = await self._read(self.dialect.count("threads", cond), params)
         return int(rows[0]["n"]) if rows else 0
 

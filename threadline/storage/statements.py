@@ -26,7 +26,7 @@ import re
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from threadline.storage.sql import JSON_COLUMNS, dumps
+from threadline.storage.sql import JSON_COLUMNS, dumps, filter_terms
 
 DialectName = Literal["sqlite", "postgres"]
 ACTIVE = "status IN ('pending', 'running')"
@@ -290,6 +290,19 @@ class Dialect:
         params: dict[str, Any] = {}
         return " AND ".join(_lite_json_equals(_q(column), _path_key("$", key), value, name, params)), params
 
+    def json_contains(self, column: str, key: str, items: list[Any], name: str) -> tuple[str, dict[str, Any]]:
+        """`column`'s top-level `key` is a list holding each of `items` (scalars): a template and its parameters."""
+        if not self.sqlite:
+            return (f"(jsonb_typeof({_q(column)} -> :{name}_k) = 'array' AND ({_q(column)} -> :{name}_k) @> "
+                    f"{{json:{name}}})"), {f"{name}_k": key, name: dumps(items)}
+        params: dict[str, Any] = {f"{name}_k": _path_key("$", key)}
+        parts = []
+        for i, item in enumerate(items):
+            params[f"{name}_{i}"] = dumps(item)
+            parts.append(f"EXISTS (SELECT 1 FROM json_each({_q(column)}, :{name}_k) AS e WHERE e.type NOT IN "
+                         f"('object', 'array') AND json_quote(e.value) = json(:{name}_{i}))")
+        return f"(json_type({_q(column)}, :{name}_k) = 'array' AND {' AND '.join(parts)})", params
+
 
 class Encoded(str):
     """A JSON value already encoded (to encode a large one once where two columns take it)."""
@@ -304,9 +317,10 @@ def statement_names(dialect: DialectName) -> set[str]:
 
 
 def where(dialect: Dialect, clauses: list[tuple[str, dict[str, Any]]], *, metadata: dict[str, Any] | None = None,
-          values: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-    """AND together clauses (templates with their parameters), plus top-level key equality on JSON columns;
-    a template, for `Dialect.search` or `Dialect.count` to render."""
+          values: dict[str, Any] | None = None, filters: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    """AND together clauses (templates with their parameters), plus top-level key equality on JSON columns, plus
+    an authorization filter on `metadata` (`sql.filter_terms`); a template, for `Dialect.search` or
+    `Dialect.count` to render."""
     parts = [c for c, _ in clauses]
     params = {k: v for _, ps in clauses for k, v in ps.items()}
     for column, wanted in (("metadata", metadata), ("values", values)):
@@ -314,6 +328,11 @@ def where(dialect: Dialect, clauses: list[tuple[str, dict[str, Any]]], *, metada
             sql, ps = dialect.json_equals(column, key, value, f"{column[0]}{i}")
             parts.append(sql)
             params.update(ps)
+    for i, (key, op, value) in enumerate(filter_terms(filters)):
+        sql, ps = (dialect.json_equals("metadata", key, value, f"f{i}") if op == "$eq"
+                   else dialect.json_contains("metadata", key, value, f"f{i}"))
+        parts.append(sql)
+        params.update(ps)
     return ("WHERE " + " AND ".join(parts) if parts else ""), params
 
 
