@@ -11,7 +11,7 @@ from fastapi import FastAPI
 
 from threadline import __version__
 from threadline.api import (
-    a2a, agents, assistants, docs, errors, http_config, mcp, metrics, protocol, runs, store, system, threads,
+    a2a, agents, assistants, auth, docs, errors, http_config, mcp, metrics, protocol, runs, store, system, threads,
     user_app,
 )
 from threadline.api.limits import BodyLimit
@@ -72,6 +72,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="An open-source Agent Protocol server for LangGraph agents.",
     )
     _quiet_startup_failure(app)
+    authenticator = auth.load_authenticator(project, settings)
+    auth.refuse_exposed(settings, authenticator)
+    if authenticator is not None:  # added first, so innermost: inside CORS and the body limit
+        app.add_middleware(auth.Authenticate, authenticator=authenticator, open_paths=auth.open_paths(settings),
+                           router=app.router)
     if http.configurable_headers is not None:
         app.add_middleware(http_config.RunHeaders, rules=http_config.HeaderRules(http.configurable_headers))
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
@@ -86,8 +91,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(router)
     if "meta" not in http.disabled:
         docs.mount_assets(app)
+    if settings.ui == "on":
+        from threadline import ui  # the console: pages over this same API (threadline/ui)
+
+        ui.mount(app)
     metrics.label_plain_routes(app)
-    app.front = _front(app, http, project_app)
+    app.front = _front(app, http, project_app, auth.outer_layer(app, http, project_app, authenticator, settings))
+    auth.install_security(app, auth.security(project, authenticator))
     return app
 
 
@@ -146,7 +156,8 @@ def _load_user_app(project: ProjectConfig) -> Any:
     return loaded
 
 
-def _front(app: FastAPI, http: HttpConfig, project_app: Any) -> Callable[[Any], Any]:
+def _front(app: FastAPI, http: HttpConfig, project_app: Any,
+           guard: Callable[[Any], Any] | None = None) -> Callable[[Any], Any]:
     """The layers in front of our middleware stack, outermost last; `/openapi.json` merged with the project's."""
     if project_app is not None and callable(getattr(project_app, "openapi", None)) and app.openapi_url:
         ours = app.openapi
@@ -162,6 +173,8 @@ def _front(app: FastAPI, http: HttpConfig, project_app: Any) -> Callable[[Any], 
 
     def front(stack: Any) -> Any:
         served = user_app.UserFirst(project_app, stack, app, ours_first) if project_app is not None else stack
+        if guard is not None:  # authentication before the project's middleware (`threadline.api.auth`)
+            served = guard(served)
         if http.cors is not None:
             served = http_config.cors_middleware(served, http)
         if http.mount_prefix:

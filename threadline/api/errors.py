@@ -1,9 +1,10 @@
-"""Every error becomes an HTTP response here, and only here."""
+"""Every error becomes a wire's error here, and only here: an HTTP response (`STATUS`, `install`), a JSON-RPC
+error for A2A and MCP (`rpc_error`) and a Protocol v2 error envelope's code (`protocol_error`)."""
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -12,6 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 
 from threadline import errors
+from threadline.api import jsonrpc
 
 log = logging.getLogger("threadline.api")
 
@@ -25,12 +27,54 @@ STATUS = {
     errors.Unavailable: 503,
     errors.QuotaExceeded: 429,
     errors.ClientGone: 499,  # nobody reads it; the status is for logs and metrics
+    errors.EventsExpired: 410,
+    errors.Unauthorized: 401,  # or the status the project's authenticator chose: `refusal`
+}
+
+# JSON-RPC (A2A and MCP), first match wins: the A2A spec's own codes, then the generic ones. Any other error is
+# an internal error (-32603).
+RPC_CODES: dict[type[errors.ThreadlineError], int] = {
+    errors.TaskNotFound: -32001,
+    errors.TaskNotCancelable: -32002,
+    errors.PushNotificationNotSupported: -32003,
+    errors.UnsupportedOperation: -32004,
+    errors.ContentTypeNotSupported: -32005,
+    errors.ExtendedCardNotConfigured: -32007,
+    errors.NotFound: jsonrpc.INVALID_PARAMS,
+    errors.InvalidInput: jsonrpc.INVALID_PARAMS,
+    errors.BadRequest: jsonrpc.INVALID_PARAMS,
+    errors.Conflict: jsonrpc.INVALID_PARAMS,
+}
+
+#: The error codes of Protocol v2 command answers (`{"type": "error", "error": <code>}`).
+ProtocolCode = Literal["invalid_argument", "unknown_command", "not_supported", "no_such_run", "no_such_interrupt",
+                       "no_such_subscription", "resume_gap", "unknown_error"]
+
+# Which code each error answers with, first match wins; any other Threadline error is `unknown_error`.
+PROTOCOL_CODES: dict[type[errors.ThreadlineError], ProtocolCode] = {
+    errors.NoSuchRun: "no_such_run",
+    errors.NoSuchInterrupt: "no_such_interrupt",
+    errors.NoSuchSubscription: "no_such_subscription",
+    errors.EventsExpired: "resume_gap",
+    errors.InvalidInput: "invalid_argument",
+    errors.BadRequest: "invalid_argument",
+    errors.Conflict: "invalid_argument",
+    errors.NotFound: "invalid_argument",
 }
 
 
 def error_body(status: int, message: str, code: str, **extra: Any) -> JSONResponse:
     """`detail` is what langgraph-sdk shows users; `code` and `message` are the Agent Protocol's."""
     return JSONResponse({"detail": message, "code": code, "message": message, **extra}, status_code=status)
+
+
+def refusal(exc: errors.Unauthorized) -> JSONResponse:
+    """A request its credentials do not admit: 401 (or the status the project's authenticator chose),
+    `{"detail": ...}` and the authenticator's headers (`WWW-Authenticate`)."""
+    code = {401: "unauthorized", 403: "forbidden"}.get(exc.status, "unauthorized")
+    response = error_body(exc.status, exc.message, code)
+    response.headers.update(exc.headers)
+    return response
 
 
 def late_error(exc: Exception) -> dict[str, Any]:
@@ -40,6 +84,21 @@ def late_error(exc: Exception) -> dict[str, Any]:
         return {"__error__": {"error": type(exc).__name__, "message": exc.message}}
     log.error("error after the response started", exc_info=exc)
     return {"__error__": {"error": type(exc).__name__, "message": f"Internal server error: {type(exc).__name__}"}}
+
+
+def rpc_error(exc: Exception) -> tuple[int, str]:
+    """A JSON-RPC error's code and message for `exc`. Threadline's errors keep their message; any other exception
+    is logged here in full and answered as "Internal error" (no database or Redis internals reach the client)."""
+    if isinstance(exc, errors.ThreadlineError):
+        return next((c for cls, c in RPC_CODES.items() if isinstance(exc, cls)), jsonrpc.INTERNAL_ERROR), exc.message
+    log.error("JSON-RPC request failed", exc_info=exc)
+    return jsonrpc.INTERNAL_ERROR, "Internal error"
+
+
+def protocol_error(exc: errors.ThreadlineError) -> tuple[ProtocolCode, str, dict[str, Any]]:
+    """A Protocol v2 error envelope's code, message and extra fields (`resume_gap`'s `since`, …) for `exc`."""
+    code: ProtocolCode = next((c for cls, c in PROTOCOL_CODES.items() if isinstance(exc, cls)), "unknown_error")
+    return code, exc.message, dict(exc.metadata)
 
 
 def _field(loc: tuple[Any, ...]) -> str:
@@ -72,6 +131,10 @@ def install(app: FastAPI) -> None:
             # server reconnects by itself, so the answer says when (`Retry-After`, as RFC 9110 has it for 503).
             response.headers["Retry-After"] = str(exc.retry_after)
         return response
+
+    @app.exception_handler(errors.Unauthorized)
+    async def _refused(_: Request, exc: errors.Unauthorized) -> JSONResponse:
+        return refusal(exc)
 
     @app.exception_handler(InvalidNamespaceError)
     async def _namespace(_: Request, exc: InvalidNamespaceError) -> JSONResponse:

@@ -21,12 +21,13 @@ from threadline.core.protocol_events import ProtocolRun
 from threadline.core.metrics import Metrics
 from threadline.core.state import bind, debug_json, run_output, snapshot_json, thread_config, thread_fields
 from threadline.core.threads import Threads
+from threadline.core.auth import user_in_config
 from threadline.core.webhooks import Webhooks
 from threadline.errors import Unavailable
 from threadline.serde import dumps
 from threadline.shapes import run_out
 from threadline.storage.base import Row, Storage
-from threadline.storage.sql import timed_out
+from threadline.storage.rules import timed_out
 
 log = logging.getLogger("threadline.executor")
 
@@ -75,7 +76,7 @@ def build_config(run: Row, assistant: Row, thread_id: str) -> dict[str, Any]:
         if checkpoint.get(key) is not None:
             configurable[key] = checkpoint[key]
     configurable.setdefault("checkpoint_ns", "")
-    config["configurable"] = configurable
+    config["configurable"] = user_in_config(configurable)
     config["metadata"] = {**(base.get("metadata") or {}), **(given.get("metadata") or {}), **run["metadata"],
                           "run_id": run["run_id"], "thread_id": thread_id,
                           "assistant_id": assistant["assistant_id"], "graph_id": assistant["graph_id"]}
@@ -402,7 +403,7 @@ class Executor:
                       protocol: ProtocolRun | None, given: Any) -> None:
         kwargs = run["kwargs"]
         modes = requested_modes(kwargs)
-        lg_modes = sorted({STREAM_MODES[m] for m in modes if STREAM_MODES.get(m)})
+        lg_modes = sorted({lg for m in modes if (lg := STREAM_MODES.get(m))})
         subgraphs = bool(kwargs.get("stream_subgraphs"))
         options: dict[str, Any] = {
             "stream_mode": lg_modes or ["values"], "subgraphs": subgraphs,

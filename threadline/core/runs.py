@@ -8,18 +8,21 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
-from typing import Any, Literal
+from typing import Any
 
 from threadline.broker.base import Broker, StreamEvent
 from threadline.core.assistants import Assistants
+from threadline.core.auth import with_caller
 from threadline.core.metrics import Metrics
 from threadline.core.protocol_events import end_without_worker
 from threadline.core.threads import Threads
+from threadline.core.webhook_policy import WebhookGuard
 from threadline.core.worker import WorkerPool
 from threadline.errors import Conflict, InvalidInput, NotFound
+from threadline.shapes import FINAL_RUN_STATUSES, CancelAction, CancelStatus, MultitaskStrategy, RunStatus
 from threadline.storage.base import Quota, Row, Storage
 
-TERMINAL = ("success", "error", "timeout", "interrupted")
+TERMINAL = FINAL_RUN_STATUSES
 #: How long a client's cancel waits for the run to have ended before it answers (see `Runs._settle`).
 CANCEL_SETTLE_SECONDS = 5.0
 
@@ -27,7 +30,6 @@ CANCEL_SETTLE_SECONDS = 5.0
 def thread_signal(thread_id: str) -> str:
     """The key, in the broker's run-done signal space, that announces a new run on a thread."""
     return f"thread:{thread_id}"
-MultitaskStrategy = Literal["reject", "interrupt", "rollback", "enqueue"]
 
 # Keys of a run request kept in the run's `kwargs` and read by the executor.
 KWARG_KEYS = (
@@ -65,9 +67,10 @@ class Runs:
     """Run operations. Execution itself is the worker's (see `threadline.core.worker`)."""
 
     def __init__(self, storage: Storage, broker: Broker, assistants: Assistants, threads: Threads,
-                 workers: WorkerPool | None = None, *, max_per_identity: int = 0, max_active: int = 0,
-                 metrics: Metrics | None = None) -> None:
+                 workers: WorkerPool | None = None, webhooks: WebhookGuard | None = None, *,
+                 max_per_identity: int = 0, max_active: int = 0, metrics: Metrics | None = None) -> None:
         self.storage = storage
+        self.webhooks = webhooks  # langgraph.json `webhooks.url`: a run's webhook is checked when it is created
         self.metrics = metrics
         self.max_per_identity = max_per_identity  # caps on active runs (limits): 0 for none
         self.max_active = max_active
@@ -98,7 +101,10 @@ class Runs:
         process has a free worker slot, is created already claimed by that slot and starts at once, with no
         queue hop; `wait` then takes its outcome from the slot. Otherwise the run is created pending.
         """
+        body = with_caller(body)  # the caller's identity, stored with the run for whichever worker runs it
         assistant = await self._resolve_assistant(body.get("assistant_id"))
+        if body.get("webhook") and self.webhooks is not None:
+            await self.webhooks.check(body["webhook"])
         if body.get("input") is not None and body.get("command") is not None:
             raise InvalidInput("Give either input or command, not both")
         check_run_timeout(body.get("config"))
@@ -197,7 +203,7 @@ class Runs:
             await listen(30.0)
 
     async def cancel(self, run_id: str, thread_id: str | None = None, *, wait: bool = False,
-                     action: Literal["interrupt", "rollback"] = "interrupt") -> Row | None:
+                     action: CancelAction = "interrupt") -> Row | None:
         """A client's cancel: 404 when the run has already finished (as the reference), else `stop`."""
         run = await self.get(run_id, thread_id)
         if run["status"] in TERMINAL:
@@ -224,14 +230,14 @@ class Runs:
             pass
 
     async def stop(self, run_id: str, *, wait: bool = False,
-                   action: Literal["interrupt", "rollback"] = "interrupt") -> Row | None:
+                   action: CancelAction = "interrupt") -> Row | None:
         """Stop the run if it is still active; a run that finished meanwhile is simply returned."""
         run = await self.storage.get_run(run_id)
         if run is None or run["status"] in TERMINAL:
             return run
         return await self._stop(run, wait=wait, action=action)
 
-    async def _stop(self, run: Row, *, wait: bool, action: Literal["interrupt", "rollback"]) -> Row | None:
+    async def _stop(self, run: Row, *, wait: bool, action: CancelAction) -> Row | None:
         """Pending runs never start; running ones are cancelled at their next await."""
         run_id = run["run_id"]
         if await self.storage.cancel_pending_runs([run_id], "interrupted"):
@@ -242,7 +248,7 @@ class Runs:
             return await self.wait(run_id)
         return await self.storage.get_run(run_id)
 
-    async def _after_stop(self, run: Row, action: str) -> None:
+    async def _after_stop(self, run: Row, action: CancelAction) -> None:
         """Bookkeeping for a run that ended without a worker: rollback, signals, stream end."""
         if action == "rollback":
             await self.storage.delete_run(run["run_id"])
@@ -250,7 +256,7 @@ class Runs:
         await self.broker.wake_workers()  # the thread's next pending run may now be claimable
 
     async def cancel_many(self, *, run_ids: list[str] | None = None, thread_id: str | None = None,
-                          status: str | None = None, action: Literal["interrupt", "rollback"] = "interrupt") -> int:
+                          status: CancelStatus | None = None, action: CancelAction = "interrupt") -> int:
         targets: list[Row] = []
         if run_ids:
             for rid in run_ids:
@@ -296,7 +302,7 @@ class Runs:
                     threads.append(thread_id)
             await self.delete_threads(threads)
 
-    async def _runs_of(self, assistant_id: str, status: str | None, page: int = 500) -> AsyncIterator[Row]:
+    async def _runs_of(self, assistant_id: str, status: RunStatus | None, page: int = 500) -> AsyncIterator[Row]:
         """Every run of the assistant (with `status`, if given), a page at a time: no cap, and only the
         active ones when that is all a caller needs (a finished run's row carries its output)."""
         offset = 0

@@ -17,11 +17,13 @@ from threadline.broker import open_broker
 from threadline.broker.base import Broker
 from threadline.config import CheckpointerTTL, ProjectConfig, find_config, load_config, missing_requirements
 from threadline.core.assistants import Assistants
+from threadline.core.auth import auth_configured
 from threadline.core.executor import Executor
 from threadline.core.graphs import GraphRegistry
 from threadline.core.metrics import Metrics
 from threadline.core.runs import Runs
 from threadline.core.threads import Threads
+from threadline.core.webhook_policy import WebhookGuard
 from threadline.core.webhooks import Webhooks
 from threadline.core.worker import WorkerPool, recover
 from threadline.loader import resolve_store_index
@@ -105,8 +107,6 @@ class Runtime:
             project, graphs = cls.load_project(settings)
         for key in project.unsupported:
             log.warning("langgraph.json key %r is not supported by Threadline yet and has no effect", key)
-        for key in project.http.inert:
-            log.warning("langgraph.json key %r is accepted but has no effect until authentication is supported", key)
         url = settings.database_url or default_database_url(create=True)
         store_index = resolve_store_index(project.store_index, project.root)
         storage = await open_storage(url, store_index=store_index, store_ttl=project.store_ttl)
@@ -120,15 +120,16 @@ class Runtime:
         threads = Threads(storage, graphs, project.checkpointer_ttl)
         metrics = Metrics()
         metrics.queue_cap.set(settings.max_active_runs)  # beside num_pending/num_running_runs: depth vs its cap
-        webhooks = Webhooks(enabled="webhooks" not in project.http.disabled)
+        guard = WebhookGuard(project.webhooks, authenticated=auth_configured(project, settings))
+        webhooks = Webhooks(enabled="webhooks" not in project.http.disabled, guard=guard)
         workers = None
         if settings.workers > 0:
             executor = Executor(storage, broker, graphs, threads, metrics, webhooks,
                                 run_timeout=settings.run_timeout_seconds)
             workers = WorkerPool(storage, broker, executor, settings.workers,
                                  lease_seconds=settings.lease_seconds, max_attempts=settings.run_retries,
-                                 sweep=storage.capabilities.get("multi_process", False))
-        runs = Runs(storage, broker, assistants, threads, workers,
+                                 sweep=bool(storage.capabilities.get("multi_process")))
+        runs = Runs(storage, broker, assistants, threads, workers, webhooks=guard,
                     max_per_identity=settings.max_active_runs_per_identity, max_active=settings.max_active_runs,
                     metrics=metrics)
         return cls(settings, project, graphs, storage, broker, assistants, threads, runs, workers, metrics=metrics,
@@ -138,7 +139,7 @@ class Runtime:
         await self.assistants.ensure_system_assistants()
         # One process owns an embedded database: whatever it left running died with it. Shared databases
         # have live peers, so only runs whose lease lapsed are taken back (and the sweeper keeps doing so).
-        shared = self.storage.capabilities.get("multi_process", False)
+        shared = bool(self.storage.capabilities.get("multi_process"))
         requeued, failed = await recover(self.storage, self.broker, self.settings.run_retries,
                                          expired_only=shared, metrics=self.metrics)
         self.started = {"requeued": [r["run_id"] for r in requeued], "failed": [r["run_id"] for r in failed]}

@@ -1,4 +1,4 @@
-"""Small SQL helpers shared by the SQL backends: JSON columns, filters, migrations, timestamps."""
+"""Small helpers shared by the SQL backends: JSON columns and their encoding, migrations, timestamps."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ from importlib import resources
 from typing import Any
 
 import orjson
-
-from threadline.errors import QuotaExceeded
 
 JSON_COLUMNS = {"config", "context", "metadata", "values", "interrupts", "error", "kwargs", "output"}
 
@@ -27,28 +25,6 @@ def thread_ttl_columns(minutes: float | None) -> dict[str, Any]:
     return {"ttl_strategy": "delete", "ttl_minutes": minutes} if minutes is not None else {}
 
 
-def worker_lost(attempts: int) -> dict[str, str]:
-    """The error a run ends with when its worker died and no retries are left."""
-    return {"error": "WorkerLost",
-            "message": f"The process running this run stopped; no retries left after {attempts} attempts."}
-
-
-def timed_out() -> dict[str, str]:
-    """The error a run past its deadline ends with, on its thread too, as LangGraph's server records it."""
-    return {"error": "TimeoutError", "message": ""}
-
-
-def quota_refusal(quota: Any, mine: int, total: int) -> None:
-    """Raise QuotaExceeded when one more active run would pass a cap of `quota` (a `Quota`), given the active
-    runs of its identity (`mine`) and of the deployment (`total`)."""
-    if quota.total and total >= quota.total:
-        raise QuotaExceeded(f"The run queue is full ({total} active runs, the cap is {quota.total}): "
-                            "try again once some have finished.")
-    if quota.per_identity and quota.identity is not None and mine >= quota.per_identity:
-        raise QuotaExceeded(f"Too many active runs for this client ({mine}, the cap is {quota.per_identity}): "
-                            "try again once some have finished, or cancel some.")
-
-
 def dumps(value: Any) -> str:
     """A JSON column's text. orjson, as LangGraph's server: NaN and Infinity become null (PostgreSQL's jsonb
     has no such values). The standard encoder only for what orjson refuses (an int beyond 64 bits)."""
@@ -58,34 +34,30 @@ def dumps(value: Any) -> str:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
-def where(clauses: list[tuple[str, list]], *, metadata: dict | None = None, values: dict | None = None) -> tuple[str, list]:
-    """AND together clauses, plus top-level key equality on JSON columns (`metadata`, `values`)."""
-    parts = [c for c, _ in clauses]
-    params = [p for _, ps in clauses for p in ps]
-    for column, wanted in (("metadata", metadata), ("values", values)):
-        for key, value in (wanted or {}).items():
-            parts.append(f"(\"{column}\" -> ?) = json(?)")
-            params += [f'$."{key}"', dumps(value)]
-    return ("WHERE " + " AND ".join(parts) if parts else ""), params
-
-
-def thread_events_select(mark: str, thread_id: str, after: int, limit: int, run_id: str | None,
-                         method: str | None) -> tuple[str, list]:
-    """The thread's events after `after` (one run's, one method's), oldest first. `mark`: the placeholder."""
-    sql, params = f"SELECT * FROM thread_events WHERE thread_id = {mark} AND seq > {mark}", [thread_id, after]
-    for col, val in (("run_id", run_id), ("method", method)):
-        if val is not None:
-            sql += f" AND {col} = {mark}"
-            params.append(val)
-    return f"{sql} ORDER BY seq LIMIT {mark}", [*params, limit]
-
-
-def thread_event_bounds_select(mark: str) -> str:
-    return f"SELECT MIN(seq) AS lo, MAX(seq) AS hi FROM thread_events WHERE thread_id = {mark}"
-
-
-def event_bounds(row: dict[str, Any] | None) -> tuple[int, int]:
-    return (int(row["lo"] or 0), int(row["hi"] or 0)) if row else (0, 0)
+def filter_terms(filters: dict | None) -> list[tuple[str, str, Any]]:
+    """An authorization filter (`langgraph_sdk.Auth.types.FilterType`, what an `@auth.on` handler returns) as
+    (metadata key, `$eq` | `$contains`, value) terms, ANDed: `{"owner": "a"}` and `{"owner": {"$eq": "a"}}`
+    are equality; `{"tags": {"$contains": "x"}}` and `{"tags": {"$contains": ["x", "y"]}}` need the key's list
+    to hold every value (given as a list here). Anything else is a `ValueError`: a filter that cannot be
+    applied must never widen what a caller sees."""
+    terms: list[tuple[str, str, Any]] = []
+    for key, wanted in (filters or {}).items():
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"filter key must be a non-empty string, got {key!r}")
+        if isinstance(wanted, dict):
+            if len(wanted) != 1 or next(iter(wanted)) not in ("$eq", "$contains"):
+                raise ValueError(f"filter on {key!r}: an operator object is {{'$eq': v}} or {{'$contains': v}}")
+            op, value = next(iter(wanted.items()))
+            if op == "$contains":
+                value = list(value) if isinstance(value, (list, tuple)) else [value]
+                if not value or any(isinstance(v, (dict, list)) for v in value):
+                    raise ValueError(f"filter on {key!r}: $contains takes a value or a non-empty list of values")
+            terms.append((key, op, value))
+        elif isinstance(wanted, (list, tuple)):
+            raise ValueError(f"filter on {key!r}: use {{'$contains': [...]}} for lists")
+        else:
+            terms.append((key, "$eq", wanted))
+    return terms
 
 
 MIGRATIONS_TABLE = "CREATE TABLE IF NOT EXISTS threadline_migrations (name TEXT PRIMARY KEY, applied_at TEXT)"
