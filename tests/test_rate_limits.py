@@ -150,3 +150,38 @@ def test_the_identity_is_the_authenticated_caller_once_there_is_one() -> None:
     assert identity_of(Request(scope)) == "ip:10.1.2.3"
     scope["threadline.auth_user"] = SimpleNamespace(identity="alice")
     assert identity_of(Request(scope)) == "user:alice"
+
+
+# --- who a request counts against once authentication is on ------------------------------------------
+ALICE, BOB = "alice-key-0123456789abcdef", "bob-key-0123456789abcdef"
+
+
+async def test_authenticated_callers_draw_on_their_own_budgets_from_one_address(backend: Backend) -> None:
+    """The limiter runs inside authentication: two users behind one address (one NAT, one proxy) are each
+    limited on their own, not together as the address."""
+    async for http in _client(backend, rate_limit_requests="3/minute", api_keys=f"alice={ALICE},bob={BOB}"):
+        def search(key: str) -> Any:
+            return http.post("/threads/search", json={}, headers={"x-api-key": key})
+
+        assert [(await search(ALICE)).status_code for _ in range(4)] == [200, 200, 200, 429]
+        assert [(await search(BOB)).status_code for _ in range(3)] == [200, 200, 200]
+
+
+async def test_refused_credentials_spend_the_address_budget_not_the_users(backend: Backend) -> None:
+    """A request whose credentials are refused counts against its address; once the address has spent its
+    budget, its requests are refused (429) before they are authenticated. Authenticated requests from the
+    same address never spent it, and another address is not affected."""
+    async for http in _client(backend, rate_limit_requests="3/minute", api_keys=f"alice={ALICE}",
+                              trusted_proxies="127.0.0.1"):
+        def search(key: str, client: str) -> Any:
+            return http.post("/threads/search", json={}, headers={"x-api-key": key, "X-Forwarded-For": client})
+
+        # Alice's own budget, from 10.0.0.1: spent without touching the address's.
+        assert [(await search(ALICE, "10.0.0.1")).status_code for _ in range(3)] == [200, 200, 200]
+        # Wrong keys from 10.0.0.1: three 401s spend the address's budget, then 429 before authentication.
+        codes = [(await search("wrong-key-0123456789abcdef", "10.0.0.1")).status_code for _ in range(5)]
+        assert codes == [401, 401, 401, 429, 429]
+        refused = await search("wrong-key-0123456789abcdef", "10.0.0.1")
+        assert refused.status_code == 429 and refused.headers["retry-after"]
+        # Another address is still asked for its credentials.
+        assert (await search("wrong-key-0123456789abcdef", "10.0.0.2")).status_code == 401

@@ -75,8 +75,9 @@ class Settings:
         "config.configurable.run_timeout_seconds overrides it for its runs."
     )
     rate_limit_runs: str = _setting(
-        "", "Budget of run creation per identity (client address), as '10/second' or '600 per minute'; shared by "
-        "every API process through Redis when redis_url is set. Empty: unlimited."
+        "", "Budget of run creation per identity (the authenticated caller, else the client address), as "
+        "'10/second' or '600 per minute'; shared by every API process through Redis when redis_url is set. "
+        "Refused credentials spend their address's budget. Empty: unlimited."
     )
     rate_limit_requests: str = _setting(
         "", "Budget of every other request per identity (GET /ok and /metrics are never limited). Empty: unlimited."

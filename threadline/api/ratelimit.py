@@ -8,8 +8,13 @@ fields of draft-ietf-httpapi-ratelimit-headers in their separate form (`RateLimi
 throttled. When Redis cannot answer, a request is let through (and logged): a limiter must not take the API
 down with it.
 
-Who is limited is `identity_of(request)`: the seam for authentication, which will name the user; until then,
-the client's address (`X-Forwarded-For` counts only when the peer is a configured trusted proxy).
+Who is limited is `identity_of(request)`, the one seam: the authenticated caller's identity, else the client's
+address (`X-Forwarded-For` counts only when the peer is a configured trusted proxy). So `RateLimit` runs inside
+authentication (`api/app.py`): an authenticated request draws on its identity's budget, wherever it comes from.
+A request whose credentials are refused never reaches it; `AuthFailures`, outside authentication, counts those
+against their address's budget, and once an address has spent it, refuses its requests with 429 before the
+authenticator is asked (valid credentials from that address included, until the window refills), so a flood of
+bad credentials, or a guess at keys, is bounded by address. See docs/configuration.md, "Rate limits".
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from limits.aio.storage import MemoryStorage, RedisStorage, Storage
 from limits.aio.strategies import SlidingWindowCounterRateLimiter
 from starlette.requests import Request
 
+from threadline.api.auth import AUTHENTICATED, REFUSED
 from threadline.api.metrics import metrics_of
 from threadline.broker.keys import Keys
 from threadline.errors import ConfigError
@@ -72,8 +78,8 @@ def client_address(request: Request, trusted: str = "") -> str:
     return hops[0] if hops else peer
 
 
-#: Where the authentication layer (branch h-auth, `api/auth.py: Authenticate`) leaves the caller in the scope.
-AUTH_USER_KEY = "threadline.auth_user"
+#: Where the authentication layer (`api/auth.py: Authenticate`) leaves the caller in the scope, and marks a refusal.
+AUTH_USER_KEY = AUTHENTICATED
 
 
 def identity_of(request: Request) -> str:
@@ -126,10 +132,11 @@ class RateLimiter:
             return self.budgets.get("runs")
         return self.budgets.get("requests")
 
-    async def hit(self, budget: Budget, identity: str) -> tuple[bool, int, int]:
-        """Spend one of `identity`'s `budget`: (allowed, remaining, seconds until it refills)."""
+    async def hit(self, budget: Budget, identity: str, *, spend: bool = True) -> tuple[bool, int, int]:
+        """Spend one of `identity`'s `budget` (or, without `spend`, only look whether one is left):
+        (allowed, remaining, seconds until it refills)."""
         try:
-            if await self.strategy.hit(budget.item, budget.name, identity):
+            if await (self.strategy.hit if spend else self.strategy.test)(budget.item, budget.name, identity):
                 return True, -1, 0
             stats = await self.strategy.get_window_stats(budget.item, budget.name, identity)
         except Exception as exc:  # Redis away: let the request through rather than fail it
@@ -168,6 +175,36 @@ class RateLimit:
         if metrics is not None:
             metrics.rate_limited(self.templates.of(scope), budget.name)
         await _refuse(send, budget, remaining, reset)
+
+
+class AuthFailures:
+    """ASGI middleware outside authentication (`api/auth.py: Authenticate`): a request the authenticator refused
+    spends one of its address's budget (the one the request would have drawn on), and a request from an address
+    that has spent it is refused with 429 before it is authenticated. Authenticated requests never spend it:
+    `RateLimit`, inside authentication, counts them against their identity."""
+
+    def __init__(self, app: Any, limiter: RateLimiter) -> None:
+        self.app = app
+        self.limiter = limiter
+        self.templates = _Templates()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        budget = self.limiter.budget_for(scope.get("method", "GET"), scope.get("path", "")) \
+            if scope["type"] == "http" and self.limiter.enabled and AUTHENTICATED not in scope else None
+        if budget is None:
+            await self.app(scope, receive, send)
+            return
+        address = identity_of(Request(scope))  # not authenticated yet: the client's address
+        allowed, remaining, reset = await self.limiter.hit(budget, address, spend=False)
+        if not allowed:
+            metrics = metrics_of(scope)
+            if metrics is not None:
+                metrics.rate_limited(self.templates.of(scope), budget.name)
+            await _refuse(send, budget, remaining, reset)
+            return
+        await self.app(scope, receive, send)
+        if scope.get(REFUSED):
+            await self.limiter.hit(budget, address)
 
 
 class _Templates:
