@@ -15,6 +15,7 @@ import json
 import logging
 import sqlite3
 from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO, Any, Literal
 
@@ -189,8 +190,9 @@ def _bind(params: dict[str, Any], now: str) -> dict[str, Any]:
     bound.setdefault("now", now)
     if bound.get("lease_seconds") is not None:
         bound["lease_at"] = iso_after(float(bound["lease_seconds"]))
-    if bound.get("deadline_seconds") is not None:
-        bound["deadline_at"] = iso_after(float(bound["deadline_seconds"]))
+    if bound.get("deadline_seconds") is not None:  # from the transaction's `now`, which it is measured against
+        bound["deadline_at"] = (datetime.fromisoformat(now) + timedelta(seconds=float(bound["deadline_seconds"]))
+                                ).isoformat(timespec="microseconds")
     return bound
 
 
