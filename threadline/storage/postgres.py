@@ -24,6 +24,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from threadline.errors import ConfigError, Conflict, NotFound, StorageUnavailable
 from threadline.settings import redact_url
 from threadline.storage.base import THREAD_EVENTS_KEPT, NewThreadEvent, Row, SortOrder, Storage
+from threadline.storage.crons import Dialect, cron_row
 from threadline.storage.sql import (
     JSON_COLUMNS, MIGRATIONS_TABLE, event_bounds, now_iso, pending_migrations, thread_event_bounds_select,
     thread_events_select, thread_ttl_columns, worker_lost,
@@ -576,6 +577,68 @@ class PostgresStorage(Storage):
     async def thread_event_bounds(self, thread_id: str) -> tuple[int, int]:
         return event_bounds(await self._fetchone(thread_event_bounds_select("%s"), (thread_id,)))
 
+    # --- crons (statements: storage/crons.py) ---------------------------------------
+    async def create_cron(self, row: Row) -> Row:
+        try:
+            async with self._tx() as db:
+                if row.get("thread_id") is not None and await _one(
+                        db, _CRONS.sql("thread_exists"), (row["thread_id"],)) is None:
+                    raise NotFound(f"Thread with ID {row['thread_id']} not found")
+                created = await _one(db, _CRONS.sql("insert"), _CRONS.params(row))
+        except psycopg.errors.ForeignKeyViolation as exc:  # the thread was deleted meanwhile
+            raise NotFound(f"Thread with ID {row['thread_id']} not found") from exc
+        assert created is not None
+        return cron_row(created)
+
+    async def get_cron(self, cron_id: str) -> Row | None:
+        found = await self._fetchone(_CRONS.sql("get"), (cron_id,))
+        return cron_row(found) if found else None
+
+    async def update_cron(self, cron_id: str, change: Callable[[Row], Row]) -> Row | None:
+        async with self._tx() as db:
+            current = await _one(db, _CRONS.sql("get_for_update"), (cron_id,))
+            if current is None:
+                return None
+            columns = change(cron_row(current))
+            if not columns:
+                return cron_row(current)
+            updated = await _one(db, _CRONS.update(list(columns)),
+                                 [*(_CRONS.value(c, v) for c, v in columns.items()), cron_id])
+        return cron_row(updated) if updated is not None else None
+
+    async def delete_cron(self, cron_id: str) -> bool:
+        return await self._cron_write(_CRONS.sql("delete"), (cron_id,))
+
+    async def search_crons(self, *, assistant_id, thread_id, enabled, metadata, limit, offset, sort_by,
+                           sort_order) -> list[Row]:
+        where, params = _CRONS.filters(assistant_id=assistant_id, thread_id=thread_id, enabled=enabled,
+                                       metadata=metadata)
+        rows = await self._fetchall(_CRONS.search(where, sort_by, sort_order), [*params, limit, offset])
+        return [cron_row(r) for r in rows]
+
+    async def count_crons(self, *, assistant_id, thread_id, enabled, metadata) -> int:
+        where, params = _CRONS.filters(assistant_id=assistant_id, thread_id=thread_id, enabled=enabled,
+                                       metadata=metadata)
+        row = await self._fetchone(_CRONS.count(where), params)
+        return int(row["n"]) if row else 0
+
+    async def due_crons(self, now: str, limit: int) -> list[Row]:
+        return [cron_row(r) for r in await self._fetchall(_CRONS.sql("due"), (now, now, limit))]
+
+    async def claim_cron_tick(self, cron_id: str, tick: str, *, now: str, until: str) -> bool:
+        return await self._cron_write(_CRONS.sql("claim"), (until, cron_id, tick, now))
+
+    async def advance_cron(self, cron_id: str, tick: str, next_run_date: str | None) -> bool:
+        return await self._cron_write(_CRONS.sql("advance"), (next_run_date, cron_id, tick))
+
+    async def release_cron_tick(self, cron_id: str, tick: str) -> None:
+        await self._cron_write(_CRONS.sql("release"), (cron_id, tick))
+
+    async def _cron_write(self, sql: str, params: tuple) -> bool:
+        """One statement, its own transaction: whether it changed a row."""
+        async with self._pool.connection() as db:
+            return (await db.execute(sql, params)).rowcount > 0
+
 
 async def _apply_migrations(conn: psycopg.AsyncConnection) -> list[str]:
     await conn.execute(MIGRATIONS_TABLE)
@@ -711,3 +774,8 @@ def _order(sort_by: str, sort_order: SortOrder, allowed: set[str], default: str,
 def _like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
+
+
+# --- crons ---------------------------------------------------------------------------------------
+_CRONS = Dialect(mark="%s", true="TRUE", for_update=" FOR UPDATE", encode_json=Jsonb, metadata_key=str,
+                 metadata_match="(metadata -> {p}) = {p}")

@@ -19,6 +19,7 @@ from langgraph.store.sqlite.aio import AsyncSqliteStore
 
 from threadline.errors import ConfigError, Conflict, NotFound, StorageUnavailable
 from threadline.storage.base import THREAD_EVENTS_KEPT, NewThreadEvent, Row, SortOrder, Storage
+from threadline.storage.crons import Dialect, cron_row
 from threadline.storage.sqlite_saver import WriterSqliteSaver, delete_thread_checkpoints
 from threadline.storage.sqlite_writer import Writer, in_transaction, translated
 from threadline.storage.sql import (
@@ -331,6 +332,45 @@ class SQLiteStorage(Storage):
 
     async def thread_event_bounds(self, thread_id: str) -> tuple[int, int]:
         return event_bounds(await self._fetchone(thread_event_bounds_select("?"), (thread_id,)))
+
+    # --- crons (statements: storage/crons.py) ---------------------------------------
+    async def create_cron(self, row: Row) -> Row:
+        return await self._write(_create_cron, row)
+
+    async def get_cron(self, cron_id: str) -> Row | None:
+        found = await self._point(_CRONS.sql("get"), (cron_id,))
+        return cron_row(found) if found else None
+
+    async def update_cron(self, cron_id: str, change: Callable[[Row], Row]) -> Row | None:
+        return await self._write(_update_cron, cron_id, change)
+
+    async def delete_cron(self, cron_id: str) -> bool:
+        return await self._write(_cron_write, _CRONS.sql("delete"), (cron_id,))
+
+    async def search_crons(self, *, assistant_id, thread_id, enabled, metadata, limit, offset, sort_by,
+                           sort_order) -> list[Row]:
+        where, params = _CRONS.filters(assistant_id=assistant_id, thread_id=thread_id, enabled=enabled,
+                                       metadata=metadata)
+        rows = await self._fetchall(_CRONS.search(where, sort_by, sort_order), [*params, limit, offset])
+        return [cron_row(r) for r in rows]
+
+    async def count_crons(self, *, assistant_id, thread_id, enabled, metadata) -> int:
+        where, params = _CRONS.filters(assistant_id=assistant_id, thread_id=thread_id, enabled=enabled,
+                                       metadata=metadata)
+        row = await self._fetchone(_CRONS.count(where), params)
+        return int(row["n"]) if row else 0
+
+    async def due_crons(self, now: str, limit: int) -> list[Row]:
+        return [cron_row(r) for r in await self._fetchall(_CRONS.sql("due"), (now, now, limit))]
+
+    async def claim_cron_tick(self, cron_id: str, tick: str, *, now: str, until: str) -> bool:
+        return await self._write(_cron_write, _CRONS.sql("claim"), (until, cron_id, tick, now))
+
+    async def advance_cron(self, cron_id: str, tick: str, next_run_date: str | None) -> bool:
+        return await self._write(_cron_write, _CRONS.sql("advance"), (next_run_date, cron_id, tick))
+
+    async def release_cron_tick(self, cron_id: str, tick: str) -> None:
+        await self._write(_cron_write, _CRONS.sql("release"), (cron_id, tick))
 
 
 class _SqliteStore(AsyncSqliteStore):
@@ -738,3 +778,33 @@ def _order(sort_by: str, sort_order: SortOrder, allowed: set[str], default: str)
 
 def _like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+# --- crons ---------------------------------------------------------------------------------------
+_CRONS = Dialect(mark="?", true="1", for_update="", encode_json=dumps, metadata_key=lambda key: f'$."{key}"',
+                 metadata_match="(metadata -> {p}) = json({p})")
+
+
+def _create_cron(db: sqlite3.Connection, row: Row) -> Row:
+    if row.get("thread_id") is not None and _one_now(db, _CRONS.sql("thread_exists"), (row["thread_id"],)) is None:
+        raise NotFound(f"Thread with ID {row['thread_id']} not found")
+    created = _one_now(db, _CRONS.sql("insert"), _CRONS.params(row))
+    assert created is not None
+    return cron_row(created)
+
+
+def _update_cron(db: sqlite3.Connection, cron_id: str, change: Callable[[Row], Row]) -> Row | None:
+    """Read, change and write in the writer's one transaction: no other write comes between."""
+    current = _one_now(db, _CRONS.sql("get_for_update"), (cron_id,))
+    if current is None:
+        return None
+    columns = change(cron_row(current))
+    if not columns:
+        return cron_row(current)
+    updated = _one_now(db, _CRONS.update(list(columns)),
+                       [*(_CRONS.value(c, v) for c, v in columns.items()), cron_id])
+    return cron_row(updated) if updated is not None else None
+
+
+def _cron_write(db: sqlite3.Connection, sql: str, params: tuple) -> bool:
+    return db.execute(sql, params).rowcount > 0
