@@ -18,7 +18,7 @@ from asgi_lifespan import LifespanManager
 from langgraph_sdk.client import LangGraphClient
 
 from threadline.api.app import create_app
-from threadline.core.crons import Crons, Schedule, tick_run_id
+from threadline.core.crons import Crons, Schedule, iso, tick_run_id
 from threadline.core.runtime import Runtime
 from threadline.settings import Settings
 
@@ -332,8 +332,8 @@ async def test_a_claimer_that_died_after_creating_the_run_is_not_repeated(
     assert row is not None
     tick = row["next_run_date"]
     # What a process does before it dies: it claims the tick and creates the run, and never moves on.
-    assert await runtime.storage.claim_cron_tick(cron["cron_id"], tick, now=clock.now.isoformat(),
-                                                 until=(clock.now + timedelta(seconds=30)).isoformat())
+    assert await runtime.storage.claim_cron_tick(cron["cron_id"], tick, now=iso(clock.now),
+                                                 until=iso(clock.now + timedelta(seconds=30)))
     await crons._fire(row, tick)
     await crons.run_due()  # the claim still holds: nobody else takes the tick
     assert (await runtime.storage.get_cron(cron["cron_id"]) or {})["next_run_date"] == tick
@@ -381,3 +381,27 @@ async def test_restart_fires_the_missed_period_once(settings: Settings) -> None:
         assert row is not None
         after = datetime.fromisoformat(row["next_run_date"])
         assert later.now < after <= later.now + timedelta(hours=1)
+
+
+async def test_storage_claims_a_tick_once_until_it_lapses(sdk: LangGraphClient, runtime: Runtime,
+                                                          clock: Clock) -> None:
+    """The storage contract under the scheduler: one claim per tick, retaken only after it lapsed, and a
+    move-on from a tick that was rescheduled meanwhile is refused."""
+    storage = runtime.storage
+    cron = await sdk.crons.create("counter", schedule="* * * * *")
+    row = await storage.get_cron(cron["cron_id"])
+    assert row is not None
+    tick, now = row["next_run_date"], clock.now + timedelta(minutes=1)
+    assert [c["cron_id"] for c in await storage.due_crons(iso(now), 10)] == [cron["cron_id"]]
+    until = iso(now + timedelta(seconds=30))
+    claims = await asyncio.gather(*(storage.claim_cron_tick(cron["cron_id"], tick, now=iso(now), until=until)
+                                    for _ in range(5)))
+    assert claims.count(True) == 1
+    assert await storage.due_crons(iso(now), 10) == []  # claimed: not due for anyone else
+    later = iso(now + timedelta(seconds=31))
+    assert await storage.claim_cron_tick(cron["cron_id"], tick, now=later, until=later)  # lapsed: retaken
+    await sdk.crons.update(cron["cron_id"], schedule="*/5 * * * *")  # rescheduled meanwhile
+    assert not await storage.advance_cron(cron["cron_id"], tick, "2100-01-01T00:00:00.000000+00:00")
+    moved = await storage.get_cron(cron["cron_id"])
+    assert moved is not None and moved["next_run_date"] != tick
+    assert await storage.count_crons(assistant_id=None, thread_id=None, enabled=None, metadata=None) == 1
