@@ -405,3 +405,20 @@ async def test_storage_claims_a_tick_once_until_it_lapses(sdk: LangGraphClient, 
     moved = await storage.get_cron(cron["cron_id"])
     assert moved is not None and moved["next_run_date"] != tick
     assert await storage.count_crons(assistant_id=None, thread_id=None, enabled=None, metadata=None) == 1
+
+
+def test_schedule_semantics() -> None:
+    """Six fields take seconds last (as LangGraph's server reads them), nicknames stand for their fields, and a
+    timezone's wall clock is kept across daylight saving time; ticks come back in UTC."""
+    monday = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)  # a Monday
+    assert Schedule("0 9 * * 1 30").next_after(monday) == datetime(2026, 11, 30, 9, 0, 30, tzinfo=UTC)
+    assert Schedule("* * * * * */10").next_after(monday) == datetime(2026, 11, 30, 8, 0, 10, tzinfo=UTC)
+    assert Schedule("*/10 * * * * *").next_after(monday) == datetime(2026, 11, 30, 8, 0, 1, tzinfo=UTC)  # minutes
+    assert Schedule("@hourly").next_after(monday) == datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+    assert Schedule("@daily").next_after(monday) == datetime(2026, 12, 1, 0, 0, tzinfo=UTC)
+    assert Schedule("@weekly").next_after(monday) == datetime(2026, 12, 6, 0, 0, tzinfo=UTC)  # Sunday
+    summer, winter = datetime(2026, 7, 1, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC)
+    assert Schedule("0 9 * * *", "America/New_York").next_after(summer) == datetime(2026, 7, 1, 13, tzinfo=UTC)
+    assert Schedule("0 9 * * *", "America/New_York").next_after(winter) == datetime(2026, 12, 1, 14, tzinfo=UTC)
+    # Strictly after: a tick at exactly `moment` is not the next one.
+    assert Schedule("* * * * *").next_after(monday) == monday + timedelta(minutes=1)
