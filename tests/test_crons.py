@@ -322,6 +322,17 @@ async def test_deleting_a_thread_deletes_its_crons(sdk: LangGraphClient, runtime
         assert await runtime.storage.get_cron(cron["cron_id"]) is None
 
 
+async def test_deleting_an_assistant_deletes_its_crons(sdk: LangGraphClient, clock: Clock) -> None:
+    assistant = await sdk.assistants.create("counter")
+    await sdk.crons.create(assistant["assistant_id"], schedule="* * * * *")
+    tid = (await sdk.threads.create())["thread_id"]
+    await sdk.crons.create_for_thread(tid, assistant["assistant_id"], schedule="* * * * *")
+    kept = await sdk.crons.create("counter", schedule="* * * * *")  # the graph's own assistant
+    assert await sdk.crons.count(assistant_id=assistant["assistant_id"]) == 2
+    await sdk.assistants.delete(assistant["assistant_id"])
+    assert [c["cron_id"] for c in await sdk.crons.search()] == [kept["cron_id"]]
+
+
 async def test_a_claimer_that_died_after_creating_the_run_is_not_repeated(
         sdk: LangGraphClient, runtime: Runtime, clock: Clock) -> None:
     tid = (await sdk.threads.create())["thread_id"]

@@ -253,7 +253,8 @@ class Storage(abc.ABC):
     # Statements: storage/crons.py.
     @abc.abstractmethod
     async def create_cron(self, row: Row) -> Row:
-        """Insert a cron; NotFound when its `thread_id` names no thread. A thread's crons are deleted with it."""
+        """Insert a cron; NotFound when its `thread_id` names no thread. An assistant's or a thread's crons are
+        deleted with it, in the same transaction."""
 
     @abc.abstractmethod
     async def get_cron(self, cron_id: str) -> Row | None: ...

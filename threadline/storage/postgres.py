@@ -585,8 +585,9 @@ class PostgresStorage(Storage):
                         db, _CRONS.sql("thread_exists"), (row["thread_id"],)) is None:
                     raise NotFound(f"Thread with ID {row['thread_id']} not found")
                 created = await _one(db, _CRONS.sql("insert"), _CRONS.params(row))
-        except psycopg.errors.ForeignKeyViolation as exc:  # the thread was deleted meanwhile
-            raise NotFound(f"Thread with ID {row['thread_id']} not found") from exc
+        except psycopg.errors.ForeignKeyViolation as exc:  # its assistant or thread was deleted meanwhile
+            raise NotFound(f"The cron's assistant {row['assistant_id']} or thread {row['thread_id']} is gone") \
+                from exc
         assert created is not None
         return cron_row(created)
 

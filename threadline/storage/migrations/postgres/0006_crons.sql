@@ -5,8 +5,8 @@
 -- identity its runs will run as.
 CREATE TABLE IF NOT EXISTS crons (
     cron_id TEXT PRIMARY KEY,
-    assistant_id TEXT NOT NULL,
-    -- Deleting a thread deletes its crons, in the same transaction.
+    -- Deleting an assistant or a thread deletes its crons, in the same transaction (as LangGraph's server).
+    assistant_id TEXT NOT NULL REFERENCES assistants(assistant_id) ON DELETE CASCADE,
     thread_id TEXT REFERENCES threads(thread_id) ON DELETE CASCADE,
     user_id TEXT,
     schedule TEXT NOT NULL,
@@ -23,3 +23,4 @@ CREATE TABLE IF NOT EXISTS crons (
 );
 CREATE INDEX IF NOT EXISTS crons_due ON crons (next_run_date) WHERE enabled;
 CREATE INDEX IF NOT EXISTS crons_thread ON crons (thread_id);
+CREATE INDEX IF NOT EXISTS crons_assistant ON crons (assistant_id);

@@ -21,8 +21,14 @@ CREATE TABLE IF NOT EXISTS crons (
 );
 CREATE INDEX IF NOT EXISTS crons_due ON crons (next_run_date) WHERE enabled = 1;
 CREATE INDEX IF NOT EXISTS crons_thread ON crons (thread_id);
--- Deleting a thread deletes its crons, in the same transaction (SQLite's foreign keys are off here).
+CREATE INDEX IF NOT EXISTS crons_assistant ON crons (assistant_id);
+-- Deleting an assistant or a thread deletes its crons, in the same transaction (as LangGraph's server; a
+-- trigger, where foreign keys may be off).
 CREATE TRIGGER IF NOT EXISTS crons_of_deleted_thread AFTER DELETE ON threads
 BEGIN
     DELETE FROM crons WHERE thread_id = OLD.thread_id;
+END;
+CREATE TRIGGER IF NOT EXISTS crons_of_deleted_assistant AFTER DELETE ON assistants
+BEGIN
+    DELETE FROM crons WHERE assistant_id = OLD.assistant_id;
 END;
