@@ -469,6 +469,11 @@ async def crons(s: Session) -> None:
     await s.do("delete thread", c.threads.delete(tid))
     await s.do("count after thread delete", c.crons.count(metadata={"session": s.name}))
     await s.raw("get deleted with its thread", "GET", f"/runs/crons/{cron_id}")
+    assistant = await s.do("assistant", c.assistants.create("typed", metadata={"session": s.name}))
+    aid = assistant["assistant_id"] if assistant else missing
+    await s.do("cron of the assistant", c.crons.create(aid, schedule="0 0 1 1 *", metadata={"session": s.name}))
+    await s.do("delete the assistant", c.assistants.delete(aid))
+    await s.do("count after assistant delete", c.crons.count(metadata={"session": s.name}))
 
 
 # --- errors the client shows -----------------------------------------------------------------------------------
