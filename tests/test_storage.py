@@ -790,3 +790,38 @@ async def test_an_assistant_name_filter_ignores_case_beyond_ascii(
     await create_assistant(storage, "a1", name="Ärger Agent")
     assert await storage.count_assistants(graph_id=None, name="ärger", metadata=None) == 1
     assert await storage.count_assistants(graph_id=None, name="AGENT", metadata=None) == 1
+
+
+async def test_an_authorization_filter_is_part_of_the_thread_queries(storage: Storage) -> None:
+    """`filters` (what an `@auth.on` handler returns) narrows get, search and count inside the query: pages
+    stay full, counts are right, and an excluded thread is None, as a missing one."""
+    alice = [await create_thread(storage, metadata={"owner": "alice", "team": ["red", "blue"], "n": i})
+             for i in range(3)]
+    bob = await create_thread(storage, metadata={"owner": "bob", "team": ["blue"]})
+    await create_thread(storage, metadata={"owner": "carol", "team": "red"})  # a string, not a list
+    mine = {"owner": "alice"}
+    page = dict(ids=None, metadata=None, values=None, status=None, sort_by="created_at", sort_order="asc")
+    found = await storage.search_threads(**page, limit=2, offset=0, filters=mine)
+    assert [t["thread_id"] for t in found] == [t["thread_id"] for t in alice[:2]]
+    rest = await storage.search_threads(**page, limit=2, offset=2, filters=mine)
+    assert [t["thread_id"] for t in rest] == [alice[2]["thread_id"]]
+    assert await storage.count_threads(metadata=None, values=None, status=None, filters=mine) == 3
+    assert await storage.count_threads(metadata=None, values=None, status=None, filters={"owner": {"$eq": "bob"}}) == 1
+    assert await storage.get_thread(bob["thread_id"], filters=mine) is None
+    assert (await storage.get_thread(alice[0]["thread_id"], filters=mine))["thread_id"] == alice[0]["thread_id"]
+    assert await storage.get_thread(alice[0]["thread_id"], filters={"owner": "alice", "n": 1}) is None
+    blue = await storage.search_threads(**page, limit=10, offset=0, filters={"team": {"$contains": "blue"}})
+    assert {t["thread_id"] for t in blue} == {*(t["thread_id"] for t in alice), bob["thread_id"]}
+    both = {"team": {"$contains": ["blue", "red"]}}
+    assert await storage.count_threads(metadata=None, values=None, status=None, filters=both) == 3
+    red = await storage.count_threads(metadata=None, values=None, status=None, filters={"team": {"$contains": "red"}})
+    assert red == 3  # carol's `team` is a string: $contains needs a list
+    # With the request's own metadata filter too (ANDed).
+    assert await storage.count_threads(metadata={"n": 0}, values=None, status=None, filters=mine) == 1
+
+
+@pytest.mark.parametrize("bad", [{"owner": {"$ne": "x"}}, {"owner": ["a"]}, {"owner": {"$contains": []}},
+                                 {"owner": {"$eq": "a", "$contains": "b"}}])
+async def test_a_filter_that_cannot_be_applied_is_refused(storage: Storage, bad: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        await storage.count_threads(metadata=None, values=None, status=None, filters=bad)

@@ -23,7 +23,7 @@ from threadline.settings import Settings, redact_url
 from threadline.shutdown import GRACE_SECONDS, StoppableServer
 
 # Settings that only an HTTP server reads; `worker` and `migrate` do not take them.
-_HTTP_ONLY = {"host", "port", "max_body_bytes", "heartbeat_seconds"}
+_HTTP_ONLY = {"host", "port", "max_body_bytes", "heartbeat_seconds", "ui"}
 T = TypeVar("T")
 _COMMANDS = {
     "serve": ("Start the server: the HTTP API and (unless --workers 0) in-process workers.", None),
@@ -44,9 +44,13 @@ def _parser() -> argparse.ArgumentParser:
             cmd.add_argument("--reload", action="store_true", help="Restart when the project's files change "
                              "(the same as `threadline dev`).")
         for f in fields(Settings):
-            if (name == "migrate" and f.name not in _MIGRATE) or (skip and f.name in skip):
-                continue
+            if (name == "migrate" and f.name not in _MIGRATE) or (skip and f.name in skip) or not f.metadata["flag"]:
+                continue  # a setting without a flag (a secret: argv is visible to every user) is env only
             kind: Any = type(f.default) if f.default is not None else str
+            if kind is bool:
+                cmd.add_argument("--" + f.name.replace("_", "-"), action="store_const", const=True, default=None,
+                                 help=f"{f.metadata['help']} [env THREADLINE_{f.name.upper()}]")
+                continue
             if f.metadata.get("choices"):
                 kind = str.lower  # --log-level DEBUG as well as debug
             default = "" if f.default is None else f" (default: {f.default})"

@@ -19,7 +19,7 @@ _BUILD_ONLY = {
     "python_version", "node_version", "pip_config_file", "pip_installer", "dockerfile_lines",
     "image_distro", "base_image", "keep_pkg_tools", "api_version", "_INTERNAL_docker_tag",
 }
-_SUPPORTED = {"graphs", "env", "dependencies", "store", "checkpointer", "http", "threadline"}
+_SUPPORTED = {"graphs", "env", "dependencies", "store", "checkpointer", "http", "threadline", "auth", "webhooks"}
 _TTL_KEYS = {"strategy", "sweep_interval_minutes", "default_ttl", "sweep_limit"}
 # `http.disable_<family>`: the route families LangGraph's server lets a project turn off.
 ROUTE_FAMILIES = ("assistants", "threads", "runs", "store", "meta", "mcp", "a2a", "webhooks", "ui")
@@ -27,8 +27,9 @@ _CORS_KEYS = {
     "allow_origins": list, "allow_methods": list, "allow_headers": list, "allow_credentials": bool,
     "allow_origin_regex": str, "expose_headers": list, "max_age": int,
 }
-# Keys accepted and kept, but with no effect until authentication hooks exist (`auth` is not supported yet).
-_AUTH_ONLY = {"enable_custom_route_auth", "middleware_order"}
+# `webhooks.url`: LangGraph's webhook URL policy, plus ours (`allow_private_networks`).
+_WEBHOOK_URL_KEYS: dict[str, type] = {"require_https": bool, "allowed_domains": list, "allowed_ports": list, "max_url_length": int,
+                     "disable_loopback": bool, "allow_private_networks": bool}
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,6 @@ class HttpConfig:
     mount_prefix: str = ""
     enable_custom_route_auth: bool = False
     middleware_order: str = "middleware_first"
-    inert: tuple[str, ...] = ()  # keys given that do nothing yet: they shape authentication (see _AUTH_ONLY)
 
     @classmethod
     def parse(cls, raw: Any, path: Path, unsupported: list[str]) -> HttpConfig:
@@ -136,8 +136,7 @@ class HttpConfig:
                 given[key] = value
             else:
                 unsupported.append(f"http.{key}")
-        inert = tuple(f"http.{k}" for k in sorted(_AUTH_ONLY & set(raw)))
-        return cls(disabled=frozenset(disabled), inert=inert, **given)
+        return cls(disabled=frozenset(disabled), **given)
 
 
 def _cors(raw: Any, where: str, unsupported: list[str]) -> dict[str, Any]:
@@ -161,6 +160,80 @@ def _cors(raw: Any, where: str, unsupported: list[str]) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class AuthConfig:
+    """The `auth` section: the project's `langgraph_sdk.Auth` (`path`), and the security schemes
+    `/openapi.json` and `/docs` show (`openapi`). `disable_studio_auth` is accepted: Threadline has no
+    Studio bypass, so every request goes through the project's handler either way."""
+
+    path: str
+    openapi: dict[str, Any] | None = None
+    disable_studio_auth: bool = False
+
+    @classmethod
+    def parse(cls, raw: Any, path: Path, unsupported: list[str]) -> AuthConfig | None:
+        if raw is None:
+            return None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: 'auth' must be an object with 'path'")
+        spec = raw.get("path")
+        if not isinstance(spec, str) or ":" not in spec:
+            raise ConfigError(f"{path}: auth.path must be 'path.py:attr' or 'module:attr', got {spec!r}")
+        openapi = raw.get("openapi")
+        if openapi is not None and not (isinstance(openapi, dict) and set(openapi) <= {"securitySchemes", "security"}
+                                        and isinstance(openapi.get("securitySchemes", {}), dict)
+                                        and isinstance(openapi.get("security", []), list)):
+            raise ConfigError(f"{path}: auth.openapi must be an object with 'securitySchemes' (an object) "
+                              "and/or 'security' (a list)")
+        studio = raw.get("disable_studio_auth", False)
+        if not isinstance(studio, bool):
+            raise ConfigError(f"{path}: auth.disable_studio_auth must be true or false, got {studio!r}")
+        unsupported += [f"auth.{k}" for k in raw if k not in ("path", "openapi", "disable_studio_auth")]
+        return cls(path=spec, openapi=openapi, disable_studio_auth=studio)
+
+
+@dataclass(frozen=True)
+class WebhookPolicy:
+    """`webhooks.url`: which webhook URLs a run may give. `allow_private_networks` None means: refused once
+    authentication is on (a client must not make the server call into its own network), allowed without."""
+
+    require_https: bool = False
+    allowed_domains: tuple[str, ...] = ()
+    allowed_ports: tuple[int, ...] = ()
+    max_url_length: int = 2048
+    disable_loopback: bool = False
+    allow_private_networks: bool | None = None
+
+    @classmethod
+    def parse(cls, raw: Any, path: Path, unsupported: list[str]) -> WebhookPolicy:
+        if raw is None:
+            return cls()
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: 'webhooks' must be an object")
+        unsupported += [f"webhooks.{k}" for k in raw if k != "url"]
+        url = raw.get("url") or {}
+        if not isinstance(url, dict):
+            raise ConfigError(f"{path}: webhooks.url must be an object")
+        given: dict[str, Any] = {}
+        for key, value in url.items():
+            kind = _WEBHOOK_URL_KEYS.get(key)
+            where = f"{path}: webhooks.url.{key}"
+            if kind is None:
+                unsupported.append(f"webhooks.url.{key}")
+            elif kind is list:
+                item = int if key == "allowed_ports" else str
+                if not isinstance(value, list) or not all(isinstance(v, item) and not isinstance(v, bool)
+                                                          for v in value):
+                    raise ConfigError(f"{where} must be a list of {item.__name__}s, got {value!r}")
+                given[key] = tuple(v.lower() if isinstance(v, str) else v for v in value)
+            elif not isinstance(value, kind) or (kind is int and (isinstance(value, bool) or (isinstance(value, int) and value <= 0))):
+                raise ConfigError(f"{where} must be a {'positive int' if kind is int else 'true or false'}, "
+                                  f"got {value!r}")
+            else:
+                given[key] = value
+        return cls(**given)
+
+
+@dataclass(frozen=True)
 class ProjectConfig:
     """A parsed langgraph.json: which graphs to serve and how."""
 
@@ -174,6 +247,8 @@ class ProjectConfig:
     store_ttl: dict[str, Any] | None = None
     checkpointer_ttl: CheckpointerTTL | None = None
     http: HttpConfig = field(default_factory=HttpConfig)
+    auth: AuthConfig | None = None
+    webhooks: WebhookPolicy = field(default_factory=WebhookPolicy)
     default_agent: str | None = None
     unsupported: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
@@ -239,6 +314,8 @@ def load_config(path: Path) -> ProjectConfig:
         store_ttl=store.get("ttl"),
         checkpointer_ttl=None if checkpointer.get("ttl") is None else CheckpointerTTL.parse(checkpointer["ttl"], path),
         http=HttpConfig.parse(raw.get("http") or {}, path, unsupported),
+        auth=AuthConfig.parse(raw.get("auth"), path, unsupported),
+        webhooks=WebhookPolicy.parse(raw.get("webhooks"), path, unsupported),
         default_agent=default,
         unsupported=unsupported,
         ignored=ignored,

@@ -79,3 +79,16 @@ class ClientGone(ThreadlineError):
     """The client disconnected before the answer was ready."""
 
     code = "client_closed_request"
+
+
+class Unauthorized(ThreadlineError):
+    """Unauthorized"""
+
+    code = "unauthorized"
+
+    def __init__(self, message: str | None = None, *, status: int = 401,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        #: The status to answer with: 401, or what the project's `Auth.exceptions.HTTPException` said.
+        self.status = status
+        self.headers = headers or {}

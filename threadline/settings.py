@@ -68,6 +68,24 @@ class Settings:
     stream_buffer_events: int = _setting(
         10_000, "Events kept per run for joins and Last-Event-ID resumption while the process lives."
     )
+    ui: str = _setting("on", "The web console at /ui (on), or none (off).", choices=("on", "off"))
+    api_keys: str | None = _setting(
+        None, "Built-in API keys, for a project without an auth.py: comma-separated 'identity=key' entries. A "
+        "request then needs one in x-api-key or Authorization: Bearer. Ignored when langgraph.json has 'auth'.",
+        flag=False,
+    )
+    api_keys_file: str | None = _setting(
+        None, "A JSON file of API keys: a list of {\"key\", \"identity\", \"permissions\"?, ...} objects "
+        "(added to api_keys).",
+    )
+    public_paths: str = _setting(
+        "", "Comma-separated paths that answer without credentials when authentication is on, among /info, "
+        "/metrics, /docs (with its assets) and /openapi.json. /ok always does.",
+    )
+    allow_unauthenticated: bool = _setting(
+        False, "Serve on a non-loopback --host with no authentication configured. Without it, such a server "
+        "refuses to start: anyone who reaches the port could run your agents and read every thread.",
+    )
     log_level: str = _setting("info", "Log level; debug adds the traceback of a failed startup.",
                               choices=("debug", "info", "warning", "error"))
     log_format: str = _setting("text", "Log lines as text, or as one JSON object per line (json).",

@@ -11,8 +11,8 @@ from fastapi import FastAPI
 
 from threadline import __version__
 from threadline.api import (
-    a2a, agents, assistants, crons, docs, errors, http_config, mcp, metrics, protocol, runs, store, system,
-    threads, user_app,
+    a2a, agents, assistants, auth, crons, docs, errors, http_config, mcp, metrics, protocol, runs, store,
+    system, threads, user_app,
 )
 from threadline.api.limits import BodyLimit
 from threadline.api.loopback import serving_loopback
@@ -70,6 +70,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="An open-source Agent Protocol server for LangGraph agents.",
     )
     _quiet_startup_failure(app)
+    authenticator = auth.load_authenticator(project, settings)
+    auth.refuse_exposed(settings, authenticator)
+    if authenticator is not None:  # added first, so innermost: inside CORS and the body limit
+        app.add_middleware(auth.Authenticate, authenticator=authenticator, open_paths=auth.open_paths(settings),
+                           router=app.router)
     if http.configurable_headers is not None:
         app.add_middleware(http_config.RunHeaders, rules=http_config.HeaderRules(http.configurable_headers))
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
@@ -82,8 +87,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(router)
     if "meta" not in http.disabled:
         docs.mount_assets(app)
+    if settings.ui == "on":
+        from threadline import ui  # the console: pages over this same API (threadline/ui)
+
+        ui.mount(app)
     metrics.label_plain_routes(app)
-    app.front = _front(app, http, project_app)
+    app.front = _front(app, http, project_app, auth.outer_layer(app, http, project_app, authenticator, settings))
+    auth.install_security(app, auth.security(project, authenticator))
     return app
 
 
@@ -142,7 +152,8 @@ def _load_user_app(project: ProjectConfig) -> Any:
     return loaded
 
 
-def _front(app: FastAPI, http: HttpConfig, project_app: Any) -> Callable[[Any], Any]:
+def _front(app: FastAPI, http: HttpConfig, project_app: Any,
+           guard: Callable[[Any], Any] | None = None) -> Callable[[Any], Any]:
     """The layers in front of our middleware stack, outermost last; `/openapi.json` merged with the project's."""
     if project_app is not None and callable(getattr(project_app, "openapi", None)) and app.openapi_url:
         ours = app.openapi
@@ -158,6 +169,8 @@ def _front(app: FastAPI, http: HttpConfig, project_app: Any) -> Callable[[Any], 
 
     def front(stack: Any) -> Any:
         served = user_app.UserFirst(project_app, stack, app, ours_first) if project_app is not None else stack
+        if guard is not None:  # authentication before the project's middleware (`threadline.api.auth`)
+            served = guard(served)
         if http.cors is not None:
             served = http_config.cors_middleware(served, http)
         if http.mount_prefix:

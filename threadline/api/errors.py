@@ -32,6 +32,15 @@ def error_body(status: int, message: str, code: str, **extra: Any) -> JSONRespon
     return JSONResponse({"detail": message, "code": code, "message": message, **extra}, status_code=status)
 
 
+def refusal(exc: errors.Unauthorized) -> JSONResponse:
+    """A request its credentials do not admit: 401 (or the status the project's authenticator chose),
+    `{"detail": ...}` and the authenticator's headers (`WWW-Authenticate`)."""
+    code = {401: "unauthorized", 403: "forbidden"}.get(exc.status, "unauthorized")
+    response = error_body(exc.status, exc.message, code)
+    response.headers.update(exc.headers)
+    return response
+
+
 def late_error(exc: Exception) -> dict[str, Any]:
     """An error that happens after a 200 has been sent (a long `/runs/wait`): the body a failed run's wait
     answers, `{"__error__": {"error", "message"}}`, which langgraph-sdk's `runs.wait` / `runs.join` raise on."""
@@ -71,6 +80,10 @@ def install(app: FastAPI) -> None:
             # server reconnects by itself, so the answer says when (`Retry-After`, as RFC 9110 has it for 503).
             response.headers["Retry-After"] = str(exc.retry_after)
         return response
+
+    @app.exception_handler(errors.Unauthorized)
+    async def _refused(_: Request, exc: errors.Unauthorized) -> JSONResponse:
+        return refusal(exc)
 
     @app.exception_handler(InvalidNamespaceError)
     async def _namespace(_: Request, exc: InvalidNamespaceError) -> JSONResponse:

@@ -21,6 +21,7 @@ from threadline.core.protocol_events import ProtocolRun
 from threadline.core.metrics import Metrics
 from threadline.core.state import bind, debug_json, run_output, snapshot_json, thread_config, thread_fields
 from threadline.core.threads import Threads
+from threadline.core.auth import user_in_config
 from threadline.core.webhooks import Webhooks
 from threadline.errors import Unavailable
 from threadline.serde import dumps
@@ -74,7 +75,7 @@ def build_config(run: Row, assistant: Row, thread_id: str) -> dict[str, Any]:
         if checkpoint.get(key) is not None:
             configurable[key] = checkpoint[key]
     configurable.setdefault("checkpoint_ns", "")
-    config["configurable"] = configurable
+    config["configurable"] = user_in_config(configurable)
     config["metadata"] = {**(base.get("metadata") or {}), **(given.get("metadata") or {}), **run["metadata"],
                           "run_id": run["run_id"], "thread_id": thread_id,
                           "assistant_id": assistant["assistant_id"], "graph_id": assistant["graph_id"]}

@@ -12,8 +12,10 @@ from typing import Any, Literal
 
 from threadline.broker.base import Broker, StreamEvent
 from threadline.core.assistants import Assistants
+from threadline.core.auth import with_caller
 from threadline.core.protocol_events import end_without_worker
 from threadline.core.threads import Threads
+from threadline.core.webhook_policy import WebhookGuard
 from threadline.core.worker import WorkerPool
 from threadline.errors import Conflict, InvalidInput, NotFound
 from threadline.storage.base import Row, Storage
@@ -53,8 +55,9 @@ class Runs:
     """Run operations. Execution itself is the worker's (see `threadline.core.worker`)."""
 
     def __init__(self, storage: Storage, broker: Broker, assistants: Assistants, threads: Threads,
-                 workers: WorkerPool | None = None) -> None:
+                 workers: WorkerPool | None = None, webhooks: WebhookGuard | None = None) -> None:
         self.storage = storage
+        self.webhooks = webhooks  # langgraph.json `webhooks.url`: a run's webhook is checked when it is created
         self.broker = broker
         self.assistants = assistants
         self.threads = threads
@@ -83,7 +86,10 @@ class Runs:
         queue hop; `wait` then takes its outcome from the slot. Otherwise the run is created pending.
         `run_id`: the new run's id (a cron's tick derives it), else a new one.
         """
+        body = with_caller(body)  # the caller's identity, stored with the run for whichever worker runs it
         assistant = await self._resolve_assistant(body.get("assistant_id"))
+        if body.get("webhook") and self.webhooks is not None:
+            await self.webhooks.check(body["webhook"])
         if body.get("input") is not None and body.get("command") is not None:
             raise InvalidInput("Give either input or command, not both")
         kwargs = {k: body[k] for k in KWARG_KEYS if body.get(k) is not None}

@@ -18,11 +18,13 @@ from threadline.broker.base import Broker
 from threadline.config import CheckpointerTTL, ProjectConfig, find_config, load_config, missing_requirements
 from threadline.core.assistants import Assistants
 from threadline.core.crons import Crons
+from threadline.core.auth import auth_configured
 from threadline.core.executor import Executor
 from threadline.core.graphs import GraphRegistry
 from threadline.core.metrics import Metrics
 from threadline.core.runs import Runs
 from threadline.core.threads import Threads
+from threadline.core.webhook_policy import WebhookGuard
 from threadline.core.webhooks import Webhooks
 from threadline.core.worker import WorkerPool, recover
 from threadline.loader import resolve_store_index
@@ -107,8 +109,6 @@ class Runtime:
             project, graphs = cls.load_project(settings)
         for key in project.unsupported:
             log.warning("langgraph.json key %r is not supported by Threadline yet and has no effect", key)
-        for key in project.http.inert:
-            log.warning("langgraph.json key %r is accepted but has no effect until authentication is supported", key)
         url = settings.database_url or default_database_url(create=True)
         store_index = resolve_store_index(project.store_index, project.root)
         storage = await open_storage(url, store_index=store_index, store_ttl=project.store_ttl)
@@ -121,14 +121,15 @@ class Runtime:
         assistants = Assistants(storage, graphs)
         threads = Threads(storage, graphs, project.checkpointer_ttl)
         metrics = Metrics()
-        webhooks = Webhooks(enabled="webhooks" not in project.http.disabled)
+        guard = WebhookGuard(project.webhooks, authenticated=auth_configured(project, settings))
+        webhooks = Webhooks(enabled="webhooks" not in project.http.disabled, guard=guard)
         workers = None
         if settings.workers > 0:
             executor = Executor(storage, broker, graphs, threads, metrics, webhooks)
             workers = WorkerPool(storage, broker, executor, settings.workers,
                                  lease_seconds=settings.lease_seconds, max_attempts=settings.run_retries,
                                  sweep=storage.capabilities.get("multi_process", False))
-        runs = Runs(storage, broker, assistants, threads, workers)
+        runs = Runs(storage, broker, assistants, threads, workers, webhooks=guard)
         crons = Crons(storage, runs, assistants, metrics, poll_seconds=settings.cron_poll_seconds)
         return cls(settings, project, graphs, storage, broker, assistants, threads, runs, workers, metrics=metrics,
                    webhooks=webhooks, crons=crons)

@@ -7,6 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from threadline.core.webhook_policy import WebhookGuard
 from threadline.serde import dumps
 
 log = logging.getLogger("threadline.webhooks")
@@ -25,8 +26,9 @@ class Webhooks:
     `http.disable_webhooks`: runs still run, no webhook is sent.
     """
 
-    def __init__(self, *, enabled: bool = True, timeout: float = 10.0) -> None:
+    def __init__(self, *, enabled: bool = True, timeout: float = 10.0, guard: WebhookGuard | None = None) -> None:
         self.enabled = enabled
+        self.guard = guard  # langgraph.json `webhooks.url`: checked at run creation and again before a POST
         self.timeout = timeout
         self.local: LocalPost | None = None
         self._sending: set[asyncio.Task[None]] = set()
@@ -49,6 +51,8 @@ class Webhooks:
             else:
                 import httpx
 
+                if self.guard is not None:
+                    await self.guard.check(url)  # the name may resolve elsewhere now than at creation
                 async with httpx.AsyncClient(timeout=self.timeout) as client:
                     status = (await client.post(url, content=body,
                                                 headers={"content-type": "application/json"})).status_code

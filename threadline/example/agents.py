@@ -2,21 +2,29 @@
 
 Every agent here is deterministic and needs no API key, except `chat`, which
 uses a real chat model when a provider key is in the environment and says how
-to get one otherwise.
+to get one otherwise. `assistant` calls a tool and streams its answer slowly,
+for the web console (`/ui`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import operator
 import os
+import uuid
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
+from langchain_core.language_models import BaseChatModel
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, AnyMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.tools import tool
 from langgraph.config import get_stream_writer
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
+from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import interrupt
 from typing_extensions import TypedDict
 
@@ -146,3 +154,74 @@ _approval.add_edge("ask", "act")
 _approval.add_edge("act", END)
 approval = _approval.compile()
 approval.name = "approval"
+
+
+# `assistant`: a tool-calling agent, written as users write one (a model bound to tools, a ToolNode,
+# `tools_condition`), on a scripted model that streams its reply a word at a time, slowly enough to watch
+# (and to cancel) in the web console.
+
+@tool
+def word_count(text: str) -> str:
+    """Count the words in a text."""
+    return f"{len(text.split())} words"
+
+
+class ScriptedChatModel(BaseChatModel):
+    """A stand-in for a real chat model: asks `word_count` about the latest human message, then answers
+    with the tool's result, streaming one word every `delay` seconds."""
+
+    delay: float = 0.05
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:  # the script knows its one tool
+        return self
+
+    def _reply(self, messages: list[BaseMessage]) -> AIMessage:
+        last = messages[-1] if messages else None
+        if isinstance(last, HumanMessage):
+            return AIMessage(content="", tool_calls=[
+                {"name": "word_count", "args": {"text": str(last.content)}, "id": f"call_{uuid.uuid4().hex[:12]}"}])
+        asked = next((str(m.content) for m in reversed(messages) if isinstance(m, HumanMessage)), "")
+        counted = str(last.content) if isinstance(last, ToolMessage) else "no words"
+        return AIMessage(content=f"Your message has {counted}. You said: {asked}")
+
+    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                  run_manager: Any = None, **kwargs: Any) -> ChatResult:
+        return ChatResult(generations=[ChatGeneration(message=self._reply(messages))])
+
+    async def _astream(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                       run_manager: Any = None, **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
+        reply = self._reply(messages)
+        if reply.tool_calls:
+            call = reply.tool_calls[0]
+            yield ChatGenerationChunk(message=AIMessageChunk(content="", tool_call_chunks=[
+                {"name": call["name"], "args": json.dumps(call["args"]), "id": call["id"], "index": 0}]))
+            return
+        words = str(reply.content).split(" ")
+        for i, word in enumerate(words):
+            await asyncio.sleep(self.delay)
+            yield ChatGenerationChunk(message=AIMessageChunk(content=word if i == 0 else " " + word))
+
+
+_model = ScriptedChatModel().bind_tools([word_count])
+
+
+class AssistantState(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+async def _call_model(state: AssistantState) -> dict[str, Any]:
+    return {"messages": [await _model.ainvoke(state["messages"])]}
+
+
+_assistant = StateGraph(AssistantState)
+_assistant.add_node("model", _call_model)
+_assistant.add_node("tools", ToolNode([word_count]))
+_assistant.add_edge(START, "model")
+_assistant.add_conditional_edges("model", tools_condition)
+_assistant.add_edge("tools", "model")
+assistant = _assistant.compile()
+assistant.name = "assistant"

@@ -94,7 +94,9 @@ class Storage(abc.ABC):
     async def create_thread(self, row: Row, *, if_exists: Literal["raise", "do_nothing"]) -> Row: ...
 
     @abc.abstractmethod
-    async def get_thread(self, thread_id: str) -> Row | None: ...
+    async def get_thread(self, thread_id: str, *, filters: dict[str, Any] | None = None) -> Row | None:
+        """The thread, or None. `filters` (an `@auth.on` handler's, on metadata; see `sql.filter_terms`) is
+        part of the query: a thread it excludes is None, as a missing one."""
 
     @abc.abstractmethod
     async def update_thread(self, thread_id: str, changes: Row, *, merge_metadata: dict[str, Any] | None = None) -> Row | None:
@@ -118,12 +120,16 @@ class Storage(abc.ABC):
     async def search_threads(
         self, *, ids: list[str] | None, metadata: dict[str, Any] | None, values: dict[str, Any] | None,
         status: str | None, limit: int, offset: int, sort_by: str, sort_order: SortOrder,
-    ) -> list[Row]: ...
+        filters: dict[str, Any] | None = None,
+    ) -> list[Row]:
+        """Matching threads, a page; `filters` as in `get_thread`, inside the query (so pages are full)."""
 
     @abc.abstractmethod
     async def count_threads(
-        self, *, metadata: dict[str, Any] | None, values: dict[str, Any] | None, status: str | None
-    ) -> int: ...
+        self, *, metadata: dict[str, Any] | None, values: dict[str, Any] | None, status: str | None,
+        filters: dict[str, Any] | None = None,
+    ) -> int:
+        """How many threads match; `filters` as in `get_thread`."""
 
     # --- runs and the queue ----------------------------------------------------
     def run_checkpointer(self, durability: str) -> Any:

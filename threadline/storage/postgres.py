@@ -26,7 +26,7 @@ from threadline.settings import redact_url
 from threadline.storage.base import THREAD_EVENTS_KEPT, NewThreadEvent, Row, SortOrder, Storage
 from threadline.storage.crons import Dialect, cron_row
 from threadline.storage.sql import (
-    JSON_COLUMNS, MIGRATIONS_TABLE, event_bounds, now_iso, pending_migrations, thread_event_bounds_select,
+    JSON_COLUMNS, MIGRATIONS_TABLE, event_bounds, filter_terms, now_iso, pending_migrations, thread_event_bounds_select,
     thread_events_select, thread_ttl_columns, worker_lost,
 )
 
@@ -272,8 +272,9 @@ class PostgresStorage(Storage):
         assert found is not None
         return found
 
-    async def get_thread(self, thread_id: str) -> Row | None:
-        return await self._fetchone("SELECT * FROM threads WHERE thread_id = %s", (thread_id,))
+    async def get_thread(self, thread_id: str, *, filters: dict | None = None) -> Row | None:
+        cond, params = _where([("thread_id = %s", [thread_id])], filters=filters)
+        return await self._fetchone(f"SELECT * FROM threads {cond}", params)
 
     async def update_thread(self, thread_id: str, changes: Row, *, merge_metadata: dict | None = None) -> Row | None:
         changes = {**changes, "updated_at": now_iso()}
@@ -309,22 +310,23 @@ class PostgresStorage(Storage):
             await self.checkpointer.adelete_thread(thread_id)
         return expired
 
-    def _thread_filter(self, ids, metadata, values, status) -> tuple[str, list]:
+    def _thread_filter(self, ids, metadata, values, status, filters=None) -> tuple[str, list]:
         clauses: list[tuple[str, list]] = []
         if ids:
             clauses.append(("thread_id = ANY(%s)", [list(ids)]))
         if status is not None:
             clauses.append(("status = %s", [status]))
-        return _where(clauses, metadata=metadata, values=values)
+        return _where(clauses, metadata=metadata, values=values, filters=filters)
 
-    async def search_threads(self, *, ids, metadata, values, status, limit, offset, sort_by, sort_order) -> list[Row]:
-        cond, params = self._thread_filter(ids, metadata, values, status)
+    async def search_threads(self, *, ids, metadata, values, status, limit, offset, sort_by, sort_order,
+                             filters=None) -> list[Row]:
+        cond, params = self._thread_filter(ids, metadata, values, status, filters)
         order = _order(sort_by, sort_order, _THREAD_SORT, "created_at", "thread_id")
         return await self._fetchall(
             f"SELECT * FROM threads {cond} ORDER BY {order} LIMIT %s OFFSET %s", [*params, limit, offset])
 
-    async def count_threads(self, *, metadata, values, status) -> int:
-        cond, params = self._thread_filter(None, metadata, values, status)
+    async def count_threads(self, *, metadata, values, status, filters=None) -> int:
+        cond, params = self._thread_filter(None, metadata, values, status, filters)
         row = await self._fetchone(f"SELECT COUNT(*) AS n FROM threads {cond}", params)
         return int(row["n"]) if row else 0
 
@@ -735,14 +737,22 @@ async def _insert(db: psycopg.AsyncConnection, table: str, row: Row, *, on_confl
 
 
 def _where(clauses: list[tuple[str, list]], *, metadata: dict | None = None,
-           values: dict | None = None) -> tuple[str, list]:
-    """AND together clauses, plus top-level key equality on the JSON columns `metadata` and `values`."""
+           values: dict | None = None, filters: dict | None = None) -> tuple[str, list]:
+    """AND together clauses, plus top-level key equality on the JSON columns `metadata` and `values`, plus an
+    authorization filter on `metadata` (`sql.filter_terms`)."""
     parts = [c for c, _ in clauses]
     params = [p for _, ps in clauses for p in ps]
     for column, wanted in (("metadata", metadata), ("values", values)):
         for key, value in (wanted or {}).items():
             parts.append(f'("{column}" -> %s) = %s')
             params += [key, Jsonb(value)]
+    for key, op, value in filter_terms(filters):
+        if op == "$eq":
+            parts.append('("metadata" -> %s) = %s')
+            params += [key, Jsonb(value)]
+        else:  # $contains: the key's list holds each value
+            parts.append("""(jsonb_typeof("metadata" -> %s) = 'array' AND ("metadata" -> %s) @> %s)""")
+            params += [key, key, Jsonb(value)]
     return ("WHERE " + " AND ".join(parts) if parts else ""), params
 
 

@@ -40,15 +40,52 @@ def dumps(value: Any) -> str:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
-def where(clauses: list[tuple[str, list]], *, metadata: dict | None = None, values: dict | None = None) -> tuple[str, list]:
-    """AND together clauses, plus top-level key equality on JSON columns (`metadata`, `values`)."""
+def where(clauses: list[tuple[str, list]], *, metadata: dict | None = None, values: dict | None = None,
+          filters: dict | None = None) -> tuple[str, list]:
+    """AND together clauses, plus top-level key equality on JSON columns (`metadata`, `values`), plus an
+    authorization filter on `metadata` (`filter_terms`)."""
     parts = [c for c, _ in clauses]
     params = [p for _, ps in clauses for p in ps]
     for column, wanted in (("metadata", metadata), ("values", values)):
         for key, value in (wanted or {}).items():
             parts.append(f"(\"{column}\" -> ?) = json(?)")
             params += [f'$."{key}"', dumps(value)]
+    for key, op, value in filter_terms(filters):
+        if op == "$eq":
+            parts.append('("metadata" -> ?) = json(?)')
+            params += [f'$."{key}"', dumps(value)]
+        else:  # $contains: the key's list holds each value
+            for item in value:
+                parts.append('(json_type("metadata", ?) = \'array\' AND EXISTS (SELECT 1 FROM json_each("metadata", ?) '
+                             "AS e WHERE e.type NOT IN ('object', 'array') AND json_quote(e.value) = json(?)))")
+                params += [f'$."{key}"', f'$."{key}"', dumps(item)]
     return ("WHERE " + " AND ".join(parts) if parts else ""), params
+
+
+def filter_terms(filters: dict | None) -> list[tuple[str, str, Any]]:
+    """An authorization filter (`langgraph_sdk.Auth.types.FilterType`, what an `@auth.on` handler returns) as
+    (metadata key, `$eq` | `$contains`, value) terms, ANDed: `{"owner": "a"}` and `{"owner": {"$eq": "a"}}`
+    are equality; `{"tags": {"$contains": "x"}}` and `{"tags": {"$contains": ["x", "y"]}}` need the key's list
+    to hold every value (given as a list here). Anything else is a `ValueError`: a filter that cannot be
+    applied must never widen what a caller sees."""
+    terms: list[tuple[str, str, Any]] = []
+    for key, wanted in (filters or {}).items():
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"filter key must be a non-empty string, got {key!r}")
+        if isinstance(wanted, dict):
+            if len(wanted) != 1 or next(iter(wanted)) not in ("$eq", "$contains"):
+                raise ValueError(f"filter on {key!r}: an operator object is {{'$eq': v}} or {{'$contains': v}}")
+            op, value = next(iter(wanted.items()))
+            if op == "$contains":
+                value = list(value) if isinstance(value, (list, tuple)) else [value]
+                if not value or any(isinstance(v, (dict, list)) for v in value):
+                    raise ValueError(f"filter on {key!r}: $contains takes a value or a non-empty list of values")
+            terms.append((key, op, value))
+        elif isinstance(wanted, (list, tuple)):
+            raise ValueError(f"filter on {key!r}: use {{'$contains': [...]}} for lists")
+        else:
+            terms.append((key, "$eq", wanted))
+    return terms
 
 
 def thread_events_select(mark: str, thread_id: str, after: int, limit: int, run_id: str | None,

@@ -195,7 +195,10 @@ class SQLiteStorage(Storage):
     async def create_thread(self, row: Row, *, if_exists: Literal["raise", "do_nothing"]) -> Row:
         return await self._write(_create_thread, row, if_exists)
 
-    async def get_thread(self, thread_id: str) -> Row | None:
+    async def get_thread(self, thread_id: str, *, filters: dict | None = None) -> Row | None:
+        if filters:
+            cond, params = where([("thread_id = ?", [thread_id])], filters=filters)
+            return await self._point(f"SELECT * FROM threads {cond}", tuple(params))
         return await self._point("SELECT * FROM threads WHERE thread_id = ?", (thread_id,))
 
     async def update_thread(self, thread_id: str, changes: Row, *, merge_metadata: dict | None = None) -> Row | None:
@@ -210,23 +213,24 @@ class SQLiteStorage(Storage):
         # and a thread goes with its checkpoints. Many rows: on the connection's thread.
         return await self._write(_delete_expired_threads, now or now_iso(), limit, inline=False)
 
-    def _thread_filter(self, ids, metadata, values, status) -> tuple[str, list]:
+    def _thread_filter(self, ids, metadata, values, status, filters=None) -> tuple[str, list]:
         clauses: list[tuple[str, list]] = []
         if ids:
             clauses.append((f"thread_id IN ({', '.join('?' for _ in ids)})", list(ids)))
         if status is not None:
             clauses.append(("status = ?", [status]))
-        return where(clauses, metadata=metadata, values=values)
+        return where(clauses, metadata=metadata, values=values, filters=filters)
 
-    async def search_threads(self, *, ids, metadata, values, status, limit, offset, sort_by, sort_order) -> list[Row]:
-        cond, params = self._thread_filter(ids, metadata, values, status)
+    async def search_threads(self, *, ids, metadata, values, status, limit, offset, sort_by, sort_order,
+                             filters=None) -> list[Row]:
+        cond, params = self._thread_filter(ids, metadata, values, status, filters)
         order = _order(sort_by, sort_order, _THREAD_SORT, "created_at")
         return await self._fetchall(
             f"SELECT * FROM threads {cond} ORDER BY {order} LIMIT ? OFFSET ?", [*params, limit, offset]
         )
 
-    async def count_threads(self, *, metadata, values, status) -> int:
-        cond, params = self._thread_filter(None, metadata, values, status)
+    async def count_threads(self, *, metadata, values, status, filters=None) -> int:
+        cond, params = self._thread_filter(None, metadata, values, status, filters)
         row = await self._fetchone(f"SELECT COUNT(*) AS n FROM threads {cond}", params)
         return int(row["n"]) if row else 0
 
