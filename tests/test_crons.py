@@ -22,10 +22,12 @@ from threadline.core.crons import Crons, Schedule, iso, tick_run_id
 from threadline.core.runtime import Runtime
 from threadline.settings import Settings
 
+from tests.conftest import PROJECT
+
 UTC = timezone.utc
-#: A start well after today, so the loop's real-clock passes before a test moves the clock never fire.
-START = datetime.now(UTC).replace(microsecond=0) + timedelta(days=365)
-START = START.replace(second=0) + timedelta(seconds=10)  # 10 s past a minute
+#: A start well after today, so the loop's real-clock passes before a test moves the clock never fire; at 01:01:10
+#: of a day, so which schedule fires first never depends on the day's wall clock (ties would order at random).
+START = (datetime.now(UTC) + timedelta(days=365)).replace(hour=1, minute=1, second=10, microsecond=0)
 
 
 class Clock:
@@ -433,3 +435,30 @@ def test_schedule_semantics() -> None:
     assert Schedule("0 9 * * *", "America/New_York").next_after(winter) == datetime(2026, 12, 1, 14, tzinfo=UTC)
     # Strictly after: a tick at exactly `moment` is not the next one.
     assert Schedule("* * * * *").next_after(monday) == monday + timedelta(minutes=1)
+
+
+async def test_a_crons_runs_run_as_its_creator(backend: Any) -> None:
+    """With authentication, the cron remembers who created it (`user_id`), and each of its runs runs as that
+    caller, as the caller's own runs do."""
+    key = "sk-cron-0123456789abcdef"
+    settings = Settings(config=str(PROJECT), workers=2, api_keys=f"carol={key}", **backend.settings())
+    application = create_app(settings)
+    async with LifespanManager(application, startup_timeout=30, shutdown_timeout=30) as manager:
+        rt: Runtime = application.state.runtime
+        clock = Clock(START)
+        _crons(rt).clock = clock
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app),  # type: ignore[arg-type]
+                                     base_url="http://threadline", headers={"x-api-key": key}) as http:
+            sdk = LangGraphClient(http)
+            tid = (await sdk.threads.create())["thread_id"]
+            cron = await sdk.crons.create_for_thread(tid, "counter", schedule="* * * * *", input={"increment": 1})
+            stateless = await sdk.crons.create("counter", schedule="* * * * *", input={"increment": 1})
+            assert cron["user_id"] == stateless["user_id"] == "carol"
+            clock.advance(minutes=1)
+            await _crons(rt).run_due()
+            for made in (cron, stateless):
+                [run] = await _cron_runs(rt, made["cron_id"])
+                configurable = run["kwargs"]["config"]["configurable"]
+                assert configurable["langgraph_auth_user_id"] == configurable["user_id"] == "carol"
+                assert configurable["langgraph_auth_user"]["identity"] == "carol"
+            assert "auth_user" not in (await sdk.http.get(f"/runs/crons/{cron['cron_id']}"))

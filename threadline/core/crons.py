@@ -26,6 +26,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from threadline.core.assistants import Assistants
+from threadline.core.auth import AuthUser, current_user, reset_current_user, set_current_user
 from threadline.core.metrics import Metrics
 from threadline.core.runs import Runs
 from threadline.errors import InvalidInput, NotFound, ThreadlineError, Unavailable
@@ -153,9 +154,10 @@ class Crons:
         if "end_time" in payload:
             payload["end_time"] = _payload_time(payload["end_time"])
         tick = schedule.next_after(now)
+        caller = current_user()  # the cron's runs run as whoever created it
         row = {
             "cron_id": cron_id, "assistant_id": assistant["assistant_id"], "thread_id": thread_id,
-            "user_id": None,  # the creator's identity once authentication lands; its runs will run as it
+            "user_id": caller.identity if caller else None, "auth_user": dict(caller) if caller else None,
             "schedule": body["schedule"], "timezone": body.get("timezone"), "end_time": _end_time(body.get("end_time")),
             "enabled": body.get("enabled", True),
             "on_run_completed": None if thread_id else body.get("on_run_completed") or "delete",
@@ -284,7 +286,11 @@ class Crons:
                     metadata={**(payload.get("metadata") or {}), "cron_id": cron["cron_id"]})
         if cron["thread_id"] is None:
             body["on_completion"] = cron["on_run_completed"] or "delete"
-        # Seam for authentication: the run is to run as `cron["user_id"]`, the identity that created the cron.
-        await self.runs.create(cron["thread_id"], body, run_id=run_id)
+        # As the caller who created the cron (`Runs.create` stores the current user with the run).
+        token = set_current_user(AuthUser(cron["auth_user"]) if cron.get("auth_user") else None)
+        try:
+            await self.runs.create(cron["thread_id"], body, run_id=run_id)
+        finally:
+            reset_current_user(token)
         self.metrics.cron_run_created("thread" if cron["thread_id"] else "stateless")
         return 1

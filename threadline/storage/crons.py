@@ -15,9 +15,9 @@ from typing import Any
 from threadline.storage.base import Row, SortOrder
 
 #: The columns a cron row is written with, in order.
-COLUMNS = ("cron_id", "assistant_id", "thread_id", "user_id", "schedule", "timezone", "end_time", "enabled",
+COLUMNS = ("cron_id", "assistant_id", "thread_id", "user_id", "auth_user", "schedule", "timezone", "end_time", "enabled",
            "on_run_completed", "payload", "metadata", "next_run_date", "created_at", "updated_at")
-JSON = frozenset({"payload", "metadata"})
+JSON = frozenset({"payload", "metadata", "auth_user"})
 #: What `search_crons` may sort by (as LangGraph's server).
 SORTABLE = frozenset({"cron_id", "assistant_id", "thread_id", "created_at", "updated_at", "next_run_date",
                       "end_time"})

@@ -1,12 +1,14 @@
 -- Crons: scheduled runs (threadline/storage/crons.py holds every statement on this table).
 -- `next_run_date` is the tick the cron fires at next; a scheduler claims it by setting `claim_until` (a lease)
 -- with a conditional UPDATE, creates the tick's run, then moves `next_run_date` on. `user_id`: who created it
--- (null until authentication lands), whose identity its runs will run as.
+-- (its identity; null without authentication) and `auth_user` (the whole caller, as authentication gave it):
+-- the cron's runs run as that caller.
 CREATE TABLE IF NOT EXISTS crons (
     cron_id TEXT PRIMARY KEY,
     assistant_id TEXT NOT NULL,
     thread_id TEXT,
     user_id TEXT,
+    auth_user TEXT,
     schedule TEXT NOT NULL,
     timezone TEXT,
     end_time TEXT,
