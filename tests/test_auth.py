@@ -14,6 +14,7 @@ import pytest
 from asgi_lifespan import LifespanManager
 from langgraph_sdk import get_client
 
+from threadline import __version__
 from threadline.api.app import create_app
 from threadline.errors import ConfigError
 from threadline.settings import Settings
@@ -109,6 +110,17 @@ async def test_every_route_refuses_a_request_without_credentials(served: tuple[A
             if path == "/ok":
                 assert response.status_code == 200
                 continue
+            if path == "/ui" or path.startswith("/ui/"):
+                # The console's pages are open at the door but read through the API with the caller's
+                # credentials: without any, a data page is the API's 401 as a sign-in page, with no data.
+                if path in ("/ui", "/ui/login") or path.startswith("/ui/static"):
+                    assert response.status_code in (200, 307, 404), (path, response.status_code)
+                else:
+                    assert response.status_code == 401, (method, path, response.status_code)
+                    assert "Sign in needed" in response.text and "data-unauthorized" in response.text, path
+                assert __version__ not in response.text, path
+                checked += 1
+                continue
             assert response.status_code == 401, (method, path, response.status_code, response.text)
             assert response.json()["detail"] == "Missing or bad token"
             assert response.headers["www-authenticate"] == "Bearer"
@@ -116,6 +128,15 @@ async def test_every_route_refuses_a_request_without_credentials(served: tuple[A
     assert checked > 40
     # A path no route serves is refused too (as LangGraph's server): nothing is learnt without credentials.
     assert (await http.get("/no/such/route")).status_code == 401
+
+
+async def test_the_console_reads_with_the_callers_credentials(http: httpx.AsyncClient) -> None:
+    thread = (await http.post("/threads", json={"metadata": {"who": "alice"}}, headers=ALICE)).json()
+    refused = await http.get(f"/ui/threads/{thread['thread_id']}")
+    assert refused.status_code == 401 and thread["thread_id"] not in refused.text
+    shown = await http.get(f"/ui/threads/{thread['thread_id']}", headers=ALICE)
+    assert shown.status_code == 200 and thread["thread_id"] in shown.text
+    assert (await http.get("/ui/login")).status_code == 200
 
 
 async def test_the_same_routes_answer_with_credentials(http: httpx.AsyncClient) -> None:

@@ -311,3 +311,22 @@ async def test_deleting_an_assistant_with_delete_threads(sdk: LangGraphClient, h
     await sdk.runs.wait(kept, keep, input={"increment": 1})
     assert (await http.delete(f"/assistants/{keep}")).status_code == 204
     assert (await http.get(f"/threads/{kept}")).status_code == 200
+
+
+def test_a_remote_subgraph_is_described_without_schemas() -> None:
+    """A node that is a `RemoteGraph` is a subgraph to LangGraph but has no local schemas: it is listed with
+    null schemas (before, `describe_schemas` called a method RemoteGraph lacks, and the request failed)."""
+    from langgraph.graph import START, StateGraph
+    from langgraph.pregel.remote import RemoteGraph
+    from typing_extensions import TypedDict
+
+    from threadline.core.graphs import subgraph_schemas
+
+    class State(TypedDict):
+        text: str
+
+    remote = RemoteGraph("elsewhere", url="http://127.0.0.1:9")  # never called: describing it sends nothing
+    graph = StateGraph(State).add_node("far", remote).add_edge(START, "far").compile()
+    assert subgraph_schemas(graph, None, recurse=False) == {"far": {
+        "input_schema": None, "output_schema": None, "state_schema": None, "config_schema": None,
+        "context_schema": None}}

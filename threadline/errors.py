@@ -1,4 +1,5 @@
-"""The exception hierarchy. `threadline.api.errors` maps each class to one HTTP status.
+"""The exception hierarchy. `threadline.api.errors` maps each class to each wire: an HTTP status, a JSON-RPC
+error code (A2A, MCP) and a Protocol v2 error code. Nothing here knows a wire's codes.
 
 Each class's docstring is its default message.
 """
@@ -92,3 +93,67 @@ class Unauthorized(ThreadlineError):
         #: The status to answer with: 401, or what the project's `Auth.exceptions.HTTPException` said.
         self.status = status
         self.headers = headers or {}
+
+
+# --- A2A tasks (threadline.core.a2a_tasks). The A2A spec names these errors; their JSON-RPC codes are the API's.
+
+class TaskNotFound(NotFound):
+    """Task not found."""
+
+    code = "task_not_found"
+
+
+class TaskNotCancelable(Conflict):
+    """Task cannot be canceled."""
+
+    code = "task_not_cancelable"
+
+
+class UnsupportedOperation(BadRequest):
+    """This operation is not supported."""
+
+    code = "unsupported_operation"
+
+
+class PushNotificationNotSupported(BadRequest):
+    """Push notifications are not supported."""
+
+    code = "push_notification_not_supported"
+
+
+class ContentTypeNotSupported(InvalidInput):
+    """Incompatible content types."""
+
+    code = "content_type_not_supported"
+
+
+class ExtendedCardNotConfigured(NotFound):
+    """No authenticated extended agent card is configured."""
+
+    code = "extended_card_not_configured"
+
+
+# --- thread event streams and their commands (threadline.core.protocol) ----------------------------------------
+
+class NoSuchRun(NotFound):
+    """No such run."""
+
+    code = "no_such_run"
+
+
+class NoSuchInterrupt(NotFound):
+    """No such pending interrupt."""
+
+    code = "no_such_interrupt"
+
+
+class NoSuchSubscription(NotFound):
+    """No such subscription."""
+
+    code = "no_such_subscription"
+
+
+class EventsExpired(ThreadlineError):
+    """The events asked for are no longer kept."""
+
+    code = "events_expired"

@@ -38,11 +38,12 @@ def missing_package(exc: BaseException, root: Path) -> str | None:
 
     Threadline does not install a project's dependencies (as `langgraph dev` does not); it says how.
     """
-    while exc is not None and not isinstance(exc, ModuleNotFoundError):
-        exc = exc.__cause__ or exc.__context__  # e.g. LangChain's ImportError raised from the missing module
-    if exc is None or not exc.name:
+    missing: BaseException | None = exc
+    while missing is not None and not isinstance(missing, ModuleNotFoundError):
+        missing = missing.__cause__ or missing.__context__  # e.g. LangChain's ImportError raised from it
+    if missing is None or not missing.name:
         return None
-    module = exc.name.split(".")[0]
+    module = missing.name.split(".")[0]
     package = module.replace("_", "-")
     python = sys.executable
     commands = [f"{python} -m pip install {package}"]
@@ -50,8 +51,8 @@ def missing_package(exc: BaseException, root: Path) -> str | None:
         commands.insert(0, f"{python} -m pip install -r {root / 'requirements.txt'}")
     elif (root / "pyproject.toml").is_file():
         commands.insert(0, f"{python} -m pip install -e {root}")
-    where = _project_frame(exc, root)
-    return (f"module '{exc.name}' is not installed{where}; it is usually in the package '{package}'.\n"
+    where = _project_frame(missing, root)
+    return (f"module '{missing.name}' is not installed{where}; it is usually in the package '{package}'.\n"
             f"  hint: install the project's dependencies into the Python that runs Threadline: "
             + "  or  ".join(commands))
 

@@ -1,8 +1,37 @@
-"""The public shape of each stored resource, as clients see it (routes and webhooks alike)."""
+"""The public shape of each stored resource, as clients see it (routes and webhooks alike): the fields each
+shows, and the closed sets of values its fields and requests take, declared once here as `Literal` types for
+the API's request models (`threadline.api.models`), the core's signatures and storage alike.
+
+A leaf: it imports nothing of Threadline's, so any layer may import it.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, get_args
+
+# --- closed sets ------------------------------------------------------------------------------------------------
+# The order of each is the order pydantic names them in a 422 ("Input should be 'raise' or 'do_nothing'").
+
+RunStatus = Literal["pending", "running", "error", "success", "timeout", "interrupted"]
+#: What a run has ended as: every status but those of a run still queued or running.
+FinalRunStatus = Literal["success", "error", "timeout", "interrupted"]
+FINAL_RUN_STATUSES: tuple[FinalRunStatus, ...] = get_args(FinalRunStatus)
+#: Which runs a bulk cancel takes when it names none: pending, running, or both (`all`).
+CancelStatus = Literal["pending", "running", "all"]
+ThreadStatus = Literal["idle", "busy", "interrupted", "error"]
+MultitaskStrategy = Literal["reject", "interrupt", "rollback", "enqueue"]
+#: How a run is cancelled: `interrupt` keeps what it checkpointed, `rollback` deletes the run and its checkpoints.
+CancelAction = Literal["interrupt", "rollback"]
+OnDisconnect = Literal["cancel", "continue"]
+OnCompletion = Literal["delete", "keep"]
+IfExists = Literal["raise", "do_nothing"]
+IfNotExists = Literal["create", "reject"]
+Durability = Literal["sync", "async", "exit"]
+StreamMode = Literal["values", "updates", "messages", "messages-tuple", "custom", "events", "debug", "tasks",
+                     "checkpoints"]
+SortOrder = Literal["asc", "desc"]
+AssistantSortBy = Literal["assistant_id", "graph_id", "name", "created_at", "updated_at"]
+ThreadSortBy = Literal["thread_id", "status", "created_at", "updated_at", "state_updated_at"]
 
 ASSISTANT_FIELDS = ("assistant_id", "graph_id", "config", "context", "created_at", "updated_at", "metadata",
                     "version", "name", "description")

@@ -29,7 +29,9 @@ import uvicorn
 
 log = logging.getLogger("threadline")
 
-GRACE_SECONDS = 10.0  # open requests after the first signal, before they are cut
+#: Open requests after the first signal, before they are cut; whole seconds (uvicorn types its
+#: timeout_graceful_shutdown as an int).
+GRACE_SECONDS = 10
 FORCE_SECONDS = 10.0  # after the second signal, before the process exits whatever it is doing
 THREAD_SECONDS = 5.0  # nodes still running in threads once the runtime has closed
 

@@ -29,14 +29,9 @@ from threadline import __version__, errors
 from threadline.api import jsonrpc
 from threadline.api.sse import CountedEventSource
 from threadline.api.common import JSON, Router, runtime
-from threadline.core.a2a import (
-    A2AError,
-    A2ATasks,
-    ExtendedCardNotConfigured,
-    InvalidParams,
-    PushNotificationNotSupported,
-    plain,
-)
+from threadline.api.errors import rpc_error
+from threadline.core.a2a import plain
+from threadline.core.a2a_tasks import A2ATasks
 from threadline.core.runtime import Runtime
 from threadline.serde import dumps
 from threadline.storage.base import Row
@@ -60,16 +55,16 @@ PARAM_ERRORS = (errors.InvalidInput, errors.BadRequest, errors.NotFound, errors.
 def _message(raw: Any) -> pb.Message:
     """`params.message` in either version's form (parts detected by key; roles `user` or `ROLE_USER`)."""
     if not isinstance(raw, dict):
-        raise InvalidParams("params.message is required and must be an object")
+        raise errors.InvalidInput("params.message is required and must be an object")
     if not isinstance(raw.get("messageId"), str) or not raw["messageId"]:
-        raise InvalidParams("message.messageId is required")
+        raise errors.InvalidInput("message.messageId is required")
     if raw.get("role") not in ROLES:
-        raise InvalidParams("message.role must be user or agent (ROLE_USER or ROLE_AGENT)")
+        raise errors.InvalidInput("message.role must be user or agent (ROLE_USER or ROLE_AGENT)")
     if not isinstance(raw.get("parts"), list) or not raw["parts"]:
-        raise InvalidParams("message.parts must be a non-empty list")
+        raise errors.InvalidInput("message.parts must be a non-empty list")
     for key in ("contextId", "taskId"):
         if raw.get(key) is not None and not isinstance(raw[key], str):
-            raise InvalidParams(f"message.{key} must be a string")
+            raise errors.InvalidInput(f"message.{key} must be a string")
     message = pb.Message(message_id=raw["messageId"], role=ROLES[raw["role"]], context_id=raw.get("contextId") or "",
                          task_id=raw.get("taskId") or "", parts=[_part(p) for p in raw["parts"]])
     try:
@@ -78,22 +73,22 @@ def _message(raw: Any) -> pb.Message:
         message.reference_task_ids.extend(raw.get("referenceTaskIds") or [])
         message.extensions.extend(raw.get("extensions") or [])
     except (ParseError, TypeError) as exc:
-        raise InvalidParams(f"Invalid message: {exc}") from None
+        raise errors.InvalidInput(f"Invalid message: {exc}") from None
     return message
 
 
 def _part(raw: Any) -> pb.Part:
     if not isinstance(raw, dict):
-        raise InvalidParams("Each message part must be an object")
+        raise errors.InvalidInput("Each message part must be an object")
     try:
         if "kind" in raw or "file" in raw:  # 0.3: {"kind": "text"|"data"|"file", ...}
             return conversions.to_core_part(v03.Part.model_validate(raw))
         part = pb.Part()
         ParseDict(raw, part)
     except (ValidationError, ParseError, ValueError, TypeError) as exc:
-        raise InvalidParams(f"Invalid message part: {exc}") from None
+        raise errors.InvalidInput(f"Invalid message part: {exc}") from None
     if part.WhichOneof("content") is None:
-        raise InvalidParams("A message part needs text, data, raw, url (1.0) or a kind (0.3)")
+        raise errors.InvalidInput("A message part needs text, data, raw, url (1.0) or a kind (0.3)")
     return part
 
 
@@ -116,20 +111,20 @@ def _history_length(value: Any) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidParams("historyLength must be a non-negative integer")
+        raise errors.InvalidInput("historyLength must be a non-negative integer")
     return value
 
 
 def _task_id(params: dict[str, Any]) -> str:
     if not isinstance(params.get("id"), str) or not params["id"]:
-        raise InvalidParams("params.id (the task id) is required")
+        raise errors.InvalidInput("params.id (the task id) is required")
     return str(params["id"])
 
 
 def _context_id(params: dict[str, Any]) -> str | None:
     value = params.get("contextId")
     if value is not None and not isinstance(value, str):
-        raise InvalidParams("contextId must be a string")
+        raise errors.InvalidInput("contextId must be a string")
     return value or None
 
 
@@ -138,7 +133,7 @@ def _context_id(params: dict[str, Any]) -> str | None:
 async def _send(tasks: A2ATasks, params: dict[str, Any], version: str) -> Any:
     config = params.get("configuration") or {}
     if not isinstance(config, dict):
-        raise InvalidParams("params.configuration must be an object")
+        raise errors.InvalidInput("params.configuration must be an object")
     # 0.3 `blocking: false` and 1.0 `returnImmediately: true` both answer at once with the submitted task.
     blocking = config.get("blocking") is not False and config.get("returnImmediately") is not True
     task = await tasks.send(_message(params.get("message")), blocking=blocking,
@@ -164,11 +159,11 @@ async def _list(tasks: A2ATasks, params: dict[str, Any], version: str) -> Any:
         request = ParseDict({**params, "status": status} if status else params, pb.ListTasksRequest(),
                             ignore_unknown_fields=True)
     except ParseError as exc:
-        raise InvalidParams(f"Invalid ListTasks params: {exc}") from None
+        raise errors.InvalidInput(f"Invalid ListTasks params: {exc}") from None
     if request.page_size and not 1 <= request.page_size <= 100:
-        raise InvalidParams("pageSize must be between 1 and 100")
+        raise errors.InvalidInput("pageSize must be between 1 and 100")
     if request.page_token and not request.page_token.isdigit():
-        raise InvalidParams("pageToken must be a token from a previous nextPageToken")
+        raise errors.InvalidInput("pageToken must be a token from a previous nextPageToken")
     after = request.status_timestamp_after.ToDatetime(tzinfo=timezone.utc) \
         if request.HasField("status_timestamp_after") else None
     found = await tasks.list_tasks(
@@ -189,11 +184,11 @@ async def _subscribe(tasks: A2ATasks, params: dict[str, Any], version: str) -> A
 
 
 async def _push_config(tasks: A2ATasks, params: dict[str, Any], version: str) -> Any:
-    raise PushNotificationNotSupported()
+    raise errors.PushNotificationNotSupported()
 
 
 async def _extended_card(tasks: A2ATasks, params: dict[str, Any], version: str) -> Any:
-    raise ExtendedCardNotConfigured()
+    raise errors.ExtendedCardNotConfigured()
 
 
 Handler = Callable[[A2ATasks, dict[str, Any], str], Awaitable[Any]]
@@ -214,21 +209,16 @@ STREAMING = (_stream, _subscribe)
 
 
 def _error(req_id: jsonrpc.RequestId, exc: Exception) -> dict[str, Any]:
-    """The one table from exceptions to JSON-RPC errors: nothing here becomes an HTTP 500."""
-    if isinstance(exc, A2AError):
-        return jsonrpc.error(req_id, exc.code, exc.message)
-    if isinstance(exc, PARAM_ERRORS):
-        return jsonrpc.error(req_id, jsonrpc.INVALID_PARAMS, exc.message)
-    log.exception("A2A request failed")
-    # Logged here in full; the client gets no internals (database or Redis messages), as MCP's answer.
-    return jsonrpc.error(req_id, jsonrpc.INTERNAL_ERROR, "Internal error")
+    """A JSON-RPC error body (`threadline.api.errors.rpc_error` picks code and message): nothing here becomes an
+    HTTP 500."""
+    return jsonrpc.error(req_id, *rpc_error(exc))
 
 
 async def _assistant(rt: Runtime, assistant_id: str) -> dict[str, Any]:
     try:
         return await rt.assistants.resolve(assistant_id)
     except PARAM_ERRORS:
-        raise InvalidParams(f"Assistant '{assistant_id}' not found") from None
+        raise errors.InvalidInput(f"Assistant '{assistant_id}' not found") from None
 
 
 def _sse(rt: Runtime, req_id: jsonrpc.RequestId, version: str,
@@ -268,7 +258,7 @@ async def a2a_rpc(request: Request, assistant_id: str) -> Response:
     try:
         params = {} if call.params is None else call.params
         if not isinstance(params, dict):
-            raise InvalidParams("params must be an object")
+            raise errors.InvalidInput("params must be an object")
         tasks = A2ATasks(rt, await _assistant(rt, assistant_id))
         outcome = await handler(tasks, params, version)
     except Exception as exc:

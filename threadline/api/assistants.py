@@ -46,7 +46,7 @@ async def patch_assistant(request: Request, assistant_id: str, body: AssistantPa
 
 
 @router.delete("/{assistant_id}", status_code=204)
-async def delete_assistant(request: Request, assistant_id: str,  # type: ignore[no-untyped-def]
+async def delete_assistant(request: Request, assistant_id: str,
                            delete_threads: bool = False):
     """Its pending and running runs are cancelled; with `delete_threads`, the threads it ran on last go too."""
     await runtime(request).runs.delete_assistant(assistant_id, delete_threads=delete_threads)

@@ -28,6 +28,10 @@ from threadline.settings import Settings
 log = logging.getLogger("threadline.auth")
 
 ALWAYS_OPEN = frozenset({"/ok"})
+# The console's pages and files (threadline/ui) hold no data of their own: every page reads through this API
+# in-process, passing on the browser's credentials, so each read meets this middleware again. Left open here,
+# a page asked for without credentials answers with the API's 401 as a sign-in page instead of bare JSON.
+CONSOLE = "/ui"
 _AUTHENTICATED = "threadline.auth_user"  # scope key: the caller, once a layer has authenticated the request
 
 
@@ -93,6 +97,8 @@ class Authenticate:
     def _is_open(self, scope: Any) -> bool:
         path = _route_path(scope)
         if path in self.open or (self.docs_open and path.startswith("/docs/")):
+            return True
+        if scope["type"] == "http" and scope["method"] == "GET" and (path == CONSOLE or path.startswith(CONSOLE + "/")):
             return True
         if self.unguarded is not None and any(r.matches(scope)[0] == Match.FULL for r in self.unguarded.routes):
             return True

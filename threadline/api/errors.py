@@ -1,9 +1,10 @@
-"""Every error becomes an HTTP response here, and only here."""
+"""Every error becomes a wire's error here, and only here: an HTTP response (`STATUS`, `install`), a JSON-RPC
+error for A2A and MCP (`rpc_error`) and a Protocol v2 error envelope's code (`protocol_error`)."""
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -12,6 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 
 from threadline import errors
+from threadline.api import jsonrpc
 
 log = logging.getLogger("threadline.api")
 
@@ -24,6 +26,39 @@ STATUS = {
     errors.ConfigError: 500,
     errors.Unavailable: 503,
     errors.ClientGone: 499,  # nobody reads it; the status is for logs and metrics
+    errors.EventsExpired: 410,
+    errors.Unauthorized: 401,  # or the status the project's authenticator chose: `refusal`
+}
+
+# JSON-RPC (A2A and MCP), first match wins: the A2A spec's own codes, then the generic ones. Any other error is
+# an internal error (-32603).
+RPC_CODES: dict[type[errors.ThreadlineError], int] = {
+    errors.TaskNotFound: -32001,
+    errors.TaskNotCancelable: -32002,
+    errors.PushNotificationNotSupported: -32003,
+    errors.UnsupportedOperation: -32004,
+    errors.ContentTypeNotSupported: -32005,
+    errors.ExtendedCardNotConfigured: -32007,
+    errors.NotFound: jsonrpc.INVALID_PARAMS,
+    errors.InvalidInput: jsonrpc.INVALID_PARAMS,
+    errors.BadRequest: jsonrpc.INVALID_PARAMS,
+    errors.Conflict: jsonrpc.INVALID_PARAMS,
+}
+
+#: The error codes of Protocol v2 command answers (`{"type": "error", "error": <code>}`).
+ProtocolCode = Literal["invalid_argument", "unknown_command", "not_supported", "no_such_run", "no_such_interrupt",
+                       "no_such_subscription", "resume_gap", "unknown_error"]
+
+# Which code each error answers with, first match wins; any other Threadline error is `unknown_error`.
+PROTOCOL_CODES: dict[type[errors.ThreadlineError], ProtocolCode] = {
+    errors.NoSuchRun: "no_such_run",
+    errors.NoSuchInterrupt: "no_such_interrupt",
+    errors.NoSuchSubscription: "no_such_subscription",
+    errors.EventsExpired: "resume_gap",
+    errors.InvalidInput: "invalid_argument",
+    errors.BadRequest: "invalid_argument",
+    errors.Conflict: "invalid_argument",
+    errors.NotFound: "invalid_argument",
 }
 
 
@@ -48,6 +83,21 @@ def late_error(exc: Exception) -> dict[str, Any]:
         return {"__error__": {"error": type(exc).__name__, "message": exc.message}}
     log.error("error after the response started", exc_info=exc)
     return {"__error__": {"error": type(exc).__name__, "message": f"Internal server error: {type(exc).__name__}"}}
+
+
+def rpc_error(exc: Exception) -> tuple[int, str]:
+    """A JSON-RPC error's code and message for `exc`. Threadline's errors keep their message; any other exception
+    is logged here in full and answered as "Internal error" (no database or Redis internals reach the client)."""
+    if isinstance(exc, errors.ThreadlineError):
+        return next((c for cls, c in RPC_CODES.items() if isinstance(exc, cls)), jsonrpc.INTERNAL_ERROR), exc.message
+    log.error("JSON-RPC request failed", exc_info=exc)
+    return jsonrpc.INTERNAL_ERROR, "Internal error"
+
+
+def protocol_error(exc: errors.ThreadlineError) -> tuple[ProtocolCode, str, dict[str, Any]]:
+    """A Protocol v2 error envelope's code, message and extra fields (`resume_gap`'s `since`, …) for `exc`."""
+    code: ProtocolCode = next((c for cls, c in PROTOCOL_CODES.items() if isinstance(exc, cls)), "unknown_error")
+    return code, exc.message, dict(exc.metadata)
 
 
 def _field(loc: tuple[Any, ...]) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 log = logging.getLogger("threadline.loopback")
 
 
-class _Transports(list):  # type: ignore[type-arg]
+class _Transports(list[Any]):
     """The SDK's list of loopback transports while an app is up: what is added is pointed at the app.
 
     Transports added meanwhile are held weakly (a client made per call would otherwise pile up forever)."""
@@ -62,7 +62,7 @@ def serving_loopback(app: Any) -> Iterator[None]:
         yield
         return
     previous = getattr(utilities, "_registered_transports", None)
-    if not isinstance(previous, list) or getattr(sdk_client, "_registered_transports", None) is not previous:
+    if getattr(sdk_client, "_registered_transports", None) is not previous or not isinstance(previous, list):
         log.warning("langgraph_sdk's in-process transports were not found: get_client() without a URL "
                     "will not reach this server")
         yield

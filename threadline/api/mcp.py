@@ -19,8 +19,9 @@ from mcp_types import methods as mcp_methods
 from pydantic import ValidationError
 from starlette.responses import Response
 
-from threadline import __version__, errors
+from threadline import __version__
 from threadline.api import jsonrpc
+from threadline.api.errors import rpc_error
 from threadline.api.common import JSON, Router, runtime
 from threadline.api.runs import wait_done
 from threadline.core.runtime import Runtime
@@ -40,9 +41,6 @@ MESSAGE_DEFS = frozenset({
       for chunk in ("", "Chunk")),
     "ToolCall", "ToolCallChunk", "InvalidToolCall", "UsageMetadata", "InputTokenDetails", "OutputTokenDetails",
 })
-# Domain errors a tool call can meet, as JSON-RPC codes; anything else is an internal error.
-RPC_CODES = {errors.NotFound: jsonrpc.INVALID_PARAMS, errors.InvalidInput: jsonrpc.INVALID_PARAMS,
-             errors.BadRequest: jsonrpc.INVALID_PARAMS, errors.Conflict: jsonrpc.INVALID_PARAMS}
 
 
 async def post(request: Request) -> Response:
@@ -95,12 +93,8 @@ async def _dispatch(request: Request, message: jsonrpc.Incoming, version: str) -
         return mcp_methods.serialize_server_result(message.method, version, value)
     except jsonrpc.RpcError:
         raise
-    except errors.ThreadlineError as exc:
-        code = next((c for cls, c in RPC_CODES.items() if isinstance(exc, cls)), jsonrpc.INTERNAL_ERROR)
-        raise jsonrpc.RpcError(code, exc.message) from None
-    except Exception:
-        log.exception("MCP %s failed", message.method)
-        raise jsonrpc.RpcError(jsonrpc.INTERNAL_ERROR, "Internal error") from None
+    except Exception as exc:  # the code and message as every JSON-RPC endpoint answers them (api/errors.py)
+        raise jsonrpc.RpcError(*rpc_error(exc)) from None
 
 
 async def _initialize(request: Request, rt: Runtime, params: Any, raw: dict[str, Any]) -> dict[str, Any]:

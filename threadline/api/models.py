@@ -9,9 +9,21 @@ from uuid import UUID
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-StreamMode = Literal["values", "updates", "messages", "messages-tuple", "custom", "events", "debug", "tasks",
-                     "checkpoints"]
-SortOrder = Literal["asc", "desc"]
+from threadline.shapes import (
+    AssistantSortBy,
+    CancelStatus,
+    Durability,
+    IfExists,
+    IfNotExists,
+    MultitaskStrategy,
+    OnCompletion,
+    OnDisconnect,
+    RunStatus,
+    SortOrder,
+    StreamMode,
+    ThreadSortBy,
+    ThreadStatus,
+)
 
 
 class Body(BaseModel):
@@ -26,7 +38,7 @@ class AssistantCreate(Body):
     metadata: dict[str, Any] | None = None
     name: str | None = None
     description: str | None = None
-    if_exists: Literal["raise", "do_nothing"] = "raise"
+    if_exists: IfExists = "raise"
 
 
 class AssistantPatch(Body):
@@ -44,7 +56,7 @@ class AssistantSearch(Body):
     metadata: dict[str, Any] | None = None
     limit: int = Field(10, ge=1, le=1000)
     offset: int = Field(0, ge=0)
-    sort_by: Literal["assistant_id", "graph_id", "name", "created_at", "updated_at"] | None = None
+    sort_by: AssistantSortBy | None = None
     sort_order: SortOrder | None = None
     select: list[str] | None = None
 
@@ -101,7 +113,7 @@ def ttl_minutes(ttl: ThreadTTL | float | None) -> float | None:
 class ThreadCreate(Body):
     thread_id: UUID | None = None
     metadata: dict[str, Any] | None = None
-    if_exists: Literal["raise", "do_nothing"] = "raise"
+    if_exists: IfExists = "raise"
     supersteps: list[Superstep] | None = None
     graph_id: str | None = None
     ttl: TTLField = None
@@ -119,10 +131,10 @@ class ThreadSearch(Body):
     ids: list[str] | None = None
     metadata: dict[str, Any] | None = None
     values: dict[str, Any] | None = None
-    status: Literal["idle", "busy", "interrupted", "error"] | None = None
+    status: ThreadStatus | None = None
     limit: int = Field(10, ge=1, le=1000)
     offset: int = Field(0, ge=0)
-    sort_by: Literal["thread_id", "status", "created_at", "updated_at", "state_updated_at"] | None = None
+    sort_by: ThreadSortBy | None = None
     sort_order: SortOrder | None = None
     select: list[str] | None = None
 
@@ -130,7 +142,7 @@ class ThreadSearch(Body):
 class ThreadCount(Body):
     metadata: dict[str, Any] | None = None
     values: dict[str, Any] | None = None
-    status: Literal["idle", "busy", "interrupted", "error"] | None = None
+    status: ThreadStatus | None = None
 
 
 class ThreadPrune(Body):
@@ -202,13 +214,13 @@ class RunCreate(Body):
     stream_mode: StreamMode | list[StreamMode] | None = None
     stream_subgraphs: bool | None = None
     stream_resumable: bool | None = None
-    on_disconnect: Literal["cancel", "continue"] | None = None
-    on_completion: Literal["delete", "keep"] | None = None
-    multitask_strategy: Literal["reject", "interrupt", "rollback", "enqueue"] | None = None
-    if_not_exists: Literal["create", "reject"] | None = None
+    on_disconnect: OnDisconnect | None = None
+    on_completion: OnCompletion | None = None
+    multitask_strategy: MultitaskStrategy | None = None
+    if_not_exists: IfNotExists | None = None
     after_seconds: float | None = Field(None, ge=0)
     webhook: WebhookURL | None = None
-    durability: Literal["sync", "async", "exit"] | None = None
+    durability: Durability | None = None
     feedback_keys: list[str] | None = None
     strict_resume: bool | None = None
     messages: list[dict[str, Any]] | None = None
@@ -224,7 +236,7 @@ class RunSearch(Body):
     thread_id: str | None = None
     agent_id: str | None = None
     assistant_id: str | None = None
-    status: Literal["pending", "running", "error", "success", "timeout", "interrupted"] | None = None
+    status: RunStatus | None = None
     metadata: dict[str, Any] | None = None
     limit: int = Field(10, ge=1, le=1000)
     offset: int = Field(0, ge=0)
@@ -233,7 +245,7 @@ class RunSearch(Body):
 class RunCancelMany(Body):
     thread_id: str | None = None
     run_ids: list[str] | None = None
-    status: Literal["pending", "running", "all"] | None = None
+    status: CancelStatus | None = None
 
 
 class StorePut(Body):

@@ -1,7 +1,8 @@
 """Protocol v2 over HTTP, SSE and WebSocket: `/threads/{id}/commands` and `/threads/{id}/stream/events`.
 
 Command answers are protocol envelopes, not HTTP errors: HTTP 200 with `{"type":"error",…}` for a
-command that failed, and 400 only for a request that is not a command at all (as the reference).
+command that failed, and 400 only for a request that is not a command at all (as the reference). The
+envelopes are built here; a Threadline error's code in them is `threadline.api.errors.protocol_error`'s.
 """
 
 from __future__ import annotations
@@ -19,27 +20,58 @@ from fastapi import Request, WebSocket, WebSocketDisconnect
 from starlette.responses import JSONResponse, Response
 
 from threadline.api.common import JSON, Router, runtime
+from threadline.api.errors import ProtocolCode, protocol_error
 from threadline.api.sse import event_response
 from threadline.broker.base import StreamEvent
-from threadline.core.protocol import (
-    CommandError,
-    Commands,
-    EventFilter,
-    check_resumable,
-    envelope,
-    failure,
-    follow_events,
-    replay_events,
-    since_of,
-    success,
-)
+from threadline.core.protocol import Commands, EventFilter, check_resumable, follow_events, replay_events, since_of
 from threadline.core.runtime import Runtime
-from threadline.errors import BadRequest
+from threadline.errors import BadRequest, InvalidInput, NoSuchSubscription, ThreadlineError
+from threadline.storage.base import Row
 
 log = logging.getLogger("threadline.api")
 router = Router(prefix="/threads", tags=["Protocol v2"])
 
 INVALID_ENVELOPE = "Protocol commands must include an integer id and string method."
+SUBSCRIPTION_METHODS = ("subscription.subscribe", "subscription.unsubscribe", "subscription.reconnect")
+
+
+# --- envelopes ----------------------------------------------------------------------------------------------------
+
+def success(command_id: int, result: dict[str, Any], applied_through_seq: int) -> dict[str, Any]:
+    return {"type": "success", "id": command_id, "result": result, "meta": {"applied_through_seq": applied_through_seq}}
+
+
+def failure(command_id: int | None, code: ProtocolCode, message: str, **extra: Any) -> dict[str, Any]:
+    return {"type": "error", "id": command_id, "error": code, "message": message, **extra}
+
+
+def error_envelope(command_id: int | None, exc: ThreadlineError) -> dict[str, Any]:
+    code, message, extra = protocol_error(exc)
+    return failure(command_id, code, message, **extra)
+
+
+def envelope(row: Row) -> bytes:
+    """The wire envelope of a stored event, assembled from its stored JSON without re-encoding it."""
+    event_id = f"{row['run_id']}:{row['seq']}"
+    return (f'{{"type":"event","event_id":"{event_id}","seq":{row["seq"]},"method":"{row["method"]}",'
+            f'"params":{row["params"]}}}').encode()
+
+
+async def execute(commands: Commands, thread_id: str, command_id: int, method: str, params: Any) -> dict[str, Any]:
+    """Answer one thread command with its envelope. `subscription.*` belong to a connection (see `_Session`)."""
+    handler = commands.by_method(method)
+    if handler is None:
+        return failure(command_id, "unknown_command", f"Unknown protocol command: {method}")
+    if not isinstance(params, dict):
+        return failure(command_id, "invalid_argument", "params must be an object")
+    try:
+        result = await handler(thread_id, params)
+    except ThreadlineError as exc:
+        return error_envelope(command_id, exc)
+    return success(command_id, result, await commands.latest_seq(thread_id))
+
+
+# --- routes -------------------------------------------------------------------------------------------------------
 
 
 async def _json_body(request: Request) -> Any:
@@ -76,7 +108,7 @@ async def command(request: Request, thread_id: UUID) -> Response:
         # A subscription belongs to a connection; over stateless HTTP there is none to attach it to.
         return JSON(failure(cid, "not_supported", f"{method} needs the WebSocket at "
                             f"/threads/{thread_id}/stream/events; over HTTP, open the SSE stream there instead"))
-    return JSON(await Commands(rt.runs).execute(str(thread_id), cid, method, params))
+    return JSON(await execute(Commands(rt.runs), str(thread_id), cid, method, params))
 
 
 @router.post("/{thread_id}/stream/events")
@@ -136,17 +168,18 @@ class _Session:
             return
         method, params = body["method"], body.get("params", {})
         if not method.startswith("subscription."):
-            await self.send(await self.commands.execute(self.thread_id, cid, method, params))
+            await self.send(await execute(self.commands, self.thread_id, cid, method, params))
+            return
+        if not isinstance(params, dict):
+            await self.send(failure(cid, "invalid_argument", "params must be an object"))
+            return
+        if method not in SUBSCRIPTION_METHODS:
+            await self.send(failure(cid, "unknown_command", f"Unknown protocol command: {method}"))
             return
         try:
-            if not isinstance(params, dict):
-                raise CommandError("invalid_argument", "params must be an object")
             result, ready = await self._subscription(method, params)
-        except CommandError as exc:
-            await self.send(failure(cid, exc.code, exc.message, **exc.extra))
-            return
-        except BadRequest as exc:
-            await self.send(failure(cid, "invalid_argument", exc.message))
+        except ThreadlineError as exc:
+            await self.send(error_envelope(cid, exc))
             return
         try:
             await self.send(success(cid, result, await self.commands.latest_seq(self.thread_id)))
@@ -158,19 +191,17 @@ class _Session:
             sid = params.get("subscription_id", params.get("subscriptionId"))
             task = self.subscriptions.pop(str(sid), None)
             if task is None:
-                raise CommandError("no_such_subscription", f"No subscription {sid}")
+                raise NoSuchSubscription(f"No subscription {sid}")
             task.cancel()
             done = asyncio.Event()
             done.set()
             return {}, done
-        if method not in ("subscription.subscribe", "subscription.reconnect"):
-            raise CommandError("unknown_command", f"Unknown protocol command: {method}")
         flt = EventFilter.parse(params)
         since = since_of(params)
         sid = str(uuid.uuid4())
         if method == "subscription.reconnect":
             if since is None:
-                raise CommandError("invalid_argument", "subscription.reconnect needs since (an integer >= 0)")
+                raise InvalidInput("subscription.reconnect needs since (an integer >= 0)")
             await check_resumable(self.rt.runs, self.thread_id, since)
             old = str(params.get("subscription_id", params.get("subscriptionId")) or "")
             if old in self.subscriptions:

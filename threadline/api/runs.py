@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Any
 from uuid import UUID
 
 from fastapi import Header, Query, Request
@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from threadline.api.http_config import with_run_headers
 from threadline.api.common import JSON, Router, no_content, runtime, select, spec_run_out
-from threadline.shapes import run_out
+from threadline.shapes import CancelAction, RunStatus, run_out
 from threadline.api.models import RunCancelMany, RunCreate, RunSearch
 from threadline.api.sse import event_response
 from threadline.api.waits import KeptAliveJSON
@@ -20,8 +20,6 @@ from threadline.core.runtime import Runtime
 from threadline.errors import ClientGone, InvalidInput, NotFound
 
 router = Router(tags=["Runs"])
-CancelAction = Literal["interrupt", "rollback"]
-RunStatus = Literal["pending", "running", "error", "success", "timeout", "interrupted"]
 
 
 def _run_path(run: dict[str, Any]) -> str:
@@ -145,7 +143,7 @@ async def get_thread_run(request: Request, thread_id: UUID, run_id: UUID) -> JSO
 
 
 @router.delete("/threads/{thread_id}/runs/{run_id}", status_code=204)
-async def delete_thread_run(request: Request, thread_id: UUID, run_id: UUID):  # type: ignore[no-untyped-def]
+async def delete_thread_run(request: Request, thread_id: UUID, run_id: UUID):
     await runtime(request).runs.delete(str(run_id), str(thread_id))
     return no_content()
 
@@ -253,7 +251,7 @@ async def get_run(request: Request, run_id: UUID) -> JSON:
 
 
 @router.delete("/runs/{run_id}", status_code=204)
-async def delete_run(request: Request, run_id: UUID):  # type: ignore[no-untyped-def]
+async def delete_run(request: Request, run_id: UUID):
     await runtime(request).runs.delete(str(run_id))
     return no_content()
 
@@ -279,6 +277,6 @@ async def join_run_stream(request: Request, run_id: UUID, last_event_id: str | N
 
 @router.post("/runs/{run_id}/cancel", status_code=204)
 async def cancel_run(request: Request, run_id: UUID, wait: bool = False,
-                     action: CancelAction = "interrupt"):  # type: ignore[no-untyped-def]
+                     action: CancelAction = "interrupt"):
     await runtime(request).runs.cancel(str(run_id), wait=wait, action=action)
     return no_content()

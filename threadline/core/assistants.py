@@ -6,13 +6,14 @@ import contextlib
 import functools
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import Any
 
 from langgraph.pregel import Pregel
 
 from threadline.ids import is_uuid
 from threadline.core.graphs import GraphRegistry, describe_schemas, draw, subgraph_schemas
 from threadline.errors import BadRequest, InvalidInput, NotFound
+from threadline.shapes import AssistantSortBy, IfExists, SortOrder
 from threadline.storage.base import Row, Storage
 from threadline.storage.sql import now_iso
 
@@ -56,7 +57,7 @@ class Assistants:
 
     async def create(self, *, graph_id: str, assistant_id: str | None = None, config: dict | None = None,
                      context: dict | None = None, metadata: dict | None = None, name: str | None = None,
-                     description: str | None = None, if_exists: Literal["raise", "do_nothing"] = "raise") -> Row:
+                     description: str | None = None, if_exists: IfExists = "raise") -> Row:
         self.graphs.entry(graph_id)  # 404 for an unknown graph
         config, context = _mirror_context(config, context)
         row = self._new_row(assistant_id or str(uuid.uuid4()), graph_id, name=name, description=description,
@@ -82,7 +83,7 @@ class Assistants:
 
     async def search(self, *, graph_id: str | None = None, name: str | None = None,
                      metadata: dict | None = None, limit: int = 10, offset: int = 0,
-                     sort_by: str = "created_at", sort_order: Literal["asc", "desc"] = "desc") -> list[Row]:
+                     sort_by: AssistantSortBy = "created_at", sort_order: SortOrder = "desc") -> list[Row]:
         return await self.storage.search_assistants(graph_id=graph_id, name=name, metadata=metadata, limit=limit,
                                                     offset=offset, sort_by=sort_by, sort_order=sort_order)
 

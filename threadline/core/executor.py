@@ -371,7 +371,7 @@ class Executor:
                       protocol: ProtocolRun | None, given: Any) -> None:
         kwargs = run["kwargs"]
         modes = requested_modes(kwargs)
-        lg_modes = sorted({STREAM_MODES[m] for m in modes if STREAM_MODES.get(m)})
+        lg_modes = sorted({lg for m in modes if (lg := STREAM_MODES.get(m))})
         subgraphs = bool(kwargs.get("stream_subgraphs"))
         options: dict[str, Any] = {
             "stream_mode": lg_modes or ["values"], "subgraphs": subgraphs,

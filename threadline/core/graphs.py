@@ -11,13 +11,14 @@ import sys
 import types
 import typing
 import warnings
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import typing_extensions
 from langgraph.graph import StateGraph
 from langgraph.pregel import Pregel
+from langgraph.pregel.protocol import PregelProtocol
 
 from threadline.config import ProjectConfig
 from threadline.errors import ConfigError, NotFound
@@ -62,7 +63,7 @@ class GraphRegistry:
             raise NotFound(f"Graph '{graph_id}' not found. Expected one of: {sorted(self.entries)}") from None
 
     @contextlib.asynccontextmanager
-    async def graph(self, graph_id: str, config: dict[str, Any] | None = None, *,
+    async def graph(self, graph_id: str, config: Mapping[str, Any] | None = None, *,
                     access: AccessContext = "assistants.read", store: Any = None,
                     context: Any = None) -> AsyncIterator[Pregel]:
         """Yield the compiled graph for one use.
@@ -102,7 +103,7 @@ def server_runtime(access: AccessContext, store: Any, context: Any) -> Any:
     return runtime._ReadRuntime(access_context=access, store=store)
 
 
-def _call_factory(factory: Any, config: dict[str, Any], make_runtime: Any) -> Any:
+def _call_factory(factory: Any, config: Mapping[str, Any], make_runtime: Any) -> Any:
     """Call `factory` with what its parameters ask for: the config, the runtime, both or neither.
 
     A parameter is the runtime when it is named `runtime` or annotated with `ServerRuntime`; any other is
@@ -148,8 +149,12 @@ def _import(spec: str, config: ProjectConfig) -> Any:
     raise ConfigError(f"{config.path}: '{spec}' is a {type(target).__name__}, not a graph or a graph factory")
 
 
-def describe_schemas(graph: Pregel, graph_id: str) -> dict[str, Any]:
-    """The graph's input/output/state/config/context schemas as JSON Schema."""
+def describe_schemas(graph: PregelProtocol, graph_id: str) -> dict[str, Any]:
+    """The graph's input/output/state/config/context schemas as JSON Schema; all null for a graph that is not a
+    local `Pregel` (a `RemoteGraph` subgraph node describes no schemas of its own)."""
+    if not isinstance(graph, Pregel):
+        return {"graph_id": graph_id, "input_schema": None, "output_schema": None, "state_schema": None,
+                "config_schema": None, "context_schema": None}
 
     def safe(fn: Any) -> Any:
         try:
@@ -175,7 +180,7 @@ def _io_schema(graph: Pregel, which: Literal["input", "output"]) -> Any:
     pydantic refuses: it is described as its `typing_extensions` twin (LangGraph's server answers null)."""
     typ = getattr(getattr(graph, "builder", None), f"{which}_schema", None)
     twin = pydantic_compatible(typ) if typ is not None else None
-    if twin is not typ:
+    if twin is not None and twin is not typ:
         from pydantic import TypeAdapter
 
         return TypeAdapter(twin).json_schema()
@@ -231,7 +236,7 @@ def pydantic_compatible(tp: Any, _seen: dict[Any, Any] | None = None) -> Any:
         return tp
     origin = typing.get_origin(tp)
     if origin is typing.Annotated:
-        return typing.Annotated[(new_args[0], *tp.__metadata__)]  # type: ignore[return-value]
+        return typing.Annotated[(new_args[0], *tp.__metadata__)]
     if hasattr(tp, "copy_with"):  # typing's generic aliases (List[X], Union[X, Y], Optional[X])
         return tp.copy_with(new_args)
     if origin is types.UnionType:
@@ -256,7 +261,8 @@ def _typed_dict_twin(tp: Any, seen: dict[Any, Any]) -> Any:
         fields[name] = typing_extensions.Required[converted] if required else typing_extensions.NotRequired[converted]
     if not changed:
         return tp
-    twin = typing_extensions.TypedDict(tp.__name__, fields)  # type: ignore[operator]
+    # misc: mypy checks only TypedDicts it can see statically; this one is made at runtime from `tp`'s fields.
+    twin = typing_extensions.TypedDict(tp.__name__, fields)  # type: ignore[misc]
     twin.__doc__ = tp.__doc__
     twin.__module__ = tp.__module__
     seen[tp] = twin

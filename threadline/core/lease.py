@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 from langgraph.checkpoint.base import (
     BaseCheckpointSaver, ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple,
@@ -86,7 +86,8 @@ class FencedCheckpointer(BaseCheckpointSaver):
         if remember:
             # As storage holds it. LangGraph hands each save a checkpoint of its own, but it may still change
             # the metadata it passed.
-            metadata = checkpoint_metadata(config, metadata)
+            # LangGraph's metadata with `thread_id` added: still a CheckpointMetadata (its keys are all optional).
+            metadata = cast(CheckpointMetadata, checkpoint_metadata(config, metadata))
         saved = await self.inner.aput(config, checkpoint, metadata, new_versions)
         if remember:
             parent = config["configurable"].get("checkpoint_id")

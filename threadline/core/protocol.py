@@ -1,47 +1,32 @@
-"""Protocol v2 (thread-centric event streaming): commands, event filters and following a thread's log.
+"""Protocol v2 (thread-centric event streaming): the commands that act on a thread, event filters and following
+a thread's log.
 
-Commands arrive as `{"id", "method", "params"}` and are answered with a success or error envelope
-(`threadline.api.protocol` carries them over HTTP and WebSocket). Events come from the thread's
-persisted log (`threadline.core.protocol_events` writes it), so `since` means the same thing in every
-process and after a restart.
+Commands raise Threadline's errors (`threadline.errors`); their envelopes and error codes are the wire's
+(`threadline.api.protocol` carries them over HTTP and WebSocket, `threadline.api.errors` picks the codes).
+Events come from the thread's persisted log (`threadline.core.protocol_events` writes it), so `since` means
+the same thing in every process and after a restart.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from threadline.ids import is_uuid
+from threadline.shapes import MultitaskStrategy
 from threadline.core.protocol_events import thread_events_signal
 from threadline.core.runs import Runs
-from threadline.errors import BadRequest, Conflict, InvalidInput, NotFound, ThreadlineError
+from threadline.errors import BadRequest, EventsExpired, InvalidInput, NoSuchInterrupt, NoSuchRun
 from threadline.storage.base import Row
 
 CHANNELS = ("values", "updates", "messages", "tools", "lifecycle", "input", "tasks", "custom", "checkpoints")
-METHODS = ("run.start", "input.respond", "agent.getTree", "subscription.subscribe", "subscription.unsubscribe",
-           "subscription.reconnect")
-STRATEGIES = ("reject", "rollback", "interrupt", "enqueue")
+#: In the order the reference lists them in its error message.
+STRATEGIES: tuple[MultitaskStrategy, ...] = ("reject", "rollback", "interrupt", "enqueue")
 #: How long a follower sleeps between checks of the log when no wake-up arrives (a lost wake-up's cost).
 IDLE_RECHECK_SECONDS = 5.0
 READ_BATCH = 500
-
-
-class CommandError(Exception):
-    """A command that failed with a protocol error code (answered in an error envelope, HTTP 200)."""
-
-    def __init__(self, code: str, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.code, self.message, self.extra = code, message, extra
-
-
-def success(command_id: int, result: dict[str, Any], applied_through_seq: int) -> dict[str, Any]:
-    return {"type": "success", "id": command_id, "result": result, "meta": {"applied_through_seq": applied_through_seq}}
-
-
-def failure(command_id: int | None, code: str, message: str, **extra: Any) -> dict[str, Any]:
-    return {"type": "error", "id": command_id, "error": code, "message": message, **extra}
 
 
 # --- filters -------------------------------------------------------------------------
@@ -100,13 +85,6 @@ def _prefix(namespace: list[str], prefix: tuple[str, ...]) -> bool:
     return all(seg == got or (":" not in seg and got.partition(":")[0] == seg) for seg, got in zip(prefix, namespace))
 
 
-def envelope(row: Row) -> bytes:
-    """The wire envelope of a stored event, assembled from its stored JSON without re-encoding it."""
-    event_id = f"{row['run_id']}:{row['seq']}"
-    return (f'{{"type":"event","event_id":"{event_id}","seq":{row["seq"]},"method":"{row["method"]}",'
-            f'"params":{row["params"]}}}').encode()
-
-
 async def follow_events(runs: Runs, thread_id: str, flt: EventFilter, since: int | None) -> AsyncIterator[Row]:
     """The thread's events after `since` (all kept ones when None) that pass `flt`, then live ones, forever."""
     storage, broker = runs.storage, runs.broker
@@ -137,11 +115,12 @@ async def replay_events(runs: Runs, thread_id: str, flt: EventFilter, since: int
 
 
 async def check_resumable(runs: Runs, thread_id: str, since: int) -> None:
-    """CommandError `resume_gap` when events after `since` were already dropped by retention."""
+    """EventsExpired (with `since` and `min_available_seq`) when events after `since` were already dropped by
+    retention."""
     oldest, _ = await runs.storage.thread_event_bounds(thread_id)
     if oldest > since + 1:
-        raise CommandError("resume_gap", f"Events after {since} are no longer kept; the oldest kept is {oldest}",
-                           since=since, min_available_seq=oldest)
+        raise EventsExpired(f"Events after {since} are no longer kept; the oldest kept is {oldest}",
+                            since=since, min_available_seq=oldest)
 
 
 def _namespace(row: Row) -> list[str]:
@@ -150,46 +129,31 @@ def _namespace(row: Row) -> list[str]:
 
 # --- commands ------------------------------------------------------------------------
 class Commands:
-    """The commands that act on a thread: `run.start`, `input.respond`, `agent.getTree`."""
+    """The commands that act on a thread: `run.start`, `input.respond`, `agent.getTree` (`by_method`)."""
 
     def __init__(self, runs: Runs) -> None:
         self.runs = runs
         self.storage = runs.storage
 
+    def by_method(self, method: str) -> Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]] | None:
+        """The command named `method` (called with the thread id and the params), None for an unknown one."""
+        return {"run.start": self.run_start, "input.respond": self.input_respond,
+                "agent.getTree": self.get_tree}.get(method)
+
     async def latest_seq(self, thread_id: str) -> int:
         return (await self.storage.thread_event_bounds(thread_id))[1]
-
-    async def execute(self, thread_id: str, command_id: int, method: str, params: Any) -> dict[str, Any]:
-        """Answer one command with its envelope. `subscription.*` belong to a connection (see the API)."""
-        handler = {"run.start": self.run_start, "input.respond": self.input_respond,
-                   "agent.getTree": self.get_tree}.get(method)
-        if handler is None:
-            return failure(command_id, "unknown_command", f"Unknown protocol command: {method}")
-        if not isinstance(params, dict):
-            return failure(command_id, "invalid_argument", "params must be an object")
-        try:
-            result = await handler(thread_id, params)
-        except CommandError as exc:
-            return failure(command_id, exc.code, exc.message, **exc.extra)
-        except (InvalidInput, Conflict) as exc:
-            return failure(command_id, "invalid_argument", exc.message)
-        except NotFound as exc:
-            return failure(command_id, "invalid_argument", exc.message)
-        except ThreadlineError as exc:
-            return failure(command_id, "unknown_error", exc.message)
-        return success(command_id, result, await self.latest_seq(thread_id))
 
     async def run_start(self, thread_id: str, params: dict[str, Any]) -> dict[str, Any]:
         assistant_id = params.get("assistant_id", params.get("assistantId"))
         if not isinstance(assistant_id, str) or not assistant_id:
-            raise CommandError("invalid_argument", "run.start needs assistant_id (a string)")
+            raise InvalidInput("run.start needs assistant_id (a string)")
         config, metadata = _optional_dict(params, "config"), _optional_dict(params, "metadata")
         checkpoint_id = ((config or {}).get("configurable") or {}).get("checkpoint_id")
         if checkpoint_id is not None and not is_uuid(checkpoint_id):
-            raise CommandError("invalid_argument", "config.configurable.checkpoint_id must be a UUID")
+            raise InvalidInput("config.configurable.checkpoint_id must be a UUID")
         strategy = params.get("multitask_strategy", params.get("multitaskStrategy")) or "enqueue"
         if strategy not in STRATEGIES:
-            raise CommandError("invalid_argument", f"multitask_strategy must be one of {', '.join(STRATEGIES)}")
+            raise InvalidInput(f"multitask_strategy must be one of {', '.join(STRATEGIES)}")
         body: dict[str, Any] = {"assistant_id": assistant_id, "config": config, "metadata": metadata,
                                 "multitask_strategy": strategy, "if_not_exists": "create", **_protocol_run()}
         given = params.get("input")
@@ -205,24 +169,24 @@ class Commands:
         if responses is None:
             responses = [params]
         if not isinstance(responses, list) or not responses or not all(isinstance(r, dict) for r in responses):
-            raise CommandError("invalid_argument", "responses must be a non-empty list of objects")
+            raise InvalidInput("responses must be a non-empty list of objects")
         for r in responses:
             if not isinstance(r.get("interrupt_id", r.get("interruptId")), str):
-                raise CommandError("invalid_argument", "interrupt_id must be a string")
+                raise InvalidInput("interrupt_id must be a string")
             ns = r.get("namespace", [])
             if not isinstance(ns, list) or not all(isinstance(s, str) for s in ns):
-                raise CommandError("invalid_argument", "namespace must be a list of strings")
+                raise InvalidInput("namespace must be a list of strings")
         thread = await self.storage.get_thread(thread_id)
         assistant_id = (thread or {}).get("metadata", {}).get("assistant_id")
         if thread is None or not assistant_id:
-            raise CommandError("no_such_run", f"Thread {thread_id} has no run to resume")
+            raise NoSuchRun(f"Thread {thread_id} has no run to resume")
         pending = await self._pending_interrupts(thread_id, thread)
         resume: dict[str, Any] = {}
         for r in responses:
             interrupt_id = r.get("interrupt_id", r.get("interruptId"))
             if interrupt_id not in pending or (pending[interrupt_id] is not None
                                                and pending[interrupt_id] != r.get("namespace", [])):
-                raise CommandError("no_such_interrupt", f"No pending interrupt {interrupt_id} on this thread")
+                raise NoSuchInterrupt(f"No pending interrupt {interrupt_id} on this thread")
             resume[interrupt_id] = r.get("response")
         command: dict[str, Any] = {"resume": resume}
         if isinstance(params.get("update"), dict):
@@ -245,7 +209,7 @@ class Commands:
                                                    metadata=None, limit=1, offset=0)
             run = found[0] if found else None
         if run is None:
-            raise CommandError("no_such_run", f"No run{' ' + str(run_id) if run_id else ''} on thread {thread_id}")
+            raise NoSuchRun(f"No run{' ' + str(run_id) if run_id else ''} on thread {thread_id}")
         states: dict[tuple[str, ...], dict[str, Any]] = {}
         after = 0
         while True:
@@ -300,7 +264,7 @@ def _protocol_run() -> dict[str, Any]:
 def _optional_dict(params: dict[str, Any], key: str) -> dict[str, Any] | None:
     value = params.get(key)
     if value is not None and not isinstance(value, dict):
-        raise CommandError("invalid_argument", f"{key} must be an object")
+        raise InvalidInput(f"{key} must be an object")
     return value
 
 

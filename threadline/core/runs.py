@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
-from typing import Any, Literal
+from typing import Any
 
 from threadline.broker.base import Broker, StreamEvent
 from threadline.core.assistants import Assistants
@@ -18,9 +18,10 @@ from threadline.core.threads import Threads
 from threadline.core.webhook_policy import WebhookGuard
 from threadline.core.worker import WorkerPool
 from threadline.errors import Conflict, InvalidInput, NotFound
+from threadline.shapes import FINAL_RUN_STATUSES, CancelAction, CancelStatus, MultitaskStrategy, RunStatus
 from threadline.storage.base import Row, Storage
 
-TERMINAL = ("success", "error", "timeout", "interrupted")
+TERMINAL = FINAL_RUN_STATUSES
 #: How long a client's cancel waits for the run to have ended before it answers (see `Runs._settle`).
 CANCEL_SETTLE_SECONDS = 5.0
 
@@ -28,7 +29,6 @@ CANCEL_SETTLE_SECONDS = 5.0
 def thread_signal(thread_id: str) -> str:
     """The key, in the broker's run-done signal space, that announces a new run on a thread."""
     return f"thread:{thread_id}"
-MultitaskStrategy = Literal["reject", "interrupt", "rollback", "enqueue"]
 
 # Keys of a run request kept in the run's `kwargs` and read by the executor.
 KWARG_KEYS = (
@@ -185,7 +185,7 @@ class Runs:
             await listen(30.0)
 
     async def cancel(self, run_id: str, thread_id: str | None = None, *, wait: bool = False,
-                     action: Literal["interrupt", "rollback"] = "interrupt") -> Row | None:
+                     action: CancelAction = "interrupt") -> Row | None:
         """A client's cancel: 404 when the run has already finished (as the reference), else `stop`."""
         run = await self.get(run_id, thread_id)
         if run["status"] in TERMINAL:
@@ -212,14 +212,14 @@ class Runs:
             pass
 
     async def stop(self, run_id: str, *, wait: bool = False,
-                   action: Literal["interrupt", "rollback"] = "interrupt") -> Row | None:
+                   action: CancelAction = "interrupt") -> Row | None:
         """Stop the run if it is still active; a run that finished meanwhile is simply returned."""
         run = await self.storage.get_run(run_id)
         if run is None or run["status"] in TERMINAL:
             return run
         return await self._stop(run, wait=wait, action=action)
 
-    async def _stop(self, run: Row, *, wait: bool, action: Literal["interrupt", "rollback"]) -> Row | None:
+    async def _stop(self, run: Row, *, wait: bool, action: CancelAction) -> Row | None:
         """Pending runs never start; running ones are cancelled at their next await."""
         run_id = run["run_id"]
         if await self.storage.cancel_pending_runs([run_id], "interrupted"):
@@ -230,7 +230,7 @@ class Runs:
             return await self.wait(run_id)
         return await self.storage.get_run(run_id)
 
-    async def _after_stop(self, run: Row, action: str) -> None:
+    async def _after_stop(self, run: Row, action: CancelAction) -> None:
         """Bookkeeping for a run that ended without a worker: rollback, signals, stream end."""
         if action == "rollback":
             await self.storage.delete_run(run["run_id"])
@@ -238,7 +238,7 @@ class Runs:
         await self.broker.wake_workers()  # the thread's next pending run may now be claimable
 
     async def cancel_many(self, *, run_ids: list[str] | None = None, thread_id: str | None = None,
-                          status: str | None = None, action: Literal["interrupt", "rollback"] = "interrupt") -> int:
+                          status: CancelStatus | None = None, action: CancelAction = "interrupt") -> int:
         targets: list[Row] = []
         if run_ids:
             for rid in run_ids:
@@ -284,7 +284,7 @@ class Runs:
                     threads.append(thread_id)
             await self.delete_threads(threads)
 
-    async def _runs_of(self, assistant_id: str, status: str | None, page: int = 500) -> AsyncIterator[Row]:
+    async def _runs_of(self, assistant_id: str, status: RunStatus | None, page: int = 500) -> AsyncIterator[Row]:
         """Every run of the assistant (with `status`, if given), a page at a time: no cap, and only the
         active ones when that is all a caller needs (a finished run's row carries its output)."""
         offset = 0

@@ -128,7 +128,7 @@ class Runtime:
             executor = Executor(storage, broker, graphs, threads, metrics, webhooks)
             workers = WorkerPool(storage, broker, executor, settings.workers,
                                  lease_seconds=settings.lease_seconds, max_attempts=settings.run_retries,
-                                 sweep=storage.capabilities.get("multi_process", False))
+                                 sweep=bool(storage.capabilities.get("multi_process")))
         runs = Runs(storage, broker, assistants, threads, workers, webhooks=guard)
         crons = Crons(storage, runs, assistants, metrics, poll_seconds=settings.cron_poll_seconds)
         return cls(settings, project, graphs, storage, broker, assistants, threads, runs, workers, metrics=metrics,
@@ -138,7 +138,7 @@ class Runtime:
         await self.assistants.ensure_system_assistants()
         # One process owns an embedded database: whatever it left running died with it. Shared databases
         # have live peers, so only runs whose lease lapsed are taken back (and the sweeper keeps doing so).
-        shared = self.storage.capabilities.get("multi_process", False)
+        shared = bool(self.storage.capabilities.get("multi_process"))
         requeued, failed = await recover(self.storage, self.broker, self.settings.run_retries, expired_only=shared)
         self.started = {"requeued": [r["run_id"] for r in requeued], "failed": [r["run_id"] for r in failed]}
         if self.workers is not None:

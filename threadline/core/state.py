@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.pregel import Pregel
 from langgraph.types import StateSnapshot
 from pydantic import TypeAdapter
@@ -21,7 +23,7 @@ def bind(graph: Pregel, checkpointer: Any, store: Any) -> Pregel:
     return bound
 
 
-def thread_config(thread_id: str, checkpoint: dict[str, Any] | None = None) -> dict[str, Any]:
+def thread_config(thread_id: str, checkpoint: Mapping[str, Any] | None = None) -> RunnableConfig:
     configurable: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ""}
     for key, value in (checkpoint or {}).items():
         if value is not None and key in ("checkpoint_id", "checkpoint_ns", "checkpoint_map"):
@@ -29,7 +31,7 @@ def thread_config(thread_id: str, checkpoint: dict[str, Any] | None = None) -> d
     return {"configurable": configurable}
 
 
-def checkpoint_ref(config: dict[str, Any] | None) -> dict[str, Any] | None:
+def checkpoint_ref(config: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """A checkpoint as LangGraph's server names it: `thread_id`, `checkpoint_ns`, and `checkpoint_id` /
     `checkpoint_map` only when the config has them (a subgraph task's checkpoint has no id yet)."""
     if not config:
@@ -42,7 +44,7 @@ def checkpoint_ref(config: dict[str, Any] | None) -> dict[str, Any] | None:
     return ref
 
 
-def _checkpoint_id(config: dict[str, Any] | None) -> str | None:
+def _checkpoint_id(config: Mapping[str, Any] | None) -> str | None:
     return (config or {}).get("configurable", {}).get("checkpoint_id")
 
 

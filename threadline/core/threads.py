@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator
-from typing import Any, Literal
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
 from langgraph.pregel import Pregel
 from langgraph.types import StateUpdate
@@ -17,6 +17,7 @@ from threadline.core.graphs import AccessContext, GraphRegistry
 from threadline.ids import is_uuid
 from threadline.core.state import bind, checkpoint_ref, empty_state, snapshot_json, thread_config, thread_fields
 from threadline.errors import BadRequest, Conflict, NotFound
+from threadline.shapes import IfExists
 from threadline.storage.base import Row, Storage
 from threadline.storage.sql import now_iso, thread_ttl_columns
 
@@ -37,7 +38,7 @@ class Threads:
         return self.ttl.default_ttl if self.ttl else None
 
     async def create(self, *, thread_id: str | None = None, metadata: dict | None = None,
-                     if_exists: Literal["raise", "do_nothing"] = "raise",
+                     if_exists: IfExists = "raise",
                      supersteps: list[dict[str, Any]] | None = None, graph_id: str | None = None,
                      ttl: float | None = None) -> Row:
         """A new thread; `supersteps` (state updates applied in order) seed its state through its graph.
@@ -127,7 +128,7 @@ class Threads:
         if graph_id not in self.graphs.entries:
             yield None
             return
-        config = thread_config(thread["thread_id"])
+        config: Mapping[str, Any] = thread_config(thread["thread_id"])
         if self.graphs.entry(graph_id).is_factory:
             assistant = await self._assistant_of(thread, graph_id)
             if assistant is not None:
@@ -169,8 +170,8 @@ class Threads:
             try:
                 # As LangGraph's server: the update's checkpoint metadata names the graph (LangGraph copies
                 # the config's metadata into it), as a run's does.
-                update_config = {**thread_config(thread_id, checkpoint),
-                                 "metadata": {"graph_id": thread["metadata"].get("graph_id")}}
+                update_config = thread_config(thread_id, checkpoint)
+                update_config["metadata"] = {"graph_id": thread["metadata"].get("graph_id")}
                 config = await graph.aupdate_state(update_config, values, as_node=as_node)
             except Exception as exc:  # LangGraph raises InvalidUpdateError/ValueError for bad updates
                 raise BadRequest(f"{type(exc).__name__}: {exc}") from exc
@@ -181,16 +182,19 @@ class Threads:
 
     async def history(self, thread_id: str, *, limit: int = 10, before: dict[str, Any] | str | None = None,
                       metadata: dict | None = None, checkpoint: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        start: dict[str, Any] | None
         if isinstance(before, str):
-            before = {"checkpoint_id": before}
+            start = {"checkpoint_id": before}
         elif isinstance(before, dict) and isinstance(before.get("configurable"), dict):
-            before = before["configurable"]  # a RunnableConfig, as LangGraph's own history returns
+            start = before["configurable"]  # a RunnableConfig, as LangGraph's own history returns
+        else:
+            start = before
         async with self._graph(await self.get(thread_id)) as graph:
             if graph is None:
                 return []
             return [snapshot_json(snap) async for snap in graph.aget_state_history(
                 thread_config(thread_id, checkpoint), limit=limit, filter=metadata or None,
-                before=thread_config(thread_id, before) if before else None,
+                before=thread_config(thread_id, start) if start else None,
             )]
 
     async def current_fields(self, thread_id: str) -> dict[str, Any]:

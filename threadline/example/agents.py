@@ -79,17 +79,20 @@ echo.name = "echo"
 async def _model_reply(state: ChatState) -> dict[str, Any]:
     if os.environ.get("OPENAI_API_KEY"):
         try:
-            from langchain_openai import ChatOpenAI  # type: ignore[import-not-found]
+            from langchain_openai import ChatOpenAI
         except ImportError:
             return {"messages": [AIMessage(content="pip install langchain-openai to use OPENAI_API_KEY")]}
         model = ChatOpenAI(model=os.environ.get("THREADLINE_EXAMPLE_MODEL", "gpt-4o-mini"))
         return {"messages": [await model.ainvoke(state.get("messages") or [])]}
     if os.environ.get("ANTHROPIC_API_KEY"):
         try:
-            from langchain_anthropic import ChatAnthropic  # type: ignore[import-not-found]
+            from langchain_anthropic import ChatAnthropic
         except ImportError:
             return {"messages": [AIMessage(content="pip install langchain-anthropic to use ANTHROPIC_API_KEY")]}
-        model = ChatAnthropic(model=os.environ.get("THREADLINE_EXAMPLE_MODEL", "claude-3-5-haiku-latest"))
+        # call-arg: mypy reads ChatAnthropic's aliased pydantic fields (model_name, timeout, stop) as required;
+        # unused-ignore: without langchain-anthropic installed (deepagents, in the test extra, brings it) it is Any.
+        model = ChatAnthropic(  # type: ignore[call-arg, unused-ignore]
+            model=os.environ.get("THREADLINE_EXAMPLE_MODEL", "claude-3-5-haiku-latest"))
         return {"messages": [await model.ainvoke(state.get("messages") or [])]}
     note = "No model provider key is set (OPENAI_API_KEY or ANTHROPIC_API_KEY); echoing instead."
     return {"messages": [AIMessage(content=f"{note} You said: {_latest_text(state)}")]}

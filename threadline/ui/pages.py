@@ -37,15 +37,17 @@ router = APIRouter(prefix="/ui", include_in_schema=False)
 def render(request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:
     root = str(request.scope.get("root_path", ""))
     page = env.get_template(template).render(
-        ui=root + "/ui", api=root, version=__version__, path=request.url.path, request=request,
-        **context)
+        **{"ui": root + "/ui", "api": root, "version": __version__, "path": request.url.path, "request": request,
+           **context})
     return HTMLResponse(page, status_code=status_code)
 
 
 def failure(request: Request, error: ApiError) -> HTMLResponse:
     """An API error as a page with the same status: 401/403 ask for a key (see console.js, `signIn`)."""
-    return render(request, "error.html", status_code=error.status, error=error,
-                  unauthorized=error.status in (401, 403))
+    unauthorized = error.status in (401, 403)
+    # A refused caller learns nothing, not even the version (/info, which names it, is behind auth too).
+    return render(request, "error.html", status_code=error.status, error=error, unauthorized=unauthorized,
+                  **({"version": ""} if unauthorized else {}))
 
 
 def _json_param(raw: str | None, what: str) -> dict[str, Any] | None:
@@ -67,7 +69,7 @@ async def home(request: Request) -> Response:
 
 @router.get("/login", response_class=HTMLResponse)
 async def login(request: Request) -> Response:
-    return render(request, "login.html")
+    return render(request, "login.html", version="")  # open to anyone (api/auth.py: CONSOLE): no version
 
 
 @router.get("/threads", response_class=HTMLResponse)
