@@ -254,7 +254,8 @@ class Storage(abc.ABC):
         """(oldest kept seq, newest seq) of the thread's events; (0, 0) when it has none."""
 
     # --- crons -------------------------------------------------------------------
-    # Rows: cron_id, assistant_id, thread_id (None: stateless), user_id, schedule, timezone, end_time,
+    # Rows: cron_id, assistant_id, thread_id (None: stateless), user_id and auth_user (the creator), schedule,
+    # timezone, end_time,
     # enabled, on_run_completed, payload, metadata, next_run_date, created_at, updated_at.
     # Statements: storage/crons.py.
     @abc.abstractmethod
