@@ -140,6 +140,7 @@ class Crons:
         self.poll_seconds = poll_seconds
         self._pass = asyncio.Lock()  # one pass at a time in this process (the loop's, or a caller's)
         self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
 
     # --- the API's operations ------------------------------------------------------
     async def create(self, thread_id: str | None, body: dict[str, Any]) -> Row:
@@ -225,22 +226,31 @@ class Crons:
     # --- the scheduler ---------------------------------------------------------------
     def start(self) -> None:
         if self._task is None:
+            self._stopping = asyncio.Event()
             self._task = asyncio.create_task(self._loop(), name="threadline-crons")
 
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+    async def stop(self, timeout: float = 5.0) -> None:
+        """End the loop once its pass in progress is done (a pass is short), cancelling it after `timeout`.
+        Not cancelled mid-pass first: a database statement cancelled under a closing pool held shutdown up."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        self._stopping.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(task), timeout)
+        except TimeoutError:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+                await task
 
     async def _loop(self) -> None:
-        while True:
+        while not self._stopping.is_set():
             try:
                 await self.run_due()
             except Exception:  # a database hiccup must not end the scheduler; the next pass retries
                 log.exception("cron scheduler pass failed")
-            await asyncio.sleep(self.poll_seconds)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self.poll_seconds)
 
     async def run_due(self) -> int:
         """One pass: fire every tick due by `clock()` that this process claims. Returns the runs it created."""
