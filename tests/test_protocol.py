@@ -275,8 +275,7 @@ async def test_storage_numbers_events_per_thread_keeps_the_newest_and_deletes_wi
     from threadline.storage import open_storage
     from threadline.storage.base import NewThreadEvent
 
-    monkeypatch.setattr(f"threadline.storage.{'sqlite' if database_url.startswith('sqlite') else 'postgres'}"
-                        ".THREAD_EVENTS_KEPT", 50)
+    monkeypatch.setattr("threadline.storage.scripts.THREAD_EVENTS_KEPT", 50)  # the one append, for every backend
     storage = await open_storage(database_url)
     try:
         tid, other = str(uuid.uuid4()), str(uuid.uuid4())

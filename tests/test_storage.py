@@ -8,8 +8,10 @@ process has), on SQLite the same one (the file belongs to one process, which hol
 another program's transaction are forced deterministically with `OtherConnection`, a raw connection to the
 same database.
 
-Where the backends differ today, the test states the rule we hold to be right and is a strict xfail on the
-backend that breaks it (the reason says how), so that fixing the backend turns it into a failure to remove.
+Both backends run the same statements and rules (`storage/statements.py`, `rules.py`, `scripts.py`), and no
+test here is marked for one backend: the divergences this suite once named as strict xfails (tie order, JSON
+filter key order and case folding on SQLite, a stale heartbeat, a thread and its checkpoints deleted in two
+transactions, two clocks) are fixed.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from threadline.storage import open_storage
 from threadline.storage.base import NewThreadEvent, Row, Storage
 from threadline.storage.sql import now_iso, thread_ttl_columns
 
-from tests.services import Backend
 
 
 @pytest.fixture
@@ -53,12 +54,6 @@ async def peer(storage: Storage, database_url: str) -> AsyncIterator[Storage]:
         yield other
     finally:
         await other.close()
-
-
-def xfail_on(request: pytest.FixtureRequest, backend: Backend, kind: str, reason: str) -> None:
-    """Mark this test a strict xfail on one backend: a divergence we know of, to be fixed there."""
-    if backend.kind == kind:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
 
 
 def ts(value: str) -> datetime:
@@ -366,11 +361,8 @@ async def test_a_finish_sets_the_threads_status_and_state(storage: Storage, stat
 
 
 async def test_a_finish_stamps_the_run_and_its_thread_on_one_clock(
-        request: pytest.FixtureRequest, backend: Backend, storage: Storage) -> None:
+        storage: Storage) -> None:
     """The run's and its thread's `updated_at` after a finish are one instant, read from one clock."""
-    xfail_on(request, backend, "postgres", "PostgreSQL stamps the run with the database's now() (the "
-             "transaction's start) and its thread with the Python process's clock (now_iso): two clocks, which "
-             "differ by the skew between the machines; SQLite takes one Python timestamp for both")
     run = await enqueue(storage)
     await storage.claim_run("w1", 30)
     finished = await storage.finish_run(run["run_id"], "success", worker_id="w1", attempt=1)
@@ -493,12 +485,9 @@ async def test_a_heartbeat_keeps_a_lease_only_for_its_holder(storage: Storage, p
 
 
 async def test_a_heartbeat_for_an_older_attempt_extends_nothing(
-        request: pytest.FixtureRequest, backend: Backend, storage: Storage) -> None:
+        storage: Storage) -> None:
     """A worker that lost attempt 1 and then claimed the same run again (attempt 2) sends a heartbeat that
     still names attempt 1: it is not reported held, and it must not renew attempt 2's lease either."""
-    xfail_on(request, backend, "sqlite", "SQLite's heartbeat updates every run of the worker named in `held`, "
-             "whatever the attempt, and only filters what it returns (PostgreSQL matches the attempt in SQL). "
-             "Harmless today: a worker id is one process, which heartbeats its current attempt anyway")
     run = await enqueue(storage)
     await storage.claim_run("w1", -1)
     await storage.recover_runs(2, expired_only=True)
@@ -556,13 +545,10 @@ async def test_a_stateless_runs_finish_deletes_its_thread_and_keeps_the_run(stor
 
 
 async def test_a_thread_and_its_checkpoints_go_in_one_transaction(
-        request: pytest.FixtureRequest, backend: Backend, database_url: str, storage: Storage) -> None:
+        database_url: str, storage: Storage) -> None:
     """While a thread's delete waits on another transaction, a reader sees the thread with its checkpoints or
     neither: never the thread gone and its checkpoints left (which a thread made again under that id would
     inherit, if the second step failed)."""
-    xfail_on(request, backend, "postgres", "PostgreSQL deletes the thread's rows in one transaction and its "
-             "checkpoints afterwards, through LangGraph's saver (adelete_thread), in another; SQLite does both "
-             "in one. Same split in finish_run(delete_thread=True) and delete_expired_threads")
     thread = await create_thread(storage)
     tid = thread["thread_id"]
     await put_checkpoint(storage, tid)
@@ -651,11 +637,9 @@ async def test_threads_sort_by_a_unique_key_and_page(storage: Storage, sort_orde
 @pytest.mark.parametrize("sort_by", ["created_at", "updated_at", "status"])
 @pytest.mark.parametrize("sort_order", ["asc", "desc"])
 async def test_threads_with_equal_sort_keys_are_ordered_by_id(
-        request: pytest.FixtureRequest, backend: Backend, storage: Storage, sort_by: str, sort_order: str) -> None:
+        storage: Storage, sort_by: str, sort_order: str) -> None:
     """Ties in the sort key are broken by the thread id in the same direction, so that pages neither repeat
     nor skip a thread and every backend lists the same order."""
-    xfail_on(request, backend, "sqlite", "SQLite breaks ties by rowid (insertion order), PostgreSQL by "
-             "thread_id: the same data lists in different orders")
     await _threads_with_ties(storage)
     assert await _search_threads(storage, sort_by=sort_by, sort_order=sort_order) == _expected(sort_by, sort_order)
 
@@ -683,19 +667,15 @@ async def test_thread_filters_and_counts_agree(storage: Storage) -> None:
 
 
 async def test_a_json_filter_ignores_the_order_of_keys(
-        request: pytest.FixtureRequest, backend: Backend, storage: Storage) -> None:
+        storage: Storage) -> None:
     """A metadata filter on an object matches the same object written with its keys in another order (JSON
     objects have no order; PostgreSQL's jsonb compares them so)."""
-    xfail_on(request, backend, "sqlite", "SQLite compares the stored JSON text with the filter's text: "
-             "{\"a\": 1, \"b\": 2} does not match {\"b\": 2, \"a\": 1}")
     thread = await create_thread(storage, metadata={"owner": {"a": 1, "b": 2}})
     assert await _search_threads(storage, metadata={"owner": {"b": 2, "a": 1}}) == [thread["thread_id"]]
 
 
 async def test_assistants_sort_page_and_break_ties_by_id(
-        request: pytest.FixtureRequest, backend: Backend, storage: Storage) -> None:
-    xfail_on(request, backend, "sqlite", "SQLite breaks ties by rowid (insertion order), PostgreSQL by "
-             "assistant_id")
+        storage: Storage) -> None:
     moment = now_iso()
     for assistant_id in ("a-3", "a-1", "a-2"):
         await create_assistant(storage, assistant_id, created_at=moment, updated_at=moment)
@@ -784,9 +764,7 @@ async def test_concurrent_sweeps_take_each_thread_once_and_respect_the_limit(sto
 
 
 async def test_an_assistant_name_filter_ignores_case_beyond_ascii(
-        request: pytest.FixtureRequest, backend: Backend, storage: Storage) -> None:
-    xfail_on(request, backend, "sqlite", "SQLite's LIKE folds the case of ASCII letters only; PostgreSQL's ILIKE "
-             "folds every letter")
+        storage: Storage) -> None:
     await create_assistant(storage, "a1", name="Ärger Agent")
     assert await storage.count_assistants(graph_id=None, name="ärger", metadata=None) == 1
     assert await storage.count_assistants(graph_id=None, name="AGENT", metadata=None) == 1

@@ -58,7 +58,8 @@ def _serializing_inline() -> Iterator[None]:
 class InlinePostgresSaver(AsyncPostgresSaver):
     async def aput(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
         with _serializing_inline():
-            return await super().aput(config, checkpoint, checkpoint_metadata(config, metadata), new_versions)
+            return await super().aput(config, checkpoint, checkpoint_metadata(config, metadata),  # type: ignore[arg-type]
+                                     new_versions)
 
     async def aput_writes(self, config: Any, writes: Sequence[tuple[str, Any]], task_id: str,
                           task_path: str = "") -> None:

@@ -1,4 +1,4 @@
-"""Small SQL helpers shared by the SQL backends: JSON columns, filters, migrations, timestamps."""
+"""Small helpers shared by the SQL backends: JSON columns and their encoding, migrations, timestamps."""
 
 from __future__ import annotations
 
@@ -25,12 +25,6 @@ def thread_ttl_columns(minutes: float | None) -> dict[str, Any]:
     return {"ttl_strategy": "delete", "ttl_minutes": minutes} if minutes is not None else {}
 
 
-def worker_lost(attempts: int) -> dict[str, str]:
-    """The error a run ends with when its worker died and no retries are left."""
-    return {"error": "WorkerLost",
-            "message": f"The process running this run stopped; no retries left after {attempts} attempts."}
-
-
 def dumps(value: Any) -> str:
     """A JSON column's text. orjson, as LangGraph's server: NaN and Infinity become null (PostgreSQL's jsonb
     has no such values). The standard encoder only for what orjson refuses (an int beyond 64 bits)."""
@@ -38,28 +32,6 @@ def dumps(value: Any) -> str:
         return orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
     except orjson.JSONEncodeError:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
-
-
-def where(clauses: list[tuple[str, list]], *, metadata: dict | None = None, values: dict | None = None,
-          filters: dict | None = None) -> tuple[str, list]:
-    """AND together clauses, plus top-level key equality on JSON columns (`metadata`, `values`), plus an
-    authorization filter on `metadata` (`filter_terms`)."""
-    parts = [c for c, _ in clauses]
-    params = [p for _, ps in clauses for p in ps]
-    for column, wanted in (("metadata", metadata), ("values", values)):
-        for key, value in (wanted or {}).items():
-            parts.append(f"(\"{column}\" -> ?) = json(?)")
-            params += [f'$."{key}"', dumps(value)]
-    for key, op, value in filter_terms(filters):
-        if op == "$eq":
-            parts.append('("metadata" -> ?) = json(?)')
-            params += [f'$."{key}"', dumps(value)]
-        else:  # $contains: the key's list holds each value
-            for item in value:
-                parts.append('(json_type("metadata", ?) = \'array\' AND EXISTS (SELECT 1 FROM json_each("metadata", ?) '
-                             "AS e WHERE e.type NOT IN ('object', 'array') AND json_quote(e.value) = json(?)))")
-                params += [f'$."{key}"', f'$."{key}"', dumps(item)]
-    return ("WHERE " + " AND ".join(parts) if parts else ""), params
 
 
 def filter_terms(filters: dict | None) -> list[tuple[str, str, Any]]:
@@ -86,25 +58,6 @@ def filter_terms(filters: dict | None) -> list[tuple[str, str, Any]]:
         else:
             terms.append((key, "$eq", wanted))
     return terms
-
-
-def thread_events_select(mark: str, thread_id: str, after: int, limit: int, run_id: str | None,
-                         method: str | None) -> tuple[str, list]:
-    """The thread's events after `after` (one run's, one method's), oldest first. `mark`: the placeholder."""
-    sql, params = f"SELECT * FROM thread_events WHERE thread_id = {mark} AND seq > {mark}", [thread_id, after]
-    for col, val in (("run_id", run_id), ("method", method)):
-        if val is not None:
-            sql += f" AND {col} = {mark}"
-            params.append(val)
-    return f"{sql} ORDER BY seq LIMIT {mark}", [*params, limit]
-
-
-def thread_event_bounds_select(mark: str) -> str:
-    return f"SELECT MIN(seq) AS lo, MAX(seq) AS hi FROM thread_events WHERE thread_id = {mark}"
-
-
-def event_bounds(row: dict[str, Any] | None) -> tuple[int, int]:
-    return (int(row["lo"] or 0), int(row["hi"] or 0)) if row else (0, 0)
 
 
 MIGRATIONS_TABLE = "CREATE TABLE IF NOT EXISTS threadline_migrations (name TEXT PRIMARY KEY, applied_at TEXT)"

@@ -25,6 +25,7 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from threadline.storage.base import checkpoint_metadata
 from threadline.storage.sql import dumps
 from threadline.storage.sqlite_writer import Writer, in_transaction
+from threadline.storage.statements import SQLITE
 
 _PUT_CHECKPOINT = (
     "INSERT OR REPLACE INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, "
@@ -42,7 +43,7 @@ class WriterSqliteSaver(AsyncSqliteSaver):
     def __init__(self, writer: Writer, *, group: bool = False) -> None:
         super().__init__(writer.conn)
         self.writer = writer
-        self.lock = writer.lock  # type: ignore[assignment]  # LangGraph's own methods take it
+        self.lock = writer.lock  # LangGraph's own methods take it
         # LangGraph's sync saver on the same sqlite3 connection, called only under the writer's lock.
         self._reader = SqliteSaver(writer.conn._conn, serde=self.serde)
         self._reader.is_setup = True  # setup() creates the tables
@@ -92,8 +93,8 @@ class WriterSqliteSaver(AsyncSqliteSaver):
 
 
 def delete_thread_checkpoints(db: sqlite3.Connection, thread_id: str) -> None:
-    db.execute("DELETE FROM checkpoints WHERE thread_id = ?", (thread_id,))
-    db.execute("DELETE FROM writes WHERE thread_id = ?", (thread_id,))
+    for sql in SQLITE.statements("delete_thread_checkpoints"):
+        db.execute(sql, {"thread_ids": dumps([thread_id])})
 
 
 _ROWS_PER_STATEMENT = 500  # x 9 values: far below SQLite's limit on a statement's parameters

@@ -31,7 +31,7 @@ import logging
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Literal
 
 import aiosqlite
 
@@ -52,7 +52,7 @@ class _CommittingLock(asyncio.Lock):
         super().__init__()
         self._writer = writer
 
-    async def acquire(self) -> bool:
+    async def acquire(self) -> Literal[True]:
         await super().acquire()
         try:
             self._writer._commit_group()
@@ -209,7 +209,7 @@ def _reason(exc: sqlite3.Error) -> str:
     return "locked by another writer" if is_busy(exc) else "the database file cannot be written"
 
 
-def is_busy(exc: sqlite3.OperationalError) -> bool:
+def is_busy(exc: sqlite3.Error) -> bool:
     text = str(exc)
     return "locked" in text or "busy" in text
 

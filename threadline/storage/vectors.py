@@ -95,7 +95,7 @@ WHERE NOT EXISTS (SELECT 1 FROM store s WHERE s.prefix = v.prefix AND s.key = v.
 """
 
 
-def postgres_store(pool: AsyncConnectionPool, *, index: dict[str, Any] | None, ttl: dict[str, Any] | None,
+def postgres_store(pool: AsyncConnectionPool[Any], *, index: dict[str, Any] | None, ttl: dict[str, Any] | None,
                    pgvector: bool) -> tuple[AsyncPostgresStore, VectorIndex | None]:
     """LangGraph's store over `pool`, and how it searches by meaning: pgvector, exact scan, or not at all."""
     if not index:

@@ -1,0 +1,86 @@
+"""The queue's and the threads' decisions that are not SQL, as pure functions every backend calls.
+
+They take what a transaction has read and say what it writes; they touch no connection, so each is the one
+place its rule lives (the thread status rule itself is in SQL, `Dialect.reconcile_thread`, so that a
+finish waits for no result; `thread_status_changes` says what it is given).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from threadline.errors import Conflict, NotFound
+
+Row = dict[str, Any]
+class EnqueuePlan(NamedTuple):
+    """What an enqueue writes: the run row (claimed when it starts at once) and the thread's metadata."""
+
+    run: Row
+    thread_metadata: dict[str, Any]
+    claimed: bool
+
+
+def plan_enqueue(run: Row, thread_metadata_before: dict[str, Any] | None, *, created: bool, active: bool,
+                 thread_metadata: dict[str, Any], reject_if_active: bool, claim_for: tuple[str, float] | None,
+                 run_metadata: Callable[[dict[str, Any] | None], dict[str, Any]] | None) -> EnqueuePlan:
+    """Reject, claim at once, or just queue.
+
+    `thread_metadata_before` is the thread's metadata as the transaction found it (None: no such thread);
+    `created`: this transaction has just created it; `active`: it has a pending or running run.
+    """
+    thread_id = run["thread_id"]
+    if thread_metadata_before is None:
+        raise NotFound(f"Thread with ID {thread_id} not found")
+    if reject_if_active and active:
+        raise Conflict("Thread is already running a task. Wait for it to finish or choose a "
+                       "different multitask strategy.")
+    if run_metadata is not None:
+        run = {**run, "metadata": run_metadata(None if created else thread_metadata_before)}
+    claimed = claim_for is not None and not active and run["available_at"] <= run["created_at"]
+    if claimed:
+        assert claim_for is not None
+        # As `claim_run` claims: running, attempt 1, leased for `lease_seconds` (the lease on the
+        # backend's clock, filled by the statement).
+        run = {**run, "status": "running", "worker_id": claim_for[0], "attempt": 1}
+    return EnqueuePlan(run, {**thread_metadata_before, **thread_metadata}, claimed)
+
+
+def split_recovery(running: list[Row], max_attempts: int) -> tuple[list[Row], list[Row]]:
+    """Runs whose worker is gone: back in the queue while they have attempts left, else failed with
+    `worker_lost` (the failed rows as they end)."""
+    requeue, fail = [], []
+    for run in running:
+        if run["attempt"] <= max_attempts:
+            requeue.append(run)
+        else:
+            fail.append({**run, "status": "error", "error": worker_lost(run["attempt"]), "worker_id": None,
+                         "lease_expires_at": None})
+    return requeue, fail
+
+
+def worker_lost(attempts: int) -> dict[str, str]:
+    """The error a run ends with when its worker died and no retries are left."""
+    return {"error": "WorkerLost",
+            "message": f"The process running this run stopped; no retries left after {attempts} attempts."}
+
+
+def thread_status_changes(changes: Row, *, only_if_busy: bool = False) -> tuple[Row, str, bool]:
+    """A finisher's thread changes as the status rule takes them: (the other columns, the status the thread
+    takes when no run of it is active (the finisher's, else idle), whether only a busy thread changes).
+
+    A thread is busy while it has an active run; otherwise it takes the status the finisher computed
+    (idle, interrupted or error). `only_if_busy` (a run deleted): with no status given, a thread that is
+    not busy keeps the status it has.
+    """
+    status = changes.get("status")
+    columns = {k: v for k, v in changes.items() if k != "status"}
+    return columns, status or "idle", only_if_busy and status is None
+
+
+VERSION_COLUMNS = ("assistant_id", "version", "graph_id", "name", "description", "config", "context", "metadata")
+
+
+def next_assistant_version(current: Row, changes: Row, latest_version: int | None, now: str) -> Row:
+    """The assistant after an update: `changes` applied, numbered after its latest version."""
+    return {**current, **changes, "version": (latest_version or 0) + 1, "updated_at": now}

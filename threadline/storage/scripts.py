@@ -1,0 +1,269 @@
+"""Every multi-statement transaction of our tables, written once as a driver-neutral script.
+
+A script is a generator: it yields a `Q` (a statement and its parameters) or a tuple of them, and receives
+their rows (a list of rows per statement; None for a `Q` with `wait=False`, whose result decides nothing).
+It returns the transaction's result, raises to roll it back, or raises `Undo(value)` to roll it back and
+return `value`. SQLite's writer steps a script synchronously on its connection, inside one `BEGIN
+IMMEDIATE` transaction (`sqlite.py`); PostgreSQL awaits it in one pipelined transaction (`postgres.py`):
+the statements of a tuple, and every `wait=False` one, are sent together, so a tuple costs one round trip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import Any, NamedTuple, TypeVar
+
+from threadline.errors import Conflict, NotFound
+from threadline.storage.base import THREAD_EVENTS_KEPT, NewThreadEvent
+from threadline.storage.rules import (
+    VERSION_COLUMNS, Row, next_assistant_version, plan_enqueue, split_recovery, thread_status_changes,
+)
+from threadline.storage.sql import dumps, now_iso, thread_ttl_columns
+from threadline.storage.statements import Dialect, Encoded
+
+T = TypeVar("T")
+
+
+class Q(NamedTuple):
+    """One statement of a script: its SQL (in the driver's dialect), parameters, and whether its rows are
+    waited for. `many`: `params` is a list of parameter sets, one execution each."""
+
+    sql: str
+    params: Any
+    wait: bool = True
+    many: bool = False
+
+
+Step = Q | tuple[Q, ...]
+Script = Generator[Step, Any, T]
+
+
+class Undo(Exception):
+    """Roll the script's transaction back and return `value`."""
+
+    def __init__(self, value: Any = None) -> None:
+        super().__init__()
+        self.value = value
+
+
+def q(d: Dialect, name: str, /, *, wait: bool = True, **params: Any) -> Q:
+    return Q(d.statement(name), params, wait)
+
+
+# --- threads -----------------------------------------------------------------
+def create_thread(d: Dialect, row: Row, if_exists: str) -> Script[Row]:
+    inserted, found = yield (Q(d.insert("threads", row, conflict="(thread_id) DO NOTHING RETURNING thread_id"), row),
+                             q(d, "get_thread", thread_id=row["thread_id"]))
+    if not inserted and if_exists == "raise":
+        raise Conflict(f"Thread with ID {row['thread_id']} already exists")
+    return found[0]
+
+
+def update_thread(d: Dialect, thread_id: str, changes: Row, merge_metadata: dict[str, Any] | None) -> Script[Row | None]:
+    changes = dict(changes)
+    if merge_metadata:
+        locked = yield q(d, "lock_thread", thread_id=thread_id)
+        if not locked:
+            return None
+        changes["metadata"] = {**locked[0]["metadata"], **merge_metadata}
+    # Read after the write: triggers keep `expires_at` and `state_updated_at`, and SQLite's RETURNING shows
+    # the row from before its AFTER triggers ran.
+    _, found = yield (Q(d.update("threads", changes, "thread_id", stamp=True), {**changes, "thread_id": thread_id},
+                        wait=False), q(d, "get_thread", thread_id=thread_id))
+    return found[0] if found else None
+
+
+def delete_threads(d: Dialect, thread_ids: list[str], *, keep_runs: bool = False) -> Script[list[str]]:
+    """The threads with their events, checkpoints and (unless `keep_runs`) runs; the ids deleted."""
+    if not thread_ids:
+        return []
+    names = ["delete_threads_events", "delete_threads_event_counters", "delete_thread_checkpoints",
+             *([] if keep_runs else ["delete_threads_runs"])]
+    steps = [Q(part, {"thread_ids": thread_ids}, wait=False) for name in names for part in d.statements(name)]
+    *_, deleted = yield (*steps, q(d, "delete_threads", thread_ids=thread_ids))
+    return [r["thread_id"] for r in deleted]
+
+
+def delete_expired_threads(d: Dialect, cutoff: str | None, limit: int) -> Script[list[str]]:
+    # In one transaction, the expired threads locked (PostgreSQL) or the file (SQLite): no run can be enqueued
+    # between finding a thread idle and deleting it; SKIP LOCKED lets concurrent sweepers take disjoint threads.
+    expired = yield q(d, "expired_threads", cutoff=cutoff, limit=limit)
+    return (yield from delete_threads(d, [r["thread_id"] for r in expired]))
+
+
+def reconcile(d: Dialect, changes: Row, *, thread_id: str | None = None, run_id: str | None = None,
+              only_if_busy: bool = False) -> tuple[Q, Q]:
+    """The thread status rule (`Dialect.reconcile_thread`), its row locked first as `enqueue_run` locks it:
+    a run enqueued concurrently is then either seen (the thread stays busy) or enqueued after us (and marks
+    the thread busy itself). Neither statement is waited for."""
+    columns, status, only_busy = thread_status_changes(changes, only_if_busy=only_if_busy)
+    key = {"run_id": run_id} if run_id is not None else {"thread_id": thread_id}
+    lock = q(d, "lock_thread_of_run" if run_id is not None else "lock_thread", wait=False, **key)
+    return lock, Q(d.reconcile_thread(columns, of_run=run_id is not None, only_if_busy=only_busy),
+                   {**columns, "status": status, **key}, wait=False)
+
+
+# --- runs and the queue ---------------------------------------------------------
+def enqueue_run(d: Dialect, run: Row, thread_metadata: dict[str, Any], create_thread: bool, reject_if_active: bool,
+                ttl_minutes: float | None, new_thread_metadata: dict[str, Any],
+                claim_for: tuple[str, float] | None,
+                run_metadata: Callable[[dict[str, Any] | None], dict[str, Any]] | None) -> Script[Row]:
+    """One round trip reads what decides (the thread, created if asked; its row lock orders concurrent
+    enqueues, so a reject sees the other's run; its active run), one writes."""
+    now, thread_id = run["created_at"], run["thread_id"]
+    need_active = reject_if_active or claim_for is not None
+    steps = [q(d, "lock_thread", thread_id=thread_id)]
+    if create_thread:
+        steps.insert(0, q(d, "insert_thread_if_missing", thread_id=thread_id, status="busy", now=now,
+                          metadata={**new_thread_metadata, **thread_metadata},
+                          **{"ttl_strategy": None, "ttl_minutes": None, **thread_ttl_columns(ttl_minutes)}))
+    if need_active:
+        steps.append(q(d, "thread_has_active_run", thread_id=thread_id))
+    found = yield tuple(steps)
+    created = bool(found[0]) if create_thread else False
+    thread = found[1 if create_thread else 0]
+    plan = plan_enqueue(run, thread[0]["metadata"] if thread else None, created=created,
+                        active=bool(found[-1]) if need_active else False, thread_metadata=thread_metadata,
+                        reject_if_active=reject_if_active, claim_for=claim_for, run_metadata=run_metadata)
+    insert = Q(d.insert("runs", plan.run, lease=plan.claimed, returning=True),
+               {**plan.run, "lease_seconds": claim_for[1] if plan.claimed and claim_for else None})
+    if created:
+        rows = yield insert
+    else:
+        _, rows = yield (q(d, "mark_thread_busy", wait=False, thread_id=thread_id, metadata=plan.thread_metadata,
+                          now=now), insert)
+    return rows[0]
+
+
+def finish_run(d: Dialect, run_id: str, status: str, error: Any, output: Any, thread_changes: Row,
+               worker_id: str | None, attempt: int | None, delete_thread: bool) -> Script[Row | None]:
+    """The run ended (fenced by worker and attempt when given) and its thread reconciled in one round trip;
+    rolled back when the run was not the caller's to end."""
+    encoded = Encoded(dumps(output)) if output is not None else None
+    if encoded is not None and thread_changes.get("values") is output:  # the output, often the whole state,
+        thread_changes = {**thread_changes, "values": encoded}          # is encoded once
+    finish = q(d, "finish_run", run_id=run_id, status=status, error=error, output=encoded, worker_id=worker_id,
+               attempt=attempt)
+    if delete_thread:  # a stateless run's temporary thread: deleted with its checkpoints, its runs kept
+        finished = yield finish
+        if not finished:
+            return None
+        yield from delete_threads(d, [finished[0]["thread_id"]], keep_runs=True)
+    else:
+        finished, *_ = yield (finish, *reconcile(d, thread_changes, run_id=run_id))
+        if not finished:
+            raise Undo(None)
+    return {**finished[0], "output": output}
+
+
+def heartbeat_runs(d: Dialect, worker_id: str, held: dict[str, int], lease_seconds: float) -> Script[set[str]]:
+    if not held:
+        return set()
+    rows = yield q(d, "heartbeat_runs", worker_id=worker_id, held=held, lease_seconds=lease_seconds)
+    return {r["run_id"] for r in rows}
+
+
+def release_runs(d: Dialect, worker_id: str, held: dict[str, int]) -> Script[list[str]]:
+    if not held:
+        return []
+    rows = yield q(d, "release_runs", worker_id=worker_id, held=held)
+    return [r["run_id"] for r in rows]
+
+
+def cancel_pending_runs(d: Dialect, run_ids: list[str], status: str) -> Script[list[str]]:
+    if not run_ids:
+        return []
+    rows = yield q(d, "cancel_pending_runs", run_ids=list(run_ids), status=status)
+    steps = [step for thread_id in sorted({r["thread_id"] for r in rows}) for step in reconcile(d, {}, thread_id=thread_id)]
+    if steps:
+        yield tuple(steps)
+    return [r["run_id"] for r in rows]
+
+
+def delete_run(d: Dialect, run_id: str) -> Script[bool]:
+    found = yield q(d, "delete_run", run_id=run_id)
+    if not found:
+        return False
+    yield reconcile(d, {}, thread_id=found[0]["thread_id"], only_if_busy=True)
+    return True
+
+
+def recover_runs(d: Dialect, max_attempts: int, expired_only: bool) -> Script[tuple[list[Row], list[Row]]]:
+    """Runs whose lease lapsed (`expired_only`), or every running run (the one-process backend at start),
+    split by `split_recovery`; at start, a thread left busy with no active run becomes idle too."""
+    running = yield q(d, "lapsed_runs" if expired_only else "running_runs")
+    requeue, fail = split_recovery(running, max_attempts)
+    steps: list[Q] = []
+    if requeue:
+        steps.append(q(d, "requeue_runs", wait=False, run_ids=[r["run_id"] for r in requeue]))
+    for r in fail:
+        steps.append(q(d, "fail_run", wait=False, run_id=r["run_id"], error=r["error"]))
+        steps += reconcile(d, {"status": "error", "error": r["error"]}, thread_id=r["thread_id"])
+    if not expired_only:
+        steps.append(q(d, "idle_stray_busy_threads", wait=False))
+    if steps:
+        yield tuple(steps)
+    return requeue, fail
+
+
+# --- assistants -------------------------------------------------------------------
+def create_assistant(d: Dialect, row: Row, if_exists: str) -> Script[Row]:
+    inserted = yield Q(d.insert("assistants", row, conflict="(assistant_id) DO NOTHING RETURNING assistant_id"), row)
+    if inserted:
+        version = {k: row[k] for k in (*VERSION_COLUMNS, "created_at")}
+        yield q(d, "insert_assistant_version", wait=False, **version)
+    elif if_exists == "raise":
+        raise Conflict(f"Assistant {row['assistant_id']} already exists")
+    return (yield q(d, "get_assistant", assistant_id=row["assistant_id"]))[0]
+
+
+def update_assistant(d: Dialect, assistant_id: str, changes: Row) -> Script[Row]:
+    current, latest = yield (q(d, "lock_assistant", assistant_id=assistant_id),
+                             q(d, "latest_assistant_version", assistant_id=assistant_id))
+    if not current:
+        raise NotFound(f"Assistant {assistant_id} not found")
+    new = next_assistant_version(current[0], changes, latest[0]["v"] if latest else None, now_iso())
+    version = {**{k: new[k] for k in VERSION_COLUMNS}, "created_at": new["updated_at"]}
+    cols = {k: v for k, v in new.items() if k != "assistant_id"}
+    _, _, found = yield (q(d, "insert_assistant_version", wait=False, **version),
+                         Q(d.update("assistants", cols, "assistant_id"), new, wait=False),
+                         q(d, "get_assistant", assistant_id=assistant_id))
+    return found[0]
+
+
+def set_assistant_version(d: Dialect, assistant_id: str, version: int) -> Script[Row | None]:
+    found = yield q(d, "get_assistant_version", assistant_id=assistant_id, version=version)
+    if not found:
+        return None
+    v = found[0]
+    _, current = yield (q(d, "set_assistant", wait=False, updated_at=now_iso(), **{
+        k: v[k] for k in ("assistant_id", "graph_id", "name", "description", "config", "context", "metadata",
+                          "version")}), q(d, "get_assistant", assistant_id=assistant_id))
+    return current[0] if current else None
+
+
+def delete_assistant(d: Dialect, assistant_id: str) -> Script[bool]:
+    return bool((yield q(d, "delete_assistant", assistant_id=assistant_id)))
+
+
+# --- checkpoints and protocol events ------------------------------------------------
+def run_named(d: Dialect, name: str, params: dict[str, Any]) -> Script[None]:
+    """A statement that may be several (LangGraph's checkpoint tables), in one transaction."""
+    yield tuple(Q(part, params, wait=False) for part in d.statements(name))
+
+
+def append_thread_events(d: Dialect, thread_id: str, run_id: str | None,
+                         events: list[NewThreadEvent]) -> Script[list[int]]:
+    """Number the events on from the thread's counter and store them, keeping the newest. The counter's
+    upsert holds its row until commit (PostgreSQL; SQLite: the file's write lock): a concurrent appender on
+    the thread takes the numbers after ours, so seqs also commit in order."""
+    ((counter,),) = yield q(d, "bump_event_counter", thread_id=thread_id, count=len(events)),
+    last = int(counter["last_seq"])
+    first = last - len(events) + 1
+    steps = [Q(d.statement("insert_event"), [
+        {"thread_id": thread_id, "seq": first + i, "run_id": run_id, "method": e.method, "channel": e.channel,
+         "namespace": e.namespace, "params": e.params} for i, e in enumerate(events)], wait=False, many=True)]
+    if last > THREAD_EVENTS_KEPT:
+        steps.append(q(d, "trim_events", wait=False, thread_id=thread_id, upto=last - THREAD_EVENTS_KEPT))
+    yield tuple(steps)
+    return list(range(first, last + 1))

@@ -1,0 +1,277 @@
+"""The `Storage` contract over SQL, once for both databases: each method is a named statement (a read) or a
+script (a transaction, `scripts.py`), in the backend's `Dialect`.
+
+A backend supplies only its connections: `_transact` steps a script in one transaction, `_read` runs one
+read. `heavy` marks work that may touch many rows (SQLite runs it on its connection's thread, off the loop).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from typing import Any, Literal
+
+from threadline.storage import crons, scripts
+from threadline.storage.base import NewThreadEvent, Row, SortOrder, Storage
+from threadline.storage.scripts import Script, T
+from threadline.storage.statements import Dialect, like_pattern, order_by, where
+
+_ASSISTANT_SORT = {"assistant_id", "graph_id", "name", "created_at", "updated_at"}
+_THREAD_SORT = {"thread_id", "status", "created_at", "updated_at", "state_updated_at"}
+
+
+class SQLStorage(Storage):
+    """Storage in one SQL database (see the module docstring)."""
+
+    dialect: Dialect
+
+    @abc.abstractmethod
+    async def _transact(self, script: Callable[..., Script[T]], *args: Any, heavy: bool = False) -> T:
+        """Run `script(self.dialect, *args)` as one transaction and return its result (a driver may run it
+        again from the start, in a new transaction, after the database refused the first)."""
+
+    @abc.abstractmethod
+    async def _read(self, sql: str, params: dict[str, Any], *, point: bool = False) -> list[Row]:
+        """One read statement's rows; `point`: a lookup by key."""
+
+    async def _named(self, name: str, *, point: bool = False, **params: Any) -> list[Row]:
+        return await self._read(self.dialect.statement(name), params, point=point)
+
+    async def _one(self, name: str, **params: Any) -> Row | None:
+        rows = await self._named(name, point=True, **params)
+        return rows[0] if rows else None
+
+    # --- assistants ----------------------------------------------------------
+    async def create_assistant(self, row: Row, *, if_exists: Literal["raise", "do_nothing"]) -> Row:
+        return await self._transact(scripts.create_assistant, row, if_exists, heavy=True)
+
+    async def get_assistant(self, assistant_id: str) -> Row | None:
+        return await self._one("get_assistant", assistant_id=assistant_id)
+
+    def _assistant_filter(self, graph_id: str | None, name: str | None,
+                          metadata: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
+        clauses: list[tuple[str, dict[str, Any]]] = []
+        if graph_id is not None:
+            clauses.append(("graph_id = :graph_id", {"graph_id": graph_id}))
+        if name is not None:
+            clauses.append(("{ilike:name:name_like}", {"name_like": like_pattern(name)}))
+        return where(self.dialect, clauses, metadata=metadata)
+
+    async def search_assistants(self, *, graph_id: str | None, name: str | None, metadata: dict[str, Any] | None,
+                                limit: int, offset: int, sort_by: str, sort_order: SortOrder) -> list[Row]:
+        cond, params = self._assistant_filter(graph_id, name, metadata)
+        order = order_by(sort_by, sort_order, _ASSISTANT_SORT, "created_at", "assistant_id")
+        return await self._read(self.dialect.search("assistants", cond, order), {**params, "limit": limit,
+                                                                                  "offset": offset})
+
+    async def count_assistants(self, *, graph_id: str | None, name: str | None,
+                               metadata: dict[str, Any] | None) -> int:
+        cond, params = self._assistant_filter(graph_id, name, metadata)
+        rows = await self._read(self.dialect.count("assistants", cond), params)
+        return int(rows[0]["n"]) if rows else 0
+
+    async def update_assistant(self, assistant_id: str, changes: Row) -> Row:
+        return await self._transact(scripts.update_assistant, assistant_id, changes, heavy=True)
+
+    async def delete_assistant(self, assistant_id: str) -> bool:
+        return await self._transact(scripts.delete_assistant, assistant_id, heavy=True)
+
+    async def list_assistant_versions(self, assistant_id: str, *, metadata: dict[str, Any] | None, limit: int,
+                                      offset: int) -> list[Row]:
+        cond, params = where(self.dialect, [("assistant_id = :assistant_id", {"assistant_id": assistant_id})],
+                             metadata=metadata)
+        return await self._read(self.dialect.search("assistant_versions", cond, '"version" DESC'),
+                                {**params, "limit": limit, "offset": offset})
+
+    async def set_assistant_version(self, assistant_id: str, version: int) -> Row | None:
+        return await self._transact(scripts.set_assistant_version, assistant_id, version, heavy=True)
+
+    # --- threads -------------------------------------------------------------
+    async def create_thread(self, row: Row, *, if_exists: Literal["raise", "do_nothing"]) -> Row:
+        return await self._transact(scripts.create_thread, row, if_exists)
+
+    async def get_thread(self, thread_id: str, *, filters: dict[str, Any] | None = None) -> Row | None:
+        if not filters:
+            return await self._one("get_thread", thread_id=thread_id)
+        cond, params = where(self.dialect, [("thread_id = :thread_id", {"thread_id": thread_id})], filters=filters)
+        rows = await self._read(self.dialect.sql(f"SELECT * FROM threads {cond}"), params, point=True)
+        return rows[0] if rows else None
+
+    async def update_thread(self, thread_id: str, changes: Row, *,
+                            merge_metadata: dict[str, Any] | None = None) -> Row | None:
+        return await self._transact(scripts.update_thread, thread_id, changes, merge_metadata)
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        # With its runs, events and checkpoints, in one transaction.
+        return bool(await self._transact(scripts.delete_threads, [thread_id], heavy=True))
+
+    async def delete_expired_threads(self, *, limit: int, now: str | None = None) -> list[str]:
+        return await self._transact(scripts.delete_expired_threads, now, limit, heavy=True)
+
+    def _thread_filter(self, ids: list[str] | None, metadata: dict[str, Any] | None, values: dict[str, Any] | None,
+                       status: str | None, filters: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
+        clauses: list[tuple[str, dict[str, Any]]] = []
+        if ids:
+            clauses.append(("thread_id {in:ids}", {"ids": list(ids)}))
+        if status is not None:
+            clauses.append(("status = :status", {"status": status}))
+        return where(self.dialect, clauses, metadata=metadata, values=values, filters=filters)
+
+    async def search_threads(self, *, ids: list[str] | None, metadata: dict[str, Any] | None,
+                             values: dict[str, Any] | None, status: str | None, limit: int, offset: int,
+                             sort_by: str, sort_order: SortOrder, filters: dict[str, Any] | None = None) -> list[Row]:
+        cond, params = self._thread_filter(ids, metadata, values, status, filters)
+        order = order_by(sort_by, sort_order, _THREAD_SORT, "created_at", "thread_id")
+        return await self._read(self.dialect.search("threads", cond, order), {**params, "limit": limit,
+                                                                               "offset": offset})
+
+    async def count_threads(self, *, metadata: dict[str, Any] | None, values: dict[str, Any] | None,
+                            status: str | None, filters: dict[str, Any] | None = None) -> int:
+        cond, params = self._thread_filter(None, metadata, values, status, filters)
+        rows = await self._read(self.dialect.count("threads", cond), params)
+        return int(rows[0]["n"]) if rows else 0
+
+    # --- runs and the queue ----------------------------------------------------
+    async def enqueue_run(self, run: Row, *, thread_metadata: dict[str, Any], create_thread: bool,
+                          reject_if_active: bool, thread_ttl_minutes: float | None = None,
+                          new_thread_metadata: dict[str, Any] | None = None,
+                          claim_for: tuple[str, float] | None = None,
+                          run_metadata: Callable[[dict[str, Any] | None], dict[str, Any]] | None = None) -> Row:
+        return await self._transact(scripts.enqueue_run, run, thread_metadata, create_thread, reject_if_active,
+                                    thread_ttl_minutes, new_thread_metadata or {}, claim_for, run_metadata)
+
+    async def heartbeat_runs(self, worker_id: str, held: dict[str, int], lease_seconds: float) -> set[str]:
+        if not held:
+            return set()
+        return await self._transact(scripts.heartbeat_runs, worker_id, held, lease_seconds)
+
+    async def release_runs(self, worker_id: str, held: dict[str, int]) -> list[str]:
+        if not held:
+            return []
+        return await self._transact(scripts.release_runs, worker_id, held, heavy=True)
+
+    async def finish_run(self, run_id: str, status: str, *, error: Any = None, output: Any = None,
+                         thread_changes: Row | None = None, worker_id: str | None = None,
+                         attempt: int | None = None, delete_thread: bool = False) -> Row | None:
+        return await self._transact(scripts.finish_run, run_id, status, error, output, thread_changes or {},
+                                    worker_id, attempt, delete_thread)
+
+    async def cancel_pending_runs(self, run_ids: list[str], status: str) -> list[str]:
+        if not run_ids:
+            return []
+        return await self._transact(scripts.cancel_pending_runs, run_ids, status, heavy=True)
+
+    async def get_run(self, run_id: str) -> Row | None:
+        return await self._one("get_run", run_id=run_id)
+
+    async def search_runs(self, *, thread_id: str | None, assistant_id: str | None, status: str | None,
+                          metadata: dict[str, Any] | None, limit: int, offset: int) -> list[Row]:
+        given = {"thread_id": thread_id, "assistant_id": assistant_id, "status": status}
+        cond, params = where(self.dialect, [(f"{col} = :{col}", {col: val}) for col, val in given.items()
+                                            if val is not None], metadata=metadata)
+        return await self._read(self.dialect.search("runs", cond, "seq DESC"), {**params, "limit": limit,
+                                                                                 "offset": offset})
+
+    async def delete_run(self, run_id: str) -> bool:
+        return await self._transact(scripts.delete_run, run_id, heavy=True)
+
+    async def active_runs(self, thread_id: str) -> list[Row]:
+        return await self._named("active_runs", thread_id=thread_id)
+
+    async def next_run(self, thread_id: str, after_seq: int) -> Row | None:
+        rows = await self._named("next_run", thread_id=thread_id, after_seq=after_seq)
+        return rows[0] if rows else None
+
+    async def last_run_seq(self, thread_id: str) -> int:
+        rows = await self._named("last_run_seq", thread_id=thread_id)
+        return int(rows[0]["seq"] or 0) if rows else 0
+
+    async def recover_runs(self, max_attempts: int, *, expired_only: bool) -> tuple[list[Row], list[Row]]:
+        return await self._transact(scripts.recover_runs, max_attempts, expired_only, heavy=True)
+
+    async def queue_stats(self) -> Row:
+        rows = await self._named("queue_stats")
+        row = rows[0] if rows else {}
+        return {"pending": int(row.get("pending") or 0), "running": int(row.get("running") or 0),
+                "oldest_pending_at": row.get("oldest")}
+
+    # --- checkpoint helpers ----------------------------------------------------
+    async def delete_checkpoints_for_run(self, thread_id: str, run_id: str) -> None:
+        # Finds the run's checkpoints by their metadata: many rows.
+        await self._transact(scripts.run_named, "delete_run_checkpoints", {"thread_id": thread_id,
+                                                                             "run_id": run_id}, heavy=True)
+
+    async def copy_checkpoints(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self._transact(scripts.run_named, "copy_checkpoints",
+                             {"source": source_thread_id, "target": target_thread_id}, heavy=True)
+
+    # --- protocol events ---------------------------------------------------------
+    async def append_thread_events(self, thread_id: str, run_id: str | None,
+                                   events: list[NewThreadEvent]) -> list[int]:
+        if not events:
+            return []
+        return await self._transact(scripts.append_thread_events, thread_id, run_id, events)
+
+    async def read_thread_events(self, thread_id: str, *, after: int = 0, limit: int = 500,
+                                 run_id: str | None = None, method: str | None = None) -> list[Row]:
+        return await self._read(self.dialect.thread_events(run_id is not None, method is not None),
+                                {"thread_id": thread_id, "after": after, "limit": limit, "run_id": run_id,
+                                 "method": method})
+
+    async def thread_event_bounds(self, thread_id: str) -> tuple[int, int]:
+        rows = await self._named("event_bounds", thread_id=thread_id)
+        return (int(rows[0]["lo"] or 0), int(rows[0]["hi"] or 0)) if rows else (0, 0)
+
+    # --- crons (statements and transactions: storage/crons.py) -----------------------------
+    async def create_cron(self, row: Row) -> Row:
+        return await self._transact(crons.create_cron, row)
+
+    async def get_cron(self, cron_id: str) -> Row | None:
+        rows = await self._read(crons.statement(self.dialect, "get_cron"), {"cron_id": cron_id}, point=True)
+        return crons.cron_row(rows[0]) if rows else None
+
+    async def update_cron(self, cron_id: str, change: Callable[[Row], Row]) -> Row | None:
+        return await self._transact(crons.update_cron, cron_id, change)
+
+    async def delete_cron(self, cron_id: str) -> bool:
+        return await self._transact(crons.one_statement, "delete_cron", {"cron_id": cron_id})
+
+    def _cron_filter(self, assistant_id: str | None, thread_id: str | None, enabled: bool | None,
+                     metadata: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
+        clauses: list[tuple[str, dict[str, Any]]] = []
+        for column, wanted in (("assistant_id", assistant_id), ("thread_id", thread_id)):
+            if wanted is not None:
+                clauses.append((f"{column} = :{column}", {column: wanted}))
+        if enabled is not None:
+            clauses.append(("enabled = :enabled", {"enabled": enabled}))
+        return where(self.dialect, clauses, metadata=metadata)
+
+    async def search_crons(self, *, assistant_id: str | None, thread_id: str | None, enabled: bool | None,
+                           metadata: dict[str, Any] | None, limit: int, offset: int, sort_by: str | None,
+                           sort_order: SortOrder | None) -> list[Row]:
+        cond, params = self._cron_filter(assistant_id, thread_id, enabled, metadata)
+        order = order_by(sort_by or "created_at", sort_order or "desc", crons.SORTABLE, "created_at", "cron_id")
+        rows = await self._read(self.dialect.search("crons", cond, order), {**params, "limit": limit,
+                                                                             "offset": offset})
+        return [crons.cron_row(r) for r in rows]
+
+    async def count_crons(self, *, assistant_id: str | None, thread_id: str | None, enabled: bool | None,
+                          metadata: dict[str, Any] | None) -> int:
+        cond, params = self._cron_filter(assistant_id, thread_id, enabled, metadata)
+        rows = await self._read(self.dialect.count("crons", cond), params)
+        return int(rows[0]["n"]) if rows else 0
+
+    async def due_crons(self, now: str, limit: int) -> list[Row]:
+        rows = await self._read(crons.statement(self.dialect, "due_crons"), {"now_at": now, "limit": limit})
+        return [crons.cron_row(r) for r in rows]
+
+    async def claim_cron_tick(self, cron_id: str, tick: str, *, now: str, until: str) -> bool:
+        return await self._transact(crons.one_statement, "claim_cron_tick",
+                                    {"cron_id": cron_id, "tick": tick, "now_at": now, "until": until})
+
+    async def advance_cron(self, cron_id: str, tick: str, next_run_date: str | None) -> bool:
+        return await self._transact(crons.one_statement, "advance_cron",
+                                    {"cron_id": cron_id, "tick": tick, "next_run_date": next_run_date})
+
+    async def release_cron_tick(self, cron_id: str, tick: str) -> None:
+        await self._transact(crons.one_statement, "release_cron_tick", {"cron_id": cron_id, "tick": tick})

@@ -1,0 +1,392 @@
+"""Every SQL statement of our tables, written once and named, as `broker/keys.py` names every Redis key.
+
+A statement is a template: parameters are `:name` (SQLite takes them as they are; psycopg gets `%(name)s`),
+and the few true differences between the dialects are slots, which `Dialect.sql` fills:
+
+| slot | SQLite | PostgreSQL |
+|---|---|---|
+| `{now}` | `:now`, the transaction's one timestamp from the app clock | `now()`, the transaction's start on the database clock |
+| `{lease}` | `:lease_at` (now + `:lease_seconds`) | `now() + make_interval(secs => :lease_seconds)` |
+| `{for_update}`, `{skip_locked}` | nothing (the one writer holds the file's lock) | `FOR UPDATE`, `FOR UPDATE SKIP LOCKED` |
+| `{json:p}` | `:p` (JSON text) | `CAST(:p AS jsonb)` |
+| `{ts:p}` | `:p` | `CAST(:p AS timestamptz)` |
+| `{in:p}` (p a list) | `IN (SELECT value FROM json_each(:p))` | `= ANY(:p)` |
+| `{pairs:p}` (p a JSON object of text to int) | `json_each(:p)`: `key`, `value` | `jsonb_each_text(...)`, `value` cast to int |
+| `{ilike:col:p}` | `lower(col) LIKE lower(:p) ESCAPE '\\'` (`lower` is Python's, on every connection) | `col ILIKE :p` |
+
+Where a statement genuinely differs (LangGraph's checkpoint tables have other names on each), each dialect
+states it under the same name in `DIALECT_STATEMENTS`. `tests/test_statements.py` checks that both dialects
+define the same names and that every statement prepares on both databases.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable
+from typing import Any, Literal
+
+from threadline.storage.sql import JSON_COLUMNS, dumps, filter_terms
+
+DialectName = Literal["sqlite", "postgres"]
+ACTIVE = "status IN ('pending', 'running')"
+_ACTIVE_RUN = f"EXISTS (SELECT 1 FROM runs r WHERE r.thread_id = threads.thread_id AND r.{ACTIVE})"
+_CLAIMABLE = (
+    "SELECT run_id FROM runs r WHERE status = 'pending' AND available_at <= {now} "
+    "AND NOT EXISTS (SELECT 1 FROM runs o WHERE o.thread_id = r.thread_id AND o.status = 'running') "
+    "AND NOT EXISTS (SELECT 1 FROM runs e WHERE e.thread_id = r.thread_id AND e.status = 'pending' AND e.seq < r.seq) "
+    "ORDER BY seq LIMIT 1"
+)
+
+#: The statements both dialects share, by name.
+STATEMENTS: dict[str, str] = {
+    # --- assistants
+    "get_assistant": "SELECT * FROM assistants WHERE assistant_id = :assistant_id",
+    "lock_assistant": "SELECT * FROM assistants WHERE assistant_id = :assistant_id {for_update}",
+    "insert_assistant_version": (
+        "INSERT INTO assistant_versions (assistant_id, version, graph_id, name, description, config, context, "
+        "metadata, created_at) VALUES (:assistant_id, :version, :graph_id, :name, :description, {json:config}, "
+        "{json:context}, {json:metadata}, {ts:created_at})"),
+    "latest_assistant_version": "SELECT MAX(version) AS v FROM assistant_versions WHERE assistant_id = :assistant_id",
+    "get_assistant_version": (
+        "SELECT * FROM assistant_versions WHERE assistant_id = :assistant_id AND version = :version"),
+    "set_assistant": (
+        "UPDATE assistants SET graph_id = :graph_id, name = :name, description = :description, "
+        "config = {json:config}, context = {json:context}, metadata = {json:metadata}, version = :version, "
+        "updated_at = {ts:updated_at} WHERE assistant_id = :assistant_id"),
+    # Its versions go with it: ON DELETE CASCADE (SQLite: with PRAGMA foreign_keys, on every connection).
+    "delete_assistant": "DELETE FROM assistants WHERE assistant_id = :assistant_id RETURNING assistant_id",
+    # --- threads
+    "get_thread": "SELECT * FROM threads WHERE thread_id = :thread_id",
+    "lock_thread": "SELECT metadata FROM threads WHERE thread_id = :thread_id {for_update}",
+    "insert_thread_if_missing": (
+        "INSERT INTO threads (thread_id, status, metadata, config, interrupts, ttl_strategy, ttl_minutes, "
+        "created_at, updated_at) VALUES (:thread_id, :status, {json:metadata}, '{}', '{}', :ttl_strategy, "
+        ":ttl_minutes, {ts:now}, {ts:now}) ON CONFLICT (thread_id) DO NOTHING RETURNING thread_id"),
+    "mark_thread_busy": (
+        "UPDATE threads SET status = 'busy', metadata = {json:metadata}, updated_at = {ts:now} "
+        "WHERE thread_id = :thread_id"),
+    "thread_has_active_run": f"SELECT 1 AS active FROM runs WHERE thread_id = :thread_id AND {ACTIVE} LIMIT 1",
+    "lock_thread_of_run": (
+        "SELECT 1 FROM threads WHERE thread_id = (SELECT thread_id FROM runs WHERE run_id = :run_id) {for_update}"),
+    "expired_threads": (
+        "SELECT thread_id FROM threads t WHERE expires_at IS NOT NULL AND expires_at <= COALESCE({ts:cutoff}, {now}) "
+        "AND status <> 'busy' AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.thread_id = t.thread_id "
+        f"AND r.{ACTIVE}) ORDER BY expires_at LIMIT :limit {{skip_locked}}"),
+    "delete_threads": "DELETE FROM threads WHERE thread_id {in:thread_ids} RETURNING thread_id",
+    "delete_threads_runs": "DELETE FROM runs WHERE thread_id {in:thread_ids}",
+    "delete_threads_events": "DELETE FROM thread_events WHERE thread_id {in:thread_ids}",
+    "delete_threads_event_counters": "DELETE FROM thread_event_counters WHERE thread_id {in:thread_ids}",
+    # Threads marked busy with no active run (a crash between writes).
+    "idle_stray_busy_threads": (
+        f"UPDATE threads SET status = 'idle', updated_at = {{now}} WHERE status = 'busy' AND NOT {_ACTIVE_RUN}"),
+    # --- runs and the queue
+    "get_run": "SELECT * FROM runs WHERE run_id = :run_id",
+    "active_runs": f"SELECT * FROM runs WHERE thread_id = :thread_id AND {ACTIVE} ORDER BY seq",
+    "next_run": "SELECT * FROM runs WHERE thread_id = :thread_id AND seq > :after_seq ORDER BY seq LIMIT 1",
+    "last_run_seq": "SELECT MAX(seq) AS seq FROM runs WHERE thread_id = :thread_id",
+    "next_claimable_run": _CLAIMABLE,
+    # The oldest pending, available run whose thread has no running run and no older pending one.
+    "claim_run": (
+        "UPDATE runs SET status = 'running', worker_id = :worker_id, attempt = attempt + 1, "
+        "lease_expires_at = {lease}, updated_at = {now} "
+        f"WHERE run_id = ({_CLAIMABLE} {{skip_locked}}) AND status = 'pending' RETURNING *"),
+    # The finish guard: with a worker named, only the holder of that attempt ends the run.
+    "finish_run": (
+        "UPDATE runs SET status = :status, error = {json:error}, output = {json:output}, lease_expires_at = NULL, "
+        "updated_at = {now} WHERE run_id = :run_id AND (CAST(:worker_id AS TEXT) IS NULL OR "
+        "(worker_id = :worker_id AND attempt = :attempt AND status = 'running')) RETURNING *"),
+    "heartbeat_runs": (
+        "UPDATE runs SET lease_expires_at = {lease} FROM {pairs:held} AS h WHERE runs.run_id = h.key "
+        "AND runs.attempt = h.value AND runs.worker_id = :worker_id AND runs.status = 'running' "
+        "RETURNING runs.run_id"),
+    # Back in the queue without spending an attempt, if the worker still holds that attempt.
+    "release_runs": (
+        "UPDATE runs SET status = 'pending', worker_id = NULL, lease_expires_at = NULL, "
+        "attempt = runs.attempt - 1, updated_at = {now} FROM {pairs:held} AS h WHERE runs.run_id = h.key "
+        "AND runs.attempt = h.value AND runs.worker_id = :worker_id AND runs.status = 'running' "
+        "RETURNING runs.run_id"),
+    "cancel_pending_runs": (
+        "UPDATE runs SET status = :status, updated_at = {now} WHERE status = 'pending' AND run_id {in:run_ids} "
+        "RETURNING run_id, thread_id"),
+    "delete_run": "DELETE FROM runs WHERE run_id = :run_id RETURNING thread_id",
+    "running_runs": "SELECT * FROM runs WHERE status = 'running' ORDER BY seq {skip_locked}",
+    "lapsed_runs": "SELECT * FROM runs WHERE status = 'running' AND lease_expires_at < {now} ORDER BY seq {skip_locked}",
+    "requeue_runs": (
+        "UPDATE runs SET status = 'pending', worker_id = NULL, lease_expires_at = NULL, updated_at = {now} "
+        "WHERE run_id {in:run_ids}"),
+    "fail_run": (
+        "UPDATE runs SET status = 'error', error = {json:error}, worker_id = NULL, lease_expires_at = NULL, "
+        "updated_at = {now} WHERE run_id = :run_id"),
+    "queue_stats": (
+        "SELECT COUNT(CASE WHEN status = 'pending' THEN 1 END) AS pending, "
+        "COUNT(CASE WHEN status = 'running' THEN 1 END) AS running, "
+        f"MIN(CASE WHEN status = 'pending' THEN available_at END) AS oldest FROM runs WHERE {ACTIVE}"),
+    # --- protocol events
+    "bump_event_counter": (
+        "INSERT INTO thread_event_counters AS c (thread_id, last_seq) VALUES (:thread_id, :count) "
+        "ON CONFLICT (thread_id) DO UPDATE SET last_seq = c.last_seq + excluded.last_seq RETURNING last_seq"),
+    "insert_event": (
+        "INSERT INTO thread_events (thread_id, seq, run_id, method, channel, namespace, params, created_at) "
+        "VALUES (:thread_id, :seq, :run_id, :method, :channel, :namespace, :params, {now})"),
+    "trim_events": "DELETE FROM thread_events WHERE thread_id = :thread_id AND seq <= :upto",
+    "event_bounds": "SELECT MIN(seq) AS lo, MAX(seq) AS hi FROM thread_events WHERE thread_id = :thread_id",
+}
+
+#: Statements on LangGraph's checkpoint tables, which each saver names and shapes its own way. One name may
+#: be several statements, separated by "; " (`Dialect.statements` splits them; a script runs them in order).
+DIALECT_STATEMENTS: dict[DialectName, dict[str, str]] = {
+    "sqlite": {
+        "delete_thread_checkpoints": (
+            "DELETE FROM checkpoints WHERE thread_id {in:thread_ids}; "
+            "DELETE FROM writes WHERE thread_id {in:thread_ids}"),
+        "delete_run_checkpoints": (
+            "DELETE FROM writes WHERE thread_id = :thread_id AND checkpoint_id IN (SELECT checkpoint_id FROM "
+            "checkpoints WHERE thread_id = :thread_id AND json_extract(CAST(metadata AS TEXT), '$.run_id') = :run_id); "
+            "DELETE FROM checkpoints WHERE thread_id = :thread_id "
+            "AND json_extract(CAST(metadata AS TEXT), '$.run_id') = :run_id"),
+        # The copies' metadata names the copy (`checkpoint_metadata`), as LangGraph's server's copies do.
+        "copy_checkpoints": (
+            "INSERT OR REPLACE INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, "
+            "type, checkpoint, metadata) SELECT :target, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, "
+            "checkpoint, CAST(json_set(CAST(metadata AS TEXT), '$.thread_id', :target) AS BLOB) "
+            "FROM checkpoints WHERE thread_id = :source; "
+            "INSERT OR REPLACE INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, "
+            "channel, type, value) SELECT :target, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, "
+            "type, value FROM writes WHERE thread_id = :source"),
+    },
+    "postgres": {
+        "delete_thread_checkpoints": (
+            "DELETE FROM checkpoints WHERE thread_id {in:thread_ids}; "
+            "DELETE FROM checkpoint_blobs WHERE thread_id {in:thread_ids}; "
+            "DELETE FROM checkpoint_writes WHERE thread_id {in:thread_ids}"),
+        "delete_run_checkpoints": (
+            "DELETE FROM checkpoint_writes WHERE thread_id = :thread_id AND checkpoint_id IN (SELECT checkpoint_id "
+            "FROM checkpoints WHERE thread_id = :thread_id AND metadata->>'run_id' = :run_id); "
+            "DELETE FROM checkpoints WHERE thread_id = :thread_id AND metadata->>'run_id' = :run_id"),
+        "copy_checkpoints": (
+            "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, "
+            "checkpoint, metadata) SELECT :target, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, "
+            "checkpoint, metadata || jsonb_build_object('thread_id', CAST(:target AS text)) FROM checkpoints "
+            "WHERE thread_id = :source ON CONFLICT DO NOTHING; "
+            "INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob) SELECT :target, "
+            "checkpoint_ns, channel, version, type, blob FROM checkpoint_blobs WHERE thread_id = :source "
+            "ON CONFLICT DO NOTHING; "
+            "INSERT INTO checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, "
+            "channel, type, blob) SELECT :target, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, "
+            "type, blob FROM checkpoint_writes WHERE thread_id = :source ON CONFLICT DO NOTHING"),
+    },
+}
+
+_SLOT = re.compile(r"\{(\w+)(?::(\w+))?(?::(\w+))?\}")
+_PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+
+
+class Dialect:
+    """How one database spells the slots and takes parameters."""
+
+    def __init__(self, name: DialectName) -> None:
+        self.name = name
+        self.sqlite = name == "sqlite"
+
+    def _slot(self, match: re.Match[str]) -> str:
+        slot, arg, arg2 = match.groups()
+        lite = self.sqlite
+        if slot == "now":
+            return ":now" if lite else "now()"
+        if slot == "lease":
+            return ":lease_at" if lite else "now() + make_interval(secs => :lease_seconds)"
+        if slot == "for_update":
+            return "" if lite else "FOR UPDATE"
+        if slot == "skip_locked":
+            return "" if lite else "FOR UPDATE SKIP LOCKED"
+        if slot == "json":
+            return f":{arg}" if lite else f"CAST(:{arg} AS jsonb)"
+        if slot == "ts":
+            return f":{arg}" if lite else f"CAST(:{arg} AS timestamptz)"
+        if slot == "in":
+            return f"IN (SELECT value FROM json_each(:{arg}))" if lite else f"= ANY(:{arg})"
+        if slot == "pairs":
+            return (f"(SELECT key, value FROM json_each(:{arg}))" if lite else
+                    f"(SELECT key, CAST(value AS integer) AS value FROM jsonb_each_text(CAST(:{arg} AS jsonb)))")
+        if slot == "ilike":
+            return f"lower({arg}) LIKE lower(:{arg2}) ESCAPE '\\'" if lite else f"{arg} ILIKE :{arg2}"
+        raise KeyError(f"unknown slot {{{slot}}}")
+
+    @functools.lru_cache(maxsize=1024)  # noqa: B019 - two dialect objects, for the life of the process
+    def sql(self, template: str) -> str:
+        """The template in this dialect: slots filled, parameters marked the driver's way."""
+        text = _SLOT.sub(self._slot, template)
+        if self.sqlite:
+            return text
+        return _PARAM.sub(r"%(\1)s", text.replace("%", "%%"))
+
+    def statement(self, name: str) -> str:
+        template = STATEMENTS.get(name) or DIALECT_STATEMENTS[self.name][name]
+        return self.sql(template)
+
+    def params(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Parameters as the driver takes them: JSON columns and objects as JSON text, lists as JSON text on
+        SQLite (read with `json_each`) and as arrays on PostgreSQL."""
+        out: dict[str, Any] = {}
+        for key, value in params.items():
+            if key in JSON_COLUMNS or isinstance(value, dict):
+                out[key] = value if value is None or isinstance(value, Encoded) else dumps(value)
+            elif isinstance(value, (list, tuple)) and self.sqlite:
+                out[key] = dumps(list(value))
+            else:
+                out[key] = value
+        return out
+
+    def statements(self, name: str) -> list[str]:
+        """The statement `name`, split where it is several (each driver executes one at a time)."""
+        return self.statement(name).split("; ")
+
+    # --- statements whose columns vary ------------------------------------------
+    def insert(self, table: str, columns: Iterable[str], *, conflict: str | None = None, lease: bool = False,
+               returning: bool = False) -> str:
+        """INSERT of `columns`; `lease`: `lease_expires_at` too, `{lease}` from now (`:lease_seconds`)."""
+        cols = [c for c in columns if not (lease and c == "lease_expires_at")]
+        values = [_value(c) for c in cols]
+        if lease:
+            cols.append("lease_expires_at")
+            values.append("{lease}")
+        return self.sql(f"INSERT INTO {table} ({', '.join(_q(c) for c in cols)}) VALUES ({', '.join(values)})"
+                        + (f" ON CONFLICT {conflict}" if conflict else "") + (" RETURNING *" if returning else ""))
+
+    def update(self, table: str, columns: Iterable[str], key: str, *, stamp: bool = False) -> str:
+        """UPDATE of `columns` where `key` = `:key`; `stamp`: `updated_at` set to `{now}`."""
+        sets = [f"{_q(c)} = {_value(c)}" for c in columns if not (stamp and c == "updated_at")]
+        if stamp:
+            sets.append("updated_at = {now}")
+        return self.sql(f"UPDATE {table} SET {', '.join(sets)} WHERE {key} = :{key}")
+
+    def reconcile_thread(self, columns: Iterable[str], *, of_run: bool, only_if_busy: bool) -> str:
+        """The thread status rule, in SQL so that nothing waits for a result: a thread is busy while it has an
+        active run, else it takes `:status` (the finisher's: idle, interrupted or error). `only_if_busy`: a
+        thread that is not busy and has no active run keeps its status. `of_run`: the thread of `:run_id`."""
+        target = "(SELECT thread_id FROM runs WHERE run_id = :run_id)" if of_run else ":thread_id"
+        sets = "".join(f"{_q(c)} = {_value(c)}, " for c in columns)
+        guard = f" AND (status = 'busy' OR {_ACTIVE_RUN})" if only_if_busy else ""
+        return self.sql(f"UPDATE threads SET {sets}updated_at = {{now}}, status = CASE WHEN {_ACTIVE_RUN} "
+                        f"THEN 'busy' ELSE :status END WHERE thread_id = {target}{guard}")
+
+    def search(self, table: str, where: str, order: str) -> str:
+        return self.sql(f"SELECT * FROM {table} {where} ORDER BY {order} LIMIT :limit OFFSET :offset")
+
+    def count(self, table: str, where: str) -> str:
+        return self.sql(f"SELECT COUNT(*) AS n FROM {table} {where}")
+
+    def thread_events(self, run_id: bool, method: bool) -> str:
+        return self.sql("SELECT * FROM thread_events WHERE thread_id = :thread_id AND seq > :after"
+                        + (" AND run_id = :run_id" if run_id else "") + (" AND method = :method" if method else "")
+                        + " ORDER BY seq LIMIT :limit")
+
+    def json_equals(self, column: str, key: str, value: Any, name: str) -> tuple[str, dict[str, Any]]:
+        """`column`'s top-level `key` equals `value` as JSON (objects whatever the order of their keys): a
+        template and its parameters."""
+        if not self.sqlite:
+            return f"({_q(column)} -> :{name}_k) = {{json:{name}}}", {f"{name}_k": key, name: dumps(value)}
+        params: dict[str, Any] = {}
+        return " AND ".join(_lite_json_equals(_q(column), _path_key("$", key), value, name, params)), params
+
+    def json_contains(self, column: str, key: str, items: list[Any], name: str) -> tuple[str, dict[str, Any]]:
+        """`column`'s top-level `key` is a list holding each of `items` (scalars): a template and its parameters."""
+        if not self.sqlite:
+            return (f"(jsonb_typeof({_q(column)} -> :{name}_k) = 'array' AND ({_q(column)} -> :{name}_k) @> "
+                    f"{{json:{name}}})"), {f"{name}_k": key, name: dumps(items)}
+        params: dict[str, Any] = {f"{name}_k": _path_key("$", key)}
+        parts = []
+        for i, item in enumerate(items):
+            params[f"{name}_{i}"] = dumps(item)
+            parts.append(f"EXISTS (SELECT 1 FROM json_each({_q(column)}, :{name}_k) AS e WHERE e.type NOT IN "
+                         f"('object', 'array') AND json_quote(e.value) = json(:{name}_{i}))")
+        return f"(json_type({_q(column)}, :{name}_k) = 'array' AND {' AND '.join(parts)})", params
+
+
+class Encoded(str):
+    """A JSON value already encoded (to encode a large one once where two columns take it)."""
+
+
+SQLITE = Dialect("sqlite")
+POSTGRES = Dialect("postgres")
+
+
+def statement_names(dialect: DialectName) -> set[str]:
+    return set(STATEMENTS) | set(DIALECT_STATEMENTS[dialect])
+
+
+def where(dialect: Dialect, clauses: list[tuple[str, dict[str, Any]]], *, metadata: dict[str, Any] | None = None,
+          values: dict[str, Any] | None = None, filters: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    """AND together clauses (templates with their parameters), plus top-level key equality on JSON columns, plus
+    an authorization filter on `metadata` (`sql.filter_terms`); a template, for `Dialect.search` or
+    `Dialect.count` to render."""
+    parts = [c for c, _ in clauses]
+    params = {k: v for _, ps in clauses for k, v in ps.items()}
+    for column, wanted in (("metadata", metadata), ("values", values)):
+        for i, (key, value) in enumerate((wanted or {}).items()):
+            sql, ps = dialect.json_equals(column, key, value, f"{column[0]}{i}")
+            parts.append(sql)
+            params.update(ps)
+    for i, (key, op, value) in enumerate(filter_terms(filters)):
+        sql, ps = (dialect.json_equals("metadata", key, value, f"f{i}") if op == "$eq"
+                   else dialect.json_contains("metadata", key, value, f"f{i}"))
+        parts.append(sql)
+        params.update(ps)
+    return ("WHERE " + " AND ".join(parts) if parts else ""), params
+
+
+def order_by(sort_by: str, sort_order: str, allowed: set[str], default: str, key: str) -> str:
+    """The sort column, ties broken by the table's key in the same direction (the same order on every backend)."""
+    col = sort_by if sort_by in allowed else default
+    direction = "ASC" if sort_order == "asc" else "DESC"
+    return f"{_q(col)} {direction}" + (f", {_q(key)} {direction}" if col != key else "")
+
+
+def like_pattern(text: str) -> str:
+    """A LIKE pattern matching `text` anywhere, its wildcards escaped."""
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def _q(col: str) -> str:
+    return f'"{col}"'
+
+
+def _value(col: str) -> str:
+    if col in JSON_COLUMNS:
+        return f"{{json:{col}}}"
+    if col.endswith("_at"):
+        return f"{{ts:{col}}}"
+    return f":{col}"
+
+
+def _path_key(path: str, key: str) -> str:
+    return f'{path}."{key}"'
+
+
+def _lite_json_equals(col: str, path: str, value: Any, name: str, params: dict[str, Any]) -> list[str]:
+    """SQLite compares JSON as text, where key order and number spelling count: the value is compared
+    structurally instead, as PostgreSQL's jsonb compares (an object: its type, its number of keys, each key)."""
+    p = f"{name}_{len(params)}"
+    params[p] = path
+    kind = f"json_type({col}, :{p})"
+    if isinstance(value, dict):
+        n = f"{p}_n"
+        params[n] = len(value)
+        parts = [f"{kind} = 'object'", f"(SELECT COUNT(*) FROM json_each({col}, :{p})) = :{n}"]
+        for key, item in value.items():
+            parts += _lite_json_equals(col, _path_key(path, key), item, name, params)
+        return parts
+    if isinstance(value, list):
+        n = f"{p}_n"
+        params[n] = len(value)
+        parts = [f"{kind} = 'array'", f"json_array_length({col}, :{p}) = :{n}"]
+        for i, item in enumerate(value):
+            parts += _lite_json_equals(col, f"{path}[{i}]", item, name, params)
+        return parts
+    if value is None or isinstance(value, bool):
+        return [f"{kind} = '{'null' if value is None else str(value).lower()}'"]
+    v = f"{p}_v"
+    params[v] = value
+    types = "('integer', 'real')" if isinstance(value, (int, float)) else "('text')"
+    return [f"{kind} IN {types}", f"json_extract({col}, :{p}) = :{v}"]
