@@ -99,8 +99,13 @@ class Metrics:
                                       buckets=RUN_BUCKETS, registry=self.registry)
         self.stream_subscribers = Gauge(PREFIX + "stream_subscribers", "Event streams being served now.",
                                         registry=self.registry)
+        self.cron_runs = Counter(PREFIX + "cron_runs_created", "Runs this process's cron scheduler created, by "
+                                 "kind (thread: on the cron's thread; stateless: on a new thread).", ["kind"],
+                                 registry=self.registry)
         for outcome in OUTCOMES:
             self.runs_finished.labels(status=outcome)
+        for kind in ("thread", "stateless"):
+            self.cron_runs.labels(kind=kind)
         self._live = _Live()
         self._requests: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self.registry.register(self._live)
@@ -120,6 +125,9 @@ class Metrics:
     def run_finished(self, status: str, seconds: float) -> None:
         self.runs_finished.labels(status=status).inc()
         self.run_duration.observe(seconds)
+
+    def cron_run_created(self, kind: str) -> None:
+        self.cron_runs.labels(kind=kind).inc()
 
     def stream_open(self) -> AbstractContextManager[Any]:
         """Counts one open event stream for as long as the block runs."""
@@ -146,6 +154,8 @@ class Metrics:
                                   for sample in _samples(self.runs_finished, "_total")},
                      "duration_seconds": {"count": int(duration.get("count", 0)), "sum": duration.get("sum", 0.0)}},
             "streams": {"subscribers": int(next(_samples(self.stream_subscribers, "subscribers")).value)},
+            "crons": {"runs_created": {sample.labels["kind"]: int(sample.value)
+                                       for sample in _samples(self.cron_runs, "_total")}},
         }
         if s.workers_size is not None:
             out["workers"] = {"max": s.workers_size, "active": s.workers_busy,
