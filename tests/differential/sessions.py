@@ -286,7 +286,9 @@ async def busy(s: Session) -> None:
     c = s.client
     thread = await s.do("create thread", c.threads.create())
     tid = thread["thread_id"]
-    run = await s.do("create", c.runs.create(tid, "progress", input={"steps": 30, "delay": 0.05}))
+    # 4 s: long enough that the reject and the update below land while it runs, on a loaded machine too
+    # (1.5 s was not: the run had ended before the reject in 3 of 7 runs with six suites sharing two cores).
+    run = await s.do("create", c.runs.create(tid, "progress", input={"steps": 80, "delay": 0.05}))
     await _started(s, tid, run["run_id"])
     await s.do("thread busy", c.threads.get(tid))
     await s.do("reject", c.runs.create(tid, "progress", input={"steps": 1, "delay": 0}, multitask_strategy="reject"))
