@@ -20,6 +20,7 @@ from threadline.errors import ConfigError
 from threadline.settings import Settings
 
 from tests.conftest import serving
+from tests.processes import stop
 from tests.services import Backend
 
 AUTH_PROJECT = Path(__file__).parent / "auth_project" / "langgraph.json"
@@ -459,11 +460,7 @@ async def test_a_worker_in_another_process_runs_the_agent_as_the_caller(backend:
                 assert out["seen"] == _seen(EXPECTED_USER, "alice", ["threads:read", "runs:create"])
                 assert worker.poll() is None
     finally:
-        worker.terminate()
-        try:
-            worker.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
+        stop(worker, timeout=30)
         log.close()
     assert "Threadline" in (tmp_path / "worker.log").read_text()
 

@@ -130,7 +130,7 @@ async def test_info_lists_enabled_surfaces(http: httpx.AsyncClient) -> None:
     flags = (await http.get("/info")).json()["flags"]
     assert flags["metrics"] is True and flags["mcp"] is True and flags["a2a"] is True
     assert flags["streaming_protocol"] is True
-    assert flags["crons"] is False  # not built: only what is served is advertised
+    assert flags["crons"] is True  # served (tests/test_crons.py)
 
 
 async def test_a_client_that_leaves_a_wait_is_counted_as_499(live_url: str) -> None:

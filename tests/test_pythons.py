@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # builds venvs and serves the gallery from them
+
 ROOT = Path(__file__).resolve().parents[1]
 SUPPORTED = ["3.11", "3.12", "3.13"]
 

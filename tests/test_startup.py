@@ -6,20 +6,19 @@ from __future__ import annotations
 import fcntl
 import importlib.util
 import json
-import os
 import re
 import socket
 import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+
+from tests.processes import clean_env, serving, threadline_cmd
 
 README = Path(__file__).parents[1] / "README.md"
 GRAPH = '''
@@ -47,55 +46,17 @@ def _project(folder: Path, word: str = "hello") -> Path:
     return folder
 
 
-def _cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "threadline", *args]
-
-
-def _env() -> dict[str, str]:
-    # The test's own THREADLINE_* must not leak into the server; the checkout is importable as installed.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("THREADLINE_")}
-    return {**env, "PYTHONPATH": str(Path(__file__).parents[1]), "PYTHONUNBUFFERED": "1"}
-
-
 def _fails(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(_cmd("serve", "--port", "0", *args), cwd=folder, env=_env(), capture_output=True,
+    done = subprocess.run(threadline_cmd("serve", "--port", "0", *args), cwd=folder, env=clean_env(), capture_output=True,
                           text=True, timeout=60)
     assert done.returncode != 0, done
     assert "listening on" not in done.stdout  # the banner only once the server listens
     return done
 
 
-@contextmanager
-def _serving(folder: Path, *args: str, command: str = "serve") -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """The server started in `folder` on a free port; its URL (read from its banner) and its process."""
-    log = (folder / "server.log").open("w")
-    proc = subprocess.Popen(_cmd(command, "--port", "0", *args), cwd=folder, env=_env(), text=True,
-                            stdout=subprocess.PIPE, stderr=log)
-    try:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 60
-        url = None
-        while url is None and time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line and proc.poll() is not None:
-                break
-            found = re.search(r"listening on (http://\S+)", line)
-            url = found.group(1) if found else None
-        assert url, f"no banner; server log:\n{(folder / 'server.log').read_text()}"
-        yield url, proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-
-
 def test_serve_prints_its_banner_once_listening_and_ignores_its_folder_in_git(tmp_path: Path) -> None:
     folder = _project(tmp_path / "proj")
-    with _serving(folder) as (url, _):
+    with serving(folder) as (url, _):
         assert httpx.get(f"{url}/ok").json() == {"ok": True}  # the banner's address answers
         run = httpx.post(f"{url}/runs/wait", json={"assistant_id": "agent", "input": {"text": "you"}}, timeout=30)
         assert run.json() == {"text": "hello you"}
@@ -110,7 +71,7 @@ def test_port_in_use_is_one_message_with_a_hint(tmp_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = subprocess.run(_cmd("serve", "--port", str(port)), cwd=folder, env=_env(), capture_output=True,
+        done = subprocess.run(threadline_cmd("serve", "--port", str(port)), cwd=folder, env=clean_env(), capture_output=True,
                               text=True, timeout=60)
     assert done.returncode != 0 and "listening on" not in done.stdout
     assert done.stderr.strip().splitlines() == [
@@ -166,7 +127,7 @@ def test_dev_reloads_when_the_graph_changes(tmp_path: Path) -> None:
     """`threadline dev` serves the project, and a changed graph file is served without a restart by hand."""
     folder = _project(tmp_path / "proj", word="hello")
     body = {"assistant_id": "agent", "input": {"text": "you"}}
-    with _serving(folder, command="dev") as (url, _):
+    with serving(folder, command="dev") as (url, _):
         assert httpx.post(f"{url}/runs/wait", json=body, timeout=30).json() == {"text": "hello you"}
         (folder / "agent.py").write_text("def broken(:\n")  # a typo: reported, and dev waits for the fix
         _wait_for(lambda: "waiting for a file of the project to change" in (folder / "server.log").read_text(),
@@ -210,7 +171,7 @@ def test_the_readme_example_runs_as_written(tmp_path: Path) -> None:
         (folder / spec.split(":")[0]).write_text(_readme_block("python", "StateGraph"))
     client = _readme_block("python", "get_client")
     assert "asyncio.run(main())" in client
-    with _serving(folder) as (url, _):
+    with serving(folder) as (url, _):
         (folder / "client.py").write_text(client.replace("http://localhost:8000", url))
         done = subprocess.run([sys.executable, "client.py"], capture_output=True, text=True, timeout=60, cwd=folder)
     assert done.returncode == 0, done.stderr
@@ -220,7 +181,7 @@ def test_the_readme_example_runs_as_written(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("command", ["serve", "dev"])
 def test_help_shows_defaults(command: str) -> None:
-    done = subprocess.run(_cmd(command, "--help"), capture_output=True, text=True, timeout=60, env=_env())
+    done = subprocess.run(threadline_cmd(command, "--help"), capture_output=True, text=True, timeout=60, env=clean_env())
     text = " ".join(done.stdout.split())
     assert "(default: 8000)" in text and "(default: 127.0.0.1)" in text and "(default: info)" in text
     assert "{text,json}" in text

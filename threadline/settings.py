@@ -60,6 +60,10 @@ class Settings:
     run_retries: int = _setting(
         1, "How many times a run that was running when its process died is retried before it ends as error."
     )
+    cron_poll_seconds: float = _setting(
+        1.0, "How often each process that runs workers looks for due cron ticks (each tick fires once, whichever "
+        "process claims it). A tick fires up to this long after its time."
+    )
     max_body_bytes: int = _setting(10 * 1024 * 1024, "Largest request body accepted; larger ones get 413.")
     heartbeat_seconds: float = _setting(
         15.0, "Interval between keep-alive comments on open event streams, and between the newlines a wait for a "

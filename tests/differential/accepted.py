@@ -147,6 +147,11 @@ ACCEPTED: list[Accepted] = [
              "The A2A agent card lists 1.0 and 0.3 interfaces with the legacy 0.3 fields, describes the skill's "
              "input, has no history-scope extension, names Threadline's version, and lists text before JSON: "
              "docs/compatibility.md, A2A."),
+    Accepted("cron-error-detail", "deliberate", r"/crons", r"body\.detail",
+             "Cron errors say more than the reference's: a missing cron's 404 names it (`Cron '<id>' not found`; "
+             "the reference: `Not Found`), an invalid schedule's 422 gives the parser's reason (`Bad minute`; the "
+             "reference repeats `Invalid cron schedule`), a missing thread's 404 is Threadline's usual one: "
+             "docs/compatibility.md, Crons.", sessions=r"^crons$"),
     Accepted("error-body", "deliberate", r".", _ERR,
              "Threadline's error bodies are always `{detail, code, message}` (+ `errors`, `metadata`): "
              "docs/compatibility.md, Conventions.", extra_only=True),

@@ -8,6 +8,7 @@ never branches on what a server answered: both servers get the same requests in 
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime, timezone
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -285,7 +286,9 @@ async def busy(s: Session) -> None:
     c = s.client
     thread = await s.do("create thread", c.threads.create())
     tid = thread["thread_id"]
-    run = await s.do("create", c.runs.create(tid, "progress", input={"steps": 30, "delay": 0.05}))
+    # 4 s: long enough that the reject and the update below land while it runs, on a loaded machine too
+    # (1.5 s was not: the run had ended before the reject in 3 of 7 runs with six suites sharing two cores).
+    run = await s.do("create", c.runs.create(tid, "progress", input={"steps": 80, "delay": 0.05}))
     await _started(s, tid, run["run_id"])
     await s.do("thread busy", c.threads.get(tid))
     await s.do("reject", c.runs.create(tid, "progress", input={"steps": 1, "delay": 0}, multitask_strategy="reject"))
@@ -424,6 +427,55 @@ async def protocol(s: Session) -> None:
         "id": 1, "method": "run.start", "params": {"assistant_id": "dynamic_interrupt", "input": {"task": "ship"}}})
     await events
     await s.raw("unknown command", "POST", f"/threads/{tid}/commands", json={"id": 2, "method": "no.such", "params": {}})
+
+
+# --- crons ------------------------------------------------------------------------------------------------------
+@session("crons")
+async def crons(s: Session) -> None:
+    """Every client.crons call and field. Schedules are yearly or weekly, so no cron fires during the session and
+    `next_run_date` is the same on both servers."""
+    c = s.client
+    missing = "00000000-0000-4000-8000-000000000000"
+    thread = await s.do("thread", c.threads.create(metadata={"session": s.name}))
+    tid = thread["thread_id"] if thread else missing
+    on_thread = await s.do("create for thread", c.crons.create_for_thread(
+        tid, "typed", schedule="0 0 1 1 *", input=INPUTS["typed"], metadata={"session": s.name, "kind": "thread"},
+        config={"tags": ["t"]}, context={"c": 1}, interrupt_before=["draft"], multitask_strategy="enqueue",
+        stream_mode=["values"], durability="sync"))
+    await s.do("create", c.crons.create(
+        "typed", schedule="0 9 * * 1", input=INPUTS["typed"], metadata={"session": s.name, "kind": "stateless"},
+        on_run_completed="keep", timezone="America/New_York", end_time=datetime(2031, 1, 1, tzinfo=timezone.utc),
+        enabled=False))
+    await s.do("create hourly", c.crons.create("typed", schedule="@hourly", enabled=False,
+                                               metadata={"session": s.name, "kind": "hourly"}))
+    await s.do("invalid schedule", c.crons.create("typed", schedule="61 * * * *"))
+    await s.do("invalid timezone", c.crons.create("typed", schedule="0 0 1 1 *", timezone="Not/AZone"))
+    await s.do("missing thread", c.crons.create_for_thread(missing, "typed", schedule="0 0 1 1 *"))
+    cron_id = on_thread["cron_id"] if on_thread else missing
+    await s.raw("get", "GET", f"/runs/crons/{cron_id}")
+    await s.raw("get missing", "GET", f"/runs/crons/{missing}")
+    await s.do("update", c.crons.update(cron_id, schedule="0 0 1 7 *", metadata={"more": 1}, input={"topic": "bats"},
+                                        timezone="Europe/Paris", on_run_completed="keep"))
+    await s.do("update end_time", c.crons.update(cron_id, end_time=datetime(2032, 1, 1, tzinfo=timezone.utc)))
+    await s.do("clear end_time", c.crons.update(cron_id, end_time=None, enabled=False))
+    await s.do("update invalid", c.crons.update(cron_id, schedule="bad"))
+    await s.do("update missing", c.crons.update(missing, enabled=True))
+    await s.do("search thread", c.crons.search(thread_id=tid))
+    await s.do("search sorted", c.crons.search(metadata={"session": s.name}, sort_by="next_run_date",
+                                               sort_order="asc", select=["schedule", "enabled", "metadata"]))
+    await s.do("search page", c.crons.search(metadata={"session": s.name}, sort_by="next_run_date", limit=1,
+                                             offset=1, select=["schedule"]))
+    await s.do("search disabled", c.crons.search(metadata={"session": s.name}, enabled=False, select=["schedule"]))
+    await s.do("count", c.crons.count(metadata={"session": s.name}))
+    await s.do("count thread", c.crons.count(thread_id=tid))
+    await s.do("delete thread", c.threads.delete(tid))
+    await s.do("count after thread delete", c.crons.count(metadata={"session": s.name}))
+    await s.raw("get deleted with its thread", "GET", f"/runs/crons/{cron_id}")
+    assistant = await s.do("assistant", c.assistants.create("typed", metadata={"session": s.name}))
+    aid = assistant["assistant_id"] if assistant else missing
+    await s.do("cron of the assistant", c.crons.create(aid, schedule="0 0 1 1 *", metadata={"session": s.name}))
+    await s.do("delete the assistant", c.assistants.delete(aid))
+    await s.do("count after assistant delete", c.crons.count(metadata={"session": s.name}))
 
 
 # --- errors the client shows -----------------------------------------------------------------------------------

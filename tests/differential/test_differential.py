@@ -24,6 +24,8 @@ from tests.differential.compare import Difference
 from tests.differential.harness import start_reference, start_threadline
 from tests.differential.sessions import SESSIONS, differences, run_session
 
+pytestmark = pytest.mark.slow  # both servers as real processes
+
 
 async def _record(reference: str, threadline: str) -> dict[str, list[Difference]]:
     async def both(name: str) -> list[Difference]:

@@ -4,19 +4,16 @@ shared by the console's browser tests (tests/test_ui_browser.py) and the screens
 from __future__ import annotations
 
 import os
-import re
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tests.processes import ROOT, serving
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-ROOT = Path(__file__).parents[2]
 
 
 def browser_missing() -> str | None:
@@ -33,31 +30,8 @@ def browser_missing() -> str | None:
 @contextmanager
 def serve_example(folder: Path, *args: str) -> Iterator[str]:
     """`threadline serve` in an empty `folder` (so the bundled example agents) on a free loopback port."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("THREADLINE_")}
-    env.update(PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
-    log = (folder / "server.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "threadline", "serve", "--port", "0", *args], cwd=folder,
-                            env=env, text=True, stdout=subprocess.PIPE, stderr=log)
-    try:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 60
-        url = None
-        while url is None and time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line and proc.poll() is not None:
-                break
-            found = re.search(r"listening on (http://\S+)", line)
-            url = found.group(1).rstrip("/") if found else None
-        assert url, f"no banner; server log:\n{(folder / 'server.log').read_text()}"
+    with serving(folder, *args) as (url, _):
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
 
 
 @contextmanager

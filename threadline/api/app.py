@@ -11,8 +11,8 @@ from fastapi import FastAPI
 
 from threadline import __version__
 from threadline.api import (
-    a2a, agents, assistants, auth, docs, errors, http_config, mcp, metrics, protocol, runs, store, system, threads,
-    user_app,
+    a2a, agents, assistants, auth, crons, docs, errors, http_config, mcp, metrics, protocol, runs, store,
+    system, threads, user_app,
 )
 from threadline.api.limits import BodyLimit
 from threadline.api.loopback import serving_loopback
@@ -30,7 +30,7 @@ log = logging.getLogger("threadline")
 # As LangGraph's server: thread-scoped runs and Protocol v2 belong to `runs`, the Agent Protocol's
 # /agents to `assistants`.
 ROUTERS = (
-    ("runs", runs.router), ("threads", threads.router), ("runs", protocol.router),
+    ("runs", crons.router), ("runs", runs.router), ("threads", threads.router), ("runs", protocol.router),
     ("assistants", assistants.router), ("store", store.router), (None, system.router), ("meta", metrics.router),
     ("assistants", agents.router), ("mcp", mcp.router), ("a2a", a2a.router), ("meta", docs.router),
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 from uuid import UUID
@@ -275,3 +276,67 @@ class StoreNamespaces(Body):
     max_depth: int | None = Field(None, ge=1)
     limit: int = Field(100, ge=1, le=1000)
     offset: int = Field(0, ge=0)
+
+
+# --- crons -------------------------------------------------------------------------------------
+CronSortBy = Literal["cron_id", "assistant_id", "thread_id", "created_at", "updated_at", "next_run_date",
+                     "end_time"]
+CronField = Literal["cron_id", "assistant_id", "thread_id", "end_time", "schedule", "timezone", "created_at",
+                    "updated_at", "user_id", "payload", "next_run_date", "metadata", "on_run_completed", "enabled"]
+
+
+class CronRunFields(Body):
+    """The fields of a cron's runs, as langgraph-sdk's `crons.create` / `create_for_thread` / `update` send them."""
+
+    input: Any = None
+    metadata: dict[str, Any] | None = None
+    config: dict[str, Any] | None = None
+    context: dict[str, Any] | None = None
+    checkpoint_during: bool | None = None
+    interrupt_before: Literal["*"] | list[str] | None = None
+    interrupt_after: Literal["*"] | list[str] | None = None
+    webhook: WebhookURL | None = None
+    stream_mode: StreamMode | list[StreamMode] | None = None
+    stream_subgraphs: bool | None = None
+    stream_resumable: bool | None = None
+    durability: Literal["sync", "async", "exit"] | None = None
+    on_run_completed: Literal["delete", "keep"] | None = None
+    enabled: bool | None = None
+    timezone: str | None = None
+    end_time: datetime | None = None
+
+
+class CronCreate(CronRunFields):
+    schedule: str
+    assistant_id: str
+    multitask_strategy: Literal["reject", "interrupt", "rollback", "enqueue"] | None = None
+
+
+class CronPatch(CronRunFields):
+    schedule: str | None = None
+
+    def changes(self) -> dict[str, Any]:
+        """The fields sent: those not null, and `end_time` also when null (no end)."""
+        out = self.model_dump(mode="json", exclude_none=True)
+        if "end_time" in self.model_fields_set and self.end_time is None:
+            out["end_time"] = None
+        return out
+
+
+class CronSearch(Body):
+    assistant_id: UUID | None = None
+    thread_id: UUID | None = None
+    enabled: bool | None = None
+    metadata: dict[str, Any] | None = None
+    limit: int = Field(10, ge=1, le=1000)
+    offset: int = Field(0, ge=0)
+    sort_by: CronSortBy | None = None
+    sort_order: SortOrder | None = None
+    select: list[CronField] | None = None
+
+
+class CronCount(Body):
+    assistant_id: UUID | None = None
+    thread_id: UUID | None = None
+    enabled: bool | None = None
+    metadata: dict[str, Any] | None = None

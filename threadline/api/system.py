@@ -38,7 +38,7 @@ async def info(request: Request) -> JSON:
         "version": __version__,
         "server": "threadline",
         "langgraph_py_version": _version("langgraph"),
-        "flags": {"assistants": True, "crons": False, "langsmith": False, "agent_protocol": True,
+        "flags": {"assistants": True, "crons": True, "langsmith": False, "agent_protocol": True,
                   **dict.fromkeys(SURFACES, True)},
         "storage": {"backend": rt.storage.url.split(":", 1)[0], **rt.storage.capabilities,
                     # langgraph.json checkpointer.ttl; null: only threads given a `ttl` expire.

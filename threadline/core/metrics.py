@@ -111,8 +111,13 @@ class Metrics:
         self.rate_limited_requests = Counter(
             PREFIX + "rate_limited_requests", "Requests refused with 429 by a rate limit, by route template and budget.",
             ["path", "budget"], registry=self.registry)
+        self.cron_runs = Counter(PREFIX + "cron_runs_created", "Runs this process's cron scheduler created, by "
+                                 "kind (thread: on the cron's thread; stateless: on a new thread).", ["kind"],
+                                 registry=self.registry)
         for outcome in OUTCOMES:
             self.runs_finished.labels(status=outcome)
+        for kind in ("thread", "stateless"):
+            self.cron_runs.labels(kind=kind)
         self._live = _Live()
         self._requests: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self.registry.register(self._live)
@@ -144,6 +149,9 @@ class Metrics:
     def rate_limited(self, path: str, budget: str) -> None:
         self.rate_limited_requests.labels(path=path, budget=budget).inc()
 
+    def cron_run_created(self, kind: str) -> None:
+        self.cron_runs.labels(kind=kind).inc()
+
     def stream_open(self) -> AbstractContextManager[Any]:
         """Counts one open event stream for as long as the block runs."""
         return self.stream_subscribers.track_inprogress()
@@ -169,6 +177,8 @@ class Metrics:
                                   for sample in _samples(self.runs_finished, "_total")},
                      "duration_seconds": {"count": int(duration.get("count", 0)), "sum": duration.get("sum", 0.0)}},
             "streams": {"subscribers": int(next(_samples(self.stream_subscribers, "subscribers")).value)},
+            "crons": {"runs_created": {sample.labels["kind"]: int(sample.value)
+                                       for sample in _samples(self.cron_runs, "_total")}},
         }
         if s.workers_size is not None:
             out["workers"] = {"max": s.workers_size, "active": s.workers_busy,

@@ -93,13 +93,14 @@ class Runs:
         return await self.assistants.get(default)
 
     async def create(self, thread_id: str | None, body: dict[str, Any], *, start_here: bool = False,
-                     identity: str | None = None) -> Row:
+                     identity: str | None = None, run_id: str | None = None) -> Row:
         """Validate, apply the multitask strategy and enqueue; returns the run as created.
 
         `thread_id=None` is a stateless run on a temporary thread. With `start_here` (the caller waits for the
         run: `/wait`, `/stream`), a run that can start now, on a thread with no other active run, while this
         process has a free worker slot, is created already claimed by that slot and starts at once, with no
         queue hop; `wait` then takes its outcome from the slot. Otherwise the run is created pending.
+        `run_id`: the new run's id (a cron's tick derives it), else a new one.
         """
         body = with_caller(body)  # the caller's identity, stored with the run for whichever worker runs it
         assistant = await self._resolve_assistant(body.get("assistant_id"))
@@ -126,7 +127,7 @@ class Runs:
         delay = float(body.get("after_seconds") or 0)
         available = now + timedelta(seconds=delay)
         run = {
-            "run_id": str(uuid.uuid4()), "thread_id": thread_id, "assistant_id": assistant["assistant_id"],
+            "run_id": run_id or str(uuid.uuid4()), "thread_id": thread_id, "assistant_id": assistant["assistant_id"],
             "status": "pending", "kwargs": kwargs, "metadata": {},
             "multitask_strategy": strategy, "available_at": available.isoformat(),
             "created_at": now.isoformat(), "updated_at": now.isoformat(),

@@ -17,6 +17,7 @@ from threadline.broker import open_broker
 from threadline.broker.base import Broker
 from threadline.config import CheckpointerTTL, ProjectConfig, find_config, load_config, missing_requirements
 from threadline.core.assistants import Assistants
+from threadline.core.crons import Crons
 from threadline.core.auth import auth_configured
 from threadline.core.executor import Executor
 from threadline.core.graphs import GraphRegistry
@@ -88,6 +89,7 @@ class Runtime:
     draining: Draining = field(default_factory=Draining)
     closed: bool = False
     webhooks: Webhooks = field(default_factory=Webhooks)
+    crons: Crons | None = None
 
     @classmethod
     def load_project(cls, settings: Settings) -> tuple[ProjectConfig, GraphRegistry]:
@@ -132,8 +134,9 @@ class Runtime:
         runs = Runs(storage, broker, assistants, threads, workers, webhooks=guard,
                     max_per_identity=settings.max_active_runs_per_identity, max_active=settings.max_active_runs,
                     metrics=metrics)
+        crons = Crons(storage, runs, assistants, metrics, poll_seconds=settings.cron_poll_seconds)
         return cls(settings, project, graphs, storage, broker, assistants, threads, runs, workers, metrics=metrics,
-                   webhooks=webhooks)
+                   webhooks=webhooks, crons=crons)
 
     async def start(self) -> None:
         await self.assistants.ensure_system_assistants()
@@ -145,6 +148,8 @@ class Runtime:
         self.started = {"requeued": [r["run_id"] for r in requeued], "failed": [r["run_id"] for r in failed]}
         if self.workers is not None:
             await self.workers.start()
+            if self.crons is not None:  # the scheduler runs where runs run; every such process shares the ticks
+                self.crons.start()
         # Always on, as LangGraph's server: a thread's own `ttl` (API) expires it without checkpointer.ttl.
         interval = (self.project.checkpointer_ttl or CheckpointerTTL()).sweep_interval_minutes * 60
         self.thread_sweeper = asyncio.create_task(self._sweep_threads(interval), name="threadline-thread-ttl")
@@ -170,6 +175,8 @@ class Runtime:
             self.thread_sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self.thread_sweeper
+        if self.crons is not None:
+            await self.crons.stop()
         if self.workers is not None:
             await self.workers.stop()
         await self.webhooks.close()

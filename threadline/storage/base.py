@@ -272,3 +272,52 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     async def thread_event_bounds(self, thread_id: str) -> tuple[int, int]:
         """(oldest kept seq, newest seq) of the thread's events; (0, 0) when it has none."""
+
+    # --- crons -------------------------------------------------------------------
+    # Rows: cron_id, assistant_id, thread_id (None: stateless), user_id and auth_user (the creator), schedule,
+    # timezone, end_time,
+    # enabled, on_run_completed, payload, metadata, next_run_date, created_at, updated_at.
+    # Statements: storage/crons.py.
+    @abc.abstractmethod
+    async def create_cron(self, row: Row) -> Row:
+        """Insert a cron; NotFound when its `thread_id` names no thread. An assistant's or a thread's crons are
+        deleted with it, in the same transaction."""
+
+    @abc.abstractmethod
+    async def get_cron(self, cron_id: str) -> Row | None: ...
+
+    @abc.abstractmethod
+    async def update_cron(self, cron_id: str, change: Callable[[Row], Row]) -> Row | None:
+        """In one transaction: read the cron, `change(row)` gives the columns to set, write them; the updated
+        row (None when there is no such cron)."""
+
+    @abc.abstractmethod
+    async def delete_cron(self, cron_id: str) -> bool: ...
+
+    @abc.abstractmethod
+    async def search_crons(self, *, assistant_id: str | None, thread_id: str | None, enabled: bool | None,
+                           metadata: dict[str, Any] | None, limit: int, offset: int, sort_by: str | None,
+                           sort_order: SortOrder | None) -> list[Row]: ...
+
+    @abc.abstractmethod
+    async def count_crons(self, *, assistant_id: str | None, thread_id: str | None, enabled: bool | None,
+                          metadata: dict[str, Any] | None) -> int: ...
+
+    @abc.abstractmethod
+    async def due_crons(self, now: str, limit: int) -> list[Row]:
+        """Enabled crons whose `next_run_date` is at or before `now` and within their `end_time`, and whose
+        tick no live claim holds; earliest first."""
+
+    @abc.abstractmethod
+    async def claim_cron_tick(self, cron_id: str, tick: str, *, now: str, until: str) -> bool:
+        """Claim the cron's tick `tick` (its `next_run_date`) until `until`: true for exactly one caller, in
+        any process, until the claim lapses or the tick moves on (`advance_cron`)."""
+
+    @abc.abstractmethod
+    async def advance_cron(self, cron_id: str, tick: str, next_run_date: str | None) -> bool:
+        """Move a cron on from `tick` to `next_run_date` and drop its claim; false if the tick had already
+        moved (a PATCH rescheduled it)."""
+
+    @abc.abstractmethod
+    async def release_cron_tick(self, cron_id: str, tick: str) -> None:
+        """Drop the claim on `tick` without moving on (its run could not be created; the next pass retries)."""

@@ -11,7 +11,7 @@ import abc
 from collections.abc import Callable
 from typing import Any, Literal
 
-from threadline.storage import scripts
+from threadline.storage import crons, scripts
 from threadline.storage.base import NewThreadEvent, Quota, Row, SortOrder, Storage
 from threadline.storage.scripts import Script, T
 from threadline.storage.statements import Dialect, like_pattern, order_by, where
@@ -226,3 +226,57 @@ class SQLStorage(Storage):
     async def thread_event_bounds(self, thread_id: str) -> tuple[int, int]:
         rows = await self._named("event_bounds", thread_id=thread_id)
         return (int(rows[0]["lo"] or 0), int(rows[0]["hi"] or 0)) if rows else (0, 0)
+
+    # --- crons (statements and transactions: storage/crons.py) -----------------------------
+    async def create_cron(self, row: Row) -> Row:
+        return await self._transact(crons.create_cron, row)
+
+    async def get_cron(self, cron_id: str) -> Row | None:
+        rows = await self._read(crons.statement(self.dialect, "get_cron"), {"cron_id": cron_id}, point=True)
+        return crons.cron_row(rows[0]) if rows else None
+
+    async def update_cron(self, cron_id: str, change: Callable[[Row], Row]) -> Row | None:
+        return await self._transact(crons.update_cron, cron_id, change)
+
+    async def delete_cron(self, cron_id: str) -> bool:
+        return await self._transact(crons.one_statement, "delete_cron", {"cron_id": cron_id})
+
+    def _cron_filter(self, assistant_id: str | None, thread_id: str | None, enabled: bool | None,
+                     metadata: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
+        clauses: list[tuple[str, dict[str, Any]]] = []
+        for column, wanted in (("assistant_id", assistant_id), ("thread_id", thread_id)):
+            if wanted is not None:
+                clauses.append((f"{column} = :{column}", {column: wanted}))
+        if enabled is not None:
+            clauses.append(("enabled = :enabled", {"enabled": enabled}))
+        return where(self.dialect, clauses, metadata=metadata)
+
+    async def search_crons(self, *, assistant_id: str | None, thread_id: str | None, enabled: bool | None,
+                           metadata: dict[str, Any] | None, limit: int, offset: int, sort_by: str | None,
+                           sort_order: SortOrder | None) -> list[Row]:
+        cond, params = self._cron_filter(assistant_id, thread_id, enabled, metadata)
+        order = order_by(sort_by or "created_at", sort_order or "desc", crons.SORTABLE, "created_at", "cron_id")
+        rows = await self._read(self.dialect.search("crons", cond, order), {**params, "limit": limit,
+                                                                             "offset": offset})
+        return [crons.cron_row(r) for r in rows]
+
+    async def count_crons(self, *, assistant_id: str | None, thread_id: str | None, enabled: bool | None,
+                          metadata: dict[str, Any] | None) -> int:
+        cond, params = self._cron_filter(assistant_id, thread_id, enabled, metadata)
+        rows = await self._read(self.dialect.count("crons", cond), params)
+        return int(rows[0]["n"]) if rows else 0
+
+    async def due_crons(self, now: str, limit: int) -> list[Row]:
+        rows = await self._read(crons.statement(self.dialect, "due_crons"), {"now_at": now, "limit": limit})
+        return [crons.cron_row(r) for r in rows]
+
+    async def claim_cron_tick(self, cron_id: str, tick: str, *, now: str, until: str) -> bool:
+        return await self._transact(crons.one_statement, "claim_cron_tick",
+                                    {"cron_id": cron_id, "tick": tick, "now_at": now, "until": until})
+
+    async def advance_cron(self, cron_id: str, tick: str, next_run_date: str | None) -> bool:
+        return await self._transact(crons.one_statement, "advance_cron",
+                                    {"cron_id": cron_id, "tick": tick, "next_run_date": next_run_date})
+
+    async def release_cron_tick(self, cron_id: str, tick: str) -> None:
+        await self._transact(crons.one_statement, "release_cron_tick", {"cron_id": cron_id, "tick": tick})

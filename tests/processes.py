@@ -1,0 +1,59 @@
+"""Real `threadline` processes for end-to-end tests: the command, a clean environment, a server started on a
+free port (its URL read from its banner), and a stop that always ends the process."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).parents[1]
+
+
+def threadline_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "threadline", *args]
+
+
+def clean_env() -> dict[str, str]:
+    """The test's own THREADLINE_* must not leak into the server; the checkout is importable as installed."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("THREADLINE_")}
+    return {**env, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+
+
+def stop(proc: subprocess.Popen[str], timeout: float = 20) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout`."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@contextmanager
+def serving(folder: Path, *args: str, command: str = "serve") -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """`threadline <command>` started in `folder` on a free port; its URL (from its banner) and its process.
+    Its stderr goes to `folder/server.log`, shown when no banner comes."""
+    log = (folder / "server.log").open("w")
+    proc = subprocess.Popen(threadline_cmd(command, "--port", "0", *args), cwd=folder, env=clean_env(), text=True,
+                            stdout=subprocess.PIPE, stderr=log)
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 60
+        url = None
+        while url is None and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line and proc.poll() is not None:
+                break
+            found = re.search(r"listening on (http://\S+)", line)
+            url = found.group(1).rstrip("/") if found else None
+        assert url, f"no banner; server log:\n{(folder / 'server.log').read_text()}"
+        yield url, proc
+    finally:
+        stop(proc)
+        log.close()
