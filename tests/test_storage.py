@@ -452,6 +452,29 @@ async def test_recovery_takes_back_only_lapsed_leases_and_fails_runs_out_of_atte
     assert (await storage.get_thread(live["thread_id"]))["status"] == "busy"
 
 
+async def test_a_run_keeps_its_first_deadline_and_ends_timeout_once_it_passed_without_a_worker(
+        storage: Storage, peer: Storage) -> None:
+    """Limits (issue 16): the deadline is set once (a retried run keeps its first start's); a lapsed run past it
+    ends `timeout` with its thread `error`, attempts left or not, while one within it is queued again."""
+    late = await enqueue(storage)
+    timely = await enqueue(storage)
+    assert (await storage.claim_run("w1", -1))["run_id"] == late["run_id"]
+    assert (await storage.claim_run("w1", -1))["run_id"] == timely["run_id"]
+    assert await storage.set_run_deadline(late["run_id"], 0.0) <= 0
+    assert await storage.set_run_deadline(late["run_id"], 3600) <= 0  # kept: not pushed back
+    assert 3500 < await storage.set_run_deadline(timely["run_id"], 3600) <= 3600
+    requeued, failed = await peer.recover_runs(5, expired_only=True)
+    assert [r["run_id"] for r in requeued] == [timely["run_id"]]
+    assert [(r["run_id"], r["status"], r["error"]["error"]) for r in failed] == [
+        (late["run_id"], "timeout", "TimeoutError")]
+    assert all("past_deadline" not in r for r in requeued + failed)
+    ended = await storage.get_run(late["run_id"])
+    assert (ended["status"], ended["error"]["error"], ended["worker_id"]) == ("timeout", "TimeoutError", None)
+    thread = await storage.get_thread(late["thread_id"])
+    assert thread["status"] == "error" and thread["error"]["error"] == "TimeoutError"
+    assert (await storage.get_run(timely["run_id"]))["status"] == "pending"
+
+
 async def test_recovery_at_start_takes_back_every_running_run(storage: Storage) -> None:
     """The one-process backend at start: every `running` run was the dead process's, leased or not; a thread
     left busy with no active run (a crash between writes) becomes idle."""

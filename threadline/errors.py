@@ -76,6 +76,20 @@ class BrokerUnavailable(Unavailable):
     code = "broker_unavailable"
 
 
+class QuotaExceeded(ThreadlineError):
+    """Too many active runs: try again once some have finished."""
+
+    code = "quota_exceeded"
+    #: Seconds a client should wait before trying again (the `Retry-After` of the 429).
+    retry_after = 5
+
+
+class TooManyStreams(QuotaExceeded):
+    """Too many open event streams for this client: close one, or try again later."""
+
+    code = "too_many_streams"
+
+
 class ClientGone(ThreadlineError):
     """The client disconnected before the answer was ready."""
 

@@ -24,6 +24,10 @@ def redact_url(url: str) -> str:
     return f"{scheme}://{creds.split(':', 1)[0]}@{host}"
 
 
+#: Settings also read from LangGraph's server's environment variable, below our own `THREADLINE_*` one.
+ENV_ALIASES = {"run_timeout_seconds": "BG_JOB_TIMEOUT_SECS"}
+
+
 def _setting(default: Any, help: str, *, flag: bool = True, choices: tuple[str, ...] | None = None) -> Any:
     return field(default=default, metadata={"help": help, "flag": flag, "choices": choices})
 
@@ -68,6 +72,36 @@ class Settings:
     stream_buffer_events: int = _setting(
         10_000, "Events kept per run for joins and Last-Event-ID resumption while the process lives."
     )
+    # --- limits: run timeouts, rate limits, quotas and back-pressure (docs/configuration.md, "Limits")
+    run_timeout_seconds: float = _setting(
+        86400.0, "Longest a run may execute, from its start, before it is cancelled and ends `timeout` (0: no "
+        "limit). LangGraph's BG_JOB_TIMEOUT_SECS is honoured when this is not set. An assistant's or a run's "
+        "config.configurable.run_timeout_seconds overrides it for its runs."
+    )
+    rate_limit_runs: str = _setting(
+        "", "Budget of run creation per identity (the authenticated caller, else the client address), as "
+        "'10/second' or '600 per minute'; shared by every API process through Redis when redis_url is set. "
+        "Refused credentials spend their address's budget. Empty: unlimited."
+    )
+    rate_limit_requests: str = _setting(
+        "", "Budget of every other request per identity (GET /ok and /metrics are never limited). Empty: unlimited."
+    )
+    max_active_runs_per_identity: int = _setting(
+        0, "Most pending + running runs one identity may have; past it, creating a run gets 429. 0: no cap."
+    )
+    max_active_runs: int = _setting(
+        0, "Most pending + running runs of the whole deployment (the queue's bound); past it, 429. 0: no cap."
+    )
+    max_streams_per_identity: int = _setting(
+        0, "Most event streams one identity may have open on this API process; past it, 429. 0: no cap."
+    )
+    stream_send_timeout_seconds: float = _setting(
+        30.0, "A stream whose client has not taken a frame for this long (its connection's buffers are full) "
+        "is closed; the run goes on, and the client can resume with Last-Event-ID. 0: never."
+    )
+    trusted_proxies: str = _setting(
+        "", "Comma-separated addresses or CIDR blocks of reverse proxies whose X-Forwarded-For names the client."
+    )
     ui: str = _setting("on", "The web console at /ui (on), or none (off).", choices=("on", "off"))
     api_keys: str | None = _setting(
         None, "Built-in API keys, for a project without an auth.py: comma-separated 'identity=key' entries. A "
@@ -104,6 +138,8 @@ class Settings:
             given = (overrides or {}).get(f.name)
             if given is None:
                 raw = env.get(f"THREADLINE_{f.name.upper()}")
+                if raw is None and f.name in ENV_ALIASES:  # LangGraph's own name, so a deployment carries over
+                    raw = env.get(ENV_ALIASES[f.name])
                 if raw is None:
                     continue
                 given = _coerce(raw, type(f.default) if f.default is not None else str, f.name)

@@ -16,6 +16,8 @@ from threadline.api import (
 )
 from threadline.api.limits import BodyLimit
 from threadline.api.loopback import serving_loopback
+from threadline.api.ratelimit import AuthFailures, RateLimit, RateLimiter
+from threadline.api.sse import StreamSlots
 from threadline.config import HttpConfig, ProjectConfig
 from threadline.core.runtime import Runtime
 from threadline.errors import ConfigError
@@ -72,15 +74,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     _quiet_startup_failure(app)
     authenticator = auth.load_authenticator(project, settings)
     auth.refuse_exposed(settings, authenticator)
-    if authenticator is not None:  # added first, so innermost: inside CORS and the body limit
+    limiter = RateLimiter.of(settings)
+    # Added first, so innermost: rate limits by the authenticated identity (`identity_of`), before any route
+    # reads the body; requests that fail authentication are counted by address outside it (`AuthFailures`).
+    app.add_middleware(RateLimit, limiter=limiter)
+    if authenticator is not None:  # inside CORS and the body limit
         app.add_middleware(auth.Authenticate, authenticator=authenticator, open_paths=auth.open_paths(settings),
                            router=app.router)
     if http.configurable_headers is not None:
         app.add_middleware(http_config.RunHeaders, rules=http_config.HeaderRules(http.configurable_headers))
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    if authenticator is not None:  # outside BodyLimit: an address that spent its budget is refused before a read
+        app.add_middleware(AuthFailures, limiter=limiter)
     if http.cors is None:  # configured CORS stands in front of the project's app instead
         app.add_middleware(http_config.cors_middleware, http=http)
     app.state.project = project
+    app.state.stream_slots = StreamSlots(settings.max_streams_per_identity)
     app.state.settings = settings
     errors.install(app)
     for router in http_config.served(ROUTERS, http):
@@ -92,7 +101,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
         ui.mount(app)
     metrics.label_plain_routes(app)
-    app.front = _front(app, http, project_app, auth.outer_layer(app, http, project_app, authenticator, settings))
+    app.front = _front(app, http, project_app, _counting_failures(
+        auth.outer_layer(app, http, project_app, authenticator, settings), limiter))
     auth.install_security(app, auth.security(project, authenticator))
     return app
 
@@ -150,6 +160,14 @@ def _load_user_app(project: ProjectConfig) -> Any:
     loaded = load_object(project.http.app, project.root, what="http.app")
     user_app.check(loaded, project.http.app)
     return loaded
+
+
+def _counting_failures(guard: Callable[[Any], Any] | None, limiter: RateLimiter) -> Callable[[Any], Any] | None:
+    """Authentication in front of the project's app, with its refusals counted by address (`AuthFailures`)."""
+    if guard is None:
+        return None
+    outer = guard
+    return lambda served: AuthFailures(outer(served), limiter)
 
 
 def _front(app: FastAPI, http: HttpConfig, project_app: Any,

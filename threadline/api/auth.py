@@ -32,7 +32,8 @@ ALWAYS_OPEN = frozenset({"/ok"})
 # in-process, passing on the browser's credentials, so each read meets this middleware again. Left open here,
 # a page asked for without credentials answers with the API's 401 as a sign-in page instead of bare JSON.
 CONSOLE = "/ui"
-_AUTHENTICATED = "threadline.auth_user"  # scope key: the caller, once a layer has authenticated the request
+AUTHENTICATED = "threadline.auth_user"  # scope key: the caller, once a layer has authenticated the request
+REFUSED = "threadline.auth_refused"  # scope key: set when a layer refused the request's credentials
 
 
 def load_authenticator(project: ProjectConfig, settings: Settings) -> Authenticator | None:
@@ -78,16 +79,17 @@ class Authenticate:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         kind = scope["type"]
-        if kind not in ("http", "websocket") or _AUTHENTICATED in scope or self._is_open(scope):
+        if kind not in ("http", "websocket") or AUTHENTICATED in scope or self._is_open(scope):
             await self.app(scope, receive, send)
             return
         facts, receive = await self._facts(scope, receive)
         try:
             user = await self.authenticator.authenticate(facts)
         except Unauthorized as exc:
+            scope[REFUSED] = True  # counted against the client's address (`api/ratelimit.py: AuthFailures`)
             await _refuse(scope, receive, send, exc)
             return
-        scope[_AUTHENTICATED] = user
+        scope[AUTHENTICATED] = user
         token = set_current_user(user)
         try:
             await self.app(scope, receive, send)

@@ -25,6 +25,7 @@ STATUS = {
     errors.PayloadTooLarge: 413,
     errors.ConfigError: 500,
     errors.Unavailable: 503,
+    errors.QuotaExceeded: 429,
     errors.ClientGone: 499,  # nobody reads it; the status is for logs and metrics
     errors.EventsExpired: 410,
     errors.Unauthorized: 401,  # or the status the project's authenticator chose: `refusal`
@@ -125,7 +126,7 @@ def install(app: FastAPI) -> None:
         status = next((s for cls, s in STATUS.items() if isinstance(exc, cls)), 500)
         extra = {"metadata": exc.metadata} if exc.metadata else {}
         response = error_body(status, exc.message, exc.code, **extra)
-        if isinstance(exc, errors.Unavailable):
+        if isinstance(exc, (errors.Unavailable, errors.QuotaExceeded)):
             # The database or Redis is away (restarting, failing over): the client may try again, and the
             # server reconnects by itself, so the answer says when (`Retry-After`, as RFC 9110 has it for 503).
             response.headers["Retry-After"] = str(exc.retry_after)

@@ -14,7 +14,8 @@ from threadline.api.http_config import with_run_headers
 from threadline.api.common import JSON, Router, no_content, runtime, select, spec_run_out
 from threadline.shapes import CancelAction, RunStatus, run_out
 from threadline.api.models import RunCancelMany, RunCreate, RunSearch
-from threadline.api.sse import event_response
+from threadline.api.ratelimit import identity_of
+from threadline.api.sse import event_response, stream_slot
 from threadline.api.waits import KeptAliveJSON
 from threadline.core.runtime import Runtime
 from threadline.errors import ClientGone, InvalidInput, NotFound
@@ -31,17 +32,20 @@ def _wait_headers(run: dict[str, Any]) -> dict[str, str]:
     return {"Content-Location": _run_path(run), "Location": f"{_run_path(run)}/join"}
 
 
-async def _create(rt: Runtime, thread_id: str | None, body: RunCreate, *, waited: bool = False) -> dict[str, Any]:
+async def _create(rt: Runtime, thread_id: str | None, body: RunCreate, *, waited: bool = False,
+                  identity: str | None = None) -> dict[str, Any]:
     """A run on the path's thread, else on the body's `thread_id` (the Agent Protocol), else stateless.
 
     `waited`: this request waits for the run (`/wait`, `/stream`), so it may start on this process at once."""
     data = with_run_headers(body.core_body())  # langgraph.json http.configurable_headers
     body_thread = data.pop("thread_id", None)
-    return await rt.runs.create(thread_id or (str(body_thread) if body_thread else None), data, start_here=waited)
+    return await rt.runs.create(thread_id or (str(body_thread) if body_thread else None), data, start_here=waited,
+                                identity=identity)
 
 
 def _stream(rt: Runtime, run: dict[str, Any], *, last_event_id: str | None = None, replay: bool = True,
-            cancel_on_disconnect: bool = False, path: str | None = None, modes: list[str] | None = None) -> Response:
+            cancel_on_disconnect: bool = False, path: str | None = None, modes: list[str] | None = None,
+            slot: Callable[[], None] | None = None) -> Response:
     """`path`: the run's own path, as `Content-Location` (default: its thread-scoped path). `modes`: a join's
     `stream_mode`, the only modes it sends."""
     path = path or _run_path(run)
@@ -53,8 +57,17 @@ def _stream(rt: Runtime, run: dict[str, Any], *, last_event_id: str | None = Non
         rt.runs.stream(run["run_id"], last_event_id=last_event_id, replay=replay, modes=modes),
         heartbeat=rt.settings.heartbeat_seconds,
         headers={"Location": f"{path}/stream", "Content-Location": path},
-        on_disconnect=disconnect if cancel_on_disconnect else None, draining=rt.draining,
+        on_disconnect=disconnect if cancel_on_disconnect else None, draining=rt.draining, slot=slot,
     )
+
+
+async def _released_on_error(slot: Callable[[], None] | None, creating: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+    try:
+        return await creating
+    except BaseException:
+        if slot is not None:
+            slot()
+        raise
 
 
 async def wait_done(request: Request, rt: Runtime, run: dict[str, Any], *, cancel_on_disconnect: bool) -> Any:
@@ -107,21 +120,22 @@ def _disconnect_cancels(body: RunCreate) -> bool:
 @router.post("/threads/{thread_id}/runs")
 async def create_thread_run(request: Request, thread_id: UUID, body: RunCreate) -> JSON:
     rt = runtime(request)
-    run = await _create(rt, str(thread_id), body)
+    run = await _create(rt, str(thread_id), body, identity=identity_of(request))
     return JSON(run_out(run), headers={"Content-Location": _run_path(run)})
 
 
 @router.post("/threads/{thread_id}/runs/stream")
 async def stream_thread_run(request: Request, thread_id: UUID, body: RunCreate) -> Response:
     rt = runtime(request)
-    run = await _create(rt, str(thread_id), body, waited=True)
-    return _stream(rt, run, cancel_on_disconnect=_disconnect_cancels(body))
+    slot = stream_slot(request)  # before the run: a client over its stream cap creates none
+    run = await _released_on_error(slot, _create(rt, str(thread_id), body, waited=True, identity=identity_of(request)))
+    return _stream(rt, run, cancel_on_disconnect=_disconnect_cancels(body), slot=slot)
 
 
 @router.post("/threads/{thread_id}/runs/wait")
 async def wait_thread_run(request: Request, thread_id: UUID, body: RunCreate) -> Response:
     rt = runtime(request)
-    run = await _create(rt, str(thread_id), body, waited=True)
+    run = await _create(rt, str(thread_id), body, waited=True, identity=identity_of(request))
     return _waited(request, rt, run, cancel_on_disconnect=_disconnect_cancels(body), answer=rt.runs.output,
                    headers=_wait_headers(run))
 
@@ -195,15 +209,16 @@ async def cancel_thread_run(request: Request, thread_id: UUID, run_id: UUID, wai
 @router.post("/runs")
 async def create_run(request: Request, body: RunCreate) -> JSON:
     rt = runtime(request)
-    run = await _create(rt, None, body)
+    run = await _create(rt, None, body, identity=identity_of(request))
     return JSON(spec_run_out(run), headers={"Content-Location": f"/runs/{run['run_id']}"})
 
 
 @router.post("/runs/stream")
 async def stream_run(request: Request, body: RunCreate) -> Response:
     rt = runtime(request)
-    run = await _create(rt, None, body, waited=True)
-    return _stream(rt, run, cancel_on_disconnect=_disconnect_cancels(body), path=f"/runs/{run['run_id']}")
+    slot = stream_slot(request)
+    run = await _released_on_error(slot, _create(rt, None, body, waited=True, identity=identity_of(request)))
+    return _stream(rt, run, cancel_on_disconnect=_disconnect_cancels(body), path=f"/runs/{run['run_id']}", slot=slot)
 
 
 @router.post("/runs/wait")
@@ -211,7 +226,7 @@ async def wait_run(request: Request, body: RunCreate) -> Response:
     """LangGraph's shape (the output itself) by default; the Agent Protocol's RunWaitResponse when the
     request names its agent with the protocol's `agent_id`."""
     rt = runtime(request)
-    run = await _create(rt, None, body, waited=True)
+    run = await _create(rt, None, body, waited=True, identity=identity_of(request))
 
     async def answer(done: dict[str, Any]) -> Any:
         output = await rt.runs.output(done)
@@ -224,7 +239,7 @@ async def wait_run(request: Request, body: RunCreate) -> Response:
 @router.post("/runs/batch")
 async def create_runs_batch(request: Request, bodies: list[RunCreate]) -> JSON:
     rt = runtime(request)
-    return JSON([run_out(await _create(rt, None, b)) for b in bodies])
+    return JSON([run_out(await _create(rt, None, b, identity=identity_of(request))) for b in bodies])
 
 
 @router.post("/runs/cancel")

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette.sse import SendTimeoutError
+from starlette.requests import Request
+from starlette.responses import JSONResponse
 
 from threadline.api.metrics import metrics_of
 from threadline.broker.base import StreamEvent
 from threadline.core.runtime import Draining
+from threadline.errors import TooManyStreams
 from threadline.serde import dumps
 
 log = logging.getLogger("threadline.api")
@@ -25,9 +30,47 @@ RECONNECT = (b": the server is stopping; the run goes on: reconnect with Last-Ev
              b"retry: 1000\r\n\r\n")
 
 
+class StreamSlots:
+    """Open event streams per identity in this process, against `max_streams_per_identity` (limits)."""
+
+    def __init__(self, per_identity: int) -> None:
+        self.per_identity = per_identity
+        self.open: Counter[str] = Counter()
+
+    def take(self, identity: str) -> Callable[[], None]:
+        """A place for one more stream of `identity` (TooManyStreams past the cap); returns its release."""
+        if self.per_identity and self.open[identity] >= self.per_identity:
+            raise TooManyStreams(f"Too many open event streams for this client (the cap is {self.per_identity}): "
+                                 "close one, or try again later.")
+        self.open[identity] += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.open[identity] -= 1
+                if self.open[identity] <= 0:
+                    del self.open[identity]
+
+        return release
+
+
+def stream_slot(request: Any) -> Callable[[], None] | None:
+    """Take a stream place for the request's identity now (before a run is created for the stream), or
+    None when the app has no cap. Raises TooManyStreams (429)."""
+    slots: StreamSlots | None = getattr(request.app.state, "stream_slots", None)
+    if slots is None or not slots.per_identity:
+        return None
+    from threadline.api.ratelimit import identity_of
+
+    return slots.take(identity_of(request))
+
+
 def event_response(
     events: AsyncIterator[StreamEvent], *, heartbeat: float, headers: dict[str, str] | None = None,
     on_disconnect: Callable[[], Awaitable[Any]] | None = None, draining: Draining | None = None,
+    slot: Callable[[], None] | None = None, send_timeout: float | None = None,
 ) -> EventSourceResponse:
     """Relay `events`; `on_disconnect` runs when the client leaves before the stream ends. When `draining`
     is set (this process is stopping), the stream ends at once with `RECONNECT`, the response completes,
@@ -78,7 +121,9 @@ def event_response(
                 except Exception:
                     log.exception("on_disconnect handler failed")
 
-    return CountedEventSource(frames(), ping=heartbeat, headers=headers)
+    response = CountedEventSource(frames(), ping=heartbeat, headers=headers, send_timeout=send_timeout or None)
+    response.slot = slot
+    return response
 
 
 def frame(ev: StreamEvent) -> bytes | ServerSentEvent:
@@ -90,7 +135,11 @@ def frame(ev: StreamEvent) -> bytes | ServerSentEvent:
 
 
 class CountedEventSource(EventSourceResponse):
-    """Counted among the app's open stream subscribers for as long as it is being served."""
+    """Counted among the app's open stream subscribers for as long as it is being served; holds one of its
+    identity's stream places (`StreamSlots`) meanwhile; closed when its client stops reading (`send_timeout`:
+    no frame taken for that long), so a slow reader holds at most its connection's buffers, never a backlog."""
+
+    slot: Callable[[], None] | None = None
 
     async def _send_with_timeout(self, send: Any, message: Any) -> None:
         # sse-starlette opens an anyio cancel scope around every send to apply `send_timeout`; with none set
@@ -101,9 +150,29 @@ class CountedEventSource(EventSourceResponse):
             await super()._send_with_timeout(send, message)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self.send_timeout is None:  # the app's `stream_send_timeout_seconds` (0: never)
+            settings = getattr(getattr(scope.get("app"), "state", None), "settings", None)
+            self.send_timeout = getattr(settings, "stream_send_timeout_seconds", 0) or None
+        if self.slot is None:
+            try:
+                self.slot = stream_slot(Request(scope))
+            except TooManyStreams as exc:
+                await JSONResponse({"detail": exc.message, "code": exc.code, "message": exc.message}, status_code=429,
+                                   headers={"Retry-After": str(exc.retry_after)})(scope, receive, send)
+                return
         metrics = metrics_of(scope)
-        if metrics is None:
-            await super().__call__(scope, receive, send)
-            return
-        with metrics.stream_open():
-            await super().__call__(scope, receive, send)
+        try:
+            if metrics is None:
+                await super().__call__(scope, receive, send)
+                return
+            with metrics.stream_open():
+                await super().__call__(scope, receive, send)
+        except SendTimeoutError:
+            # The client took no frame for `send_timeout` s: its connection is closed (the server logs that
+            # the response did not complete); the run goes on, and a resume with Last-Event-ID gets the rest.
+            log.warning("closed an event stream whose client stopped reading for %.0f s", self.send_timeout or 0)
+            if metrics is not None:
+                metrics.stream_slow_disconnect()
+        finally:
+            if self.slot is not None:
+                self.slot()

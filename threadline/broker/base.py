@@ -39,6 +39,11 @@ class Broker(abc.ABC):
     def subscribe(self, run_id: str, *, after: str | None = None, replay: bool = False) -> AsyncIterator[StreamEvent]:
         """Events of a run: those after `after` (or all buffered when `replay`), then live ones, until the end."""
 
+    async def resume_gap(self, run_id: str, after: str) -> bool:
+        """Whether events after `after` (a client's Last-Event-ID) were dropped from the run's bounded buffer,
+        so a resume from it misses some (counted as a replay gap). By default, never known."""
+        return False
+
     @abc.abstractmethod
     async def stream_started(self, run_id: str) -> bool:
         """Whether the run has published anything (its stream exists)."""

@@ -29,6 +29,8 @@ class Keys:
         self.done_pattern = f"{glob_escape(prefix)}:done:*"
         #: Pattern of the per-run cancel channels.
         self.cancel_pattern = f"{glob_escape(prefix)}:cancel:*"
+        #: Prefix of the rate-limit counters (`threadline.api.ratelimit`; the `limits` library names the rest).
+        self.rate_limits = f"{prefix}:ratelimit"
 
     # Keys.
 

@@ -37,6 +37,7 @@ class _RunStream:
         self.ended = False
         self.changed = asyncio.Condition()
         self.ended_at: float | None = None
+        self.dropped = 0  # seq of the newest event the bounded buffer dropped
 
 
 class MemoryBroker(Broker):
@@ -72,6 +73,8 @@ class MemoryBroker(Broker):
         stream.seq += 1
         ev = StreamEvent(f"{int(time.time() * 1000)}-{stream.seq}", event, data)
         async with stream.changed:
+            if len(stream.events) == stream.events.maxlen:
+                stream.dropped = stream.events[0][0]
             stream.events.append((stream.seq, ev))
             stream.changed.notify_all()
         return ev.id
@@ -85,6 +88,13 @@ class MemoryBroker(Broker):
             stream.ended_at = time.monotonic()
             stream.changed.notify_all()
         self._ended.append((stream.ended_at, run_id))
+
+    async def resume_gap(self, run_id: str, after: str) -> bool:
+        stream = self._streams.get(run_id)
+        if stream is None or not stream.dropped:
+            return False
+        seq = event_seq(after) if event_ms(after) >= self._started_ms else 0
+        return stream.dropped > seq
 
     async def stream_started(self, run_id: str) -> bool:
         return run_id in self._streams

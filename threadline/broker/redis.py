@@ -58,6 +58,11 @@ def _after_id(event_id: str) -> str:
     return "0-0"
 
 
+def _id_key(stream_id: str) -> tuple[int, int]:
+    ms, _, n = stream_id.partition("-")
+    return int(ms or 0), int(n or 0)
+
+
 class RedisBroker(Broker):
     """Per-run Redis Streams for events; pub/sub for wake-ups, run-done and cancel signals."""
 
@@ -195,6 +200,20 @@ class RedisBroker(Broker):
                 for index, waiter in waiting:
                     if not waiter.done():
                         waiter.set_result(str(replies[index], "ascii"))
+
+    async def resume_gap(self, run_id: str, after: str) -> bool:
+        """Approximate: events were trimmed and the oldest kept one is after `after` (a client that had read
+        exactly the newest trimmed event is counted too: Redis does not say which ids MAXLEN dropped)."""
+        async with self._exchange():
+            try:
+                info: Any = await self._redis.xinfo_stream(self._keys.events(run_id))
+            except RedisError:  # no such stream
+                return False
+        first = info.get("first-entry")
+        if not first or int(info.get("entries-added") or 0) <= int(info.get("length") or 0):
+            return False
+        kept = first[0].decode() if isinstance(first[0], bytes) else str(first[0])
+        return _id_key(kept) > _id_key(_after_id(after))
 
     async def stream_started(self, run_id: str) -> bool:
         async with self._exchange():

@@ -27,6 +27,7 @@ from threadline.errors import Unavailable
 from threadline.serde import dumps
 from threadline.shapes import run_out
 from threadline.storage.base import Row, Storage
+from threadline.storage.rules import timed_out
 
 log = logging.getLogger("threadline.executor")
 
@@ -154,8 +155,9 @@ class Executor:
     """Runs one run to its end and records the outcome. Used by the worker pool."""
 
     def __init__(self, storage: Storage, broker: Broker, graphs: GraphRegistry, threads: Threads,
-                 metrics: Metrics, webhooks: Webhooks | None = None) -> None:
+                 metrics: Metrics, webhooks: Webhooks | None = None, *, run_timeout: float = 0.0) -> None:
         self.metrics = metrics
+        self.run_timeout = run_timeout  # seconds a run may execute unless its config says otherwise; 0: none
         self.node_threads = NodeThreads()  # installed as the loop's default executor by the worker pool
         self.webhooks = webhooks or Webhooks()
         self.storage = storage
@@ -175,6 +177,7 @@ class Executor:
         run_id, thread_id = run["run_id"], run["thread_id"]
         status, error, output, action, failure = "success", None, None, None, None
         started = time.monotonic()
+        deadline: list[asyncio.TimerHandle] = []  # the run's timeout, armed once its config is known
         fields = {"run_id": run_id, "thread_id": thread_id, "assistant_id": run["assistant_id"],
                   "attempt": run.get("attempt", 1)}
         _RUN.set(run_id)  # this task's own context: the node threads it starts are counted as the run's
@@ -195,10 +198,13 @@ class Executor:
             if protocol is not None:
                 protocol.named(assistant["graph_id"])
             config = build_config(run, assistant, thread_id)
+            await self._arm_deadline(run_id, config, stop, deadline)
             state = await self._run_graph(run, config, assistant, lease, protocol)
+            _disarm(deadline)
             output = run_output(state)
             thread_changes: dict[str, Any] = {**thread_fields(state), "error": None}
         except asyncio.CancelledError:
+            _disarm(deadline)
             action = stop.action
             if action is None:
                 raise
@@ -214,7 +220,15 @@ class Executor:
                 # As LangGraph's server does: the thread shows it was stopped by the user.
                 thread_changes.update(status="interrupted", error={
                     "error": "UserInterrupt", "message": f"interrupt requested for run {run_id}"})
+            elif action == "timeout":
+                # As LangGraph's server: the run `timeout`, its thread `error` at its last checkpoint, and
+                # waiters answered with the thread's values; the stream just ends (no `error` event).
+                status, error = "timeout", timed_out()
+                thread_changes.update(status="error", error=error)
+                output = thread_changes.get("values")
+                log.warning("run %s passed its timeout and was cancelled", run_id, extra=fields)
         except Exception as exc:  # the agent's own failure: recorded on the run, shown to the client
+            _disarm(deadline)
             if isinstance(exc, LeaseLost) or not lease.valid():
                 log.warning("run %s: lease lost (%s); leaving it to the worker that holds it now", run_id, exc)
                 return None
@@ -246,6 +260,24 @@ class Executor:
         finished = await self._finish(run, lease, worker_id, status, error, output, thread_changes, action, ended)
         self.metrics.run_finished(status, time.monotonic() - started)
         return finished
+
+    async def _arm_deadline(self, run_id: str, config: dict[str, Any], stop: StopSignal,
+                            armed: list[asyncio.TimerHandle]) -> None:
+        """Cancel this run's task, as a cancel does (`stop.action = "timeout"`), once its deadline passes. The
+        deadline is stored on the run when it first starts and kept when it is retried, so the time a run
+        spent on a worker that died counts too (and the sweeper ends it if no worker holds it then)."""
+        seconds = run_timeout(config, self.run_timeout)
+        if not seconds:
+            return
+        remaining = await self.storage.set_run_deadline(run_id, seconds)
+        task = asyncio.current_task()
+
+        def expire() -> None:
+            if stop.action is None and task is not None:
+                stop.action = "timeout"
+                task.cancel()
+
+        armed.append(asyncio.get_running_loop().call_later(max(remaining, 0.0), expire))
 
     async def _run_graph(self, run: Row, config: dict[str, Any], assistant: Row, lease: Lease,
                          protocol: ProtocolRun | None) -> dict[str, Any]:
@@ -298,9 +330,9 @@ class Executor:
 
     async def _protocol_end(self, protocol: ProtocolRun, run_id: str, status: str, error: Any) -> None:
         """A protocol run cancelled by a user or failed: its clients wait for the root terminal event."""
-        message = f"{error['error']}: {error['message']}" if error else None
+        message = f"{error['error']}: {error['message']}".rstrip(": ") if error else None
         try:
-            await protocol.end("failed" if status == "error" else "interrupted", message)
+            await protocol.end("failed" if status in ("error", "timeout") else "interrupted", message)
         except Exception:
             log.exception("could not write the terminal lifecycle event of run %s", run_id)
 
@@ -413,6 +445,25 @@ class Executor:
         options = {k: v for k, v in options.items() if k not in ("stream_mode", "subgraphs")}
         async for event in graph.astream_events(given, config, version="v2", **options):
             await publish("events", event)
+
+
+def run_timeout(config: dict[str, Any], default: float) -> float:
+    """Seconds the run may execute: `configurable.run_timeout_seconds` of its config (the run's over its
+    assistant's), else the server's `run_timeout_seconds`; 0 for no limit."""
+    given = (config.get("configurable") or {}).get("run_timeout_seconds")
+    if given is None:
+        return max(default, 0.0)
+    try:
+        seconds = float(given)
+    except (TypeError, ValueError):
+        log.warning("ignoring run_timeout_seconds %r: not a number", given)
+        return max(default, 0.0)
+    return seconds if seconds > 0 else max(default, 0.0)
+
+
+def _disarm(armed: list[asyncio.TimerHandle]) -> None:
+    for handle in armed:
+        handle.cancel()
 
 
 def _is_checkpoint(chunk: Any) -> bool:

@@ -99,6 +99,18 @@ class Metrics:
                                       buckets=RUN_BUCKETS, registry=self.registry)
         self.stream_subscribers = Gauge(PREFIX + "stream_subscribers", "Event streams being served now.",
                                         registry=self.registry)
+        self.queue_cap = Gauge(PREFIX + "queue_cap", "The cap on pending + running runs (max_active_runs); 0: none.",
+                               registry=self.registry)
+        self.stream_slow_disconnects = Counter(
+            PREFIX + "stream_slow_disconnects", "Event streams closed because their client stopped reading.",
+            registry=self.registry)
+        self.stream_replay_gaps = Counter(
+            PREFIX + "stream_replay_gaps",
+            "Resumes (Last-Event-ID) some of whose events were no longer buffered: the client missed them.",
+            registry=self.registry)
+        self.rate_limited_requests = Counter(
+            PREFIX + "rate_limited_requests", "Requests refused with 429 by a rate limit, by route template and budget.",
+            ["path", "budget"], registry=self.registry)
         self.cron_runs = Counter(PREFIX + "cron_runs_created", "Runs this process's cron scheduler created, by "
                                  "kind (thread: on the cron's thread; stateless: on a new thread).", ["kind"],
                                  registry=self.registry)
@@ -122,9 +134,20 @@ class Metrics:
         children[0].inc()
         children[1].observe(seconds)
 
-    def run_finished(self, status: str, seconds: float) -> None:
+    def run_finished(self, status: str, seconds: float | None) -> None:
+        """`seconds` from its claim to its end; None for a run ended by the sweeper (its worker is gone)."""
         self.runs_finished.labels(status=status).inc()
-        self.run_duration.observe(seconds)
+        if seconds is not None:
+            self.run_duration.observe(seconds)
+
+    def stream_slow_disconnect(self) -> None:
+        self.stream_slow_disconnects.inc()
+
+    def replay_gap(self) -> None:
+        self.stream_replay_gaps.inc()
+
+    def rate_limited(self, path: str, budget: str) -> None:
+        self.rate_limited_requests.labels(path=path, budget=budget).inc()
 
     def cron_run_created(self, kind: str) -> None:
         self.cron_runs.labels(kind=kind).inc()

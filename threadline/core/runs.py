@@ -13,13 +13,14 @@ from typing import Any
 from threadline.broker.base import Broker, StreamEvent
 from threadline.core.assistants import Assistants
 from threadline.core.auth import with_caller
+from threadline.core.metrics import Metrics
 from threadline.core.protocol_events import end_without_worker
 from threadline.core.threads import Threads
 from threadline.core.webhook_policy import WebhookGuard
 from threadline.core.worker import WorkerPool
 from threadline.errors import Conflict, InvalidInput, NotFound
 from threadline.shapes import FINAL_RUN_STATUSES, CancelAction, CancelStatus, MultitaskStrategy, RunStatus
-from threadline.storage.base import Row, Storage
+from threadline.storage.base import Quota, Row, Storage
 
 TERMINAL = FINAL_RUN_STATUSES
 #: How long a client's cancel waits for the run to have ended before it answers (see `Runs._settle`).
@@ -51,13 +52,28 @@ def run_metadata(assistant: Row, thread_metadata: dict[str, Any] | None, body: d
             "assistant_id": assistant["assistant_id"]}
 
 
+def check_run_timeout(config: Any) -> None:
+    """A run's (or assistant's) `config.configurable.run_timeout_seconds`, when given, is a positive number."""
+    given = ((config or {}).get("configurable") or {}).get("run_timeout_seconds") if isinstance(config, dict) \
+        else None
+    if given is None:
+        return
+    if isinstance(given, bool) or not isinstance(given, (int, float)) or not given > 0:
+        raise InvalidInput(f"config.configurable.run_timeout_seconds must be a positive number of seconds, "
+                           f"not {given!r}")
+
+
 class Runs:
     """Run operations. Execution itself is the worker's (see `threadline.core.worker`)."""
 
     def __init__(self, storage: Storage, broker: Broker, assistants: Assistants, threads: Threads,
-                 workers: WorkerPool | None = None, webhooks: WebhookGuard | None = None) -> None:
+                 workers: WorkerPool | None = None, webhooks: WebhookGuard | None = None, *,
+                 max_per_identity: int = 0, max_active: int = 0, metrics: Metrics | None = None) -> None:
         self.storage = storage
         self.webhooks = webhooks  # langgraph.json `webhooks.url`: a run's webhook is checked when it is created
+        self.metrics = metrics
+        self.max_per_identity = max_per_identity  # caps on active runs (limits): 0 for none
+        self.max_active = max_active
         self.broker = broker
         self.assistants = assistants
         self.threads = threads
@@ -77,7 +93,7 @@ class Runs:
         return await self.assistants.get(default)
 
     async def create(self, thread_id: str | None, body: dict[str, Any], *, start_here: bool = False,
-                     run_id: str | None = None) -> Row:
+                     identity: str | None = None, run_id: str | None = None) -> Row:
         """Validate, apply the multitask strategy and enqueue; returns the run as created.
 
         `thread_id=None` is a stateless run on a temporary thread. With `start_here` (the caller waits for the
@@ -92,6 +108,7 @@ class Runs:
             await self.webhooks.check(body["webhook"])
         if body.get("input") is not None and body.get("command") is not None:
             raise InvalidInput("Give either input or command, not both")
+        check_run_timeout(body.get("config"))
         kwargs = {k: body[k] for k in KWARG_KEYS if body.get(k) is not None}
         create_thread = body.get("if_not_exists") == "create"
         if thread_id is None:
@@ -128,6 +145,8 @@ class Runs:
                                      **(body.get("metadata") or {})},
                 claim_for=(pool.worker_id, pool.lease_seconds) if pool is not None else None,
                 run_metadata=lambda thread: run_metadata(assistant, thread, body),
+                quota=Quota(identity, self.max_per_identity, self.max_active)
+                if self.max_per_identity or self.max_active else None,
             )
         except BaseException:
             if pool is not None:
@@ -319,6 +338,9 @@ class Runs:
         run = await self.storage.get_run(run_id)
         if run is not None and run["status"] in TERMINAL and not await self.broker.stream_started(run_id):
             return
+        if last_event_id is not None and self.metrics is not None and await self.broker.resume_gap(run_id,
+                                                                                                  last_event_id):
+            self.metrics.replay_gap()  # the client missed events the bounded buffer no longer holds
         modes = [m for m in modes or () if m]  # langgraph-sdk sends `stream_mode=` when it has none
         wanted = {"messages" if m == "messages-tuple" else m for m in modes} | {"error"}
         async for event in self.broker.subscribe(run_id, after=last_event_id, replay=replay):

@@ -121,15 +121,19 @@ class Runtime:
         assistants = Assistants(storage, graphs)
         threads = Threads(storage, graphs, project.checkpointer_ttl)
         metrics = Metrics()
+        metrics.queue_cap.set(settings.max_active_runs)  # beside num_pending/num_running_runs: depth vs its cap
         guard = WebhookGuard(project.webhooks, authenticated=auth_configured(project, settings))
         webhooks = Webhooks(enabled="webhooks" not in project.http.disabled, guard=guard)
         workers = None
         if settings.workers > 0:
-            executor = Executor(storage, broker, graphs, threads, metrics, webhooks)
+            executor = Executor(storage, broker, graphs, threads, metrics, webhooks,
+                                run_timeout=settings.run_timeout_seconds)
             workers = WorkerPool(storage, broker, executor, settings.workers,
                                  lease_seconds=settings.lease_seconds, max_attempts=settings.run_retries,
                                  sweep=bool(storage.capabilities.get("multi_process")))
-        runs = Runs(storage, broker, assistants, threads, workers, webhooks=guard)
+        runs = Runs(storage, broker, assistants, threads, workers, webhooks=guard,
+                    max_per_identity=settings.max_active_runs_per_identity, max_active=settings.max_active_runs,
+                    metrics=metrics)
         crons = Crons(storage, runs, assistants, metrics, poll_seconds=settings.cron_poll_seconds)
         return cls(settings, project, graphs, storage, broker, assistants, threads, runs, workers, metrics=metrics,
                    webhooks=webhooks, crons=crons)
@@ -139,7 +143,8 @@ class Runtime:
         # One process owns an embedded database: whatever it left running died with it. Shared databases
         # have live peers, so only runs whose lease lapsed are taken back (and the sweeper keeps doing so).
         shared = bool(self.storage.capabilities.get("multi_process"))
-        requeued, failed = await recover(self.storage, self.broker, self.settings.run_retries, expired_only=shared)
+        requeued, failed = await recover(self.storage, self.broker, self.settings.run_retries,
+                                         expired_only=shared, metrics=self.metrics)
         self.started = {"requeued": [r["run_id"] for r in requeued], "failed": [r["run_id"] for r in failed]}
         if self.workers is not None:
             await self.workers.start()

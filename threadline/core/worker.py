@@ -23,6 +23,7 @@ from typing import Any
 from threadline.broker.base import Broker
 from threadline.core.executor import Executor, StopSignal
 from threadline.core.lease import Lease
+from threadline.core.metrics import Metrics
 from threadline.core.protocol_events import end_without_worker
 from threadline.errors import Unavailable
 from threadline.storage.base import Row, Storage
@@ -228,20 +229,27 @@ class WorkerPool:
         while True:
             await asyncio.sleep(self.lease_seconds / 2)
             try:
-                await recover(self.storage, self.broker, self.max_attempts, expired_only=True)
+                await recover(self.storage, self.broker, self.max_attempts, expired_only=True,
+                              metrics=self.executor.metrics)
             except Exception:
                 log.exception("sweeping expired leases failed")
 
 
-async def recover(storage: Storage, broker: Broker, max_attempts: int, *,
-                  expired_only: bool) -> tuple[list[Row], list[Row]]:
+async def recover(storage: Storage, broker: Broker, max_attempts: int, *, expired_only: bool,
+                  metrics: Metrics | None = None) -> tuple[list[Row], list[Row]]:
     """Take back the runs of workers that are gone: requeue them (and wake a worker), or fail them (and end
-    their streams, wake their waiters and tell protocol clients). At start, and in the sweeper."""
+    their streams, wake their waiters and tell protocol clients). At start, and in the sweeper. A run whose
+    deadline passed meanwhile is not retried: storage ends it `timeout` (counted in `metrics`)."""
     requeued, failed = await storage.recover_runs(max_attempts, expired_only=expired_only)
     for run in requeued:
         log.warning("run %s lost its worker: queued again (attempt %d done)", run["run_id"], run["attempt"])
     for run in failed:
-        log.warning("run %s lost its worker with no retries left: error", run["run_id"])
+        if run["status"] == "timeout":
+            log.warning("run %s lost its worker and its deadline has passed: timeout", run["run_id"])
+            if metrics is not None:
+                metrics.run_finished("timeout", None)
+        else:
+            log.warning("run %s lost its worker with no retries left: error", run["run_id"])
         await end_without_worker(storage, broker, run, "failed", run.get("error"))
     for _ in requeued:  # one wake-up per run, as at enqueue
         await broker.wake_workers()

@@ -36,6 +36,15 @@ class NewThreadEvent(NamedTuple):
     params: str
 
 
+class Quota(NamedTuple):
+    """Caps `enqueue_run` checks in its transaction (limits, issue 16); 0 means no cap. A run over one is
+    not enqueued (`QuotaExceeded`) and nothing else changes."""
+
+    identity: str | None  # the creator, stored on the run (`identity`) when `per_identity` applies
+    per_identity: int  # pending + running runs of `identity`
+    total: int  # pending + running runs of the whole deployment
+
+
 class Storage(abc.ABC):
     """Durable state for one deployment: assistants, threads, runs, checkpoints and the store."""
 
@@ -141,7 +150,8 @@ class Storage(abc.ABC):
                           reject_if_active: bool, thread_ttl_minutes: float | None = None,
                           new_thread_metadata: dict[str, Any] | None = None,
                           claim_for: tuple[str, float] | None = None,
-                          run_metadata: Callable[[dict[str, Any] | None], dict[str, Any]] | None = None) -> Row:
+                          run_metadata: Callable[[dict[str, Any] | None], dict[str, Any]] | None = None,
+                          quota: Quota | None = None) -> Row:
         """Insert a pending run, mark its thread busy and merge `thread_metadata` into it, atomically.
 
         `run_metadata`, when given, makes the run's `metadata`: it is called in the transaction with the
@@ -152,6 +162,7 @@ class Storage(abc.ABC):
         NotFound. Raises Conflict when `reject_if_active` and the thread has a pending or running run.
         With `claim_for=(worker_id, lease_seconds)`, a run available now on a thread with no other active
         run is inserted already claimed by that worker, as `claim_run` would (`running`, attempt 1, leased).
+        With `quota`, raises QuotaExceeded when the run would pass one of its caps (race-free: see `Quota`).
         """
 
     @abc.abstractmethod
@@ -222,6 +233,15 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     async def queue_stats(self) -> Row:
         """Pending count, running count and the age in seconds of the oldest pending run."""
+
+    # --- limits (issue 16: run deadlines) ---------------------------------------
+    @abc.abstractmethod
+    async def set_run_deadline(self, run_id: str, seconds: float) -> float:
+        """Give the run a deadline `seconds` from now unless it has one already (a retried run keeps the one
+        its first start set); return the seconds left until it, on the database's clock (<= 0: passed).
+
+        `recover_runs` ends a run whose worker is gone and whose deadline has passed as `timeout` (its
+        thread `error`, `timed_out()`) instead of queueing it again; those are among the runs it fails."""
 
     # --- checkpoints helpers not in LangGraph's saver contract ---------------
     @abc.abstractmethod

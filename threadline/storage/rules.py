@@ -8,11 +8,17 @@ finish waits for no result; `thread_status_changes` says what it is given).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from threadline.errors import Conflict, NotFound
+from threadline.errors import Conflict, NotFound, QuotaExceeded
+
+if TYPE_CHECKING:
+    from threadline.storage.base import Quota
 
 Row = dict[str, Any]
+
+
 class EnqueuePlan(NamedTuple):
     """What an enqueue writes: the run row (claimed when it starts at once) and the thread's metadata."""
 
@@ -47,11 +53,17 @@ def plan_enqueue(run: Row, thread_metadata_before: dict[str, Any] | None, *, cre
 
 
 def split_recovery(running: list[Row], max_attempts: int) -> tuple[list[Row], list[Row]]:
-    """Runs whose worker is gone: back in the queue while they have attempts left, else failed with
-    `worker_lost` (the failed rows as they end)."""
+    """Runs whose worker is gone: a run whose deadline has passed (`past_deadline`, from the database's clock,
+    limits) ends `timeout` with `timed_out()` and is not retried; the others go back in the queue while they
+    have attempts left, else fail with `worker_lost` (the failed rows as they end, without `past_deadline`)."""
     requeue, fail = [], []
-    for run in running:
-        if run["attempt"] <= max_attempts:
+    for found in running:
+        past_deadline = bool(found.get("past_deadline"))
+        run = {k: v for k, v in found.items() if k != "past_deadline"}
+        if past_deadline:
+            fail.append({**run, "status": "timeout", "error": timed_out(), "worker_id": None,
+                         "lease_expires_at": None})
+        elif run["attempt"] <= max_attempts:
             requeue.append(run)
         else:
             fail.append({**run, "status": "error", "error": worker_lost(run["attempt"]), "worker_id": None,
@@ -63,6 +75,32 @@ def worker_lost(attempts: int) -> dict[str, str]:
     """The error a run ends with when its worker died and no retries are left."""
     return {"error": "WorkerLost",
             "message": f"The process running this run stopped; no retries left after {attempts} attempts."}
+
+
+def timed_out() -> dict[str, str]:
+    """The error a run past its deadline ends with, on its thread too, as LangGraph's server records it."""
+    return {"error": "TimeoutError", "message": ""}
+
+
+def quota_refusal(quota: Quota, mine: int, total: int) -> str | None:
+    """`enqueue_run`'s caps (limits): raise QuotaExceeded when one more active run would pass a cap of `quota`
+    given the active runs of its identity (`mine`) and of the deployment (`total`); else
+    the identity to store on the run (None when no per-identity cap applies, so it is not counted)."""
+    if quota.total and total >= quota.total:
+        raise QuotaExceeded(f"The run queue is full ({total} active runs, the cap is {quota.total}): "
+                            "try again once some have finished.")
+    per_identity = bool(quota.per_identity) and quota.identity is not None
+    if per_identity and mine >= quota.per_identity:
+        raise QuotaExceeded(f"Too many active runs for this client ({mine}, the cap is {quota.per_identity}): "
+                            "try again once some have finished, or cancel some.")
+    return quota.identity if per_identity else None
+
+
+def seconds_left(now_at: str, deadline_at: str | None) -> float:
+    """Seconds from `now_at` to `deadline_at` (ISO timestamps, both on the database's clock); 0 without one."""
+    if deadline_at is None:
+        return 0.0
+    return (datetime.fromisoformat(deadline_at) - datetime.fromisoformat(now_at)).total_seconds()
 
 
 def thread_status_changes(changes: Row, *, only_if_busy: bool = False) -> tuple[Row, str, bool]:

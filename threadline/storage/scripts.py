@@ -14,9 +14,10 @@ from collections.abc import Callable, Generator
 from typing import Any, NamedTuple, TypeVar
 
 from threadline.errors import Conflict, NotFound
-from threadline.storage.base import THREAD_EVENTS_KEPT, NewThreadEvent
+from threadline.storage.base import THREAD_EVENTS_KEPT, NewThreadEvent, Quota
 from threadline.storage.rules import (
-    VERSION_COLUMNS, Row, next_assistant_version, plan_enqueue, split_recovery, thread_status_changes,
+    VERSION_COLUMNS, Row, next_assistant_version, plan_enqueue, quota_refusal, seconds_left, split_recovery,
+    thread_status_changes,
 )
 from threadline.storage.sql import dumps, now_iso, thread_ttl_columns
 from threadline.storage.statements import Dialect, Encoded
@@ -107,9 +108,11 @@ def reconcile(d: Dialect, changes: Row, *, thread_id: str | None = None, run_id:
 def enqueue_run(d: Dialect, run: Row, thread_metadata: dict[str, Any], create_thread: bool, reject_if_active: bool,
                 ttl_minutes: float | None, new_thread_metadata: dict[str, Any],
                 claim_for: tuple[str, float] | None,
-                run_metadata: Callable[[dict[str, Any] | None], dict[str, Any]] | None) -> Script[Row]:
+                run_metadata: Callable[[dict[str, Any] | None], dict[str, Any]] | None,
+                quota: Quota | None = None) -> Script[Row]:
     """One round trip reads what decides (the thread, created if asked; its row lock orders concurrent
-    enqueues, so a reject sees the other's run; its active run), one writes."""
+    enqueues, so a reject sees the other's run; its active run), one writes. With a `quota`, one more
+    counts the active runs in between (`quota_refusal`), under its locks (`_quota_locks`)."""
     now, thread_id = run["created_at"], run["thread_id"]
     need_active = reject_if_active or claim_for is not None
     steps = [q(d, "lock_thread", thread_id=thread_id)]
@@ -125,6 +128,11 @@ def enqueue_run(d: Dialect, run: Row, thread_metadata: dict[str, Any], create_th
     plan = plan_enqueue(run, thread[0]["metadata"] if thread else None, created=created,
                         active=bool(found[-1]) if need_active else False, thread_metadata=thread_metadata,
                         reject_if_active=reject_if_active, claim_for=claim_for, run_metadata=run_metadata)
+    if quota is not None:  # limits (issue 16): refused here, nothing of this run is written
+        *_, counts = yield (*_quota_locks(d, quota), q(d, "count_active_runs", identity=quota.identity))
+        identity = quota_refusal(quota, int(counts[0]["mine"] or 0), int(counts[0]["total"] or 0))
+        if identity is not None:
+            plan = plan._replace(run={**plan.run, "identity": identity})
     insert = Q(d.insert("runs", plan.run, lease=plan.claimed, returning=True),
                {**plan.run, "lease_seconds": claim_for[1] if plan.claimed and claim_for else None})
     if created:
@@ -133,6 +141,21 @@ def enqueue_run(d: Dialect, run: Row, thread_metadata: dict[str, Any], create_th
         _, rows = yield (q(d, "mark_thread_busy", wait=False, thread_id=thread_id, metadata=plan.thread_metadata,
                           now=now), insert)
     return rows[0]
+
+
+def _quota_locks(d: Dialect, quota: Quota) -> list[Q]:
+    """The quota's locks (PostgreSQL: transaction-scoped advisory locks; SQLite: none needed, its one writer
+    runs one enqueue at a time), always in this order, the whole queue's then the identity's, and always
+    after the thread's row lock: concurrent enqueues then count one after another, so no two both take the
+    last place, and no two wait for each other. Released at commit, with the run visible to the next count."""
+    keys = (["threadline:quota"] if quota.total else []) + (
+        [f"threadline:quota:{quota.identity}"] if quota.per_identity and quota.identity is not None else [])
+    return [q(d, "lock_quota", wait=False, key=key) for key in keys]
+
+
+def set_run_deadline(d: Dialect, run_id: str, seconds: float) -> Script[float]:
+    rows = yield q(d, "set_run_deadline", run_id=run_id, deadline_seconds=seconds)
+    return seconds_left(rows[0]["now_at"], rows[0]["deadline_at"]) if rows else 0.0
 
 
 def finish_run(d: Dialect, run_id: str, status: str, error: Any, output: Any, thread_changes: Row,
@@ -197,7 +220,7 @@ def recover_runs(d: Dialect, max_attempts: int, expired_only: bool) -> Script[tu
     if requeue:
         steps.append(q(d, "requeue_runs", wait=False, run_ids=[r["run_id"] for r in requeue]))
     for r in fail:
-        steps.append(q(d, "fail_run", wait=False, run_id=r["run_id"], error=r["error"]))
+        steps.append(q(d, "fail_run", wait=False, run_id=r["run_id"], status=r["status"], error=r["error"]))
         steps += reconcile(d, {"status": "error", "error": r["error"]}, thread_id=r["thread_id"])
     if not expired_only:
         steps.append(q(d, "idle_stray_busy_threads", wait=False))

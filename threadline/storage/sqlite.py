@@ -15,6 +15,7 @@ import json
 import logging
 import sqlite3
 from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO, Any, Literal
 
@@ -184,11 +185,14 @@ def _execute(db: sqlite3.Connection, q: Q, now: str) -> list[Row] | None:
 
 
 def _bind(params: dict[str, Any], now: str) -> dict[str, Any]:
-    """The dialect's parameters, with the transaction's `now` and a lease's end on the app clock."""
+    """The dialect's parameters, with the transaction's `now` and a lease's or a deadline's end on the app clock."""
     bound = {k: str(v) if isinstance(v, str) else v for k, v in SQLITE.params(params).items()}
     bound.setdefault("now", now)
     if bound.get("lease_seconds") is not None:
         bound["lease_at"] = iso_after(float(bound["lease_seconds"]))
+    if bound.get("deadline_seconds") is not None:  # from the transaction's `now`, which it is measured against
+        bound["deadline_at"] = (datetime.fromisoformat(now) + timedelta(seconds=float(bound["deadline_seconds"]))
+                                ).isoformat(timespec="microseconds")
     return bound
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from threadline.storage import crons, scripts
-from threadline.storage.base import NewThreadEvent, Row, SortOrder, Storage
+from threadline.storage.base import NewThreadEvent, Quota, Row, SortOrder, Storage
 from threadline.storage.scripts import Script, T
 from threadline.storage.statements import Dialect, like_pattern, order_by, where
 
@@ -136,9 +136,10 @@ class SQLStorage(Storage):
                           reject_if_active: bool, thread_ttl_minutes: float | None = None,
                           new_thread_metadata: dict[str, Any] | None = None,
                           claim_for: tuple[str, float] | None = None,
-                          run_metadata: Callable[[dict[str, Any] | None], dict[str, Any]] | None = None) -> Row:
+                          run_metadata: Callable[[dict[str, Any] | None], dict[str, Any]] | None = None,
+                          quota: Quota | None = None) -> Row:
         return await self._transact(scripts.enqueue_run, run, thread_metadata, create_thread, reject_if_active,
-                                    thread_ttl_minutes, new_thread_metadata or {}, claim_for, run_metadata)
+                                    thread_ttl_minutes, new_thread_metadata or {}, claim_for, run_metadata, quota)
 
     async def heartbeat_runs(self, worker_id: str, held: dict[str, int], lease_seconds: float) -> set[str]:
         if not held:
@@ -194,6 +195,10 @@ class SQLStorage(Storage):
         row = rows[0] if rows else {}
         return {"pending": int(row.get("pending") or 0), "running": int(row.get("running") or 0),
                 "oldest_pending_at": row.get("oldest")}
+
+    # --- limits (issue 16: run deadlines) ---------------------------------------
+    async def set_run_deadline(self, run_id: str, seconds: float) -> float:
+        return await self._transact(scripts.set_run_deadline, run_id, seconds)
 
     # --- checkpoint helpers ----------------------------------------------------
     async def delete_checkpoints_for_run(self, thread_id: str, run_id: str) -> None:

@@ -7,6 +7,7 @@ and the few true differences between the dialects are slots, which `Dialect.sql`
 |---|---|---|
 | `{now}` | `:now`, the transaction's one timestamp from the app clock | `now()`, the transaction's start on the database clock |
 | `{lease}` | `:lease_at` (now + `:lease_seconds`) | `now() + make_interval(secs => :lease_seconds)` |
+| `{deadline}` | `:deadline_at` (now + `:deadline_seconds`) | `now() + make_interval(secs => :deadline_seconds)` |
 | `{for_update}`, `{skip_locked}` | nothing (the one writer holds the file's lock) | `FOR UPDATE`, `FOR UPDATE SKIP LOCKED` |
 | `{json:p}` | `:p` (JSON text) | `CAST(:p AS jsonb)` |
 | `{ts:p}` | `:p` | `CAST(:p AS timestamptz)` |
@@ -37,6 +38,8 @@ _CLAIMABLE = (
     "AND NOT EXISTS (SELECT 1 FROM runs e WHERE e.thread_id = r.thread_id AND e.status = 'pending' AND e.seq < r.seq) "
     "ORDER BY seq LIMIT 1"
 )
+#: A running run's deadline has passed (limits, issue 16), on the clock `{now}` names.
+_PAST_DEADLINE = "(deadline_at IS NOT NULL AND deadline_at <= {now}) AS past_deadline"
 
 #: The statements both dialects share, by name.
 STATEMENTS: dict[str, str] = {
@@ -110,18 +113,31 @@ STATEMENTS: dict[str, str] = {
         "UPDATE runs SET status = :status, updated_at = {now} WHERE status = 'pending' AND run_id {in:run_ids} "
         "RETURNING run_id, thread_id"),
     "delete_run": "DELETE FROM runs WHERE run_id = :run_id RETURNING thread_id",
-    "running_runs": "SELECT * FROM runs WHERE status = 'running' ORDER BY seq {skip_locked}",
-    "lapsed_runs": "SELECT * FROM runs WHERE status = 'running' AND lease_expires_at < {now} ORDER BY seq {skip_locked}",
+    "running_runs": f"SELECT *, {_PAST_DEADLINE} FROM runs WHERE status = 'running' ORDER BY seq {{skip_locked}}",
+    "lapsed_runs": (
+        f"SELECT *, {_PAST_DEADLINE} FROM runs WHERE status = 'running' AND lease_expires_at < {{now}} "
+        "ORDER BY seq {skip_locked}"),
     "requeue_runs": (
         "UPDATE runs SET status = 'pending', worker_id = NULL, lease_expires_at = NULL, updated_at = {now} "
         "WHERE run_id {in:run_ids}"),
+    # A run whose worker is gone, ended: `error` (no attempts left) or `timeout` (past its deadline).
     "fail_run": (
-        "UPDATE runs SET status = 'error', error = {json:error}, worker_id = NULL, lease_expires_at = NULL, "
+        "UPDATE runs SET status = :status, error = {json:error}, worker_id = NULL, lease_expires_at = NULL, "
         "updated_at = {now} WHERE run_id = :run_id"),
     "queue_stats": (
         "SELECT COUNT(CASE WHEN status = 'pending' THEN 1 END) AS pending, "
         "COUNT(CASE WHEN status = 'running' THEN 1 END) AS running, "
         f"MIN(CASE WHEN status = 'pending' THEN available_at END) AS oldest FROM runs WHERE {ACTIVE}"),
+    # --- limits (issue 16): run deadlines and quotas
+    # A deadline `:deadline_seconds` from now unless the run has one (a retried run keeps its first start's);
+    # with the clock it is measured on, so the seconds left count on the database's clock.
+    "set_run_deadline": (
+        "UPDATE runs SET deadline_at = COALESCE(deadline_at, {deadline}) WHERE run_id = :run_id "
+        "RETURNING deadline_at, {now} AS now_at"),
+    # The active runs of one identity and of the whole deployment, counted inside the enqueue transaction.
+    "count_active_runs": (
+        "SELECT COUNT(CASE WHEN identity = :identity THEN 1 END) AS mine, COUNT(*) AS total FROM runs "
+        f"WHERE {ACTIVE}"),
     # --- protocol events
     "bump_event_counter": (
         "INSERT INTO thread_event_counters AS c (thread_id, last_seq) VALUES (:thread_id, :count) "
@@ -137,6 +153,8 @@ STATEMENTS: dict[str, str] = {
 #: be several statements, separated by "; " (`Dialect.statements` splits them; a script runs them in order).
 DIALECT_STATEMENTS: dict[DialectName, dict[str, str]] = {
     "sqlite": {
+        # The quota's count and the insert after it are already one at a time: the one writer, BEGIN IMMEDIATE.
+        "lock_quota": "SELECT :key AS unlocked",
         "delete_thread_checkpoints": (
             "DELETE FROM checkpoints WHERE thread_id {in:thread_ids}; "
             "DELETE FROM writes WHERE thread_id {in:thread_ids}"),
@@ -156,6 +174,9 @@ DIALECT_STATEMENTS: dict[DialectName, dict[str, str]] = {
             "type, value FROM writes WHERE thread_id = :source"),
     },
     "postgres": {
+        # Held to commit, so concurrent enqueues count one after another (`scripts.enqueue_run` takes them in
+        # one fixed order, after the thread's row lock).
+        "lock_quota": "SELECT pg_advisory_xact_lock(hashtext(:key))",
         "delete_thread_checkpoints": (
             "DELETE FROM checkpoints WHERE thread_id {in:thread_ids}; "
             "DELETE FROM checkpoint_blobs WHERE thread_id {in:thread_ids}; "
@@ -196,6 +217,8 @@ class Dialect:
             return ":now" if lite else "now()"
         if slot == "lease":
             return ":lease_at" if lite else "now() + make_interval(secs => :lease_seconds)"
+        if slot == "deadline":
+            return ":deadline_at" if lite else "now() + make_interval(secs => :deadline_seconds)"
         if slot == "for_update":
             return "" if lite else "FOR UPDATE"
         if slot == "skip_locked":

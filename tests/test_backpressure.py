@@ -1,0 +1,161 @@
+"""Back-pressure on event streams: a cap on open streams per identity, a slow reader closed while its run
+goes on (and a resume that gets the rest), and replay gaps counted."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from asgi_lifespan import LifespanManager
+
+from tests.conftest import PROJECT, serving
+from tests.services import Backend
+from threadline.api.app import create_app
+from threadline.settings import Settings
+
+
+def _settings(backend: Backend, **limits: Any) -> Settings:
+    return Settings(config=str(PROJECT), workers=4, heartbeat_seconds=5.0, **backend.settings(), **limits)
+
+
+async def _wait_status(http: httpx.AsyncClient, tid: str, run_id: str, wanted: set[str]) -> dict[str, Any]:
+    for _ in range(600):
+        run = (await http.get(f"/threads/{tid}/runs/{run_id}")).json()
+        if run["status"] in wanted:
+            return run
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"run stayed {run['status']}")
+
+
+def _events(raw: bytes) -> list[tuple[str, str, bytes]]:
+    """(id, event, data) of each complete SSE frame in `raw`."""
+    out = []
+    for block in raw.replace(b"\r\n", b"\n").split(b"\n\n")[:-1]:  # the last part may be cut off
+        fields: dict[str, bytes] = {}
+        for line in block.split(b"\n"):
+            key, _, value = line.partition(b": ")
+            fields[key.decode()] = value
+        if "event" in fields:
+            out.append((fields.get("id", b"").decode(), fields["event"].decode(), fields.get("data", b"")))
+    return out
+
+
+async def test_the_stream_cap_per_identity_refuses_one_more_stream(backend: Backend) -> None:
+    async with serving(_settings(backend, max_streams_per_identity=1)) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            tid = (await http.post("/threads", json={})).json()["thread_id"]
+            run = (await http.post(f"/threads/{tid}/runs", json={
+                "assistant_id": "slow", "input": {"tag": "cap", "steps": 100, "delay": 0.05}})).json()
+            async with http.stream("GET", f"/threads/{tid}/runs/{run['run_id']}/stream") as first:
+                assert first.status_code == 200
+                second = await http.get(f"/threads/{tid}/runs/{run['run_id']}/stream")
+                assert second.status_code == 429 and second.headers["retry-after"]
+                assert "Too many open event streams" in second.json()["detail"]
+                # A stream that would create a run creates none.
+                created = await http.post(f"/threads/{tid}/runs/stream", json={"assistant_id": "echo"})
+                assert created.status_code == 429
+                assert len((await http.get(f"/threads/{tid}/runs")).json()) == 1
+            await http.post(f"/threads/{tid}/runs/{run['run_id']}/cancel")
+            # The first stream closed: its place is free again.
+            async with http.stream("GET", f"/threads/{tid}/runs/{run['run_id']}/stream") as again:
+                assert again.status_code == 200
+
+
+@pytest.mark.slow  # a real socket, filled
+async def test_a_slow_reader_is_closed_while_its_run_completes_and_resumes(backend: Backend) -> None:
+    async with serving(_settings(backend, stream_send_timeout_seconds=0.5)) as url:
+        port = int(url.rsplit(":", 1)[1])
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            tid = (await http.post("/threads", json={})).json()["thread_id"]
+            steps, tag = 60, "x" * 200_000  # 60 events of 200 kB: far more than the sockets buffer
+            body = orjson.dumps({"assistant_id": "slow", "input": {"tag": tag, "steps": steps, "delay": 0.01},
+                                 "stream_mode": ["custom"]})
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect(("127.0.0.1", port))
+            sock.sendall(b"POST /threads/%s/runs/stream HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (tid.encode(), len(body), body))
+            try:
+                # The client reads nothing; the run goes on to its end all the same.
+                runs: list[Any] = []
+                while not runs:
+                    runs = (await http.get(f"/threads/{tid}/runs")).json()
+                    await asyncio.sleep(0.05)
+                run_id = runs[0]["run_id"]
+                assert (await _wait_status(http, tid, run_id, {"success", "error", "timeout"}))["status"] == "success"
+                for _ in range(200):
+                    if 'lg_api_stream_slow_disconnects_total 1.0' in (await http.get("/metrics")).text:
+                        break
+                    await asyncio.sleep(0.05)
+                else:
+                    raise AssertionError("the slow stream was not closed")
+                # What the client gets now: what was buffered, then the end of the connection.
+                sock.setblocking(False)
+                raw = b""
+                loop = asyncio.get_running_loop()
+                while True:
+                    chunk = await asyncio.wait_for(loop.sock_recv(sock, 1 << 20), 30)
+                    if not chunk:
+                        break
+                    raw += chunk
+            finally:
+                sock.close()
+            head, _, stream = raw.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200")
+            got = [e for e in _events(_dechunk(stream)) if e[1] == "custom"]
+            assert len(got) < steps  # cut off before the end
+            last_id = ([e[0] for e in _events(_dechunk(stream))] or ["-1"])[-1]
+            resumed = []
+            async with http.stream("GET", f"/threads/{tid}/runs/{run_id}/stream",
+                                   headers={"Last-Event-ID": last_id}) as response:
+                raw2 = b"".join([chunk async for chunk in response.aiter_raw()])
+            resumed = [e for e in _events(raw2) if e[1] == "custom"]
+            steps_seen = [orjson.loads(e[2])["step"] for e in got + resumed]
+            assert steps_seen == list(range(steps))  # nothing lost, nothing twice
+
+
+def _dechunk(body: bytes) -> bytes:
+    """An HTTP/1.1 chunked body (possibly cut off) as its bytes."""
+    out, rest = b"", body
+    while rest:
+        size_line, sep, rest = rest.partition(b"\r\n")
+        if not sep:
+            break
+        try:
+            size = int(size_line, 16)
+        except ValueError:
+            break
+        if size == 0:
+            break
+        out += rest[:size]
+        rest = rest[size + 2:]
+    return out
+
+
+async def test_a_resume_past_the_buffer_counts_a_replay_gap(backend: Backend) -> None:
+    app = create_app(_settings(backend, stream_buffer_events=5))
+    async with LifespanManager(app, startup_timeout=30, shutdown_timeout=30) as manager:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app), base_url="http://t",
+                                     timeout=30) as http:
+            tid = (await http.post("/threads", json={})).json()["thread_id"]
+            async with http.stream("POST", f"/threads/{tid}/runs/stream", json={
+                    "assistant_id": "slow", "input": {"tag": "g", "steps": 3, "delay": 0},
+                    "stream_mode": ["custom"]}) as response:
+                first = [e for e in _events(b"".join([c async for c in response.aiter_raw()]))]
+            run_id = (await http.get(f"/threads/{tid}/runs")).json()[0]["run_id"]
+            # Resuming from the last event: nothing was dropped after it.
+            await http.get(f"/threads/{tid}/runs/{run_id}/stream", headers={"Last-Event-ID": first[-1][0]})
+            assert "lg_api_stream_replay_gaps_total 0.0" in (await http.get("/metrics")).text
+            async with http.stream("POST", f"/threads/{tid}/runs/stream", json={
+                    "assistant_id": "slow", "input": {"tag": "g2", "steps": 12, "delay": 0},
+                    "stream_mode": ["custom"]}) as response:
+                second = [e for e in _events(b"".join([c async for c in response.aiter_raw()]))]
+            run_id = (await http.get(f"/threads/{tid}/runs")).json()[0]["run_id"]
+            # Resuming from its first event: the buffer of 5 no longer holds what came next.
+            await http.get(f"/threads/{tid}/runs/{run_id}/stream", headers={"Last-Event-ID": second[0][0]})
+            assert "lg_api_stream_replay_gaps_total 1.0" in (await http.get("/metrics")).text

@@ -1,0 +1,237 @@
+"""Rate limits per identity: one budget for creating runs, one for every other request (issue 16).
+
+Budgets are `limits` rate strings (`"10/second"`, `"600 per minute"`), counted with its sliding-window
+counter: in this process on the embedded default, in Redis on PostgreSQL + Redis, so every API process of a
+deployment draws on the same budget. A spent budget answers 429 with `Retry-After` and the RateLimit header
+fields of draft-ietf-httpapi-ratelimit-headers in their separate form (`RateLimit-Limit`, `RateLimit-Remaining`,
+`RateLimit-Reset`, seconds). `GET /ok` and `/metrics` are never limited: probes and scrapes must not be
+throttled. When Redis cannot answer, a request is let through (and logged): a limiter must not take the API
+down with it.
+
+Who is limited is `identity_of(request)`, the one seam: the authenticated caller's identity, else the client's
+address (`X-Forwarded-For` counts only when the peer is a configured trusted proxy). So `RateLimit` runs inside
+authentication (`api/app.py`): an authenticated request draws on its identity's budget, wherever it comes from.
+A request whose credentials are refused never reaches it; `AuthFailures`, outside authentication, counts those
+against their address's budget, and once an address has spent it, refuses its requests with 429 before the
+authenticator is asked (valid credentials from that address included, until the window refills), so a flood of
+bad credentials, or a guess at keys, is bounded by address. See docs/configuration.md, "Rate limits".
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import math
+import re
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import orjson
+from limits import RateLimitItem, parse
+from limits.aio.storage import MemoryStorage, RedisStorage, Storage
+from limits.aio.strategies import SlidingWindowCounterRateLimiter
+from starlette.requests import Request
+
+from threadline.api.auth import AUTHENTICATED, REFUSED
+from threadline.api.metrics import metrics_of
+from threadline.broker.keys import Keys
+from threadline.errors import ConfigError
+
+log = logging.getLogger("threadline.api")
+
+#: POSTs that create runs: the run-creation budget. Everything else draws on the request budget.
+RUN_CREATION = re.compile(r"^(/threads/[^/]+)?/runs(/stream|/wait|/batch)?/?$")
+NEVER_LIMITED = frozenset({"/ok", "/metrics"})
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@lru_cache(maxsize=8)
+def trusted_networks(spec: str) -> tuple[Network, ...]:
+    """`trusted_proxies` (comma-separated addresses or CIDR blocks) parsed once."""
+    try:
+        return tuple(ipaddress.ip_network(part.strip(), strict=False) for part in spec.split(",") if part.strip())
+    except ValueError as exc:
+        raise ConfigError(f"trusted_proxies: {exc}") from exc
+
+
+def _trusted(address: str, networks: tuple[Network, ...]) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(ip in net for net in networks)
+
+
+def client_address(request: Request, trusted: str = "") -> str:
+    """The client's address: the peer's, unless the peer is a trusted proxy; then the nearest address in
+    `X-Forwarded-For` that is not a trusted proxy (read from the right, where trusted proxies append)."""
+    peer = request.client.host if request.client else "unknown"
+    networks = trusted_networks(trusted) if trusted else ()
+    if not networks or not _trusted(peer, networks):
+        return peer
+    hops = [h.strip() for h in ",".join(request.headers.getlist("x-forwarded-for")).split(",") if h.strip()]
+    for hop in reversed(hops):
+        if not _trusted(hop, networks):
+            return hop
+    return hops[0] if hops else peer
+
+
+#: Where the authentication layer (`api/auth.py: Authenticate`) leaves the caller in the scope, and marks a refusal.
+AUTH_USER_KEY = AUTHENTICATED
+
+
+def identity_of(request: Request) -> str:
+    """Who a request counts against, for rate limits, quotas and stream caps. The seam for authentication:
+    the authenticated caller's `identity` (the scope's `threadline.auth_user`, or `request.state.identity`)
+    wins; else the client address. A layer only sees the caller if it runs after authentication."""
+    user = request.scope.get(AUTH_USER_KEY) or request.scope.get("user")
+    given = getattr(request.state, "identity", None) or getattr(user, "identity", None)
+    if given:
+        return f"user:{given}"
+    settings = getattr(request.app.state, "settings", None) if request.scope.get("app") is not None else None
+    return "ip:" + client_address(request, getattr(settings, "trusted_proxies", "") or "")
+
+
+@dataclass(frozen=True)
+class Budget:
+    name: str  # "runs" or "requests"
+    item: RateLimitItem
+
+
+class RateLimiter:
+    """The budgets of one app, counted in `storage` (memory, or Redis shared by every process)."""
+
+    def __init__(self, runs: str, requests: str, *, redis_url: str | None = None,
+                 key_prefix: str = "threadline") -> None:
+        self.budgets = {name: Budget(name, _parse(name, spec)) for name, spec in
+                        (("runs", runs), ("requests", requests)) if spec}
+        storage: Storage
+        if redis_url and self.budgets:
+            uri = "async+" + redis_url if not redis_url.startswith("async+") else redis_url
+            storage = RedisStorage(uri, implementation="redispy", key_prefix=Keys(key_prefix).rate_limits)
+        else:
+            storage = MemoryStorage()
+        self.storage = storage
+        self.strategy = SlidingWindowCounterRateLimiter(storage)
+
+    @classmethod
+    def of(cls, settings: Any) -> RateLimiter:
+        return cls(settings.rate_limit_runs, settings.rate_limit_requests, redis_url=settings.redis_url,
+                   key_prefix=settings.redis_key_prefix)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.budgets)
+
+    def budget_for(self, method: str, path: str) -> Budget | None:
+        if path in NEVER_LIMITED:
+            return None
+        if method == "POST" and RUN_CREATION.match(path):
+            return self.budgets.get("runs")
+        return self.budgets.get("requests")
+
+    async def hit(self, budget: Budget, identity: str, *, spend: bool = True) -> tuple[bool, int, int]:
+        """Spend one of `identity`'s `budget` (or, without `spend`, only look whether one is left):
+        (allowed, remaining, seconds until it refills)."""
+        try:
+            if await (self.strategy.hit if spend else self.strategy.test)(budget.item, budget.name, identity):
+                return True, -1, 0
+            stats = await self.strategy.get_window_stats(budget.item, budget.name, identity)
+        except Exception as exc:  # Redis away: let the request through rather than fail it
+            log.warning("rate limit not checked (%s: %s); request allowed", type(exc).__name__, exc)
+            return True, -1, 0
+        return False, max(stats.remaining, 0), max(1, math.ceil(stats.reset_time - time.time()))
+
+
+def _parse(name: str, spec: str) -> RateLimitItem:
+    try:
+        return parse(spec)
+    except ValueError as exc:
+        raise ConfigError(f"rate_limit_{name} {spec!r} is not a rate such as '10/second' or '600 per minute'"
+                          ) from exc
+
+
+class RateLimit:
+    """ASGI middleware: refuses a request whose identity spent its budget with 429."""
+
+    def __init__(self, app: Any, limiter: RateLimiter) -> None:
+        self.app = app
+        self.limiter = limiter
+        self.templates = _Templates()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        budget = self.limiter.budget_for(scope.get("method", "GET"), scope.get("path", "")) \
+            if scope["type"] == "http" and self.limiter.enabled else None
+        if budget is None:
+            await self.app(scope, receive, send)
+            return
+        allowed, remaining, reset = await self.limiter.hit(budget, identity_of(Request(scope)))
+        if allowed:
+            await self.app(scope, receive, send)
+            return
+        metrics = metrics_of(scope)
+        if metrics is not None:
+            metrics.rate_limited(self.templates.of(scope), budget.name)
+        await _refuse(send, budget, remaining, reset)
+
+
+class AuthFailures:
+    """ASGI middleware outside authentication (`api/auth.py: Authenticate`): a request the authenticator refused
+    spends one of its address's budget (the one the request would have drawn on), and a request from an address
+    that has spent it is refused with 429 before it is authenticated. Authenticated requests never spend it:
+    `RateLimit`, inside authentication, counts them against their identity."""
+
+    def __init__(self, app: Any, limiter: RateLimiter) -> None:
+        self.app = app
+        self.limiter = limiter
+        self.templates = _Templates()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        budget = self.limiter.budget_for(scope.get("method", "GET"), scope.get("path", "")) \
+            if scope["type"] == "http" and self.limiter.enabled and AUTHENTICATED not in scope else None
+        if budget is None:
+            await self.app(scope, receive, send)
+            return
+        address = identity_of(Request(scope))  # not authenticated yet: the client's address
+        allowed, remaining, reset = await self.limiter.hit(budget, address, spend=False)
+        if not allowed:
+            metrics = metrics_of(scope)
+            if metrics is not None:
+                metrics.rate_limited(self.templates.of(scope), budget.name)
+            await _refuse(send, budget, remaining, reset)
+            return
+        await self.app(scope, receive, send)
+        if scope.get(REFUSED):
+            await self.limiter.hit(budget, address)
+
+
+class _Templates:
+    """Route templates (`/threads/{thread_id}/runs`) of the app's OpenAPI paths, to label a refused request,
+    which is refused before routing. Unknown paths are `unmatched`: label values stay bounded."""
+
+    def __init__(self) -> None:
+        self._compiled: list[tuple[re.Pattern[str], str]] | None = None
+
+    def of(self, scope: Any) -> str:
+        if self._compiled is None:
+            try:
+                paths = list(scope["app"].openapi().get("paths", {}))
+            except Exception:
+                paths = []
+            self._compiled = [(re.compile("^" + re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(t)) + "/?$"), t)
+                              for t in paths]
+        path = scope.get("path", "")
+        return next((template for pattern, template in self._compiled if pattern.match(path)), "unmatched")
+
+
+async def _refuse(send: Any, budget: Budget, remaining: int, reset: int) -> None:
+    what = "run creation" if budget.name == "runs" else "requests"
+    message = f"Rate limit exceeded for {what} ({budget.item}): retry in {reset} s"
+    body = orjson.dumps({"detail": message, "code": "rate_limited", "message": message})
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+               (b"retry-after", str(reset).encode()), (b"ratelimit-limit", str(budget.item.amount).encode()),
+               (b"ratelimit-remaining", str(remaining).encode()), (b"ratelimit-reset", str(reset).encode())]
+    await send({"type": "http.response.start", "status": 429, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
