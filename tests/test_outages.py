@@ -292,3 +292,29 @@ async def test_a_finish_write_lost_is_written_again(runtime: Any, http: httpx.As
     assert failed, "the failure was not injected"
     assert r.status_code == 200 and r.json()["done"] == ["fin"], r.text
     assert run["status"] == "success" and run["run_id"] == failed[0]
+
+
+async def test_a_transaction_left_open_by_a_stalled_process_is_ended(scaleout_services: ScaleOut,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process stopped inside a transaction (SIGSTOP, a frozen VM) would keep its row locks for as long as
+    its connection lives, and the sweeper's `SKIP LOCKED` would skip its run for ever. The server ends such a
+    session (`idle_in_transaction_session_timeout`, set on every pooled connection), freeing the rows."""
+    from threadline.storage.postgres import PostgresStorage
+
+    monkeypatch.setattr(PostgresStorage, "idle_in_transaction_ms", 300)
+    storage = await PostgresStorage.open(scaleout_services.fresh().database_url)
+    try:
+        async with storage._pool.connection() as stalled:
+            await stalled.execute("BEGIN")
+            await stalled.execute("SELECT 1 FROM threadline_migrations FOR UPDATE")
+            await asyncio.sleep(1.5)  # idle inside the transaction, as a stopped process is
+            with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout):
+                await stalled.execute("SELECT 1")
+        with pytest.raises(errors.StorageUnavailable, match="connection lost"):  # translated at the edge
+            async with storage._pool.connection():
+                raise psycopg.errors.IdleInTransactionSessionTimeout("terminating connection")
+        async with storage._pool.connection() as other:  # the rows are free again
+            await other.execute("SET lock_timeout = '1s'")
+            await other.execute("SELECT 1 FROM threadline_migrations FOR UPDATE NOWAIT")
+    finally:
+        await storage.close()

@@ -51,15 +51,18 @@ def _translated() -> Iterator[None]:
     no driver. Anything else (a constraint the code expects, a bug) passes through as it is."""
     try:
         yield
-    except psycopg.OperationalError as exc:
+    # The server ending a session left idle in a transaction (see `idle_in_transaction_ms`) is psycopg's
+    # InternalError by its SQLSTATE class, but to us it is a connection lost like any other.
+    except (psycopg.OperationalError, psycopg.errors.IdleInTransactionSessionTimeout) as exc:
         log.warning("database unavailable: %s: %s", type(exc).__name__, str(exc).strip())
         raise StorageUnavailable(f"The database is unavailable ({_reason(exc)}). Retry shortly.") from exc
 
 
-def _reason(exc: psycopg.OperationalError) -> str:
+def _reason(exc: psycopg.Error) -> str:
     if isinstance(exc, PoolTimeout):
         return "no connection free in time"
-    if isinstance(exc, (psycopg.errors.AdminShutdown, psycopg.errors.CannotConnectNow)) or exc.sqlstate is None:
+    if isinstance(exc, (psycopg.errors.AdminShutdown, psycopg.errors.CannotConnectNow,
+                        psycopg.errors.IdleInTransactionSessionTimeout)) or exc.sqlstate is None:
         return "connection lost"  # no SQLSTATE: the client side found the connection gone
     return "transient failure"
 
@@ -109,6 +112,12 @@ class PostgresStorage(SQLStorage):
         self.capabilities = {"vector_search": True, "vector_index": vector_index, "ttl": True,
                              "multi_process": True}
 
+    # A process that stops inside a transaction (SIGSTOP, a VM frozen, a GC pause) keeps its row locks while
+    # its connection lives: the sweeper's `FOR UPDATE SKIP LOCKED` would then skip its run for ever, and
+    # the run would stay `running` after its lease lapsed. The server ends such a session after this long
+    # idle inside a transaction (ours last milliseconds), and the stalled process finds its connection gone.
+    idle_in_transaction_ms = 10_000
+
     @classmethod
     async def open(cls, url: str, *, store_index: dict | None = None, store_ttl: dict | None = None,
                    pool_size: int = 10) -> PostgresStorage:
@@ -117,7 +126,8 @@ class PostgresStorage(SQLStorage):
 
         pool = _Pool(
             url, min_size=1, max_size=pool_size, open=False, check=_check, timeout=cls.checkout_seconds,
-            kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+            kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row,
+                    "options": f"-c idle_in_transaction_session_timeout={cls.idle_in_transaction_ms}"},
         )
         try:
             await pool.open(wait=True, timeout=15)
