@@ -482,19 +482,7 @@ async def test_a_refused_websocket_on_the_wire(settings: Settings) -> None:
             assert json.loads(await ws.recv())["id"] == 1
 
 
-def test_authorization_handlers_stop_startup_rather_than_being_ignored(tmp_path: Path) -> None:
-    (tmp_path / "auth.py").write_text(
-        "from langgraph_sdk import Auth\n\nauth = Auth()\n\n\n@auth.authenticate\nasync def who() -> str:\n"
-        "    return 'x'\n\n\n@auth.on.threads.read\nasync def mine(ctx, value):\n"
-        "    return {'owner': ctx.user.identity}\n")
-    (tmp_path / "whoami.py").write_text((AUTH_PROJECT.parent / "whoami.py").read_text())
-    (tmp_path / "langgraph.json").write_text(json.dumps({"graphs": {"whoami": "./whoami.py:graph"},
-                                                         "auth": {"path": "./auth.py:auth"}}))
-    with pytest.raises(ConfigError, match=r"authorization handlers \(@auth.on.threads.read\)"):
-        create_app(Settings(config=str(tmp_path / "langgraph.json")))
-
-
-# --- authorization handlers (the dispatch; not wired to the routes yet) ----------------------------------------
+# --- authorization handlers: the dispatch (applied on every surface: tests/test_authz.py) -----------------------
 
 
 async def test_the_most_specific_authorization_handler_wins_and_may_change_the_value() -> None:
@@ -534,6 +522,10 @@ async def test_the_most_specific_authorization_handler_wins_and_may_change_the_v
     async def wrong(ctx: Any, value: Any) -> Any:
         return {"owner": {"$ne": "x"}}
 
+    @auth.on.crons.delete
+    async def broken(ctx: Any, value: Any) -> Any:
+        assert value["owner"] == "someone", "internal detail 42"
+
     authorizer = Authorizer(auth)
     user = as_user({"identity": "alice", "permissions": ["p"]})
     value: dict[str, Any] = {"metadata": {"x": 1}}
@@ -543,10 +535,11 @@ async def test_the_most_specific_authorization_handler_wins_and_may_change_the_v
     assert await authorizer.authorize(user, "threads", "search", {}) == {"owner": "alice"}  # resource beats action
     assert await authorizer.authorize(user, "assistants", "search", {}) is None
     for resource, action, status in (("assistants", "read", 403), ("assistants", "delete", 418),
-                                     ("crons", "read", 403), ("store", "put", 403)):
+                                     ("crons", "read", 403), ("crons", "delete", 403), ("store", "put", 403)):
         with pytest.raises(Unauthorized) as refused:
             await authorizer.authorize(user, resource, action, {})
         assert refused.value.status == status
+        assert "internal detail" not in str(refused.value)
     assert calls[:4] == ["threads.create", "threads:read", "threads:search", "search:assistants:['p']"]
     assert await Authorizer(Auth()).authorize(user, "threads", "read", {}) is None  # no handlers: allowed
 
