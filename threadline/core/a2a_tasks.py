@@ -63,7 +63,7 @@ class A2ATasks:
         self.assistant_id: str = assistant["assistant_id"]
 
     async def input_fields(self) -> set[str]:
-        schemas = await self.rt.assistants.schemas(self.assistant_id)
+        schemas = await self.rt.assistants.schemas(self.assistant)  # the row `runnable` gave: no second check
         return set(((schemas.get("input_schema") or {}).get("properties") or {}).keys())
 
     # --- reading tasks -----------------------------------------------------------------------

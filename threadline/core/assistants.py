@@ -92,8 +92,8 @@ class Assistants:
         return found
 
     async def resolve(self, assistant_id: str) -> Row:
-        """An assistant named in a run request: a UUID, or a graph id naming its system assistant. Not
-        authorized as a read: running an assistant is the thread's `create_run`, as on LangGraph's server."""
+        """An assistant named in a request: a UUID, or a graph id naming its system assistant (unchecked: see
+        `runnable`)."""
         if not is_uuid(assistant_id) and assistant_id not in self.graphs.entries:
             raise InvalidInput(
                 f"Invalid assistant: '{assistant_id}'. Must be either a valid assistant UUID or one of the "
@@ -101,6 +101,14 @@ class Assistants:
         found = await self._find(assistant_id)
         if found is None:
             raise NotFound(f"Assistant {assistant_id} not found")
+        return found
+
+    async def runnable(self, assistant_id: str) -> Row:
+        """The assistant a run or cron names (`resolve`), if the caller may use it: a graph's system assistant
+        is everyone's, an assistant someone created needs `assistants.read` of it, as on LangGraph's server."""
+        found = await self.resolve(assistant_id)
+        if self.access.enabled and (found.get("metadata") or {}).get("created_by") != "system":
+            await self.get(found["assistant_id"])
         return found
 
     async def _search_filters(self, graph_id: str | None, name: str | None, metadata: dict | None,
@@ -162,14 +170,15 @@ class Assistants:
         return found
 
     @contextlib.asynccontextmanager
-    async def _graph(self, assistant_id: str) -> AsyncIterator[tuple[Row, Pregel]]:
-        """The assistant and its graph (a factory gets the assistant's config, as it would in a run)."""
-        assistant = await self.get(assistant_id)
+    async def _graph(self, assistant_id: str | Row) -> AsyncIterator[tuple[Row, Pregel]]:
+        """The assistant (by id, which the caller must be allowed to read, or as a row already authorized) and
+        its graph (a factory gets the assistant's config, as it would in a run)."""
+        assistant = await self.get(assistant_id) if isinstance(assistant_id, str) else assistant_id
         async with self.graphs.graph(assistant["graph_id"], factory_config(assistant),
                                      store=self.storage.store) as graph:
             yield assistant, graph
 
-    async def schemas(self, assistant_id: str) -> dict[str, Any]:
+    async def schemas(self, assistant_id: str | Row) -> dict[str, Any]:
         async with self._graph(assistant_id) as (assistant, graph):
             return describe_schemas(graph, assistant["graph_id"])
 

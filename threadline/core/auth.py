@@ -292,9 +292,10 @@ class Authorizer:
     registered for the action on every resource (`@auth.on(actions=...)`), else `@auth.on`; none at all
     allows. The handler may change `value` in place (stamp `metadata.owner`); it allows with None or True,
     refuses with False (`Unauthorized`, 403), or returns a filter on the resource's metadata for the storage
-    query (`sql.filter_terms`); `threadline.core.access` asks it for every operation. A handler that raises
-    anything but `Auth.exceptions.HTTPException` refuses with 403 and a log line: its internals stay in the
-    log, and a broken handler never lets a request through."""
+    query (`sql.filter_terms`); `threadline.core.access` asks it for every operation. A failed `assert` in a
+    handler refuses with 403 and the assertion's message (as LangGraph's server); any other exception but
+    `Auth.exceptions.HTTPException` refuses with 403 and a log line (LangGraph's server answers 500): its
+    internals stay in the log, and a broken handler never lets a request through."""
 
     def __init__(self, auth: Any) -> None:
         self.handlers: dict[tuple[str, str], Any] = {k: v[0] for k, v in getattr(auth, "_handlers", {}).items()}
@@ -329,6 +330,8 @@ class Authorizer:
             result = await handler(ctx=ctx, value=value)
         except HTTPException as exc:
             raise Unauthorized(exc.detail, status=exc.status_code, headers=dict(exc.headers or {})) from None
+        except AssertionError as exc:  # LangGraph's documented `assert ..., "Not authorized"`: its message is for the caller
+            raise Unauthorized(str(exc) or "Forbidden", status=403) from None
         except Exception:
             log.exception("@auth.on handler for %s.%s raised; the request is refused with 403", resource, action)
             raise Unauthorized("Forbidden", status=403) from None

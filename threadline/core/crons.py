@@ -154,7 +154,7 @@ class Crons:
         body = {**body, "metadata": value["metadata"]} if body.get("metadata") or value["metadata"] else body
         if thread_id is not None:
             await self.runs.threads.get(thread_id)
-        assistant = await self.assistants.resolve(body["assistant_id"])
+        assistant = await self.assistants.runnable(body["assistant_id"])
         schedule = Schedule(body["schedule"], body.get("timezone"))
         now = self.clock()
         cron_id = str(uuid.uuid4())

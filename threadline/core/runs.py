@@ -81,7 +81,7 @@ class Runs:
 
     async def _resolve_assistant(self, assistant_id: str | None) -> Row:
         if assistant_id:
-            return await self.assistants.resolve(assistant_id)
+            return await self.assistants.runnable(assistant_id)
         graphs = self.assistants.graphs
         default = graphs.default_agent or (graphs.ids()[0] if len(graphs.ids()) == 1 else None)
         if default is None:
@@ -90,7 +90,7 @@ class Runs:
                 "and its config names no default (threadline.default_agent in langgraph.json)",
                 choices=graphs.ids(),
             )
-        return await self.assistants.get(default)
+        return await self.assistants.resolve(default)
 
     async def create(self, thread_id: str | None, body: dict[str, Any], *, start_here: bool = False,
                      identity: str | None = None, run_id: str | None = None) -> Row:
