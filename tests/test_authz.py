@@ -335,6 +335,31 @@ async def test_what_b_creates_is_bs(a: User, b: User, world: World) -> None:
         world.thread_id, world.waiting_thread_id}
 
 
+async def test_another_users_thread_cannot_be_reached_through_ones_own(a: User, b: User, world: World) -> None:
+    """B names A's thread or checkpoint inside requests on B's own thread: the path's thread is the one used."""
+    t, cp = world.thread_id, world.checkpoint_id
+    mine = (await b.ok("POST", "/threads", {}))["thread_id"]
+    state_before = await a.ok("GET", f"/threads/{t}/state")
+    smuggled = {"configurable": {"thread_id": t, "checkpoint_id": cp}}
+    for method, path, body in (
+            ("POST", f"/threads/{mine}/state/checkpoint", {"checkpoint": {"thread_id": t, "checkpoint_id": cp}}),
+            ("GET", f"/threads/{mine}/state/{cp}", None),
+            ("POST", f"/threads/{mine}/history", {"checkpoint": {"thread_id": t}}),
+            ("POST", f"/threads/{mine}/state", {"values": {"message": "b was here"}, "checkpoint": {"thread_id": t}}),
+            ("PATCH", f"/threads/{mine}", {"values": {"message": "b was here"}, "checkpoint": {"thread_id": t}}),
+            ("POST", f"/threads/{mine}/runs/wait", {"assistant_id": "whoami", "input": {}, "config": smuggled}),
+            ("POST", f"/threads/{mine}/runs/wait", {"assistant_id": "whoami", "input": {},
+                                                    "checkpoint": {"thread_id": t, "checkpoint_id": cp}}),
+            ("POST", "/runs/wait", {"assistant_id": "whoami", "input": {}, "config": smuggled}),
+            ("GET", f"/threads/{mine}/runs/{world.run_id}", None),
+            ("POST", f"/threads/{mine}/runs/{world.pending_run_ids[0]}/cancel", None)):
+        answer = await b.ask(method, path, body)
+        assert 0 < answer.status < 500 and SECRET not in answer.text, (method, path, answer.status, answer.text)
+    assert await a.ok("GET", f"/threads/{t}/state") == state_before
+    assert await run_ids_of(a, t) == [world.run_id]
+    assert (await a.ok("GET", f"/runs/{world.pending_run_ids[0]}"))["status"] == "pending"
+
+
 # --- runs -------------------------------------------------------------------------------------------------------
 
 
@@ -415,15 +440,17 @@ async def test_runs_cannot_be_started_on_another_users_thread(a: User, b: User, 
 async def test_run_searches_and_cancels_leave_another_users_runs_alone(a: User, b: User, world: World) -> None:
     mine = {world.run_id, *world.pending_run_ids}
     assert not {r["run_id"] for r in await b.ok("POST", "/runs/search", {"limit": 100})} & mine
-    for body in ({"thread_id": world.thread_id}, {"metadata": {"owner": "a"}}, {"status": "pending"}):
-        found = await b.request("POST", "/runs/search", {**body, "limit": 100})
-        assert found.status_code in (200, 404), (body, found.status_code, found.text)
-        assert found.status_code == 404 or found.json() == [], (body, found.text)
-    for body in ({"run_ids": world.pending_run_ids}, {"run_ids": world.pending_run_ids[:1],
-                                                      "thread_id": world.waiting_thread_id},
-                 {"thread_id": world.waiting_thread_id}):
-        refused = await b.request("POST", "/runs/cancel", body)
-        assert refused.status_code == 404, (body, refused.status_code, refused.text)
+    searches: list[dict[str, Any]] = [{"thread_id": world.thread_id}, {"metadata": {"owner": "a"}},
+                                      {"status": "pending"}]
+    for search in searches:
+        found = await b.request("POST", "/runs/search", {**search, "limit": 100})
+        assert found.status_code in (200, 404), (search, found.status_code, found.text)
+        assert found.status_code == 404 or found.json() == [], (search, found.text)
+    cancels: list[dict[str, Any]] = [{"run_ids": world.pending_run_ids}, {"thread_id": world.waiting_thread_id},
+                                     {"run_ids": world.pending_run_ids[:1], "thread_id": world.waiting_thread_id}]
+    for cancel in cancels:
+        refused = await b.request("POST", "/runs/cancel", cancel)
+        assert refused.status_code == 404, (cancel, refused.status_code, refused.text)
     # A status alone names no runs of A's (B has none to cancel: 204, or 404 as LangGraph's server says).
     for status in ("pending", "all"):
         assert (await b.request("POST", "/runs/cancel", {"status": status})).status_code in (204, 404)
