@@ -31,10 +31,12 @@ import httpx
 import pytest
 
 from threadline.api.app import create_app
+from threadline.core.runtime import Runtime
 from threadline.settings import Settings
 
 from tests.services import Backend
 from tests.test_auth import our_routes
+from tests.test_crons import START, Clock
 
 PROJECT = Path(__file__).parent / "authz_project" / "langgraph.json"
 NEVER = "0 0 1 1 *"  # a schedule that does not come round during a test
@@ -566,6 +568,29 @@ async def test_cron_searches_and_counts_are_the_callers_own(a: User, b: User, wo
     assert await a.ok("POST", "/runs/crons/count", {}) == 2
     assert await a.ok("POST", "/runs/crons/count", {"thread_id": world.thread_id}) == 1
     assert (await a.request("GET", f"/runs/crons/{own['cron_id']}")).status_code == 404
+
+
+async def test_cron_ticks_run_as_their_creator(a: User, b: User, runtime: Runtime) -> None:
+    """The scheduler fires a tick as the cron's creator: `threads.create_run` is asked as A, so the run and the
+    thread a stateless cron makes are A's (the graph sees A), and B finds none of them."""
+    crons = runtime.crons
+    assert crons is not None
+    clock = Clock(START)
+    crons.clock = clock
+    tid = (await a.ok("POST", "/threads", {}))["thread_id"]
+    tick = {"assistant_id": "whoami", "schedule": "* * * * *", "input": {"message": "tick"}}
+    made = [await a.ok("POST", f"/threads/{tid}/runs/crons", tick),
+            await a.ok("POST", "/runs/crons", {**tick, "on_run_completed": "keep"})]
+    clock.advance(minutes=1)
+    await asyncio.wait_for(crons.run_due(), BOUND)
+    for cron in made:
+        (run,) = await a.ok("POST", "/runs/search", {"metadata": {"cron_id": cron["cron_id"]}, "limit": 10})
+        done = await a.ok("GET", f"/runs/{run['run_id']}/wait")
+        assert done["values"]["seen"]["user_id"] == "a", done
+        assert (await a.ok("GET", f"/threads/{run['thread_id']}"))["metadata"]["owner"] == "a"
+        assert (await b.request("GET", f"/threads/{run['thread_id']}")).status_code == 404
+        assert (await b.request("GET", f"/runs/{run['run_id']}")).status_code == 404
+        assert await b.ok("POST", "/runs/search", {"metadata": {"cron_id": cron["cron_id"]}}) == []
 
 
 # --- the store ------------------------------------------------------------------------------------------------------
