@@ -108,10 +108,10 @@ class Runtime:
     async def open(cls, settings: Settings, project: ProjectConfig | None = None,
                    graphs: GraphRegistry | None = None, access: Access | None = None) -> Runtime:
         """`access`: the project's authorization (`@auth.on…` handlers), which every service asks."""
-        if access is None:  # a process without the web layer (`threadline worker`): crons still run as users
-            access = Access.of(load_auth(project))
         if project is None or graphs is None:
             project, graphs = cls.load_project(settings)
+        if access is None:  # a process without the web layer (`threadline worker`): crons still run as users
+            access = Access.of(load_auth(project))
         for key in project.unsupported:
             log.warning("langgraph.json key %r is not supported by Threadline yet and has no effect", key)
         url = settings.database_url or default_database_url(create=True)
