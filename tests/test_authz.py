@@ -236,23 +236,28 @@ async def run_ids_of(user: User, thread_id: str) -> list[str]:
 # --- threads ----------------------------------------------------------------------------------------------------
 
 
-async def test_another_users_thread_is_not_found(a: User, b: User, world: World) -> None:
-    t, cp = world.thread_id, world.checkpoint_id
-    state_before = await a.ok("GET", f"/threads/{t}/state")
-    history_before = await a.ok("GET", f"/threads/{t}/history")
-    wrong = await answers(b, [
+def thread_calls(t: str, cp: str, metadata: dict[str, str]) -> list[Call]:
+    """Every route on one thread (the delete last); the writes put `metadata` in its metadata and state."""
+    return [
         ("GET", f"/threads/{t}"),
-        ("PATCH", f"/threads/{t}", {"metadata": {"owner": "b", "title": "b was here"}}),
+        ("PATCH", f"/threads/{t}", {"metadata": metadata}),
         ("POST", f"/threads/{t}/copy", {}),
         ("GET", f"/threads/{t}/state"),
-        ("POST", f"/threads/{t}/state", {"values": {"message": "b was here"}}),
+        ("POST", f"/threads/{t}/state", {"values": {"message": metadata["title"]}}),
         ("GET", f"/threads/{t}/state/{cp}"),
         ("POST", f"/threads/{t}/state/checkpoint", {"checkpoint": {"checkpoint_id": cp}}),
         ("GET", f"/threads/{t}/history"),
         ("POST", f"/threads/{t}/history", {"limit": 5}),
         ("GET", f"/threads/{t}/stream"),
         ("DELETE", f"/threads/{t}"),
-    ], not_found, world.labels)
+    ]
+
+
+async def test_another_users_thread_is_not_found(a: User, b: User, world: World) -> None:
+    t, cp = world.thread_id, world.checkpoint_id
+    state_before = await a.ok("GET", f"/threads/{t}/state")
+    history_before = await a.ok("GET", f"/threads/{t}/history")
+    wrong = await answers(b, thread_calls(t, cp, {"owner": "b", "title": "b was here"}), not_found, world.labels)
     assert not wrong, "B reached A's thread:\n" + "\n".join(wrong)
     # Nothing of A's changed.
     thread = await a.ok("GET", f"/threads/{t}")
@@ -264,19 +269,7 @@ async def test_another_users_thread_is_not_found(a: User, b: User, world: World)
 
 async def test_the_owner_reaches_its_thread(a: User, world: World) -> None:
     t, cp = world.thread_id, world.checkpoint_id
-    wrong = await answers(a, [
-        ("GET", f"/threads/{t}"),
-        ("PATCH", f"/threads/{t}", {"metadata": {"title": "renamed"}}),
-        ("POST", f"/threads/{t}/copy", {}),
-        ("GET", f"/threads/{t}/state"),
-        ("POST", f"/threads/{t}/state", {"values": {"message": "again"}}),
-        ("GET", f"/threads/{t}/state/{cp}"),
-        ("POST", f"/threads/{t}/state/checkpoint", {"checkpoint": {"checkpoint_id": cp}}),
-        ("GET", f"/threads/{t}/history"),
-        ("POST", f"/threads/{t}/history", {"limit": 5}),
-        ("GET", f"/threads/{t}/stream"),
-        ("DELETE", f"/threads/{t}"),
-    ], success, world.labels)
+    wrong = await answers(a, thread_calls(t, cp, {"title": "renamed"}), success, world.labels)
     assert not wrong, "A could not reach its own thread:\n" + "\n".join(wrong)
     assert (await a.request("GET", f"/threads/{t}")).status_code == 404  # the DELETE was real
 
