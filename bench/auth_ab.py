@@ -1,16 +1,17 @@
 #!/usr/bin/env python
-"""What authentication costs: the bench graph served twice, without auth and with a trivial `auth.py`,
-measured in one run, interleaved.
+"""What authentication and authorization cost: the bench graph served three times, without auth, with a trivial
+`auth.py` (authentication only), and with the same `auth.py` plus an `@auth.on` handler that stamps and filters
+on `metadata.owner` (as LangGraph's docs teach), measured in one run, interleaved.
 
     python bench/auth_ab.py             # 400 c=1 rounds, then c=32 throughput (2,000 waits per server)
     python bench/auth_ab.py 200 1000    # fewer
 
-c=1: each round times `POST /threads/{id}/runs/wait` on one server, then on the other (the order alternates
-each round), so the machine's drift falls on both; the first 20 rounds are warm-up. c=32: stateless
-`/runs/wait` with 32 in flight, after a warm-up burst on each, each server in turn, twice (A B B A),
-throughput averaged. First, in process: the middleware's own cost per request, with and without it in front
-of a trivial ASGI app. Prints p50 / p90
-per server, the added p50 in ms and the throughput ratio. The auth.py is the least a real one does: read the
+c=1: each round times `POST /threads/{id}/runs/wait` on each server in turn (the order reverses each round),
+so the machine's drift falls on all; the first 20 rounds are warm-up. c=32: stateless `/runs/wait` with 32 in
+flight, after a warm-up burst on each, each server in turn, twice (A B C C B A), throughput averaged. First,
+in process: the middleware's own cost per request, with and without it in front of a trivial ASGI app, and
+the cost of one authorization (the handler's dispatch and call). Prints p50 / p90 per server, the added p50
+in ms and the throughput ratios. The auth.py is the least a real one does: read the
 `Authorization` header and compare it with a constant.
 """
 
@@ -47,13 +48,23 @@ async def authenticate(authorization: str | None) -> str:
         raise Auth.exceptions.HTTPException(status_code=401)
     return "bench-user"
 '''
+AUTHZ_PY = AUTH_PY + '''
+
+@auth.on
+async def owner_only(ctx, value):
+    if isinstance(value, dict) and "metadata" in value:
+        value["metadata"] = {**(value.get("metadata") or {}), "owner": ctx.user.identity}
+    return {"owner": ctx.user.identity}
+'''
+#: The servers compared: (name, the auth.py they serve, or None).
+VARIANTS = (("none", None), ("auth.py", AUTH_PY), ("auth.py+on", AUTHZ_PY))
 
 
-def project(root: Path, with_auth: bool) -> Path:
-    folder = root / ("auth" if with_auth else "plain")
+def project(root: Path, name: str, auth_py: str | None) -> Path:
+    folder = root / name
     shutil.copytree(HERE / "project", folder)
-    if with_auth:
-        (folder / "auth.py").write_text(AUTH_PY)
+    if auth_py is not None:
+        (folder / "auth.py").write_text(auth_py)
         (folder / "langgraph.json").write_text(
             '{"dependencies": ["."], "graphs": {"bench": "./graph.py:graph"}, "auth": {"path": "./auth.py:auth"}}')
     return folder
@@ -85,7 +96,7 @@ async def serial(urls: dict[str, str], headers: dict[str, dict[str, str]], round
     waits: dict[str, list[float]] = {name: [] for name in urls}
     try:
         for n in range(rounds):
-            order = list(urls) if n % 2 == 0 else list(reversed(urls))
+            order = list(urls) if n % 2 == 0 else list(reversed(urls))  # reversed: each server goes first
             for name in order:
                 session = sessions[name]
                 async with session.post("/threads", json={}) as r:
@@ -147,29 +158,56 @@ async def middleware_cost(n: int = 20_000) -> float:
     return (best["auth"] - best["plain"]) * 1e6
 
 
+async def authorization_cost(n: int = 20_000) -> float:
+    """Microseconds one authorization takes in process: `Access.filters` dispatching to the owner handler
+    (what each core operation asks once, or twice for a run), best of blocks of 1,000."""
+    from langgraph_sdk import Auth
+
+    from threadline.core.access import Access
+    from threadline.core.auth import as_user, reset_current_user, set_current_user
+
+    auth = Auth()
+    exec(compile(AUTHZ_PY.split("auth = Auth()", 1)[1], "auth.py", "exec"), {"auth": auth, "Auth": Auth})
+    access = Access.of(auth)
+    token = set_current_user(as_user("bench-user"))
+    best = float("inf")
+    try:
+        for _ in range(n // 1000):
+            started = time.perf_counter()
+            for _ in range(1000):
+                await access.filters("threads", "read", {"thread_id": "x"})
+            best = min(best, (time.perf_counter() - started) / 1000)
+    finally:
+        reset_current_user(token)
+    return best * 1e6
+
+
 async def main(rounds: int, total: int) -> None:
-    print(f"in process: the middleware and a trivial auth.py add {await middleware_cost():.1f} µs per request")
+    print(f"in process: the middleware and a trivial auth.py add {await middleware_cost():.1f} µs per request; "
+          f"one authorization (@auth.on owner filter) takes {await authorization_cost():.1f} µs")
     root = Path(tempfile.mkdtemp(prefix="threadline-auth-bench-"))
     procs = []
     try:
-        urls, headers = {}, {"none": {}, "auth.py": {"authorization": TOKEN}}
-        for name, with_auth in (("none", False), ("auth.py", True)):
+        urls, headers = {}, {}
+        for name, auth_py in VARIANTS:
             port = free_port()
-            procs.append(start(project(root, with_auth), port))
+            procs.append(start(project(root, name.replace("+", "-").replace(".", "-"), auth_py), port))
             urls[name] = f"http://127.0.0.1:{port}"
+            headers[name] = {"authorization": TOKEN} if auth_py else {}
             await ready(urls[name])
         waits = await serial(urls, headers, rounds)
         rates: dict[str, list[float]] = {name: [] for name in urls}
         for name in urls:  # warm-up at c=32 (not counted): the first burst on a server is slower
             await throughput(urls[name], headers[name], total // 4)
-        for name in ("none", "auth.py", "auth.py", "none"):
+        for name in [*urls, *reversed(urls)]:
             rates[name].append(await throughput(urls[name], headers[name], total))
         p50 = {name: statistics.median(w) * 1e3 for name, w in waits.items()}
         for name, w in waits.items():
-            print(f"{name:8} c=1 wait p50 {p50[name]:.2f} ms  p90 {statistics.quantiles(w, n=10)[-1] * 1e3:.2f} ms"
+            print(f"{name:10} c=1 wait p50 {p50[name]:.2f} ms  p90 {statistics.quantiles(w, n=10)[-1] * 1e3:.2f} ms"
                   f"  c=32 {statistics.mean(rates[name]):.0f} runs/s  ({len(w)} waits, {total} x2 at c=32)")
-        print(f"added by auth.py: {p50['auth.py'] - p50['none']:+.2f} ms p50 at c=1; c=32 throughput ratio "
-              f"{statistics.mean(rates['auth.py']) / statistics.mean(rates['none']):.3f}")
+        for name in list(urls)[1:]:
+            print(f"added by {name}: {p50[name] - p50['none']:+.2f} ms p50 at c=1; c=32 throughput ratio "
+                  f"{statistics.mean(rates[name]) / statistics.mean(rates['none']):.3f}")
     finally:
         for proc in procs:
             stop_process(proc)

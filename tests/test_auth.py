@@ -482,19 +482,7 @@ async def test_a_refused_websocket_on_the_wire(settings: Settings) -> None:
             assert json.loads(await ws.recv())["id"] == 1
 
 
-def test_authorization_handlers_stop_startup_rather_than_being_ignored(tmp_path: Path) -> None:
-    (tmp_path / "auth.py").write_text(
-        "from langgraph_sdk import Auth\n\nauth = Auth()\n\n\n@auth.authenticate\nasync def who() -> str:\n"
-        "    return 'x'\n\n\n@auth.on.threads.read\nasync def mine(ctx, value):\n"
-        "    return {'owner': ctx.user.identity}\n")
-    (tmp_path / "whoami.py").write_text((AUTH_PROJECT.parent / "whoami.py").read_text())
-    (tmp_path / "langgraph.json").write_text(json.dumps({"graphs": {"whoami": "./whoami.py:graph"},
-                                                         "auth": {"path": "./auth.py:auth"}}))
-    with pytest.raises(ConfigError, match=r"authorization handlers \(@auth.on.threads.read\)"):
-        create_app(Settings(config=str(tmp_path / "langgraph.json")))
-
-
-# --- authorization handlers (the dispatch; not wired to the routes yet) ----------------------------------------
+# --- authorization handlers: the dispatch (applied on every surface: tests/test_authz.py) -----------------------
 
 
 async def test_the_most_specific_authorization_handler_wins_and_may_change_the_value() -> None:
@@ -534,6 +522,10 @@ async def test_the_most_specific_authorization_handler_wins_and_may_change_the_v
     async def wrong(ctx: Any, value: Any) -> Any:
         return {"owner": {"$ne": "x"}}
 
+    @auth.on.crons.delete
+    async def broken(ctx: Any, value: Any) -> Any:
+        assert value["owner"] == "someone", "internal detail 42"
+
     authorizer = Authorizer(auth)
     user = as_user({"identity": "alice", "permissions": ["p"]})
     value: dict[str, Any] = {"metadata": {"x": 1}}
@@ -543,10 +535,11 @@ async def test_the_most_specific_authorization_handler_wins_and_may_change_the_v
     assert await authorizer.authorize(user, "threads", "search", {}) == {"owner": "alice"}  # resource beats action
     assert await authorizer.authorize(user, "assistants", "search", {}) is None
     for resource, action, status in (("assistants", "read", 403), ("assistants", "delete", 418),
-                                     ("crons", "read", 403), ("store", "put", 403)):
+                                     ("crons", "read", 403), ("crons", "delete", 403), ("store", "put", 403)):
         with pytest.raises(Unauthorized) as refused:
             await authorizer.authorize(user, resource, action, {})
         assert refused.value.status == status
+        assert "internal detail" not in str(refused.value)
     assert calls[:4] == ["threads.create", "threads:read", "threads:search", "search:assistants:['p']"]
     assert await Authorizer(Auth()).authorize(user, "threads", "read", {}) is None  # no handlers: allowed
 
@@ -585,3 +578,69 @@ async def test_a_handler_that_reads_the_request_body_leaves_it_to_the_route(tmp_
                                      base_url="http://threadline") as client:
             created = await client.post("/threads", json={"metadata": {"as": "carol", "x": 1}})
             assert created.status_code == 200 and created.json()["metadata"] == {"as": "carol", "x": 1}
+
+
+REFUSING_HANDLERS = '''
+
+@auth.on.threads.create
+async def stamp(ctx, value):
+    value["metadata"]["owner"] = ctx.user.identity
+
+
+@auth.on.threads.delete
+async def no_deletes(ctx, value):
+    return False
+
+
+@auth.on.threads.update
+async def teapot(ctx, value):
+    raise Auth.exceptions.HTTPException(status_code=418, detail="short and stout", headers={"x-why": "tea"})
+
+
+@auth.on.assistants.create
+async def broken(ctx, value):
+    raise RuntimeError("secret internals xyz")
+
+
+@auth.on.crons.create
+async def asserted(ctx, value):
+    assert value["schedule"] != "* * * * *", "Not every minute, please"
+
+
+@auth.on.assistants.read
+async def own_assistants(ctx, value):
+    return {"owner": ctx.user.identity}
+'''
+
+
+async def test_authorization_handlers_answer_over_http(tmp_path: Path, backend: Backend) -> None:
+    """What each kind of `@auth.on` answer does to a request: a stamp lands, False is 403, an HTTPException
+    keeps its status, detail and headers, a failed assert is 403 with its message, any other exception is a
+    403 that says nothing of the handler; a graph's own assistant stays runnable by anyone."""
+    (tmp_path / "auth.py").write_text((AUTH_PROJECT.parent / "auth.py").read_text() + REFUSING_HANDLERS)
+    (tmp_path / "whoami.py").write_text((AUTH_PROJECT.parent / "whoami.py").read_text())
+    (tmp_path / "langgraph.json").write_text(json.dumps({"graphs": {"whoami": "./whoami.py:graph"},
+                                                         "auth": {"path": "./auth.py:auth"}}))
+    application = create_app(Settings(config=str(tmp_path / "langgraph.json"), workers=1, **backend.settings()))
+    bob = {"authorization": "Bearer user-bob"}
+    async with LifespanManager(application, startup_timeout=30, shutdown_timeout=30) as manager:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app),  # type: ignore[arg-type]
+                                     base_url="http://threadline") as client:
+            thread = (await client.post("/threads", json={"metadata": {"x": 1}}, headers=ALICE)).json()
+            assert thread["metadata"] == {"x": 1, "owner": "alice"}
+            tid = thread["thread_id"]
+            refused = await client.delete(f"/threads/{tid}", headers=ALICE)
+            assert (refused.status_code, refused.json()["detail"]) == (403, "Forbidden")
+            assert (await client.get(f"/threads/{tid}", headers=ALICE)).status_code == 200  # still there
+            tea = await client.patch(f"/threads/{tid}", json={"metadata": {"y": 2}}, headers=ALICE)
+            assert (tea.status_code, tea.json()["detail"], tea.headers["x-why"]) == (418, "short and stout", "tea")
+            crash = await client.post("/assistants", json={"graph_id": "whoami"}, headers=ALICE)
+            assert crash.status_code == 403 and "secret" not in crash.text and "RuntimeError" not in crash.text
+            every_minute = await client.post(f"/threads/{tid}/runs/crons", headers=ALICE,
+                                             json={"assistant_id": "whoami", "schedule": "* * * * *"})
+            assert (every_minute.status_code, every_minute.json()["detail"]) == (403, "Not every minute, please")
+            # A graph's own assistant is everyone's to run; no handler stops bob running it on his thread.
+            mine = (await client.post("/threads", json={}, headers=bob)).json()["thread_id"]
+            ran = await client.post(f"/threads/{mine}/runs/wait", json={"assistant_id": "whoami", "input": {}},
+                                    headers=bob)
+            assert ran.status_code == 200 and ran.json()["seen"]["user_id"] == "bob"

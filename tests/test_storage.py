@@ -826,3 +826,42 @@ async def test_an_authorization_filter_is_part_of_the_thread_queries(storage: St
 async def test_a_filter_that_cannot_be_applied_is_refused(storage: Storage, bad: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         await storage.count_threads(metadata=None, values=None, status=None, filters=bad)
+
+
+async def test_an_authorization_filter_is_part_of_the_assistant_cron_and_run_queries(storage: Storage) -> None:
+    """Assistants and crons are filtered on their own metadata; runs on their thread's (a run is its thread's),
+    each inside the query, as threads are."""
+    mine, theirs = {"owner": "alice"}, {"owner": "bob"}
+    ours = await create_assistant(storage, str(uuid.uuid4()), metadata=mine)
+    other = await create_assistant(storage, str(uuid.uuid4()), metadata=theirs)
+    assert (await storage.get_assistant(ours["assistant_id"], filters=mine))["assistant_id"] == ours["assistant_id"]
+    assert await storage.get_assistant(other["assistant_id"], filters=mine) is None
+    page = dict(graph_id=None, name=None, metadata=None, limit=10, offset=0, sort_by="created_at", sort_order="asc")
+    assert [a["assistant_id"] for a in await storage.search_assistants(**page, filters=mine)] == [ours["assistant_id"]]
+    assert await storage.count_assistants(graph_id=None, name=None, metadata=None, filters=theirs) == 1
+    assert await storage.count_assistants(graph_id=None, name=None, metadata=None) == 2
+
+    alice_thread = await create_thread(storage, metadata=mine)
+    bob_thread = await create_thread(storage, metadata=theirs)
+    alice_run = await enqueue(storage, alice_thread["thread_id"], create=False)
+    await enqueue(storage, bob_thread["thread_id"], create=False)
+    runs = dict(thread_id=None, assistant_id=None, status=None, metadata=None, limit=10, offset=0)
+    assert [r["run_id"] for r in await storage.search_runs(**runs, thread_filters=mine)] == [alice_run["run_id"]]
+    assert len(await storage.search_runs(**runs)) == 2
+    assert await storage.search_runs(**{**runs, "thread_id": bob_thread["thread_id"]}, thread_filters=mine) == []
+
+    now = now_iso()
+    crons = []
+    for owner, thread in ((mine, alice_thread), (theirs, bob_thread)):
+        crons.append(await storage.create_cron({
+            "cron_id": str(uuid.uuid4()), "assistant_id": ours["assistant_id"], "thread_id": thread["thread_id"],
+            "user_id": owner["owner"], "auth_user": None, "schedule": "0 0 1 1 *", "timezone": None,
+            "end_time": None, "enabled": True, "on_run_completed": None, "payload": {}, "metadata": owner,
+            "next_run_date": later(days=30), "created_at": now, "updated_at": now}))
+    assert (await storage.get_cron(crons[0]["cron_id"], filters=mine))["cron_id"] == crons[0]["cron_id"]
+    assert await storage.get_cron(crons[1]["cron_id"], filters=mine) is None
+    found = await storage.search_crons(assistant_id=None, thread_id=None, enabled=None, metadata=None, limit=10,
+                                       offset=0, sort_by=None, sort_order=None, filters=theirs)
+    assert [c["cron_id"] for c in found] == [crons[1]["cron_id"]]
+    assert await storage.count_crons(assistant_id=None, thread_id=None, enabled=None, metadata=None,
+                                     filters=mine) == 1

@@ -216,7 +216,7 @@ def _error(req_id: jsonrpc.RequestId, exc: Exception) -> dict[str, Any]:
 
 async def _assistant(rt: Runtime, assistant_id: str) -> dict[str, Any]:
     try:
-        return await rt.assistants.resolve(assistant_id)
+        return await rt.assistants.runnable(assistant_id)
     except PARAM_ERRORS:
         raise errors.InvalidInput(f"Assistant '{assistant_id}' not found") from None
 
@@ -303,7 +303,7 @@ def agent_card(assistant: Row, input_fields: Collection[str], url: str, version:
 
 async def _card(request: Request, assistant_id: str) -> JSON:
     rt = runtime(request)
-    assistant = await rt.assistants.get(assistant_id)
+    assistant = await rt.assistants.runnable(assistant_id)  # an agent the caller may run shows its card
     url = f"{str(request.base_url).rstrip('/')}/a2a/{assistant['assistant_id']}"
     fields = await A2ATasks(rt, assistant).input_fields()
     return JSON(agent_card(assistant, fields, url, __version__))

@@ -19,6 +19,8 @@ from threadline.api.loopback import serving_loopback
 from threadline.api.ratelimit import AuthFailures, RateLimit, RateLimiter
 from threadline.api.sse import StreamSlots
 from threadline.config import HttpConfig, ProjectConfig
+from threadline.core.access import Access
+from threadline.core.auth import CustomAuth
 from threadline.core.runtime import Runtime
 from threadline.errors import ConfigError
 from threadline.loader import load_object, missing_package
@@ -61,7 +63,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     client, runtime.webhooks.local = user_app.local_webhooks(app, http)
                     stack.push_async_callback(client.aclose)
 
-                app.state.runtime = await _start(app, settings, project, graphs, prepare)
+                app.state.runtime = await _start(app, settings, project, graphs, prepare, access)
                 stack.push_async_callback(app.state.runtime.close)
                 with serving_loopback(app):  # `langgraph_sdk.get_client()` in an agent reaches this app
                     yield state
@@ -74,6 +76,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     _quiet_startup_failure(app)
     authenticator = auth.load_authenticator(project, settings)
     auth.refuse_exposed(settings, authenticator)
+    # The same Auth object's `@auth.on…` handlers authorize each operation in the core (`core/access.py`).
+    access = Access.of(authenticator.auth if isinstance(authenticator, CustomAuth) else None)
     limiter = RateLimiter.of(settings)
     # Added first, so innermost: rate limits by the authenticated identity (`identity_of`), before any route
     # reads the body; requests that fail authentication are counted by address outside it (`AuthFailures`).
@@ -108,12 +112,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 
 async def _start(app: FastAPI, settings: Settings, project: Any, graphs: Any,
-                 prepare: Callable[[Runtime], None]) -> Runtime:
+                 prepare: Callable[[Runtime], None], access: Access) -> Runtime:
     """Open and start the runtime. A failure is logged as one message and a hint (its traceback at debug
     level only), and uvicorn is told startup failed without the traceback (`_quiet_startup_failure`)."""
     runtime = None
     try:
-        runtime = await Runtime.open(settings, project, graphs)
+        runtime = await Runtime.open(settings, project, graphs, access)
         prepare(runtime)
         await runtime.start()
         return runtime

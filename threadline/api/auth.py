@@ -20,9 +20,10 @@ from threadline.api.errors import refusal
 from threadline.api.http_config import META_PATHS
 from threadline.api.user_app import _route_path
 from threadline.config import ProjectConfig
-from threadline.core.auth import ApiKeys, Authenticator, CustomAuth, reset_current_user, set_current_user
+from threadline.core.auth import (
+    ApiKeys, Authenticator, CustomAuth, load_auth, reset_current_user, set_current_user,
+)
 from threadline.errors import ConfigError, Unauthorized
-from threadline.loader import load_object
 from threadline.settings import Settings
 
 log = logging.getLogger("threadline.auth")
@@ -38,13 +39,8 @@ REFUSED = "threadline.auth_refused"  # scope key: set when a layer refused the r
 
 def load_authenticator(project: ProjectConfig, settings: Settings) -> Authenticator | None:
     """langgraph.json `auth.path` (a `langgraph_sdk.Auth` instance), else the built-in API keys, else None."""
-    if project.auth is not None:
-        from langgraph_sdk import Auth
-
-        auth = load_object(project.auth.path, project.root, what="auth.path")
-        if not isinstance(auth, Auth):
-            raise ConfigError(f"auth.path '{project.auth.path}' must be a langgraph_sdk.Auth instance, "
-                              f"got {type(auth).__name__}")
+    auth = load_auth(project)
+    if auth is not None and project.auth is not None:
         if settings.api_keys or settings.api_keys_file:
             log.warning("langgraph.json has 'auth': THREADLINE_API_KEYS / api_keys_file are ignored")
         return CustomAuth(auth, project.auth.path)

@@ -120,17 +120,24 @@ def _json_problem(error: dict[str, Any], body: Any) -> str:
     return f"Invalid JSON in request body: {reason} at line {line}, column {column} (character {offset + 1})"
 
 
+def error_response(exc: errors.ThreadlineError) -> JSONResponse:
+    """A domain error's HTTP answer: its status from `STATUS` and the JSON body (also a refused WebSocket's)."""
+    if isinstance(exc, errors.Unauthorized):
+        return refusal(exc)
+    status = next((s for cls, s in STATUS.items() if isinstance(exc, cls)), 500)
+    extra = {"metadata": exc.metadata} if exc.metadata else {}
+    response = error_body(status, exc.message, exc.code, **extra)
+    if isinstance(exc, (errors.Unavailable, errors.QuotaExceeded)):
+        # The database or Redis is away (restarting, failing over): the client may try again, and the
+        # server reconnects by itself, so the answer says when (`Retry-After`, as RFC 9110 has it for 503).
+        response.headers["Retry-After"] = str(exc.retry_after)
+    return response
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(errors.ThreadlineError)
     async def _domain(_: Request, exc: errors.ThreadlineError) -> JSONResponse:
-        status = next((s for cls, s in STATUS.items() if isinstance(exc, cls)), 500)
-        extra = {"metadata": exc.metadata} if exc.metadata else {}
-        response = error_body(status, exc.message, exc.code, **extra)
-        if isinstance(exc, (errors.Unavailable, errors.QuotaExceeded)):
-            # The database or Redis is away (restarting, failing over): the client may try again, and the
-            # server reconnects by itself, so the answer says when (`Retry-After`, as RFC 9110 has it for 503).
-            response.headers["Retry-After"] = str(exc.retry_after)
-        return response
+        return error_response(exc)
 
     @app.exception_handler(errors.Unauthorized)
     async def _refused(_: Request, exc: errors.Unauthorized) -> JSONResponse:

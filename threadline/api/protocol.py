@@ -20,12 +20,12 @@ from fastapi import Request, WebSocket, WebSocketDisconnect
 from starlette.responses import JSONResponse, Response
 
 from threadline.api.common import JSON, Router, runtime
-from threadline.api.errors import ProtocolCode, protocol_error
+from threadline.api.errors import ProtocolCode, error_response, protocol_error
 from threadline.api.sse import event_response
 from threadline.broker.base import StreamEvent
 from threadline.core.protocol import Commands, EventFilter, check_resumable, follow_events, replay_events, since_of
 from threadline.core.runtime import Runtime
-from threadline.errors import BadRequest, InvalidInput, NoSuchSubscription, ThreadlineError
+from threadline.errors import BadRequest, InvalidInput, NoSuchSubscription, NotFound, ThreadlineError
 from threadline.storage.base import Row
 
 log = logging.getLogger("threadline.api")
@@ -131,8 +131,15 @@ async def _frames(rt: Runtime, thread_id: str, flt: EventFilter, since: int | No
 
 @router.websocket("/{thread_id}/stream/events")
 async def stream_events_ws(websocket: WebSocket, thread_id: UUID) -> None:
+    rt: Runtime = websocket.app.state.runtime
+    tid = str(thread_id)
+    # Someone else's thread is refused at the handshake, as a missing one is on the SSE route (404); a thread
+    # no one has made yet may be made by this session's `run.start`.
+    if rt.access.enabled and await rt.storage.get_thread(tid) is not None and not await rt.threads.visible(tid):
+        await _deny(websocket, NotFound(f"Thread with ID {tid} not found"))
+        return
     await websocket.accept()
-    session = _Session(websocket, websocket.app.state.runtime, str(thread_id))
+    session = _Session(websocket, rt, tid)
     try:
         while True:
             await session.handle(await websocket.receive_text())
@@ -233,3 +240,12 @@ class _Session:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self.subscriptions.clear()
+
+
+async def _deny(websocket: WebSocket, exc: NotFound) -> None:
+    """Refuse a handshake with the error's HTTP answer where the server can send one (ASGI's denial-response
+    extension), else close it before accepting (a 403 on the wire)."""
+    if "websocket.http.response" in (websocket.scope.get("extensions") or {}):
+        await websocket.send_denial_response(error_response(exc))
+    else:
+        await websocket.close(code=1008, reason=exc.message)

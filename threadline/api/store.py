@@ -54,6 +54,12 @@ def item_out(item: Any) -> dict[str, Any]:
     return out
 
 
+async def _authorized(request: Request, action: str, value: dict[str, Any]) -> tuple[str, ...]:
+    """The namespace the caller may use (`@auth.on.store` may rewrite it, or refuse), checked as given."""
+    namespace = await runtime(request).access.store(action, value)
+    return _namespace(list(namespace), allow_empty=action in ("search", "list_namespaces"))
+
+
 @router.put("/items", status_code=204)
 async def put_item(request: Request, body: StorePut) -> Response:
     store = runtime(request).storage.store
@@ -61,14 +67,16 @@ async def put_item(request: Request, body: StorePut) -> Response:
     kwargs: dict[str, Any] = {}
     if body.ttl is not None:
         kwargs["ttl"] = body.ttl
-    await store.aput(_namespace(body.namespace), _key(body.key), body.value, index=index, **kwargs)
+    namespace = await _authorized(request, "put", {"namespace": _namespace(body.namespace), "key": _key(body.key),
+                                                   "value": body.value, "index": index, "ttl": body.ttl})
+    await store.aput(namespace, _key(body.key), body.value, index=index, **kwargs)
     return no_content()
 
 
 @router.get("/items")
 async def get_item(request: Request, key: str, namespace: str = "", refresh_ttl: bool | None = None) -> JSON:
     labels = namespace.split(".") if namespace else []
-    ns = _namespace(labels)
+    ns = await _authorized(request, "get", {"namespace": _namespace(labels), "key": _key(key)})
     kwargs = {"refresh_ttl": refresh_ttl} if refresh_ttl is not None else {}
     item = await runtime(request).storage.store.aget(ns, _key(key), **kwargs)
     # Decision: a missing item is `200` with body `null`, as on LangGraph's server, not a 404.
@@ -79,15 +87,19 @@ async def get_item(request: Request, key: str, namespace: str = "", refresh_ttl:
 
 @router.delete("/items", status_code=204)
 async def delete_item(request: Request, body: StoreDelete) -> Response:
-    await runtime(request).storage.store.adelete(_namespace(body.namespace), _key(body.key))
+    namespace = await _authorized(request, "delete", {"namespace": _namespace(body.namespace), "key": _key(body.key)})
+    await runtime(request).storage.store.adelete(namespace, _key(body.key))
     return no_content()
 
 
 @router.post("/items/search")
 async def search_items(request: Request, body: StoreSearch) -> JSON:
     kwargs = {"refresh_ttl": body.refresh_ttl} if body.refresh_ttl is not None else {}
+    prefix = await _authorized(request, "search", {
+        "namespace": _namespace(body.namespace_prefix, allow_empty=True), "filter": body.filter, "limit": body.limit,
+        "offset": body.offset, "query": body.query})
     items = await runtime(request).storage.store.asearch(
-        _namespace(body.namespace_prefix, allow_empty=True), query=body.query, filter=body.filter,
+        prefix, query=body.query, filter=body.filter,
         limit=body.limit, offset=body.offset, **kwargs,
     )
     return JSON({"items": [item_out(i) for i in items]})
@@ -95,8 +107,11 @@ async def search_items(request: Request, body: StoreSearch) -> JSON:
 
 @router.post("/namespaces")
 async def list_namespaces(request: Request, body: StoreNamespaces) -> JSON:
+    prefix = await _authorized(request, "list_namespaces", {
+        "namespace": _namespace(body.prefix, allow_empty=True), "suffix": body.suffix, "max_depth": body.max_depth,
+        "limit": body.limit, "offset": body.offset})
     namespaces = await runtime(request).storage.store.alist_namespaces(
-        prefix=_namespace(body.prefix, allow_empty=True) or None,
+        prefix=prefix or None,
         suffix=_namespace(body.suffix, allow_empty=True) or None,
         max_depth=body.max_depth, limit=body.limit, offset=body.offset,
     )

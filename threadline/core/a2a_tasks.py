@@ -63,7 +63,7 @@ class A2ATasks:
         self.assistant_id: str = assistant["assistant_id"]
 
     async def input_fields(self) -> set[str]:
-        schemas = await self.rt.assistants.schemas(self.assistant_id)
+        schemas = await self.rt.assistants.schemas(self.assistant)  # the row `runnable` gave: no second check
         return set(((schemas.get("input_schema") or {}).get("properties") or {}).keys())
 
     # --- reading tasks -----------------------------------------------------------------------
@@ -190,6 +190,10 @@ class A2ATasks:
                                            "(input-required) accepts another message")
             context_id = latest["thread_id"]
         elif context_id:
+            if await self.rt.storage.get_thread(context_id) is None:
+                # A context no one has used yet: the caller's new thread (`threads.create`, as on the thread API);
+                # someone else's context is not found when the run is created (`threads.create_run`).
+                await self.rt.threads.create(thread_id=context_id, if_exists="do_nothing")
             newest = await self._newest_run(context_id)
             if newest is not None and newest["assistant_id"] == self.assistant_id \
                     and await self.state_of(newest) == S.TASK_STATE_INPUT_REQUIRED:

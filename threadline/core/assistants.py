@@ -11,8 +11,9 @@ from typing import Any
 from langgraph.pregel import Pregel
 
 from threadline.ids import is_uuid
+from threadline.core.access import Access
 from threadline.core.graphs import GraphRegistry, describe_schemas, draw, subgraph_schemas
-from threadline.errors import BadRequest, InvalidInput, NotFound
+from threadline.errors import BadRequest, Conflict, InvalidInput, NotFound
 from threadline.shapes import AssistantSortBy, IfExists, SortOrder
 from threadline.storage.base import Row, Storage
 from threadline.storage.sql import now_iso
@@ -29,11 +30,13 @@ def system_assistant_id(graph_id: str) -> str:
 
 
 class Assistants:
-    """Assistant operations over storage and the graph registry."""
+    """Assistant operations over storage and the graph registry, each authorized by `access` (the project's
+    `@auth.on.assistants…` handlers, whose filters apply to the assistant's metadata)."""
 
-    def __init__(self, storage: Storage, graphs: GraphRegistry) -> None:
+    def __init__(self, storage: Storage, graphs: GraphRegistry, access: Access | None = None) -> None:
         self.storage = storage
         self.graphs = graphs
+        self.access = access or Access()
 
     async def ensure_system_assistants(self) -> list[Row]:
         """One assistant per configured graph, with the reference server's deterministic id."""
@@ -59,41 +62,79 @@ class Assistants:
                      context: dict | None = None, metadata: dict | None = None, name: str | None = None,
                      description: str | None = None, if_exists: IfExists = "raise") -> Row:
         self.graphs.entry(graph_id)  # 404 for an unknown graph
-        config, context = _mirror_context(config, context)
-        row = self._new_row(assistant_id or str(uuid.uuid4()), graph_id, name=name, description=description,
-                            config=config, context=context, metadata=metadata)
-        return await self.storage.create_assistant(row, if_exists=if_exists)
+        value: dict[str, Any] = {"assistant_id": assistant_id, "graph_id": graph_id, "config": config,
+                                 "context": context, "metadata": dict(metadata or {}), "name": name,
+                                 "description": description, "if_exists": if_exists}
+        filters = await self.access.filters("assistants", "create", value)
+        config, context = _mirror_context(value["config"], value["context"])
+        row = self._new_row(value["assistant_id"] or str(uuid.uuid4()), graph_id, name=value["name"],
+                            description=value["description"], config=config, context=context,
+                            metadata=value["metadata"])
+        created = await self.storage.create_assistant(row, if_exists=if_exists)
+        if filters and await self.storage.get_assistant(created["assistant_id"], filters=filters) is None:
+            # `do_nothing` found someone else's assistant: never hand it back.
+            raise Conflict(f"Assistant {created['assistant_id']} already exists")
+        return created
 
-    async def get(self, assistant_id: str) -> Row:
-        """By id, or by graph id (which names the graph's system assistant), as LangGraph allows."""
-        found = await self.storage.get_assistant(assistant_id) if is_uuid(assistant_id) else None
+    async def _find(self, assistant_id: str, filters: dict[str, Any] | None = None) -> Row | None:
+        found = await self.storage.get_assistant(assistant_id, filters=filters) if is_uuid(assistant_id) else None
         if found is None and assistant_id in self.graphs.entries:
-            found = await self.storage.get_assistant(system_assistant_id(assistant_id))
+            found = await self.storage.get_assistant(system_assistant_id(assistant_id), filters=filters)
+        return found
+
+    async def get(self, assistant_id: str, *, action: str = "read", value: dict[str, Any] | None = None) -> Row:
+        """By id, or by graph id (which names the graph's system assistant), as LangGraph allows; one the
+        caller may not `action` (`@auth.on.assistants.<action>`'s filter) is not found."""
+        filters = await self.access.filters("assistants", action, value or {"assistant_id": assistant_id})
+        found = await self._find(assistant_id, filters)
         if found is None:
             raise NotFound(f"Assistant {assistant_id} not found")
         return found
 
     async def resolve(self, assistant_id: str) -> Row:
-        """An assistant named in a run request: a UUID, or a graph id naming its system assistant."""
+        """An assistant named in a request: a UUID, or a graph id naming its system assistant (unchecked: see
+        `runnable`)."""
         if not is_uuid(assistant_id) and assistant_id not in self.graphs.entries:
             raise InvalidInput(
                 f"Invalid assistant: '{assistant_id}'. Must be either a valid assistant UUID or one of the "
                 f"registered graphs: {', '.join(self.graphs.ids())}", choices=self.graphs.ids())
-        return await self.get(assistant_id)
+        found = await self._find(assistant_id)
+        if found is None:
+            raise NotFound(f"Assistant {assistant_id} not found")
+        return found
+
+    async def runnable(self, assistant_id: str) -> Row:
+        """The assistant a run or cron names (`resolve`), if the caller may use it: a graph's system assistant
+        is everyone's, an assistant someone created needs `assistants.read` of it, as on LangGraph's server."""
+        found = await self.resolve(assistant_id)
+        if self.access.enabled and (found.get("metadata") or {}).get("created_by") != "system":
+            await self.get(found["assistant_id"])
+        return found
+
+    async def _search_filters(self, graph_id: str | None, name: str | None, metadata: dict | None,
+                              limit: int = 0, offset: int = 0) -> dict[str, Any] | None:
+        return await self.access.filters("assistants", "search", {
+            "graph_id": graph_id, "name": name, "metadata": metadata, "limit": limit, "offset": offset})
 
     async def search(self, *, graph_id: str | None = None, name: str | None = None,
                      metadata: dict | None = None, limit: int = 10, offset: int = 0,
                      sort_by: AssistantSortBy = "created_at", sort_order: SortOrder = "desc") -> list[Row]:
+        filters = await self._search_filters(graph_id, name, metadata, limit, offset)
         return await self.storage.search_assistants(graph_id=graph_id, name=name, metadata=metadata, limit=limit,
-                                                    offset=offset, sort_by=sort_by, sort_order=sort_order)
+                                                    offset=offset, sort_by=sort_by, sort_order=sort_order,
+                                                    filters=filters)
 
     async def count(self, *, graph_id: str | None = None, name: str | None = None, metadata: dict | None = None) -> int:
-        return await self.storage.count_assistants(graph_id=graph_id, name=name, metadata=metadata)
+        filters = await self._search_filters(graph_id, name, metadata)
+        return await self.storage.count_assistants(graph_id=graph_id, name=name, metadata=metadata, filters=filters)
 
     async def patch(self, assistant_id: str, *, graph_id: str | None = None, config: dict | None = None,
                     context: dict | None = None, metadata: dict | None = None, name: str | None = None,
                     description: str | None = None) -> Row:
-        current = await self.get(assistant_id)
+        value: dict[str, Any] = {"assistant_id": assistant_id, "graph_id": graph_id, "config": config,
+                                 "context": context, "metadata": metadata, "name": name, "description": description}
+        current = await self.get(assistant_id, action="update", value=value)
+        metadata = value["metadata"]  # as the handler left it (it may stamp its own keys)
         changes: dict[str, Any] = {}
         if graph_id is not None:
             self.graphs.entry(graph_id)
@@ -111,7 +152,7 @@ class Assistants:
         return await self.storage.update_assistant(current["assistant_id"], changes)
 
     async def delete(self, assistant_id: str) -> None:
-        current = await self.get(assistant_id)
+        current = await self.get(assistant_id, action="delete")
         await self.storage.delete_assistant(current["assistant_id"])
 
     async def versions(self, assistant_id: str, *, metadata: dict | None = None, limit: int = 10,
@@ -121,21 +162,23 @@ class Assistants:
                                                           limit=limit, offset=offset)
 
     async def set_latest(self, assistant_id: str, version: int) -> Row:
-        current = await self.get(assistant_id)
+        current = await self.get(assistant_id, action="update", value={"assistant_id": assistant_id,
+                                                                       "version": version})
         found = await self.storage.set_assistant_version(current["assistant_id"], version)
         if found is None:
             raise NotFound(f"Version {version} not found for assistant {assistant_id}")
         return found
 
     @contextlib.asynccontextmanager
-    async def _graph(self, assistant_id: str) -> AsyncIterator[tuple[Row, Pregel]]:
-        """The assistant and its graph (a factory gets the assistant's config, as it would in a run)."""
-        assistant = await self.get(assistant_id)
+    async def _graph(self, assistant_id: str | Row) -> AsyncIterator[tuple[Row, Pregel]]:
+        """The assistant (by id, which the caller must be allowed to read, or as a row already authorized) and
+        its graph (a factory gets the assistant's config, as it would in a run)."""
+        assistant = await self.get(assistant_id) if isinstance(assistant_id, str) else assistant_id
         async with self.graphs.graph(assistant["graph_id"], factory_config(assistant),
                                      store=self.storage.store) as graph:
             yield assistant, graph
 
-    async def schemas(self, assistant_id: str) -> dict[str, Any]:
+    async def schemas(self, assistant_id: str | Row) -> dict[str, Any]:
         async with self._graph(assistant_id) as (assistant, graph):
             return describe_schemas(graph, assistant["graph_id"])
 

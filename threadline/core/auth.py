@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from threadline.errors import ConfigError, Unauthorized
+from threadline.loader import load_object
 from threadline.storage.sql import filter_terms
 
 log = logging.getLogger("threadline.auth")
@@ -166,16 +167,6 @@ class CustomAuth(Authenticator):
         if unknown:
             raise ConfigError(f"auth.path '{spec}': the @auth.authenticate handler takes {', '.join(unknown)}; "
                               f"it may take {', '.join(sorted(HANDLER_PARAMETERS))}")
-        registered = [f"@auth.on.{r}.{a}".replace(".*", "") for r, a in getattr(auth, "_handlers", {})]
-        if getattr(auth, "_global_handlers", None):
-            registered.insert(0, "@auth.on")
-        if registered:
-            # Fail closed: a project that isolates its users with these would leak between them here.
-            raise ConfigError(
-                f"auth.path '{spec}' registers authorization handlers ({', '.join(registered)}), which Threadline "
-                "does not apply yet: every authenticated caller could read and change every thread, run, "
-                "assistant and store item.\n  hint: remove them (keeping @auth.authenticate) to serve with "
-                "authentication alone, or run on LangGraph's server until Threadline supports them")
         self.auth = auth
         self.handler: Callable[..., Awaitable[Any]] = handler
         self.wants = frozenset(n for n in params if n in HANDLER_PARAMETERS)
@@ -277,6 +268,19 @@ def _key(key: str, fields: dict[str, Any], where: str) -> ApiKey:
     return ApiKey(key, as_user(fields))
 
 
+def load_auth(project: Any) -> Any | None:
+    """langgraph.json `auth.path`: the project's `langgraph_sdk.Auth` instance, or None without one."""
+    if project.auth is None:
+        return None
+    from langgraph_sdk import Auth
+
+    auth = load_object(project.auth.path, project.root, what="auth.path")
+    if not isinstance(auth, Auth):
+        raise ConfigError(f"auth.path '{project.auth.path}' must be a langgraph_sdk.Auth instance, "
+                          f"got {type(auth).__name__}")
+    return auth
+
+
 def auth_configured(project: Any, settings: Any) -> bool:
     """Whether requests are authenticated: langgraph.json has `auth`, or API keys are configured."""
     return project.auth is not None or bool(settings.api_keys or settings.api_keys_file)
@@ -288,12 +292,22 @@ class Authorizer:
     registered for the action on every resource (`@auth.on(actions=...)`), else `@auth.on`; none at all
     allows. The handler may change `value` in place (stamp `metadata.owner`); it allows with None or True,
     refuses with False (`Unauthorized`, 403), or returns a filter on the resource's metadata for the storage
-    query (`sql.filter_terms`). Not wired to the routes yet (`CustomAuth` refuses a project that has any)."""
+    query (`sql.filter_terms`); `threadline.core.access` asks it for every operation. A failed `assert` in a
+    handler refuses with 403 and the assertion's message (as LangGraph's server); any other exception but
+    `Auth.exceptions.HTTPException` refuses with 403 and a log line (LangGraph's server answers 500): its
+    internals stay in the log, and a broken handler never lets a request through."""
 
     def __init__(self, auth: Any) -> None:
         self.handlers: dict[tuple[str, str], Any] = {k: v[0] for k, v in getattr(auth, "_handlers", {}).items()}
         globals_ = getattr(auth, "_global_handlers", None) or []
         self.fallback = globals_[0] if globals_ else None
+
+    @classmethod
+    def of(cls, auth: Any) -> Authorizer | None:
+        """The authorizer of a `langgraph_sdk.Auth` that registers any `@auth.on…` handler, else None."""
+        if auth is None or not (getattr(auth, "_handlers", None) or getattr(auth, "_global_handlers", None)):
+            return None
+        return cls(auth)
 
     def handler(self, resource: str, action: str) -> Any:
         for key in ((resource, action), (resource, "*"), ("*", action)):
@@ -316,6 +330,11 @@ class Authorizer:
             result = await handler(ctx=ctx, value=value)
         except HTTPException as exc:
             raise Unauthorized(exc.detail, status=exc.status_code, headers=dict(exc.headers or {})) from None
+        except AssertionError as exc:  # LangGraph's documented `assert ..., "Not authorized"`: its message is for the caller
+            raise Unauthorized(str(exc) or "Forbidden", status=403) from None
+        except Exception:
+            log.exception("@auth.on handler for %s.%s raised; the request is refused with 403", resource, action)
+            raise Unauthorized("Forbidden", status=403) from None
         if result is None or result is True:
             return None
         if result is False:

@@ -25,6 +25,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
+from threadline.core.access import Access
 from threadline.core.assistants import Assistants
 from threadline.core.auth import AuthUser, current_user, reset_current_user, set_current_user
 from threadline.core.metrics import Metrics
@@ -131,8 +132,9 @@ class Crons:
     """Cron operations and the scheduler. `clock` is injectable: tests move time instead of waiting for it."""
 
     def __init__(self, storage: Storage, runs: Runs, assistants: Assistants, metrics: Metrics, *,
-                 clock: Clock = utc_now, poll_seconds: float = 1.0) -> None:
+                 clock: Clock = utc_now, poll_seconds: float = 1.0, access: Access | None = None) -> None:
         self.storage = storage
+        self.access = access or Access()  # `@auth.on.crons…`: filters on the cron's metadata
         self.runs = runs
         self.assistants = assistants
         self.metrics = metrics
@@ -145,8 +147,14 @@ class Crons:
     # --- the API's operations ------------------------------------------------------
     async def create(self, thread_id: str | None, body: dict[str, Any]) -> Row:
         """A cron on a thread (its runs run there), or stateless (`thread_id=None`: a new thread per run,
-        deleted after the run unless `on_run_completed` is `keep`). `body` is the request, fields unset left out."""
-        assistant = await self.assistants.resolve(body["assistant_id"])
+        deleted after the run unless `on_run_completed` is `keep`). `body` is the request, fields unset left out.
+        A thread cron needs the caller to see the thread (`threads.read`), as its runs will run there."""
+        value = {**body, "thread_id": thread_id, "metadata": dict(body.get("metadata") or {})}
+        await self.access.filters("crons", "create", value)
+        body = {**body, "metadata": value["metadata"]} if body.get("metadata") or value["metadata"] else body
+        if thread_id is not None:
+            await self.runs.threads.get(thread_id)
+        assistant = await self.assistants.runnable(body["assistant_id"])
         schedule = Schedule(body["schedule"], body.get("timezone"))
         now = self.clock()
         cron_id = str(uuid.uuid4())
@@ -167,8 +175,10 @@ class Crons:
         }
         return await self.storage.create_cron(row)
 
-    async def get(self, cron_id: str) -> Row:
-        found = await self.storage.get_cron(cron_id)
+    async def get(self, cron_id: str, *, action: str = "read", value: dict[str, Any] | None = None) -> Row:
+        """The cron, if the caller may `action` it; otherwise, as when there is none, `NotFound`."""
+        filters = await self.access.filters("crons", action, value or {"cron_id": cron_id})
+        found = await self.storage.get_cron(cron_id, filters=filters)
         if found is None:
             raise NotFound(f"Cron '{cron_id}' not found")
         return found
@@ -181,6 +191,10 @@ class Crons:
             Schedule(patch["schedule"], patch.get("timezone"))  # 422 before anything is read
         if "timezone" in patch:
             zone(patch["timezone"])
+        value = {**patch, "cron_id": cron_id}
+        await self.get(cron_id, action="update", value=value)
+        if "metadata" in value:  # as the handler left it
+            patch = {**patch, "metadata": value["metadata"]}
         now = self.clock()
 
         def change(row: Row) -> Row:
@@ -208,20 +222,24 @@ class Crons:
         return updated
 
     async def delete(self, cron_id: str) -> None:
+        await self.get(cron_id, action="delete")
         if not await self.storage.delete_cron(cron_id):
             raise NotFound(f"Cron '{cron_id}' not found")
 
     async def search(self, *, assistant_id: str | None = None, thread_id: str | None = None,
                      enabled: bool | None = None, metadata: dict[str, Any] | None = None, limit: int = 10,
                      offset: int = 0, sort_by: str | None = None, sort_order: SortOrder | None = None) -> list[Row]:
+        filters = await self.access.filters("crons", "search", {
+            "assistant_id": assistant_id, "thread_id": thread_id, "limit": limit, "offset": offset})
         return await self.storage.search_crons(assistant_id=assistant_id, thread_id=thread_id, enabled=enabled,
                                                metadata=metadata, limit=limit, offset=offset, sort_by=sort_by,
-                                               sort_order=sort_order)
+                                               sort_order=sort_order, filters=filters)
 
     async def count(self, *, assistant_id: str | None = None, thread_id: str | None = None,
                     enabled: bool | None = None, metadata: dict[str, Any] | None = None) -> int:
+        filters = await self.access.filters("crons", "search", {"assistant_id": assistant_id, "thread_id": thread_id})
         return await self.storage.count_crons(assistant_id=assistant_id, thread_id=thread_id, enabled=enabled,
-                                              metadata=metadata)
+                                              metadata=metadata, filters=filters)
 
     # --- the scheduler ---------------------------------------------------------------
     def start(self) -> None:

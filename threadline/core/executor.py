@@ -21,7 +21,7 @@ from threadline.core.protocol_events import ProtocolRun
 from threadline.core.metrics import Metrics
 from threadline.core.state import bind, debug_json, run_output, snapshot_json, thread_config, thread_fields
 from threadline.core.threads import Threads
-from threadline.core.auth import user_in_config
+from threadline.core.auth import set_current_user, user_in_config
 from threadline.core.webhooks import Webhooks
 from threadline.errors import Unavailable
 from threadline.serde import dumps
@@ -174,6 +174,10 @@ class Executor:
         A cancel arrives as CancelledError with `stop.action` set; without it (shutdown, lost lease) the
         error propagates and the run's fate is left to whoever holds it next.
         """
+        # This task's own context: a run started by a request (`Runs.create(start_here=True)`) would inherit its
+        # caller, and the server's bookkeeping must not be authorized as that caller (`core/access.py`). The
+        # agent still runs as the caller: its identity travels in the run's `config["configurable"]`.
+        set_current_user(None)
         run_id, thread_id = run["run_id"], run["thread_id"]
         status, error, output, action, failure = "success", None, None, None, None
         started = time.monotonic()

@@ -176,6 +176,7 @@ class Commands:
             ns = r.get("namespace", [])
             if not isinstance(ns, list) or not all(isinstance(s, str) for s in ns):
                 raise InvalidInput("namespace must be a list of strings")
+        await self._readable(thread_id)
         thread = await self.storage.get_thread(thread_id)
         assistant_id = (thread or {}).get("metadata", {}).get("assistant_id")
         if thread is None or not assistant_id:
@@ -200,6 +201,7 @@ class Commands:
 
     async def get_tree(self, thread_id: str, params: dict[str, Any]) -> dict[str, Any]:
         """The agent tree of a run (the thread's latest by default), from its stored lifecycle events."""
+        await self._readable(thread_id)
         run_id = params.get("run_id", params.get("runId"))
         if run_id is not None:
             run = await self.storage.get_run(str(run_id))
@@ -225,6 +227,13 @@ class Commands:
         root: dict[str, Any] = {"namespace": [], "status": _tree_status(run, states.get(()), await self._waiting_for_input(thread_id)),
                 "graph_name": (assistant or {}).get("graph_id", run["assistant_id"])}
         return {"tree": _tree(root, states)}
+
+    async def _readable(self, thread_id: str) -> None:
+        """A thread the caller may not read (`threads.read`) has no run to show or answer, as a missing one.
+        (`run.start` needs no such check: `Runs.create` authorizes it as the thread's `create_run`.)"""
+        threads = self.runs.threads
+        if threads.access.enabled and not await threads.visible(thread_id):
+            raise NoSuchRun(f"No run on thread {thread_id}")
 
     async def _waiting_for_input(self, thread_id: str) -> bool:
         thread = await self.storage.get_thread(thread_id)

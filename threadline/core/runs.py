@@ -81,7 +81,7 @@ class Runs:
 
     async def _resolve_assistant(self, assistant_id: str | None) -> Row:
         if assistant_id:
-            return await self.assistants.resolve(assistant_id)
+            return await self.assistants.runnable(assistant_id)
         graphs = self.assistants.graphs
         default = graphs.default_agent or (graphs.ids()[0] if len(graphs.ids()) == 1 else None)
         if default is None:
@@ -90,7 +90,7 @@ class Runs:
                 "and its config names no default (threadline.default_agent in langgraph.json)",
                 choices=graphs.ids(),
             )
-        return await self.assistants.get(default)
+        return await self.assistants.resolve(default)
 
     async def create(self, thread_id: str | None, body: dict[str, Any], *, start_here: bool = False,
                      identity: str | None = None, run_id: str | None = None) -> Row:
@@ -103,6 +103,7 @@ class Runs:
         `run_id`: the new run's id (a cron's tick derives it), else a new one.
         """
         body = with_caller(body)  # the caller's identity, stored with the run for whichever worker runs it
+        body, filters = await self._authorize_create(thread_id, body, run_id)
         assistant = await self._resolve_assistant(body.get("assistant_id"))
         if body.get("webhook") and self.webhooks is not None:
             await self.webhooks.check(body["webhook"])
@@ -115,9 +116,11 @@ class Runs:
             thread_id, create_thread = str(uuid.uuid4()), True
             kwargs.setdefault("on_completion", "delete")
             kwargs["temporary"] = kwargs["on_completion"] == "delete"
-        elif body.get("strict_resume") and (body.get("command") or {}).get("resume") is not None:
-            if not (await self.threads.get(thread_id)).get("interrupts"):
-                raise InvalidInput("strict_resume: the thread has no interrupt waiting for an answer")
+        else:
+            await self._check_thread(thread_id, filters, may_create=create_thread)
+            if body.get("strict_resume") and (body.get("command") or {}).get("resume") is not None:
+                if not (await self.threads.get(thread_id)).get("interrupts"):
+                    raise InvalidInput("strict_resume: the thread has no interrupt waiting for an answer")
         # LangGraph's server defaults to enqueue; clients written against it rely on that.
         strategy: MultitaskStrategy = body.get("multitask_strategy") or "enqueue"
         if strategy in ("interrupt", "rollback"):
@@ -161,17 +164,53 @@ class Runs:
         await self.broker.notify_run_done(thread_signal(thread_id))  # wakes followers of the thread
         return created
 
-    async def get(self, run_id: str, thread_id: str | None = None) -> Row:
+    async def _authorize_create(self, thread_id: str | None, body: dict[str, Any],
+                                run_id: str | None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """`@auth.on.threads.create_run`: the request as its handler left it (it may stamp the run's metadata,
+        which a thread the run creates carries too) and the filter the run's thread must pass."""
+        access = self.threads.access
+        if not access.enabled:
+            return body, None
+        value: dict[str, Any] = {
+            "thread_id": thread_id, "assistant_id": body.get("assistant_id"), "run_id": run_id, "status": "pending",
+            "metadata": dict(body.get("metadata") or {}), "kwargs": {k: body[k] for k in KWARG_KEYS if k in body},
+            "multitask_strategy": body.get("multitask_strategy") or "enqueue",
+            "if_not_exists": body.get("if_not_exists"), "after_seconds": body.get("after_seconds"),
+        }
+        filters = await access.filters("threads", "create_run", value)
+        return {**body, "metadata": value["metadata"]}, filters
+
+    async def _check_thread(self, thread_id: str, filters: dict[str, Any] | None, *, may_create: bool) -> None:
+        """A run on someone else's thread is refused as if the thread did not exist (before any effect: a
+        multitask strategy must not stop their runs); one the run would create is the caller's."""
+        if not filters or await self.storage.get_thread(thread_id, filters=filters) is not None:
+            return
+        if not may_create or await self.storage.get_thread(thread_id) is not None:
+            raise NotFound(f"Thread with ID {thread_id} not found")
+
+    async def get(self, run_id: str, thread_id: str | None = None, *, action: str = "read") -> Row:
+        """The run, if the caller may `action` its thread (`@auth.on.threads.<action>`: a run is its thread's,
+        as on LangGraph's server); otherwise, as when there is no such run, `NotFound`."""
         run = await self.storage.get_run(run_id)
         if run is None or (thread_id is not None and run["thread_id"] != thread_id):
             raise NotFound("Run not found")
+        access = self.threads.access
+        if access.enabled:
+            filters = await access.filters("threads", action, {"thread_id": run["thread_id"], "run_id": run_id})
+            if filters and await self.storage.get_thread(run["thread_id"], filters=filters) is None:
+                raise NotFound("Run not found")
         return run
 
-    async def search(self, **filters: Any) -> list[Row]:
-        return await self.storage.search_runs(**filters)
+    async def search(self, **query: Any) -> list[Row]:
+        """Runs, newest first: of one thread (`threads.read` of it), or across threads (`threads.search`),
+        only those on threads the caller may see."""
+        action = "read" if query.get("thread_id") else "search"
+        value = {k: query.get(k) for k in ("thread_id", "assistant_id", "status", "limit", "offset")}
+        thread_filters = await self.threads.access.filters("threads", action, value)
+        return await self.storage.search_runs(**query, thread_filters=thread_filters)
 
     async def delete(self, run_id: str, thread_id: str | None = None) -> None:
-        run = await self.get(run_id, thread_id)
+        run = await self.get(run_id, thread_id, action="delete")
         if run["status"] not in TERMINAL:
             raise Conflict(f"Run {run_id} is {run['status']}: cancel it before deleting it")
         await self.storage.delete_run(run_id)
@@ -206,7 +245,7 @@ class Runs:
     async def cancel(self, run_id: str, thread_id: str | None = None, *, wait: bool = False,
                      action: CancelAction = "interrupt") -> Row | None:
         """A client's cancel: 404 when the run has already finished (as the reference), else `stop`."""
-        run = await self.get(run_id, thread_id)
+        run = await self.get(run_id, thread_id, action="update")
         if run["status"] in TERMINAL:
             raise NotFound("No matching runs to cancel: the run has already finished")
         stopped = await self._stop(run, wait=wait, action=action)
@@ -261,15 +300,20 @@ class Runs:
         targets: list[Row] = []
         if run_ids:
             for rid in run_ids:
-                run = await self.storage.get_run(rid)
-                if run is None or (thread_id and run["thread_id"] != thread_id):
-                    raise NotFound(f"Run {rid} not found")
-                targets.append(run)
+                try:
+                    targets.append(await self.get(rid, thread_id or None, action="update"))
+                except NotFound:
+                    raise NotFound(f"Run {rid} not found") from None
         else:
+            if thread_id:
+                await self.threads.get(thread_id, action="update")
+            thread_filters = await self.threads.access.filters("threads", "update", {"thread_id": thread_id,
+                                                                                       "status": status})
             statuses = ["pending", "running"] if status in (None, "all") else [status]
             for st in statuses:
                 targets += await self.storage.search_runs(thread_id=thread_id, assistant_id=None, status=st,
-                                                          metadata=None, limit=10_000, offset=0)
+                                                          metadata=None, limit=10_000, offset=0,
+                                                          thread_filters=thread_filters)
         targets = [r for r in targets if r["status"] not in TERMINAL]
         if not targets:
             raise NotFound("No runs found to cancel.")
@@ -289,7 +333,7 @@ class Runs:
         `delete_threads`: also delete the threads it ran on that it was the last to run on (their
         `metadata.assistant_id`), with their runs and checkpoints, as LangGraph's server does; a thread that
         only names it in its metadata, or that another assistant ran on since, is kept."""
-        aid = (await self.assistants.get(assistant_id))["assistant_id"]
+        aid = (await self.assistants.get(assistant_id, action="delete"))["assistant_id"]
         await self.assistants.delete(aid)  # first: no new run can name it now (its runs' rows stay)
         active = [r["run_id"] for status in ("pending", "running") async for r in self._runs_of(aid, status)]
         for run_id in active:
@@ -321,7 +365,7 @@ class Runs:
         `DELETE /threads/{id}`); unknown ones are skipped. Returns how many were deleted."""
         deleted = 0
         for thread_id in dict.fromkeys(thread_ids):
-            if await self.storage.get_thread(thread_id) is None:
+            if not await self.threads.visible(thread_id, action="delete"):
                 continue
             await self.cancel_thread_runs(thread_id)
             deleted += await self.storage.delete_thread(thread_id)

@@ -16,9 +16,10 @@ from typing import Any
 from threadline.broker import open_broker
 from threadline.broker.base import Broker
 from threadline.config import CheckpointerTTL, ProjectConfig, find_config, load_config, missing_requirements
+from threadline.core.access import Access
 from threadline.core.assistants import Assistants
 from threadline.core.crons import Crons
-from threadline.core.auth import auth_configured
+from threadline.core.auth import auth_configured, load_auth
 from threadline.core.executor import Executor
 from threadline.core.graphs import GraphRegistry
 from threadline.core.metrics import Metrics
@@ -90,6 +91,7 @@ class Runtime:
     closed: bool = False
     webhooks: Webhooks = field(default_factory=Webhooks)
     crons: Crons | None = None
+    access: Access = field(default_factory=Access)
 
     @classmethod
     def load_project(cls, settings: Settings) -> tuple[ProjectConfig, GraphRegistry]:
@@ -104,9 +106,12 @@ class Runtime:
 
     @classmethod
     async def open(cls, settings: Settings, project: ProjectConfig | None = None,
-                   graphs: GraphRegistry | None = None) -> Runtime:
+                   graphs: GraphRegistry | None = None, access: Access | None = None) -> Runtime:
+        """`access`: the project's authorization (`@auth.on…` handlers), which every service asks."""
         if project is None or graphs is None:
             project, graphs = cls.load_project(settings)
+        if access is None:  # a process without the web layer (`threadline worker`): crons still run as users
+            access = Access.of(load_auth(project))
         for key in project.unsupported:
             log.warning("langgraph.json key %r is not supported by Threadline yet and has no effect", key)
         url = settings.database_url or default_database_url(create=True)
@@ -118,8 +123,8 @@ class Runtime:
         if storage.capabilities.get("multi_process") and settings.redis_url is None:
             log.warning("%s is shareable, but without --redis-url stream events, wake-ups and cancels stay in "
                         "this process: run only one process on it", storage.url.split(":", 1)[0])
-        assistants = Assistants(storage, graphs)
-        threads = Threads(storage, graphs, project.checkpointer_ttl)
+        assistants = Assistants(storage, graphs, access)
+        threads = Threads(storage, graphs, project.checkpointer_ttl, access)
         metrics = Metrics()
         metrics.queue_cap.set(settings.max_active_runs)  # beside num_pending/num_running_runs: depth vs its cap
         guard = WebhookGuard(project.webhooks, authenticated=auth_configured(project, settings))
@@ -134,9 +139,9 @@ class Runtime:
         runs = Runs(storage, broker, assistants, threads, workers, webhooks=guard,
                     max_per_identity=settings.max_active_runs_per_identity, max_active=settings.max_active_runs,
                     metrics=metrics)
-        crons = Crons(storage, runs, assistants, metrics, poll_seconds=settings.cron_poll_seconds)
+        crons = Crons(storage, runs, assistants, metrics, poll_seconds=settings.cron_poll_seconds, access=access)
         return cls(settings, project, graphs, storage, broker, assistants, threads, runs, workers, metrics=metrics,
-                   webhooks=webhooks, crons=crons)
+                   webhooks=webhooks, crons=crons, access=access)
 
     async def start(self) -> None:
         await self.assistants.ensure_system_assistants()

@@ -12,6 +12,7 @@ from langgraph.pregel import Pregel
 from langgraph.types import StateUpdate
 
 from threadline.config import CheckpointerTTL
+from threadline.core.access import Access
 from threadline.core.assistants import factory_config, system_assistant_id
 from threadline.core.graphs import AccessContext, GraphRegistry
 from threadline.ids import is_uuid
@@ -25,12 +26,17 @@ log = logging.getLogger("threadline.threads")
 
 
 class Threads:
-    """Thread operations; state reads and writes go through the thread's graph and LangGraph's checkpointer."""
+    """Thread operations; state reads and writes go through the thread's graph and LangGraph's checkpointer.
 
-    def __init__(self, storage: Storage, graphs: GraphRegistry, ttl: CheckpointerTTL | None = None) -> None:
+    Each is authorized by `access` (the project's `@auth.on.threads…` handlers): a thread whose metadata the
+    caller's filter excludes is not found, whatever the operation."""
+
+    def __init__(self, storage: Storage, graphs: GraphRegistry, ttl: CheckpointerTTL | None = None,
+                 access: Access | None = None) -> None:
         self.storage = storage
         self.graphs = graphs
         self.ttl = ttl
+        self.access = access or Access()
 
     @property
     def default_ttl(self) -> float | None:
@@ -46,7 +52,10 @@ class Threads:
         It expires `ttl` minutes (else the configured default) after its last update.
         """
         now = now_iso()
-        meta = dict(metadata or {})
+        value: dict[str, Any] = {"thread_id": thread_id, "metadata": dict(metadata or {}), "if_exists": if_exists,
+                                 "ttl": ttl}
+        filters = await self.access.filters("threads", "create", value)
+        meta = dict(value["metadata"] or {})
         if graph_id:
             meta.setdefault("graph_id", graph_id)
         if supersteps and meta.get("graph_id") not in self.graphs.entries:
@@ -56,6 +65,9 @@ class Threads:
                "values": None, "interrupts": {}, "created_at": now, "updated_at": now,
                **thread_ttl_columns(ttl if ttl is not None else self.default_ttl)}
         thread = await self.storage.create_thread(row, if_exists=if_exists)
+        if filters and await self.storage.get_thread(thread["thread_id"], filters=filters) is None:
+            # `do_nothing` found someone else's thread: never hand it back.
+            raise Conflict(f"Thread {thread['thread_id']} already exists")
         if supersteps and thread["created_at"] == now:  # not an existing thread kept by if_exists=do_nothing
             async with self._graph(thread, "threads.update") as graph:
                 assert graph is not None
@@ -70,17 +82,29 @@ class Threads:
             thread = await self.refresh(thread["thread_id"])
         return thread
 
-    async def get(self, thread_id: str) -> Row:
-        found = await self.storage.get_thread(thread_id)
+    async def get(self, thread_id: str, *, action: str = "read", value: dict[str, Any] | None = None) -> Row:
+        """The thread, if the caller may `action` it (`@auth.on.threads.<action>`, given `value`, by default
+        the thread's id); otherwise, as when there is no such thread, `NotFound`."""
+        filters = await self.access.filters("threads", action, value or {"thread_id": thread_id})
+        found = await self.storage.get_thread(thread_id, filters=filters)
         if found is None:
             raise NotFound(f"Thread with ID {thread_id} not found")
         return found
 
+    async def visible(self, thread_id: str, *, action: str = "read") -> bool:
+        """Whether the thread exists and the caller may `action` it."""
+        try:
+            await self.get(thread_id, action=action)
+        except NotFound:
+            return False
+        return True
+
     async def patch(self, thread_id: str, *, metadata: dict | None = None, ttl: float | None = None) -> Row:
         """Merge `metadata`; a `ttl` (minutes) replaces the thread's. Either way its TTL counts from now."""
-        await self.get(thread_id)
+        value: dict[str, Any] = {"thread_id": thread_id, "metadata": metadata}
+        await self.get(thread_id, action="update", value=value)
         found = await self.storage.update_thread(thread_id, thread_ttl_columns(ttl),
-                                                 merge_metadata=metadata or {})
+                                                 merge_metadata=value["metadata"] or {})
         assert found is not None
         return found
 
@@ -92,13 +116,17 @@ class Threads:
         limit = self.ttl.sweep_limit if self.ttl else CheckpointerTTL.sweep_limit
         return await self.storage.delete_expired_threads(limit=limit, now=now)
 
-    async def search(self, **filters: Any) -> list[Row]:
-        return await self.storage.search_threads(**filters)
+    async def search(self, **query: Any) -> list[Row]:
+        filters = await self.access.filters("threads", "search", dict(query))
+        return await self.storage.search_threads(**query, filters=filters)
 
-    async def count(self, **filters: Any) -> int:
-        return await self.storage.count_threads(**filters)
+    async def count(self, **query: Any) -> int:
+        filters = await self.access.filters("threads", "search", dict(query))
+        return await self.storage.count_threads(**query, filters=filters)
 
     async def copy(self, thread_id: str) -> Row:
+        """A new thread with the source's metadata and checkpoints: reading the source is `threads.read`, the
+        copy is the caller's `threads.create` (whose handler may stamp it)."""
         source = await self.get(thread_id)
         new = await self.create(metadata=source["metadata"])
         await self.storage.copy_checkpoints(thread_id, new["thread_id"])
@@ -109,7 +137,7 @@ class Threads:
         returns how many were pruned. (`delete`, which deletes the threads, is `Runs.delete_threads`.)"""
         pruned = 0
         for thread_id in thread_ids:
-            if await self.storage.get_thread(thread_id) is None:
+            if not await self.visible(thread_id, action="update"):
                 continue
             await self.storage.prune_checkpoints(thread_id, "keep_latest")
             await self.refresh(thread_id)
@@ -158,7 +186,8 @@ class Threads:
 
     async def update_state(self, thread_id: str, *, values: Any, as_node: str | None = None,
                            checkpoint: dict[str, Any] | None = None) -> dict[str, Any]:
-        thread = await self.get(thread_id)
+        thread = await self.get(thread_id, action="update", value={"thread_id": thread_id, "values": values,
+                                                                    "as_node": as_node})
         # As LangGraph's server: a run would overwrite the update, or be overwritten by it.
         active = await self.storage.active_runs(thread_id)
         if active:
@@ -212,8 +241,11 @@ class Threads:
             return {}
 
     async def refresh(self, thread_id: str) -> Row:
-        """Re-read the latest state into the thread row; its status too, unless a run holds it busy."""
-        thread = await self.get(thread_id)
+        """Re-read the latest state into the thread row; its status too, unless a run holds it busy. (The
+        server's own bookkeeping after a change the caller was authorized for: not checked again.)"""
+        thread = await self.storage.get_thread(thread_id)
+        if thread is None:
+            raise NotFound(f"Thread with ID {thread_id} not found")
         changes = thread_fields(await self._state(thread))
         if thread["status"] == "busy":
             del changes["status"]

@@ -70,17 +70,19 @@ class Storage(abc.ABC):
         """Insert an assistant and its version 1; on a duplicate id raise Conflict or return the existing one."""
 
     @abc.abstractmethod
-    async def get_assistant(self, assistant_id: str) -> Row | None: ...
+    async def get_assistant(self, assistant_id: str, *, filters: dict[str, Any] | None = None) -> Row | None:
+        """The assistant, or None; `filters` as in `get_thread`, on the assistant's metadata."""
 
     @abc.abstractmethod
     async def search_assistants(
         self, *, graph_id: str | None, name: str | None, metadata: dict[str, Any] | None,
-        limit: int, offset: int, sort_by: str, sort_order: SortOrder,
+        limit: int, offset: int, sort_by: str, sort_order: SortOrder, filters: dict[str, Any] | None = None,
     ) -> list[Row]: ...
 
     @abc.abstractmethod
     async def count_assistants(
-        self, *, graph_id: str | None, name: str | None, metadata: dict[str, Any] | None
+        self, *, graph_id: str | None, name: str | None, metadata: dict[str, Any] | None,
+        filters: dict[str, Any] | None = None,
     ) -> int: ...
 
     @abc.abstractmethod
@@ -203,8 +205,10 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     async def search_runs(
         self, *, thread_id: str | None, assistant_id: str | None, status: str | None,
-        metadata: dict[str, Any] | None, limit: int, offset: int,
-    ) -> list[Row]: ...
+        metadata: dict[str, Any] | None, limit: int, offset: int, thread_filters: dict[str, Any] | None = None,
+    ) -> list[Row]:
+        """Runs, newest first; `thread_filters` (as `get_thread`'s `filters`) keeps only runs whose thread
+        passes it, inside the query (a run is its thread's: authorization on runs is on their threads)."""
 
     @abc.abstractmethod
     async def delete_run(self, run_id: str) -> bool: ...
@@ -284,7 +288,8 @@ class Storage(abc.ABC):
         deleted with it, in the same transaction."""
 
     @abc.abstractmethod
-    async def get_cron(self, cron_id: str) -> Row | None: ...
+    async def get_cron(self, cron_id: str, *, filters: dict[str, Any] | None = None) -> Row | None:
+        """The cron, or None; `filters` as in `get_thread`, on the cron's metadata."""
 
     @abc.abstractmethod
     async def update_cron(self, cron_id: str, change: Callable[[Row], Row]) -> Row | None:
@@ -297,11 +302,11 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     async def search_crons(self, *, assistant_id: str | None, thread_id: str | None, enabled: bool | None,
                            metadata: dict[str, Any] | None, limit: int, offset: int, sort_by: str | None,
-                           sort_order: SortOrder | None) -> list[Row]: ...
+                           sort_order: SortOrder | None, filters: dict[str, Any] | None = None) -> list[Row]: ...
 
     @abc.abstractmethod
     async def count_crons(self, *, assistant_id: str | None, thread_id: str | None, enabled: bool | None,
-                          metadata: dict[str, Any] | None) -> int: ...
+                          metadata: dict[str, Any] | None, filters: dict[str, Any] | None = None) -> int: ...
 
     @abc.abstractmethod
     async def due_crons(self, now: str, limit: int) -> list[Row]:

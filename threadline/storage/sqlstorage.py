@@ -45,28 +45,37 @@ class SQLStorage(Storage):
     async def create_assistant(self, row: Row, *, if_exists: Literal["raise", "do_nothing"]) -> Row:
         return await self._transact(scripts.create_assistant, row, if_exists, heavy=True)
 
-    async def get_assistant(self, assistant_id: str) -> Row | None:
+    async def _get_filtered(self, table: str, key: str, value: str, filters: dict[str, Any]) -> Row | None:
+        """One row by its key, only if it passes an authorization filter (inside the query)."""
+        cond, params = where(self.dialect, [(f"{key} = :{key}", {key: value})], filters=filters)
+        rows = await self._read(self.dialect.sql(f"SELECT * FROM {table} {cond}"), params, point=True)
+        return rows[0] if rows else None
+
+    async def get_assistant(self, assistant_id: str, *, filters: dict[str, Any] | None = None) -> Row | None:
+        if filters:
+            return await self._get_filtered("assistants", "assistant_id", assistant_id, filters)
         return await self._one("get_assistant", assistant_id=assistant_id)
 
-    def _assistant_filter(self, graph_id: str | None, name: str | None,
-                          metadata: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
+    def _assistant_filter(self, graph_id: str | None, name: str | None, metadata: dict[str, Any] | None,
+                          filters: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
         clauses: list[tuple[str, dict[str, Any]]] = []
         if graph_id is not None:
             clauses.append(("graph_id = :graph_id", {"graph_id": graph_id}))
         if name is not None:
             clauses.append(("{ilike:name:name_like}", {"name_like": like_pattern(name)}))
-        return where(self.dialect, clauses, metadata=metadata)
+        return where(self.dialect, clauses, metadata=metadata, filters=filters)
 
     async def search_assistants(self, *, graph_id: str | None, name: str | None, metadata: dict[str, Any] | None,
-                                limit: int, offset: int, sort_by: str, sort_order: SortOrder) -> list[Row]:
-        cond, params = self._assistant_filter(graph_id, name, metadata)
+                                limit: int, offset: int, sort_by: str, sort_order: SortOrder,
+                                filters: dict[str, Any] | None = None) -> list[Row]:
+        cond, params = self._assistant_filter(graph_id, name, metadata, filters)
         order = order_by(sort_by, sort_order, _ASSISTANT_SORT, "created_at", "assistant_id")
         return await self._read(self.dialect.search("assistants", cond, order), {**params, "limit": limit,
                                                                                   "offset": offset})
 
     async def count_assistants(self, *, graph_id: str | None, name: str | None,
-                               metadata: dict[str, Any] | None) -> int:
-        cond, params = self._assistant_filter(graph_id, name, metadata)
+                               metadata: dict[str, Any] | None, filters: dict[str, Any] | None = None) -> int:
+        cond, params = self._assistant_filter(graph_id, name, metadata, filters)
         rows = await self._read(self.dialect.count("assistants", cond), params)
         return int(rows[0]["n"]) if rows else 0
 
@@ -91,11 +100,9 @@ class SQLStorage(Storage):
         return await self._transact(scripts.create_thread, row, if_exists)
 
     async def get_thread(self, thread_id: str, *, filters: dict[str, Any] | None = None) -> Row | None:
-        if not filters:
-            return await self._one("get_thread", thread_id=thread_id)
-        cond, params = where(self.dialect, [("thread_id = :thread_id", {"thread_id": thread_id})], filters=filters)
-        rows = await self._read(self.dialect.sql(f"SELECT * FROM threads {cond}"), params, point=True)
-        return rows[0] if rows else None
+        if filters:
+            return await self._get_filtered("threads", "thread_id", thread_id, filters)
+        return await self._one("get_thread", thread_id=thread_id)
 
     async def update_thread(self, thread_id: str, changes: Row, *,
                             merge_metadata: dict[str, Any] | None = None) -> Row | None:
@@ -166,10 +173,14 @@ class SQLStorage(Storage):
         return await self._one("get_run", run_id=run_id)
 
     async def search_runs(self, *, thread_id: str | None, assistant_id: str | None, status: str | None,
-                          metadata: dict[str, Any] | None, limit: int, offset: int) -> list[Row]:
+                          metadata: dict[str, Any] | None, limit: int, offset: int,
+                          thread_filters: dict[str, Any] | None = None) -> list[Row]:
         given = {"thread_id": thread_id, "assistant_id": assistant_id, "status": status}
-        cond, params = where(self.dialect, [(f"{col} = :{col}", {col: val}) for col, val in given.items()
-                                            if val is not None], metadata=metadata)
+        clauses = [(f"{col} = :{col}", {col: val}) for col, val in given.items() if val is not None]
+        if thread_filters:  # only runs of threads that pass the filter
+            visible, visible_params = where(self.dialect, [], filters=thread_filters)
+            clauses.append((f"thread_id IN (SELECT thread_id FROM threads {visible})", visible_params))
+        cond, params = where(self.dialect, clauses, metadata=metadata)
         return await self._read(self.dialect.search("runs", cond, "seq DESC"), {**params, "limit": limit,
                                                                                  "offset": offset})
 
@@ -231,7 +242,10 @@ class SQLStorage(Storage):
     async def create_cron(self, row: Row) -> Row:
         return await self._transact(crons.create_cron, row)
 
-    async def get_cron(self, cron_id: str) -> Row | None:
+    async def get_cron(self, cron_id: str, *, filters: dict[str, Any] | None = None) -> Row | None:
+        if filters:
+            found = await self._get_filtered("crons", "cron_id", cron_id, filters)
+            return crons.cron_row(found) if found else None
         rows = await self._read(crons.statement(self.dialect, "get_cron"), {"cron_id": cron_id}, point=True)
         return crons.cron_row(rows[0]) if rows else None
 
@@ -242,27 +256,27 @@ class SQLStorage(Storage):
         return await self._transact(crons.one_statement, "delete_cron", {"cron_id": cron_id})
 
     def _cron_filter(self, assistant_id: str | None, thread_id: str | None, enabled: bool | None,
-                     metadata: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
+                     metadata: dict[str, Any] | None, filters: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
         clauses: list[tuple[str, dict[str, Any]]] = []
         for column, wanted in (("assistant_id", assistant_id), ("thread_id", thread_id)):
             if wanted is not None:
                 clauses.append((f"{column} = :{column}", {column: wanted}))
         if enabled is not None:
             clauses.append(("enabled = :enabled", {"enabled": enabled}))
-        return where(self.dialect, clauses, metadata=metadata)
+        return where(self.dialect, clauses, metadata=metadata, filters=filters)
 
     async def search_crons(self, *, assistant_id: str | None, thread_id: str | None, enabled: bool | None,
                            metadata: dict[str, Any] | None, limit: int, offset: int, sort_by: str | None,
-                           sort_order: SortOrder | None) -> list[Row]:
-        cond, params = self._cron_filter(assistant_id, thread_id, enabled, metadata)
+                           sort_order: SortOrder | None, filters: dict[str, Any] | None = None) -> list[Row]:
+        cond, params = self._cron_filter(assistant_id, thread_id, enabled, metadata, filters)
         order = order_by(sort_by or "created_at", sort_order or "desc", crons.SORTABLE, "created_at", "cron_id")
         rows = await self._read(self.dialect.search("crons", cond, order), {**params, "limit": limit,
                                                                              "offset": offset})
         return [crons.cron_row(r) for r in rows]
 
     async def count_crons(self, *, assistant_id: str | None, thread_id: str | None, enabled: bool | None,
-                          metadata: dict[str, Any] | None) -> int:
-        cond, params = self._cron_filter(assistant_id, thread_id, enabled, metadata)
+                          metadata: dict[str, Any] | None, filters: dict[str, Any] | None = None) -> int:
+        cond, params = self._cron_filter(assistant_id, thread_id, enabled, metadata, filters)
         rows = await self._read(self.dialect.count("crons", cond), params)
         return int(rows[0]["n"]) if rows else 0
 
