@@ -120,17 +120,50 @@ def _json_problem(error: dict[str, Any], body: Any) -> str:
     return f"Invalid JSON in request body: {reason} at line {line}, column {column} (character {offset + 1})"
 
 
+def error_response(exc: errors.ThreadlineError) -> JSONResponse:
+    """The HTTP answer to a Threadline error: its status (`STATUS`), its JSON body, and `Retry-After` when
+    trying again later may succeed."""
+    status = next((s for cls, s in STATUS.items() if isinstance(exc, cls)), 500)
+    extra = {"metadata": exc.metadata} if exc.metadata else {}
+    response = error_body(status, exc.message, exc.code, **extra)
+    if isinstance(exc, (errors.Unavailable, errors.QuotaExceeded)):
+        # The database or Redis is away (restarting, failing over), or a cap is reached: the client may try
+        # again, so the answer says when (`Retry-After`, as RFC 9110 has it for 503 and RFC 6585 for 429).
+        response.headers["Retry-After"] = str(exc.retry_after)
+    return response
+
+
+#: The WebSocket close code of an error, when a handshake is refused on a server without the ASGI
+#: denial-response extension (RFC 6455: 1008 policy violation; 1013 try again later).
+WS_CLOSE_CODES = {errors.Unauthorized: 1008, errors.QuotaExceeded: 1013}
+
+
+async def deny_handshake(scope: Any, send: Any, exc: errors.ThreadlineError, response: JSONResponse | None = None,
+                         *, accept_first: bool = False) -> None:
+    """Refuse a WebSocket handshake: with the HTTP answer (`response`, else `error_response(exc)`) where the
+    server can (the ASGI denial-response extension; uvicorn has it); else by closing with `WS_CLOSE_CODES`'s
+    code. With `accept_first`, that close follows an accept, so the client also sees the error's message as
+    the close reason (a close before the accept is a bare 403 on the wire)."""
+    response = response or error_response(exc)
+    if "websocket.http.response" in (scope.get("extensions") or {}):
+        await send({"type": "websocket.http.response.start", "status": response.status_code,
+                    "headers": response.raw_headers})
+        await send({"type": "websocket.http.response.body", "body": bytes(response.body)})
+        return
+    code = next((c for cls, c in WS_CLOSE_CODES.items() if isinstance(exc, cls)), 1011)
+    if accept_first:
+        await send({"type": "websocket.accept"})
+        # A close reason is at most 123 bytes of UTF-8.
+        reason = exc.message.encode()[:123].decode(errors="ignore")
+        await send({"type": "websocket.close", "code": code, "reason": reason})
+    else:
+        await send({"type": "websocket.close", "code": code})
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(errors.ThreadlineError)
     async def _domain(_: Request, exc: errors.ThreadlineError) -> JSONResponse:
-        status = next((s for cls, s in STATUS.items() if isinstance(exc, cls)), 500)
-        extra = {"metadata": exc.metadata} if exc.metadata else {}
-        response = error_body(status, exc.message, exc.code, **extra)
-        if isinstance(exc, (errors.Unavailable, errors.QuotaExceeded)):
-            # The database or Redis is away (restarting, failing over): the client may try again, and the
-            # server reconnects by itself, so the answer says when (`Retry-After`, as RFC 9110 has it for 503).
-            response.headers["Retry-After"] = str(exc.retry_after)
-        return response
+        return error_response(exc)
 
     @app.exception_handler(errors.Unauthorized)
     async def _refused(_: Request, exc: errors.Unauthorized) -> JSONResponse:

@@ -32,7 +32,7 @@ import orjson
 from limits import RateLimitItem, parse
 from limits.aio.storage import MemoryStorage, RedisStorage, Storage
 from limits.aio.strategies import SlidingWindowCounterRateLimiter
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 
 from threadline.api.auth import AUTHENTICATED, REFUSED
 from threadline.api.metrics import metrics_of
@@ -64,7 +64,7 @@ def _trusted(address: str, networks: tuple[Network, ...]) -> bool:
     return any(ip in net for net in networks)
 
 
-def client_address(request: Request, trusted: str = "") -> str:
+def client_address(request: HTTPConnection, trusted: str = "") -> str:
     """The client's address: the peer's, unless the peer is a trusted proxy; then the nearest address in
     `X-Forwarded-For` that is not a trusted proxy (read from the right, where trusted proxies append)."""
     peer = request.client.host if request.client else "unknown"
@@ -82,7 +82,7 @@ def client_address(request: Request, trusted: str = "") -> str:
 AUTH_USER_KEY = AUTHENTICATED
 
 
-def identity_of(request: Request) -> str:
+def identity_of(request: HTTPConnection) -> str:
     """Who a request counts against, for rate limits, quotas and stream caps. The seam for authentication:
     the authenticated caller's `identity` (the scope's `threadline.auth_user`, or `request.state.identity`)
     wins; else the client address. A layer only sees the caller if it runs after authentication."""
