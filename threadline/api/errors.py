@@ -44,11 +44,14 @@ RPC_CODES: dict[type[errors.ThreadlineError], int] = {
     errors.InvalidInput: jsonrpc.INVALID_PARAMS,
     errors.BadRequest: jsonrpc.INVALID_PARAMS,
     errors.Conflict: jsonrpc.INVALID_PARAMS,
+    # A cap reached (quotas, limits): the first of JSON-RPC's implementation-defined server errors, neither spec
+    # naming one; the error's `data` says when to try again (`rpc_error`).
+    errors.QuotaExceeded: jsonrpc.SERVER_ERROR,
 }
 
 #: The error codes of Protocol v2 command answers (`{"type": "error", "error": <code>}`).
 ProtocolCode = Literal["invalid_argument", "unknown_command", "not_supported", "no_such_run", "no_such_interrupt",
-                       "no_such_subscription", "resume_gap", "unknown_error"]
+                       "no_such_subscription", "resume_gap", "quota_exceeded", "unknown_error"]
 
 # Which code each error answers with, first match wins; any other Threadline error is `unknown_error`.
 PROTOCOL_CODES: dict[type[errors.ThreadlineError], ProtocolCode] = {
@@ -56,6 +59,7 @@ PROTOCOL_CODES: dict[type[errors.ThreadlineError], ProtocolCode] = {
     errors.NoSuchInterrupt: "no_such_interrupt",
     errors.NoSuchSubscription: "no_such_subscription",
     errors.EventsExpired: "resume_gap",
+    errors.QuotaExceeded: "quota_exceeded",  # ours, as `resume_gap`: the protocol names no such error
     errors.InvalidInput: "invalid_argument",
     errors.BadRequest: "invalid_argument",
     errors.Conflict: "invalid_argument",
@@ -86,19 +90,27 @@ def late_error(exc: Exception) -> dict[str, Any]:
     return {"__error__": {"error": type(exc).__name__, "message": f"Internal server error: {type(exc).__name__}"}}
 
 
-def rpc_error(exc: Exception) -> tuple[int, str]:
-    """A JSON-RPC error's code and message for `exc`. Threadline's errors keep their message; any other exception
+def rpc_error(exc: Exception) -> tuple[int, str, dict[str, Any] | None]:
+    """A JSON-RPC error's code, message and data for `exc`. Threadline's errors keep their message, and one the
+    client may retry has data `{"code", "retry_after"}` (seconds, as HTTP's `Retry-After`); any other exception
     is logged here in full and answered as "Internal error" (no database or Redis internals reach the client)."""
     if isinstance(exc, errors.ThreadlineError):
-        return next((c for cls, c in RPC_CODES.items() if isinstance(exc, cls)), jsonrpc.INTERNAL_ERROR), exc.message
+        code = next((c for cls, c in RPC_CODES.items() if isinstance(exc, cls)), jsonrpc.INTERNAL_ERROR)
+        if isinstance(exc, (errors.Unavailable, errors.QuotaExceeded)):
+            return code, exc.message, {"code": exc.code, "retry_after": exc.retry_after}
+        return code, exc.message, None
     log.error("JSON-RPC request failed", exc_info=exc)
-    return jsonrpc.INTERNAL_ERROR, "Internal error"
+    return jsonrpc.INTERNAL_ERROR, "Internal error", None
 
 
 def protocol_error(exc: errors.ThreadlineError) -> tuple[ProtocolCode, str, dict[str, Any]]:
-    """A Protocol v2 error envelope's code, message and extra fields (`resume_gap`'s `since`, …) for `exc`."""
+    """A Protocol v2 error envelope's code, message and extra fields (`resume_gap`'s `since`, …; `retry_after`,
+    in seconds, when trying again later may succeed) for `exc`."""
     code: ProtocolCode = next((c for cls, c in PROTOCOL_CODES.items() if isinstance(exc, cls)), "unknown_error")
-    return code, exc.message, dict(exc.metadata)
+    extra = dict(exc.metadata)
+    if isinstance(exc, (errors.Unavailable, errors.QuotaExceeded)):
+        extra["retry_after"] = exc.retry_after
+    return code, exc.message, extra
 
 
 def _field(loc: tuple[Any, ...]) -> str:

@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse, Response
 
 from threadline.api.common import JSON, Router, runtime
 from threadline.api.errors import ProtocolCode, deny_handshake, protocol_error
+from threadline.api.ratelimit import identity_of
 from threadline.api.sse import event_response, stream_slot
 from threadline.broker.base import StreamEvent
 from threadline.core.protocol import Commands, EventFilter, check_resumable, follow_events, replay_events, since_of
@@ -108,7 +109,7 @@ async def command(request: Request, thread_id: UUID) -> Response:
         # A subscription belongs to a connection; over stateless HTTP there is none to attach it to.
         return JSON(failure(cid, "not_supported", f"{method} needs the WebSocket at "
                             f"/threads/{thread_id}/stream/events; over HTTP, open the SSE stream there instead"))
-    return JSON(await execute(Commands(rt.runs), str(thread_id), cid, method, params))
+    return JSON(await execute(Commands(rt.runs, identity_of(request)), str(thread_id), cid, method, params))
 
 
 @router.post("/{thread_id}/stream/events")
@@ -160,7 +161,7 @@ class _Session:
     def __init__(self, websocket: WebSocket, rt: Runtime, thread_id: str, send_timeout: float | None) -> None:
         self.websocket, self.rt, self.thread_id = websocket, rt, thread_id
         self.send_timeout = send_timeout
-        self.commands = Commands(rt.runs)
+        self.commands = Commands(rt.runs, identity_of(websocket))
         self.subscriptions: dict[str, asyncio.Task[None]] = {}
         self._send_lock = asyncio.Lock()
         self._over = asyncio.Event()  # the client left, or stopped reading

@@ -143,9 +143,10 @@ class Crons:
         self._stopping = asyncio.Event()
 
     # --- the API's operations ------------------------------------------------------
-    async def create(self, thread_id: str | None, body: dict[str, Any]) -> Row:
+    async def create(self, thread_id: str | None, body: dict[str, Any], *, identity: str | None = None) -> Row:
         """A cron on a thread (its runs run there), or stateless (`thread_id=None`: a new thread per run,
-        deleted after the run unless `on_run_completed` is `keep`). `body` is the request, fields unset left out."""
+        deleted after the run unless `on_run_completed` is `keep`). `body` is the request, fields unset left out.
+        `identity`: who its runs count against (the creator: quotas)."""
         assistant = await self.assistants.resolve(body["assistant_id"])
         schedule = Schedule(body["schedule"], body.get("timezone"))
         now = self.clock()
@@ -164,6 +165,7 @@ class Crons:
             "on_run_completed": None if thread_id else body.get("on_run_completed") or "delete",
             "payload": payload, "metadata": body.get("metadata") or {},
             "next_run_date": iso(tick) if tick else None, "created_at": iso(now), "updated_at": iso(now),
+            "identity": identity,
         }
         return await self.storage.create_cron(row)
 
@@ -296,10 +298,11 @@ class Crons:
                     metadata={**(payload.get("metadata") or {}), "cron_id": cron["cron_id"]})
         if cron["thread_id"] is None:
             body["on_completion"] = cron["on_run_completed"] or "delete"
-        # As the caller who created the cron (`Runs.create` stores the current user with the run).
+        # As the caller who created the cron (`Runs.create` stores the current user with the run), counted
+        # against the creator's cap on active runs.
         token = set_current_user(AuthUser(cron["auth_user"]) if cron.get("auth_user") else None)
         try:
-            await self.runs.create(cron["thread_id"], body, run_id=run_id)
+            await self.runs.create(cron["thread_id"], body, run_id=run_id, identity=cron.get("identity"))
         finally:
             reset_current_user(token)
         self.metrics.cron_run_created("thread" if cron["thread_id"] else "stateless")
