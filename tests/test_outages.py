@@ -318,3 +318,36 @@ async def test_a_transaction_left_open_by_a_stalled_process_is_ended(scaleout_se
             await other.execute("SELECT 1 FROM threadline_migrations FOR UPDATE NOWAIT")
     finally:
         await storage.close()
+
+
+@pytest.mark.parametrize(("given", "env", "expected"), [
+    # The operator's own options are kept, and ours is added to them.
+    ("-c statement_timeout=12345", None, {"statement_timeout": "12345ms", "idle_in_transaction_session_timeout": "10s"}),
+    # Their idle-in-transaction timeout wins over ours (0: none), however they spell it.
+    ("-c idle_in_transaction_session_timeout=4321", None, {"idle_in_transaction_session_timeout": "4321ms"}),
+    ("--idle-in-transaction-session-timeout=0", None, {"idle_in_transaction_session_timeout": "0"}),
+    # Without options in the URL, libpq's PGOPTIONS, which an options keyword would otherwise replace.
+    (None, "-c lock_timeout=2345", {"lock_timeout": "2345ms", "idle_in_transaction_session_timeout": "10s"}),
+])
+async def test_the_operators_connection_options_are_kept(scaleout_services: ScaleOut, monkeypatch: pytest.MonkeyPatch,
+                                                         given: str | None, env: str | None,
+                                                         expected: dict[str, str]) -> None:
+    from urllib.parse import quote
+
+    from threadline.storage.postgres import PostgresStorage
+
+    url = scaleout_services.fresh().database_url
+    if given is not None:
+        url += ("&" if "?" in url else "?") + "options=" + quote(given)
+    if env is not None:
+        monkeypatch.setenv("PGOPTIONS", env)
+    else:
+        monkeypatch.delenv("PGOPTIONS", raising=False)
+    storage = await PostgresStorage.open(url)
+    try:
+        async with storage._pool.connection() as conn:
+            for name, value in expected.items():
+                row = await (await conn.execute(f"SHOW {name}")).fetchone()
+                assert row is not None and row[name] == value, (name, row)
+    finally:
+        await storage.close()

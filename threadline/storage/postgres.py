@@ -15,12 +15,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import re
 import select
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
@@ -41,6 +44,22 @@ log = logging.getLogger("threadline.storage")
 _Conn = psycopg.AsyncConnection[DictRow]
 
 _MIGRATION_LOCK = 7_345_112_907  # pg_advisory_lock key: one process migrates at a time
+#: An `options` string that already sets the idle-in-transaction timeout (`-c name=…`, `--name=…`, `-` for `_`).
+_SETS_IDLE_TIMEOUT = re.compile(r"idle[-_]in[-_]transaction[-_]session[-_]timeout\s*=", re.IGNORECASE)
+
+
+def session_options(url: str, idle_in_transaction_ms: int) -> str:
+    """The `options` our pooled connections start with: the operator's own (the URL's `options`, else
+    `PGOPTIONS`, which an `options` keyword would otherwise replace), plus our idle-in-transaction timeout
+    unless theirs already sets one: the operator's value wins."""
+    try:
+        given = conninfo_to_dict(url).get("options")
+    except psycopg.ProgrammingError as exc:
+        raise ConfigError(f"database_url is not a PostgreSQL connection string: {exc}") from None
+    given = str(given if given is not None else os.environ.get("PGOPTIONS", "")).strip()
+    if _SETS_IDLE_TIMEOUT.search(given):
+        return given
+    return f"{given} -c idle_in_transaction_session_timeout={idle_in_transaction_ms}".strip()
 
 
 @contextlib.contextmanager
@@ -127,7 +146,7 @@ class PostgresStorage(SQLStorage):
         pool = _Pool(
             url, min_size=1, max_size=pool_size, open=False, check=_check, timeout=cls.checkout_seconds,
             kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row,
-                    "options": f"-c idle_in_transaction_session_timeout={cls.idle_in_transaction_ms}"},
+                    "options": session_options(url, cls.idle_in_transaction_ms)},
         )
         try:
             await pool.open(wait=True, timeout=15)
