@@ -80,6 +80,10 @@ def client_address(request: HTTPConnection, trusted: str = "") -> str:
 
 #: Where the authentication layer (`api/auth.py: Authenticate`) leaves the caller in the scope, and marks a refusal.
 AUTH_USER_KEY = AUTHENTICATED
+#: Set in the scope of a request the app makes to itself while serving another (the web console's API calls,
+#: `ui/client.py`): the request budget was spent by the request being served, so these are not charged again.
+#: A scope key, not a header: no client can set it. A run created so still spends the run-creation budget.
+ON_BEHALF = "threadline.on_behalf"
 
 
 def identity_of(request: HTTPConnection) -> str:
@@ -164,7 +168,7 @@ class RateLimit:
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         budget = self.limiter.budget_for(scope.get("method", "GET"), scope.get("path", "")) \
             if scope["type"] == "http" and self.limiter.enabled else None
-        if budget is None:
+        if budget is None or (budget.name == "requests" and scope.get(ON_BEHALF)):
             await self.app(scope, receive, send)
             return
         allowed, remaining, reset = await self.limiter.hit(budget, identity_of(Request(scope)))
