@@ -81,6 +81,46 @@ def _terminate_backends(services: ScaleOut) -> int:
             "AND pid <> pg_backend_pid() AND pid <> ALL(%s)", (spared,)).fetchall())
 
 
+async def test_a_deadline_stamp_whose_connection_is_lost_is_written_again(scaleout_services: ScaleOut,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writing a run's deadline is idempotent, so the storage edge writes it again on a fresh connection when
+    the one under it is terminated (as reads are read again): the run goes on, on its first attempt. Were the
+    stamp lost, the run would be put back in the queue, and with that write's connection terminated too (as
+    a restart terminates them all), it would wait out its lease and be run again."""
+    from threadline.storage import postgres
+
+    doomed = {postgres.POSTGRES.statement("set_run_deadline"), postgres.POSTGRES.statement("release_runs")}
+    terminated: list[str] = []
+    execute = postgres._execute
+
+    async def terminating(conn: Any, qs: Any) -> Any:
+        hit = next((q.sql for q in qs if q.sql in doomed and q.sql not in terminated), None)
+        if hit is not None:
+            terminated.append(hit)
+            async with await psycopg.AsyncConnection.connect(scaleout_services.url, autocommit=True) as admin:
+                await admin.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+        return await execute(conn, qs)
+
+    monkeypatch.setattr(postgres, "_execute", terminating)
+    backend = scaleout_services.fresh()
+    app = create_app(Settings(config=str(PROJECT), workers=1, run_timeout_seconds=60, lease_seconds=2,
+                              heartbeat_seconds=0.5, **backend.settings()))
+    async with LifespanManager(app, startup_timeout=30, shutdown_timeout=30) as manager:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app), base_url="http://t",
+                                     timeout=60) as http:
+            tid = (await http.post("/threads", json={})).json()["thread_id"]
+            run = (await http.post(f"/threads/{tid}/runs", json={
+                "assistant_id": "slow", "input": {"tag": "stamp", "steps": 2, "delay": 0.01}})).json()
+            joined = await http.get(f"/threads/{tid}/runs/{run['run_id']}/join")
+            assert joined.status_code == 200 and joined.json()["done"] == ["stamp"]
+    assert terminated, "no deadline was written"
+    with psycopg.connect(backend.database_url, autocommit=True) as admin:
+        row = admin.execute("SELECT status, attempt, deadline_at FROM runs WHERE run_id = %s",
+                            (run["run_id"],)).fetchone()
+    assert row is not None and row[0] == "success" and row[2] is not None
+    assert row[1] == 1, "the run was run again"
+
+
 async def _retrying(send: Any) -> httpx.Response:
     """A client that honours 503 + Retry-After (tests below check each 503 first)."""
     for _ in range(50):

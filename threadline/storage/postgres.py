@@ -191,10 +191,21 @@ class PostgresStorage(SQLStorage):
         await self._read("SELECT 1 AS ok", {})  # StorageUnavailable when it cannot answer
 
     # --- the driver ----------------------------------------------------------
-    async def _transact(self, script: Callable[..., Script[T]], *args: Any, heavy: bool = False) -> T:
+    async def _transact(self, script: Callable[..., Script[T]], *args: Any, heavy: bool = False,
+                        idempotent: bool = False) -> T:
         """One transaction in psycopg's pipeline mode: the statements of a step are sent together and their
         results waited for only where the script reads them, so a step costs one round trip (and statements
-        whose results decide nothing ride along with the next)."""
+        whose results decide nothing ride along with the next). An `idempotent` script whose connection was
+        lost under it runs again, once, on a fresh connection, as a read does (`_read`)."""
+        for last in (not idempotent, True):
+            try:
+                return await self._transact_once(script, *args)
+            except StorageUnavailable as exc:
+                if last or isinstance(exc.__cause__, PoolTimeout):
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _transact_once(self, script: Callable[..., Script[T]], *args: Any) -> T:
         try:
             async with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
                 steps = script(POSTGRES, *args)
