@@ -36,7 +36,9 @@ def settings(backend: Backend) -> Settings:
 def _auth_module() -> Any:
     import sys
 
-    return next(m for name, m in sys.modules.items() if name.startswith("threadline_project.auth_"))
+    # The auth_project's own module: other test projects' `auth.py` load under the same prefix.
+    return next(m for name, m in sys.modules.items() if name.startswith("threadline_project.auth_")
+                and Path(m.__file__ or "").parent == AUTH_PROJECT.parent)
 
 
 def our_routes(app: Any) -> Iterator[tuple[str, str]]:

@@ -1,10 +1,13 @@
 """Back-pressure on event streams: a cap on open streams per identity, a slow reader closed while its run
-goes on (and a resume that gets the rest), and replay gaps counted."""
+goes on (and a resume that gets the rest), and replay gaps counted; for SSE streams and for the protocol's
+WebSocket alike."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -12,6 +15,8 @@ import httpx
 import orjson
 import pytest
 from asgi_lifespan import LifespanManager
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from tests.conftest import PROJECT, serving
 from tests.services import Backend
@@ -159,3 +164,77 @@ async def test_a_resume_past_the_buffer_counts_a_replay_gap(backend: Backend) ->
             # Resuming from its first event: the buffer of 5 no longer holds what came next.
             await http.get(f"/threads/{tid}/runs/{run_id}/stream", headers={"Last-Event-ID": second[0][0]})
             assert "lg_api_stream_replay_gaps_total 1.0" in (await http.get("/metrics")).text
+
+
+def _ws_url(url: str, tid: str) -> str:
+    return url.replace("http", "ws", 1) + f"/threads/{tid}/stream/events"
+
+
+async def test_the_stream_cap_counts_protocol_websockets(backend: Backend) -> None:
+    async with serving(_settings(backend, max_streams_per_identity=1)) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            tid = (await http.post("/threads", json={})).json()["thread_id"]
+            async with connect(_ws_url(url, tid)) as ws:
+                await ws.send(json.dumps({"id": 1, "method": "subscription.subscribe",
+                                          "params": {"channels": ["lifecycle"]}}))
+                assert json.loads(await ws.recv())["type"] == "success"
+                # A second socket, or an SSE stream, of the same client is one stream too many.
+                with pytest.raises(InvalidStatus) as refused:
+                    async with connect(_ws_url(url, tid)):
+                        pass
+                response = refused.value.response
+                assert response.status_code == 429 and response.headers["retry-after"]
+                assert "Too many open event streams" in json.loads(response.body or b"{}")["detail"]
+                sse = await http.post(f"/threads/{tid}/stream/events", json={"channels": ["lifecycle"]})
+                assert sse.status_code == 429
+                # The open socket still works.
+                await ws.send(json.dumps({"id": 2, "method": "run.start", "params": {"assistant_id": "counter",
+                                                                                    "input": {}}}))
+                assert json.loads(await ws.recv())["type"] == "success"
+            # Closed: its place is free again.
+            async with connect(_ws_url(url, tid)) as again:
+                await again.send(json.dumps({"id": 1, "method": "agent.getTree", "params": {}}))
+                assert json.loads(await again.recv())["type"] == "success"
+
+
+@pytest.mark.slow  # a real socket, filled
+async def test_a_websocket_that_stops_reading_is_dropped_while_its_run_completes_and_resumes(
+        backend: Backend) -> None:
+    async with serving(_settings(backend, stream_send_timeout_seconds=0.5)) as url:
+        port = int(url.rsplit(":", 1)[1])
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            tid = str(uuid.uuid4())
+            steps, tag = 40, "x" * 200_000  # 40 events of 200 kB: far more than the sockets buffer
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect(("127.0.0.1", port))
+            got: list[dict[str, Any]] = []
+            async with connect(_ws_url(url, tid), sock=sock, max_queue=1, max_size=None, compression=None) as ws:
+                await ws.send(json.dumps({"id": 1, "method": "subscription.subscribe",
+                                          "params": {"channels": ["custom"]}}))
+                assert json.loads(await ws.recv())["type"] == "success"
+                started = (await http.post(f"/threads/{tid}/commands", json={
+                    "id": 1, "method": "run.start",
+                    "params": {"assistant_id": "slow", "input": {"tag": tag, "steps": steps, "delay": 0.01}}})).json()
+                run_id = started["result"]["run_id"]
+                # The client reads nothing; the run goes on to its end all the same.
+                assert (await _wait_status(http, tid, run_id, {"success", "error", "timeout"}))["status"] == "success"
+                for _ in range(200):
+                    if "lg_api_stream_slow_disconnects_total 1.0" in (await http.get("/metrics")).text:
+                        break
+                    await asyncio.sleep(0.05)
+                else:
+                    raise AssertionError("the socket that stopped reading was not dropped")
+                # What the client gets now: what was buffered, then the end of the connection.
+                with pytest.raises(ConnectionClosed):
+                    while True:
+                        got.append(json.loads(await asyncio.wait_for(ws.recv(), 30)))
+            assert len(got) < steps  # cut off before the end
+            last = got[-1]["seq"] if got else 0
+            async with connect(_ws_url(url, tid), max_size=None) as again:
+                await again.send(json.dumps({"id": 1, "method": "subscription.subscribe",
+                                             "params": {"channels": ["custom"], "since": last}}))
+                answer = json.loads(await again.recv())
+                rest = [json.loads(await again.recv()) for _ in range(answer["result"]["replayed_events"])]
+            seen = [frame["params"]["data"]["payload"]["step"] for frame in got + rest]
+            assert seen == list(range(steps))  # nothing lost, nothing twice

@@ -81,6 +81,46 @@ def _terminate_backends(services: ScaleOut) -> int:
             "AND pid <> pg_backend_pid() AND pid <> ALL(%s)", (spared,)).fetchall())
 
 
+async def test_a_deadline_stamp_whose_connection_is_lost_is_written_again(scaleout_services: ScaleOut,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writing a run's deadline is idempotent, so the storage edge writes it again on a fresh connection when
+    the one under it is terminated (as reads are read again): the run goes on, on its first attempt. Were the
+    stamp lost, the run would be put back in the queue, and with that write's connection terminated too (as
+    a restart terminates them all), it would wait out its lease and be run again."""
+    from threadline.storage import postgres
+
+    doomed = {postgres.POSTGRES.statement("set_run_deadline"), postgres.POSTGRES.statement("release_runs")}
+    terminated: list[str] = []
+    execute = postgres._execute
+
+    async def terminating(conn: Any, qs: Any) -> Any:
+        hit = next((q.sql for q in qs if q.sql in doomed and q.sql not in terminated), None)
+        if hit is not None:
+            terminated.append(hit)
+            async with await psycopg.AsyncConnection.connect(scaleout_services.url, autocommit=True) as admin:
+                await admin.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+        return await execute(conn, qs)
+
+    monkeypatch.setattr(postgres, "_execute", terminating)
+    backend = scaleout_services.fresh()
+    app = create_app(Settings(config=str(PROJECT), workers=1, run_timeout_seconds=60, lease_seconds=2,
+                              heartbeat_seconds=0.5, **backend.settings()))
+    async with LifespanManager(app, startup_timeout=30, shutdown_timeout=30) as manager:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app), base_url="http://t",
+                                     timeout=60) as http:
+            tid = (await http.post("/threads", json={})).json()["thread_id"]
+            run = (await http.post(f"/threads/{tid}/runs", json={
+                "assistant_id": "slow", "input": {"tag": "stamp", "steps": 2, "delay": 0.01}})).json()
+            joined = await http.get(f"/threads/{tid}/runs/{run['run_id']}/join")
+            assert joined.status_code == 200 and joined.json()["done"] == ["stamp"]
+    assert terminated, "no deadline was written"
+    with psycopg.connect(backend.database_url, autocommit=True) as admin:
+        row = admin.execute("SELECT status, attempt, deadline_at FROM runs WHERE run_id = %s",
+                            (run["run_id"],)).fetchone()
+    assert row is not None and row[0] == "success" and row[2] is not None
+    assert row[1] == 1, "the run was run again"
+
+
 async def _retrying(send: Any) -> httpx.Response:
     """A client that honours 503 + Retry-After (tests below check each 503 first)."""
     for _ in range(50):
@@ -316,5 +356,38 @@ async def test_a_transaction_left_open_by_a_stalled_process_is_ended(scaleout_se
         async with storage._pool.connection() as other:  # the rows are free again
             await other.execute("SET lock_timeout = '1s'")
             await other.execute("SELECT 1 FROM threadline_migrations FOR UPDATE NOWAIT")
+    finally:
+        await storage.close()
+
+
+@pytest.mark.parametrize(("given", "env", "expected"), [
+    # The operator's own options are kept, and ours is added to them.
+    ("-c statement_timeout=12345", None, {"statement_timeout": "12345ms", "idle_in_transaction_session_timeout": "10s"}),
+    # Their idle-in-transaction timeout wins over ours (0: none), however they spell it.
+    ("-c idle_in_transaction_session_timeout=4321", None, {"idle_in_transaction_session_timeout": "4321ms"}),
+    ("--idle-in-transaction-session-timeout=0", None, {"idle_in_transaction_session_timeout": "0"}),
+    # Without options in the URL, libpq's PGOPTIONS, which an options keyword would otherwise replace.
+    (None, "-c lock_timeout=2345", {"lock_timeout": "2345ms", "idle_in_transaction_session_timeout": "10s"}),
+])
+async def test_the_operators_connection_options_are_kept(scaleout_services: ScaleOut, monkeypatch: pytest.MonkeyPatch,
+                                                         given: str | None, env: str | None,
+                                                         expected: dict[str, str]) -> None:
+    from urllib.parse import quote
+
+    from threadline.storage.postgres import PostgresStorage
+
+    url = scaleout_services.fresh().database_url
+    if given is not None:
+        url += ("&" if "?" in url else "?") + "options=" + quote(given)
+    if env is not None:
+        monkeypatch.setenv("PGOPTIONS", env)
+    else:
+        monkeypatch.delenv("PGOPTIONS", raising=False)
+    storage = await PostgresStorage.open(url)
+    try:
+        async with storage._pool.connection() as conn:
+            for name, value in expected.items():
+                row = await (await conn.execute(f"SHOW {name}")).fetchone()
+                assert row is not None and row[name] == value, (name, row)
     finally:
         await storage.close()

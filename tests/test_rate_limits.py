@@ -190,3 +190,17 @@ async def test_refused_credentials_spend_the_address_budget_not_the_users(backen
         assert refused.status_code == 429 and refused.headers["retry-after"]
         # Another address is still asked for its credentials.
         assert (await search("wrong-key-0123456789abcdef", "10.0.0.2")).status_code == 401
+
+
+async def test_a_console_page_costs_its_caller_one_request(backend: Backend) -> None:
+    """A console page reads through the API in-process (five calls for a thread page): the page spends one unit
+    of its caller's request budget, and its calls none, so a tight budget does not make the console refuse
+    itself."""
+    async for http in _client(backend, rate_limit_requests="2/minute", trusted_proxies="127.0.0.1"):
+        setup, browser = {"X-Forwarded-For": "10.0.0.1"}, {"X-Forwarded-For": "10.0.0.9"}
+        tid = (await http.post("/threads", json={}, headers=setup)).json()["thread_id"]
+        pages = [await http.get(f"/ui/threads/{tid}", headers=browser) for _ in range(3)]
+        assert [p.status_code for p in pages] == [200, 200, 429]
+        assert all(tid in p.text and "Rate limit" not in p.text for p in pages[:2])
+        # Another client still has its own budget.
+        assert (await http.get(f"/threads/{tid}", headers=setup)).status_code == 200

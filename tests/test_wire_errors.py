@@ -26,14 +26,24 @@ def test_every_error_has_an_http_status_and_its_own_message(cls: type[errors.Thr
     (errors.ContentTypeNotSupported, -32005), (errors.ExtendedCardNotConfigured, -32007),
     # The rest of a caller's mistakes are invalid params; a server fault is an internal error.
     (errors.NotFound, -32602), (errors.InvalidInput, -32602), (errors.BadRequest, -32602), (errors.Conflict, -32602),
-    (errors.StorageUnavailable, -32603), (errors.ConfigError, -32603),
+    (errors.ConfigError, -32603),
 ])
 def test_json_rpc_codes(cls: type[errors.ThreadlineError], code: int) -> None:
-    assert rpc_error(cls("told")) == (code, "told")
+    assert rpc_error(cls("told")) == (code, "told", None)
+
+
+@pytest.mark.parametrize(("exc", "code", "data"), [
+    # What the client may try again says when, as HTTP's Retry-After.
+    (errors.StorageUnavailable("told"), -32603, {"code": "storage_unavailable", "retry_after": 1}),
+    (errors.QuotaExceeded("told"), -32000, {"code": "quota_exceeded", "retry_after": 5}),
+    (errors.TooManyStreams("told"), -32000, {"code": "too_many_streams", "retry_after": 5}),
+])
+def test_json_rpc_retryable_errors(exc: errors.ThreadlineError, code: int, data: dict[str, object]) -> None:
+    assert rpc_error(exc) == (code, "told", data)
 
 
 def test_a_json_rpc_answer_never_shows_another_exception() -> None:
-    assert rpc_error(RuntimeError("connection to 10.0.0.5 refused")) == (-32603, "Internal error")
+    assert rpc_error(RuntimeError("connection to 10.0.0.5 refused")) == (-32603, "Internal error", None)
 
 
 @pytest.mark.parametrize(("exc", "answer"), [
@@ -46,7 +56,8 @@ def test_a_json_rpc_answer_never_shows_another_exception() -> None:
     (errors.BadRequest("x"), ("invalid_argument", "x", {})),
     (errors.Conflict("x"), ("invalid_argument", "x", {})),
     (errors.NotFound("x"), ("invalid_argument", "x", {})),
-    (errors.StorageUnavailable("x"), ("unknown_error", "x", {})),
+    (errors.StorageUnavailable("x"), ("unknown_error", "x", {"retry_after": 1})),
+    (errors.QuotaExceeded("x"), ("quota_exceeded", "x", {"retry_after": 5})),
 ])
 def test_protocol_v2_codes(exc: errors.ThreadlineError, answer: tuple[str, str, dict]) -> None:
     assert protocol_error(exc) == answer

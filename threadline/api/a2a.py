@@ -30,6 +30,7 @@ from threadline.api import jsonrpc
 from threadline.api.sse import CountedEventSource
 from threadline.api.common import JSON, Router, runtime
 from threadline.api.errors import rpc_error
+from threadline.api.ratelimit import identity_of
 from threadline.core.a2a import plain
 from threadline.core.a2a_tasks import A2ATasks
 from threadline.core.runtime import Runtime
@@ -259,7 +260,7 @@ async def a2a_rpc(request: Request, assistant_id: str) -> Response:
         params = {} if call.params is None else call.params
         if not isinstance(params, dict):
             raise errors.InvalidInput("params must be an object")
-        tasks = A2ATasks(rt, await _assistant(rt, assistant_id))
+        tasks = A2ATasks(rt, await _assistant(rt, assistant_id), identity_of(request))
         outcome = await handler(tasks, params, version)
     except Exception as exc:
         return JSON(_error(call.id, exc))

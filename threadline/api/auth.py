@@ -16,7 +16,7 @@ from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.routing import Match, compile_path
 
-from threadline.api.errors import refusal
+from threadline.api.errors import deny_handshake, refusal
 from threadline.api.http_config import META_PATHS
 from threadline.api.user_app import _route_path
 from threadline.config import ProjectConfig
@@ -203,14 +203,7 @@ async def _refuse(scope: Any, receive: Any, send: Any, exc: Unauthorized) -> Non
     if scope["type"] == "http":
         await response(scope, receive, send)
         return
-    # A WebSocket handshake: answered with the HTTP status where the server can (the ASGI denial-response
-    # extension; uvicorn has it), else closed before it is accepted (a 403 on the wire).
-    if "websocket.http.response" in (scope.get("extensions") or {}):
-        await send({"type": "websocket.http.response.start", "status": response.status_code,
-                    "headers": response.raw_headers})
-        await send({"type": "websocket.http.response.body", "body": bytes(response.body)})
-    else:
-        await send({"type": "websocket.close", "code": 1008})
+    await deny_handshake(scope, send, exc, response)
 
 
 API_KEY_SECURITY = {"securitySchemes": {"apiKeyAuth": {"type": "apiKey", "in": "header", "name": "x-api-key"}},

@@ -11,6 +11,7 @@ from starlette.responses import Response
 
 from threadline.api.common import JSON, Router, no_content, paginated, runtime, select
 from threadline.api.models import CronCount, CronCreate, CronPatch, CronSearch
+from threadline.api.ratelimit import identity_of
 from threadline.core.crons import Crons
 
 router = Router(tags=["Crons"])
@@ -41,12 +42,14 @@ def cron_out(row: dict[str, Any]) -> dict[str, Any]:
 
 @router.post("/threads/{thread_id}/runs/crons")
 async def create_thread_cron(request: Request, thread_id: UUID, body: CronCreate) -> JSON:
-    return JSON(cron_out(await _crons(request).create(str(thread_id), body.model_dump(mode="json", exclude_none=True))))
+    return JSON(cron_out(await _crons(request).create(str(thread_id), body.model_dump(mode="json", exclude_none=True),
+                                                      identity=identity_of(request))))
 
 
 @router.post("/runs/crons")
 async def create_cron(request: Request, body: CronCreate) -> JSON:
-    return JSON(cron_out(await _crons(request).create(None, body.model_dump(mode="json", exclude_none=True))))
+    return JSON(cron_out(await _crons(request).create(None, body.model_dump(mode="json", exclude_none=True),
+                                                      identity=identity_of(request))))
 
 
 @router.post("/runs/crons/search")

@@ -44,11 +44,14 @@ RPC_CODES: dict[type[errors.ThreadlineError], int] = {
     errors.InvalidInput: jsonrpc.INVALID_PARAMS,
     errors.BadRequest: jsonrpc.INVALID_PARAMS,
     errors.Conflict: jsonrpc.INVALID_PARAMS,
+    # A cap reached (quotas, limits): the first of JSON-RPC's implementation-defined server errors, neither spec
+    # naming one; the error's `data` says when to try again (`rpc_error`).
+    errors.QuotaExceeded: jsonrpc.SERVER_ERROR,
 }
 
 #: The error codes of Protocol v2 command answers (`{"type": "error", "error": <code>}`).
 ProtocolCode = Literal["invalid_argument", "unknown_command", "not_supported", "no_such_run", "no_such_interrupt",
-                       "no_such_subscription", "resume_gap", "unknown_error"]
+                       "no_such_subscription", "resume_gap", "quota_exceeded", "unknown_error"]
 
 # Which code each error answers with, first match wins; any other Threadline error is `unknown_error`.
 PROTOCOL_CODES: dict[type[errors.ThreadlineError], ProtocolCode] = {
@@ -56,6 +59,7 @@ PROTOCOL_CODES: dict[type[errors.ThreadlineError], ProtocolCode] = {
     errors.NoSuchInterrupt: "no_such_interrupt",
     errors.NoSuchSubscription: "no_such_subscription",
     errors.EventsExpired: "resume_gap",
+    errors.QuotaExceeded: "quota_exceeded",  # ours, as `resume_gap`: the protocol names no such error
     errors.InvalidInput: "invalid_argument",
     errors.BadRequest: "invalid_argument",
     errors.Conflict: "invalid_argument",
@@ -86,19 +90,27 @@ def late_error(exc: Exception) -> dict[str, Any]:
     return {"__error__": {"error": type(exc).__name__, "message": f"Internal server error: {type(exc).__name__}"}}
 
 
-def rpc_error(exc: Exception) -> tuple[int, str]:
-    """A JSON-RPC error's code and message for `exc`. Threadline's errors keep their message; any other exception
+def rpc_error(exc: Exception) -> tuple[int, str, dict[str, Any] | None]:
+    """A JSON-RPC error's code, message and data for `exc`. Threadline's errors keep their message, and one the
+    client may retry has data `{"code", "retry_after"}` (seconds, as HTTP's `Retry-After`); any other exception
     is logged here in full and answered as "Internal error" (no database or Redis internals reach the client)."""
     if isinstance(exc, errors.ThreadlineError):
-        return next((c for cls, c in RPC_CODES.items() if isinstance(exc, cls)), jsonrpc.INTERNAL_ERROR), exc.message
+        code = next((c for cls, c in RPC_CODES.items() if isinstance(exc, cls)), jsonrpc.INTERNAL_ERROR)
+        if isinstance(exc, (errors.Unavailable, errors.QuotaExceeded)):
+            return code, exc.message, {"code": exc.code, "retry_after": exc.retry_after}
+        return code, exc.message, None
     log.error("JSON-RPC request failed", exc_info=exc)
-    return jsonrpc.INTERNAL_ERROR, "Internal error"
+    return jsonrpc.INTERNAL_ERROR, "Internal error", None
 
 
 def protocol_error(exc: errors.ThreadlineError) -> tuple[ProtocolCode, str, dict[str, Any]]:
-    """A Protocol v2 error envelope's code, message and extra fields (`resume_gap`'s `since`, …) for `exc`."""
+    """A Protocol v2 error envelope's code, message and extra fields (`resume_gap`'s `since`, …; `retry_after`,
+    in seconds, when trying again later may succeed) for `exc`."""
     code: ProtocolCode = next((c for cls, c in PROTOCOL_CODES.items() if isinstance(exc, cls)), "unknown_error")
-    return code, exc.message, dict(exc.metadata)
+    extra = dict(exc.metadata)
+    if isinstance(exc, (errors.Unavailable, errors.QuotaExceeded)):
+        extra["retry_after"] = exc.retry_after
+    return code, exc.message, extra
 
 
 def _field(loc: tuple[Any, ...]) -> str:
@@ -121,17 +133,45 @@ def _json_problem(error: dict[str, Any], body: Any) -> str:
 
 
 def error_response(exc: errors.ThreadlineError) -> JSONResponse:
-    """A domain error's HTTP answer: its status from `STATUS` and the JSON body (also a refused WebSocket's)."""
+    """The HTTP answer to a Threadline error: its status (`STATUS`), its JSON body, and `Retry-After` when
+    trying again later may succeed (a refusal of credentials: `refusal`, with the authenticator's headers)."""
     if isinstance(exc, errors.Unauthorized):
         return refusal(exc)
     status = next((s for cls, s in STATUS.items() if isinstance(exc, cls)), 500)
     extra = {"metadata": exc.metadata} if exc.metadata else {}
     response = error_body(status, exc.message, exc.code, **extra)
     if isinstance(exc, (errors.Unavailable, errors.QuotaExceeded)):
-        # The database or Redis is away (restarting, failing over): the client may try again, and the
-        # server reconnects by itself, so the answer says when (`Retry-After`, as RFC 9110 has it for 503).
+        # The database or Redis is away (restarting, failing over), or a cap is reached: the client may try
+        # again, so the answer says when (`Retry-After`, as RFC 9110 has it for 503 and RFC 6585 for 429).
         response.headers["Retry-After"] = str(exc.retry_after)
     return response
+
+
+#: The WebSocket close code of an error, when a handshake is refused on a server without the ASGI
+#: denial-response extension (RFC 6455: 1008 policy violation; 1013 try again later).
+WS_CLOSE_CODES = {errors.Unauthorized: 1008, errors.NotFound: 1008, errors.QuotaExceeded: 1013}
+
+
+async def deny_handshake(scope: Any, send: Any, exc: errors.ThreadlineError, response: JSONResponse | None = None,
+                         *, accept_first: bool = False) -> None:
+    """Refuse a WebSocket handshake: with the HTTP answer (`response`, else `error_response(exc)`) where the
+    server can (the ASGI denial-response extension; uvicorn has it); else by closing with `WS_CLOSE_CODES`'s
+    code. With `accept_first`, that close follows an accept, so the client also sees the error's message as
+    the close reason (a close before the accept is a bare 403 on the wire)."""
+    response = response or error_response(exc)
+    if "websocket.http.response" in (scope.get("extensions") or {}):
+        await send({"type": "websocket.http.response.start", "status": response.status_code,
+                    "headers": response.raw_headers})
+        await send({"type": "websocket.http.response.body", "body": bytes(response.body)})
+        return
+    code = next((c for cls, c in WS_CLOSE_CODES.items() if isinstance(exc, cls)), 1011)
+    if accept_first:
+        await send({"type": "websocket.accept"})
+        # A close reason is at most 123 bytes of UTF-8.
+        reason = exc.message.encode()[:123].decode(errors="ignore")
+        await send({"type": "websocket.close", "code": code, "reason": reason})
+    else:
+        await send({"type": "websocket.close", "code": code})
 
 
 def install(app: FastAPI) -> None:

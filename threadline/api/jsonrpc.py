@@ -16,6 +16,7 @@ INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
+SERVER_ERROR = -32000  # the first of the codes the spec reserves for implementation-defined server errors
 
 RequestId = str | int | float | None
 

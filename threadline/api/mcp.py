@@ -22,6 +22,7 @@ from starlette.responses import Response
 from threadline import __version__
 from threadline.api import jsonrpc
 from threadline.api.errors import rpc_error
+from threadline.api.ratelimit import identity_of
 from threadline.api.common import JSON, Router, runtime
 from threadline.api.runs import wait_done
 from threadline.core.runtime import Runtime
@@ -133,7 +134,7 @@ async def _call_tool(request: Request, rt: Runtime, params: Any, raw: dict[str, 
     body: dict[str, Any] = {"assistant_id": row["assistant_id"], "input": params.arguments or {}}
     if isinstance(raw.get("context"), dict):  # LangGraph's extension: the run's context
         body["context"] = raw["context"]
-    run = await rt.runs.create(None, body, start_here=True)
+    run = await rt.runs.create(None, body, start_here=True, identity=identity_of(request))
     # Unlike a run API request (whose default is `continue`), a caller that leaves cancels the run: on this
     # stateless transport its result can only ever reach it on this response (docs/compatibility.md, MCP).
     done = await wait_done(request, rt, run, cancel_on_disconnect=True)

@@ -20,12 +20,13 @@ from fastapi import Request, WebSocket, WebSocketDisconnect
 from starlette.responses import JSONResponse, Response
 
 from threadline.api.common import JSON, Router, runtime
-from threadline.api.errors import ProtocolCode, error_response, protocol_error
-from threadline.api.sse import event_response
+from threadline.api.errors import ProtocolCode, deny_handshake, protocol_error
+from threadline.api.ratelimit import identity_of
+from threadline.api.sse import event_response, stream_slot
 from threadline.broker.base import StreamEvent
 from threadline.core.protocol import Commands, EventFilter, check_resumable, follow_events, replay_events, since_of
 from threadline.core.runtime import Runtime
-from threadline.errors import BadRequest, InvalidInput, NoSuchSubscription, NotFound, ThreadlineError
+from threadline.errors import BadRequest, InvalidInput, NoSuchSubscription, NotFound, ThreadlineError, TooManyStreams
 from threadline.storage.base import Row
 
 log = logging.getLogger("threadline.api")
@@ -108,7 +109,7 @@ async def command(request: Request, thread_id: UUID) -> Response:
         # A subscription belongs to a connection; over stateless HTTP there is none to attach it to.
         return JSON(failure(cid, "not_supported", f"{method} needs the WebSocket at "
                             f"/threads/{thread_id}/stream/events; over HTTP, open the SSE stream there instead"))
-    return JSON(await execute(Commands(rt.runs), str(thread_id), cid, method, params))
+    return JSON(await execute(Commands(rt.runs, identity_of(request)), str(thread_id), cid, method, params))
 
 
 @router.post("/{thread_id}/stream/events")
@@ -131,37 +132,87 @@ async def _frames(rt: Runtime, thread_id: str, flt: EventFilter, since: int | No
 
 @router.websocket("/{thread_id}/stream/events")
 async def stream_events_ws(websocket: WebSocket, thread_id: UUID) -> None:
+    """Commands in, answers and subscribed events out. Someone else's thread is refused at the handshake (404,
+    as a missing one is on the SSE route; a thread no one has made yet may be made by this session's
+    `run.start`). The socket holds one of its identity's stream places (`max_streams_per_identity`, shared
+    with SSE streams): past the cap, the handshake is refused with 429. A client that takes no frame for
+    `stream_send_timeout_seconds` is dropped; its runs go on, and a new socket resumes with `since`."""
     rt: Runtime = websocket.app.state.runtime
     tid = str(thread_id)
-    # Someone else's thread is refused at the handshake, as a missing one is on the SSE route (404); a thread
-    # no one has made yet may be made by this session's `run.start`.
     if rt.access.enabled and await rt.storage.get_thread(tid) is not None and not await rt.threads.visible(tid):
-        await _deny(websocket, NotFound(f"Thread with ID {tid} not found"))
+        await deny_handshake(websocket.scope, websocket.send, NotFound(f"Thread with ID {tid} not found"),
+                             accept_first=True)
         return
-    await websocket.accept()
-    session = _Session(websocket, rt, tid)
     try:
-        while True:
-            await session.handle(await websocket.receive_text())
-    except WebSocketDisconnect:
-        pass
+        release = stream_slot(websocket)
+    except TooManyStreams as exc:
+        await deny_handshake(websocket.scope, websocket.send, exc, accept_first=True)
+        return
+    try:
+        await websocket.accept()
+        with rt.metrics.stream_open():
+            await _Session(websocket, rt, tid, rt.settings.stream_send_timeout_seconds or None).serve()
     finally:
-        await session.close()
+        if release is not None:
+            release()
+
+
+class SlowReader(Exception):
+    """The client took no frame for the send timeout."""
 
 
 class _Session:
     """One WebSocket: commands in; answers and the events of its subscriptions out."""
 
-    def __init__(self, websocket: WebSocket, rt: Runtime, thread_id: str) -> None:
+    def __init__(self, websocket: WebSocket, rt: Runtime, thread_id: str, send_timeout: float | None) -> None:
         self.websocket, self.rt, self.thread_id = websocket, rt, thread_id
-        self.commands = Commands(rt.runs)
+        self.send_timeout = send_timeout
+        self.commands = Commands(rt.runs, identity_of(websocket))
         self.subscriptions: dict[str, asyncio.Task[None]] = {}
         self._send_lock = asyncio.Lock()
+        self._over = asyncio.Event()  # the client left, or stopped reading
+        self._slow = False
+
+    async def serve(self) -> None:
+        """Until the client leaves or stops reading. A dropped socket is not sent a close frame (the client
+        would not read it): the server closes the connection once its buffers are written, or lost."""
+        reading = asyncio.create_task(self._read())
+        reading.add_done_callback(lambda _: self._over.set())
+        try:
+            await self._over.wait()
+        finally:
+            reading.cancel()
+            await self.close()
+        if self._slow:
+            log.warning("dropped a protocol WebSocket on thread %s whose client stopped reading for %g s",
+                        self.thread_id, self.send_timeout or 0)
+            self.rt.metrics.stream_slow_disconnect()
+        elif not reading.cancelled() and (failed := reading.exception()) is not None:
+            raise failed
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                await self.handle(await self.websocket.receive_text())
+        except WebSocketDisconnect:
+            pass
+        except SlowReader:
+            self._drop()
+
+    def _drop(self) -> None:
+        self._slow = True
+        self._over.set()
 
     async def send(self, data: bytes | dict[str, Any]) -> None:
+        """Raises SlowReader when the client has taken no frame for `send_timeout` (the server's buffers for
+        the socket are full)."""
         text = data.decode() if isinstance(data, bytes) else json.dumps(data, separators=(",", ":"))
         async with self._send_lock:
-            await self.websocket.send_text(text)
+            try:
+                async with asyncio.timeout(self.send_timeout):
+                    await self.websocket.send_text(text)
+            except TimeoutError:
+                raise SlowReader() from None
 
     async def handle(self, text: str) -> None:
         try:
@@ -228,6 +279,8 @@ class _Session:
                 await self.send(envelope(row))
         except (WebSocketDisconnect, RuntimeError):
             return  # the socket closed under us
+        except SlowReader:
+            self._drop()
         except Exception:
             log.exception("protocol subscription on thread %s failed", self.thread_id)
             with contextlib.suppress(Exception):
@@ -241,11 +294,3 @@ class _Session:
                 await task
         self.subscriptions.clear()
 
-
-async def _deny(websocket: WebSocket, exc: NotFound) -> None:
-    """Refuse a handshake with the error's HTTP answer where the server can send one (ASGI's denial-response
-    extension), else close it before accepting (a 403 on the wire)."""
-    if "websocket.http.response" in (websocket.scope.get("extensions") or {}):
-        await websocket.send_denial_response(error_response(exc))
-    else:
-        await websocket.close(code=1008, reason=exc.message)

@@ -32,7 +32,7 @@ import orjson
 from limits import RateLimitItem, parse
 from limits.aio.storage import MemoryStorage, RedisStorage, Storage
 from limits.aio.strategies import SlidingWindowCounterRateLimiter
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 
 from threadline.api.auth import AUTHENTICATED, REFUSED
 from threadline.api.metrics import metrics_of
@@ -64,7 +64,7 @@ def _trusted(address: str, networks: tuple[Network, ...]) -> bool:
     return any(ip in net for net in networks)
 
 
-def client_address(request: Request, trusted: str = "") -> str:
+def client_address(request: HTTPConnection, trusted: str = "") -> str:
     """The client's address: the peer's, unless the peer is a trusted proxy; then the nearest address in
     `X-Forwarded-For` that is not a trusted proxy (read from the right, where trusted proxies append)."""
     peer = request.client.host if request.client else "unknown"
@@ -80,9 +80,13 @@ def client_address(request: Request, trusted: str = "") -> str:
 
 #: Where the authentication layer (`api/auth.py: Authenticate`) leaves the caller in the scope, and marks a refusal.
 AUTH_USER_KEY = AUTHENTICATED
+#: Set in the scope of a request the app makes to itself while serving another (the web console's API calls,
+#: `ui/client.py`): the request budget was spent by the request being served, so these are not charged again.
+#: A scope key, not a header: no client can set it. A run created so still spends the run-creation budget.
+ON_BEHALF = "threadline.on_behalf"
 
 
-def identity_of(request: Request) -> str:
+def identity_of(request: HTTPConnection) -> str:
     """Who a request counts against, for rate limits, quotas and stream caps. The seam for authentication:
     the authenticated caller's `identity` (the scope's `threadline.auth_user`, or `request.state.identity`)
     wins; else the client address. A layer only sees the caller if it runs after authentication."""
@@ -164,7 +168,7 @@ class RateLimit:
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         budget = self.limiter.budget_for(scope.get("method", "GET"), scope.get("path", "")) \
             if scope["type"] == "http" and self.limiter.enabled else None
-        if budget is None:
+        if budget is None or (budget.name == "requests" and scope.get(ON_BEHALF)):
             await self.app(scope, receive, send)
             return
         allowed, remaining, reset = await self.limiter.hit(budget, identity_of(Request(scope)))

@@ -11,8 +11,8 @@ from typing import Any
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from sse_starlette.sse import SendTimeoutError
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 
+from threadline.api.errors import error_response
 from threadline.api.metrics import metrics_of
 from threadline.broker.base import StreamEvent
 from threadline.core.runtime import Draining
@@ -57,8 +57,8 @@ class StreamSlots:
 
 
 def stream_slot(request: Any) -> Callable[[], None] | None:
-    """Take a stream place for the request's identity now (before a run is created for the stream), or
-    None when the app has no cap. Raises TooManyStreams (429)."""
+    """Take a stream place for the request's (or WebSocket's) identity now (before a run is created for the
+    stream), or None when the app has no cap. Raises TooManyStreams (429)."""
     slots: StreamSlots | None = getattr(request.app.state, "stream_slots", None)
     if slots is None or not slots.per_identity:
         return None
@@ -157,8 +157,7 @@ class CountedEventSource(EventSourceResponse):
             try:
                 self.slot = stream_slot(Request(scope))
             except TooManyStreams as exc:
-                await JSONResponse({"detail": exc.message, "code": exc.code, "message": exc.message}, status_code=429,
-                                   headers={"Retry-After": str(exc.retry_after)})(scope, receive, send)
+                await error_response(exc)(scope, receive, send)
                 return
         metrics = metrics_of(scope)
         try:
@@ -170,7 +169,7 @@ class CountedEventSource(EventSourceResponse):
         except SendTimeoutError:
             # The client took no frame for `send_timeout` s: its connection is closed (the server logs that
             # the response did not complete); the run goes on, and a resume with Last-Event-ID gets the rest.
-            log.warning("closed an event stream whose client stopped reading for %.0f s", self.send_timeout or 0)
+            log.warning("closed an event stream whose client stopped reading for %g s", self.send_timeout or 0)
             if metrics is not None:
                 metrics.stream_slow_disconnect()
         finally:

@@ -55,10 +55,12 @@ class Started:
 
 
 class A2ATasks:
-    """A2A task operations for one assistant, over the runtime's runs and threads."""
+    """A2A task operations for one assistant, over the runtime's runs and threads. The runs a message starts
+    count against `identity` (the caller's: quotas)."""
 
-    def __init__(self, rt: Runtime, assistant: Row) -> None:
+    def __init__(self, rt: Runtime, assistant: Row, identity: str | None = None) -> None:
         self.rt = rt
+        self.identity = identity
         self.assistant = assistant
         self.assistant_id: str = assistant["assistant_id"]
 
@@ -204,7 +206,7 @@ class A2ATasks:
             body.update(command={"resume": resume_value(message)}, metadata={TASK_KEY: task_id})
         else:
             body["input"] = graph_input(message, await self.input_fields())
-        run = await self.rt.runs.create(context_id or str(uuid.uuid4()), body)
+        run = await self.rt.runs.create(context_id or str(uuid.uuid4()), body, identity=self.identity)
         task_id = task_id or f"{run['thread_id']}:{run['run_id']}"
         echoed = pb.Message()
         echoed.CopyFrom(message)
@@ -291,7 +293,8 @@ class A2ATasks:
 
     async def _cancel_waiting(self, task_id: str, latest: Row) -> Row:
         thread_id = latest["thread_id"]
-        # A marker run that never becomes available to workers, cancelled at once: the task's latest run.
+        # A marker run that never becomes available to workers, cancelled at once: the task's latest run. It is
+        # no run of the caller's (no identity): a caller at its cap can still cancel.
         marker = await self.rt.runs.create(thread_id, {"assistant_id": self.assistant_id, "after_seconds": 86_400,
                                                        "metadata": {TASK_KEY: task_id}})
         await self.rt.runs.stop(marker["run_id"])

@@ -145,10 +145,11 @@ class Crons:
         self._stopping = asyncio.Event()
 
     # --- the API's operations ------------------------------------------------------
-    async def create(self, thread_id: str | None, body: dict[str, Any]) -> Row:
+    async def create(self, thread_id: str | None, body: dict[str, Any], *, identity: str | None = None) -> Row:
         """A cron on a thread (its runs run there), or stateless (`thread_id=None`: a new thread per run,
         deleted after the run unless `on_run_completed` is `keep`). `body` is the request, fields unset left out.
-        A thread cron needs the caller to see the thread (`threads.read`), as its runs will run there."""
+        A thread cron needs the caller to see the thread (`threads.read`), as its runs will run there.
+        `identity`: who its runs count against (the creator: quotas)."""
         value = {**body, "thread_id": thread_id, "metadata": dict(body.get("metadata") or {})}
         await self.access.filters("crons", "create", value)
         body = {**body, "metadata": value["metadata"]} if body.get("metadata") or value["metadata"] else body
@@ -172,6 +173,7 @@ class Crons:
             "on_run_completed": None if thread_id else body.get("on_run_completed") or "delete",
             "payload": payload, "metadata": body.get("metadata") or {},
             "next_run_date": iso(tick) if tick else None, "created_at": iso(now), "updated_at": iso(now),
+            "identity": identity,
         }
         return await self.storage.create_cron(row)
 
@@ -314,10 +316,11 @@ class Crons:
                     metadata={**(payload.get("metadata") or {}), "cron_id": cron["cron_id"]})
         if cron["thread_id"] is None:
             body["on_completion"] = cron["on_run_completed"] or "delete"
-        # As the caller who created the cron (`Runs.create` stores the current user with the run).
+        # As the caller who created the cron (`Runs.create` stores the current user with the run), counted
+        # against the creator's cap on active runs.
         token = set_current_user(AuthUser(cron["auth_user"]) if cron.get("auth_user") else None)
         try:
-            await self.runs.create(cron["thread_id"], body, run_id=run_id)
+            await self.runs.create(cron["thread_id"], body, run_id=run_id, identity=cron.get("identity"))
         finally:
             reset_current_user(token)
         self.metrics.cron_run_created("thread" if cron["thread_id"] else "stateless")

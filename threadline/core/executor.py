@@ -273,7 +273,8 @@ class Executor:
         seconds = run_timeout(config, self.run_timeout)
         if not seconds:
             return
-        remaining = await self._stamp_deadline(run_id, seconds)
+        # Written again at the storage edge if the connection is lost under it (the write is idempotent).
+        remaining = await self.storage.set_run_deadline(run_id, seconds)
         task = asyncio.current_task()
 
         def expire() -> None:
@@ -282,18 +283,6 @@ class Executor:
                 task.cancel()
 
         armed.append(asyncio.get_running_loop().call_later(max(remaining, 0.0), expire))
-
-    async def _stamp_deadline(self, run_id: str, seconds: float) -> float:
-        """`Storage.set_run_deadline`, written again while the database is briefly away: the write is
-        idempotent (a deadline once set is kept), and a run released for it would wait out a claim again."""
-        delay = 0.2
-        for _ in range(5):
-            try:
-                return await self.storage.set_run_deadline(run_id, seconds)
-            except Unavailable:
-                await asyncio.sleep(delay)
-                delay *= 2
-        return await self.storage.set_run_deadline(run_id, seconds)
 
     async def _run_graph(self, run: Row, config: dict[str, Any], assistant: Row, lease: Lease,
                          protocol: ProtocolRun | None) -> dict[str, Any]:

@@ -129,11 +129,13 @@ def _namespace(row: Row) -> list[str]:
 
 # --- commands ------------------------------------------------------------------------
 class Commands:
-    """The commands that act on a thread: `run.start`, `input.respond`, `agent.getTree` (`by_method`)."""
+    """The commands that act on a thread: `run.start`, `input.respond`, `agent.getTree` (`by_method`). The runs
+    they create count against `identity` (the caller's: quotas)."""
 
-    def __init__(self, runs: Runs) -> None:
+    def __init__(self, runs: Runs, identity: str | None = None) -> None:
         self.runs = runs
         self.storage = runs.storage
+        self.identity = identity
 
     def by_method(self, method: str) -> Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]] | None:
         """The command named `method` (called with the thread id and the params), None for an unknown one."""
@@ -161,7 +163,7 @@ class Commands:
             body["command"] = {"resume": given}  # input on an interrupted thread answers it
         else:
             body["input"] = given
-        run = await self.runs.create(thread_id, body)
+        run = await self.runs.create(thread_id, body, identity=self.identity)
         return {"run_id": run["run_id"]}
 
     async def input_respond(self, thread_id: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -196,7 +198,7 @@ class Commands:
             command["goto"] = params["goto"]
         await self.runs.create(thread_id, {
             "assistant_id": assistant_id, "command": command, "config": _optional_dict(params, "config"),
-            "metadata": _optional_dict(params, "metadata"), **_protocol_run()})
+            "metadata": _optional_dict(params, "metadata"), **_protocol_run()}, identity=self.identity)
         return {}
 
     async def get_tree(self, thread_id: str, params: dict[str, Any]) -> dict[str, Any]:

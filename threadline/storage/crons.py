@@ -19,7 +19,8 @@ from threadline.storage.statements import Dialect
 
 #: The columns a cron row is written with, in order.
 COLUMNS = ("cron_id", "assistant_id", "thread_id", "user_id", "auth_user", "schedule", "timezone", "end_time",
-           "enabled", "on_run_completed", "payload", "metadata", "next_run_date", "created_at", "updated_at")
+           "enabled", "on_run_completed", "payload", "metadata", "next_run_date", "created_at", "updated_at",
+           "identity")
 JSON = frozenset({"payload", "metadata", "auth_user"})
 TIMES = frozenset({"end_time", "next_run_date", "created_at", "updated_at", "claim_until"})
 #: What `search_crons` may sort by (as LangGraph's server).

@@ -15,12 +15,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import re
 import select
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
@@ -41,6 +44,22 @@ log = logging.getLogger("threadline.storage")
 _Conn = psycopg.AsyncConnection[DictRow]
 
 _MIGRATION_LOCK = 7_345_112_907  # pg_advisory_lock key: one process migrates at a time
+#: An `options` string that already sets the idle-in-transaction timeout (`-c name=…`, `--name=…`, `-` for `_`).
+_SETS_IDLE_TIMEOUT = re.compile(r"idle[-_]in[-_]transaction[-_]session[-_]timeout\s*=", re.IGNORECASE)
+
+
+def session_options(url: str, idle_in_transaction_ms: int) -> str:
+    """The `options` our pooled connections start with: the operator's own (the URL's `options`, else
+    `PGOPTIONS`, which an `options` keyword would otherwise replace), plus our idle-in-transaction timeout
+    unless theirs already sets one: the operator's value wins."""
+    try:
+        given = conninfo_to_dict(url).get("options")
+    except psycopg.ProgrammingError as exc:
+        raise ConfigError(f"database_url is not a PostgreSQL connection string: {exc}") from None
+    given = str(given if given is not None else os.environ.get("PGOPTIONS", "")).strip()
+    if _SETS_IDLE_TIMEOUT.search(given):
+        return given
+    return f"{given} -c idle_in_transaction_session_timeout={idle_in_transaction_ms}".strip()
 
 
 @contextlib.contextmanager
@@ -127,7 +146,7 @@ class PostgresStorage(SQLStorage):
         pool = _Pool(
             url, min_size=1, max_size=pool_size, open=False, check=_check, timeout=cls.checkout_seconds,
             kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row,
-                    "options": f"-c idle_in_transaction_session_timeout={cls.idle_in_transaction_ms}"},
+                    "options": session_options(url, cls.idle_in_transaction_ms)},
         )
         try:
             await pool.open(wait=True, timeout=15)
@@ -172,10 +191,21 @@ class PostgresStorage(SQLStorage):
         await self._read("SELECT 1 AS ok", {})  # StorageUnavailable when it cannot answer
 
     # --- the driver ----------------------------------------------------------
-    async def _transact(self, script: Callable[..., Script[T]], *args: Any, heavy: bool = False) -> T:
+    async def _transact(self, script: Callable[..., Script[T]], *args: Any, heavy: bool = False,
+                        idempotent: bool = False) -> T:
         """One transaction in psycopg's pipeline mode: the statements of a step are sent together and their
         results waited for only where the script reads them, so a step costs one round trip (and statements
-        whose results decide nothing ride along with the next)."""
+        whose results decide nothing ride along with the next). An `idempotent` script whose connection was
+        lost under it runs again, once, on a fresh connection, as a read does (`_read`)."""
+        for last in (not idempotent, True):
+            try:
+                return await self._transact_once(script, *args)
+            except StorageUnavailable as exc:
+                if last or isinstance(exc.__cause__, PoolTimeout):
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _transact_once(self, script: Callable[..., Script[T]], *args: Any) -> T:
         try:
             async with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
                 steps = script(POSTGRES, *args)

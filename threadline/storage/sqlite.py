@@ -125,9 +125,12 @@ class SQLiteStorage(SQLStorage):
             raise StorageUnavailable("The database is unavailable. Retry shortly.") from exc
 
     # --- the driver ----------------------------------------------------------
-    async def _transact(self, script: Callable[..., Script[T]], *args: Any, heavy: bool = False) -> T:
+    async def _transact(self, script: Callable[..., Script[T]], *args: Any, heavy: bool = False,
+                        idempotent: bool = False) -> T:
         """One transaction on the writer, on the event loop unless `heavy` (or the database is locked: see
-        sqlite_writer.py), where the script is stepped again from its start."""
+        sqlite_writer.py), where the script is stepped again from its start. `idempotent` changes nothing
+        here: the writer's connection is a file's, never lost under a script, and a locked database is
+        already waited for."""
         try:
             result: T = await self.writer.run(in_transaction, _stepped, script, args, inline=not heavy)
         except Undo as undo:

@@ -26,9 +26,12 @@ class SQLStorage(Storage):
     dialect: Dialect
 
     @abc.abstractmethod
-    async def _transact(self, script: Callable[..., Script[T]], *args: Any, heavy: bool = False) -> T:
+    async def _transact(self, script: Callable[..., Script[T]], *args: Any, heavy: bool = False,
+                        idempotent: bool = False) -> T:
         """Run `script(self.dialect, *args)` as one transaction and return its result (a driver may run it
-        again from the start, in a new transaction, after the database refused the first)."""
+        again from the start, in a new transaction, after the database refused the first). `idempotent`: the
+        script may run again even after it committed (its effect once or twice is the same), so a driver that
+        lost its connection under it runs it again once on a fresh one, as it retries reads."""
 
     @abc.abstractmethod
     async def _read(self, sql: str, params: dict[str, Any], *, point: bool = False) -> list[Row]:
@@ -209,7 +212,8 @@ class SQLStorage(Storage):
 
     # --- limits (issue 16: run deadlines) ---------------------------------------
     async def set_run_deadline(self, run_id: str, seconds: float) -> float:
-        return await self._transact(scripts.set_run_deadline, run_id, seconds)
+        # Idempotent: a deadline once set is kept, and the seconds left are read from it.
+        return await self._transact(scripts.set_run_deadline, run_id, seconds, idempotent=True)
 
     # --- checkpoint helpers ----------------------------------------------------
     async def delete_checkpoints_for_run(self, thread_id: str, run_id: str) -> None:

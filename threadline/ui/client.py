@@ -2,7 +2,10 @@
 
 Every figure a console page shows comes from the same routes any client calls, through the whole app (its
 middleware, error mapping and, once it exists, authentication), with the caller's credentials passed on. The
-console so never sees more than its user may, and never holds a second copy of the API's rules.
+console so never sees more than its user may, and never holds a second copy of the API's rules. The calls are
+made as the page's caller (its address too, for limits) and marked as made on its behalf (`ON_BEHALF`): the
+page spent one unit of its caller's request budget, and its API calls spend none (a run created from a page
+still spends the run-creation budget).
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from typing import Any
 
 import httpx
 from starlette.requests import Request
+
+from threadline.api.ratelimit import ON_BEHALF
 
 BASE = "http://console"
 
@@ -25,8 +30,19 @@ class _Quiet(logging.Filter):
 
 logging.getLogger("httpx").addFilter(_Quiet())
 
-# Headers that carry a caller's identity: passed on to the API as the browser sent them.
-CREDENTIALS = ("x-api-key", "authorization", "cookie")
+# Headers that carry a caller's identity: passed on to the API as the browser sent them (`X-Forwarded-For`: its
+# address, read when the page came through a trusted proxy).
+CREDENTIALS = ("x-api-key", "authorization", "cookie", "x-forwarded-for")
+
+
+def _on_behalf_of(request: Request) -> Any:
+    """The app, called with the page request's client address and the `ON_BEHALF` mark in each scope."""
+    app, client = request.app, request.scope.get("client")
+
+    async def asgi(scope: Any, receive: Any, send: Any) -> None:
+        await app({**scope, "client": client, ON_BEHALF: True}, receive, send)
+
+    return asgi
 
 
 class ApiError(Exception):
@@ -45,7 +61,7 @@ class Api:
         headers = {name: request.headers[name] for name in CREDENTIALS if name in request.headers}
         # root_path: under `http.mount_prefix` the API's routes are reached through the same prefix.
         base = BASE + str(request.scope.get("root_path", ""))
-        self._client = httpx.AsyncClient(transport=httpx.ASGITransport(app=request.app), base_url=base,
+        self._client = httpx.AsyncClient(transport=httpx.ASGITransport(app=_on_behalf_of(request)), base_url=base,
                                          headers=headers)
 
     async def __aenter__(self) -> Api:
