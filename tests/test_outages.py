@@ -391,3 +391,21 @@ async def test_the_operators_connection_options_are_kept(scaleout_services: Scal
                 assert row is not None and row[name] == value, (name, row)
     finally:
         await storage.close()
+
+
+async def test_a_read_does_not_wait_behind_writes_holding_every_connection(scaleout_services: ScaleOut) -> None:
+    """Under a burst, run creations can all wait at once (on the whole-queue quota's lock), each holding a
+    pooled connection: reads (a thread read, a health check) have connections of their own, so they answer at
+    once instead of waiting for one, then failing after `checkout_seconds`."""
+    from threadline.storage.postgres import PostgresStorage
+
+    storage = await PostgresStorage.open(scaleout_services.fresh().database_url, pool_size=2)
+    try:
+        async with contextlib.AsyncExitStack() as held:
+            for _ in range(2):  # every write connection taken, as by enqueues waiting on a lock
+                await held.enter_async_context(storage._pool.connection())
+            async with asyncio.timeout(5):  # well under the 10 s a checkout would wait
+                await storage.ping()
+                assert await storage.get_thread("00000000-0000-0000-0000-000000000000") is None
+    finally:
+        await storage.close()

@@ -121,9 +121,10 @@ class PostgresStorage(SQLStorage):
     dialect = POSTGRES
 
     def __init__(self, url: str, pool: _Pool, checkpointer: InlinePostgresSaver, store: AsyncPostgresStore,
-                 vector_index: str | None) -> None:
+                 vector_index: str | None, reads: _Pool | None = None) -> None:
         self.url = url
         self._pool = pool
+        self._reads = reads or pool
         self.checkpointer: InlinePostgresSaver = checkpointer
         self.store: AsyncPostgresStore = store
         # vector_search: semantic search works once store.index is set (pgvector, or else an exact scan);
@@ -136,6 +137,10 @@ class PostgresStorage(SQLStorage):
     # the run would stay `running` after its lease lapsed. The server ends such a session after this long
     # idle inside a transaction (ours last milliseconds), and the stalled process finds its connection gone.
     idle_in_transaction_ms = 10_000
+    #: Connections kept for reads (`_read`: thread, run, assistant reads and searches, `/ok?check_db`). Writes
+    #: may all wait at once (run enqueues queue on the whole-queue quota's lock under a burst) holding every
+    #: connection of the main pool; a read must not wait behind them for a connection.
+    read_pool_size = 4
 
     @classmethod
     async def open(cls, url: str, *, store_index: dict | None = None, store_ttl: dict | None = None,
@@ -143,26 +148,30 @@ class PostgresStorage(SQLStorage):
         from threadline.storage.postgres_saver import InlinePostgresSaver
         from threadline.storage.vectors import postgres_store
 
-        pool = _Pool(
-            url, min_size=1, max_size=pool_size, open=False, check=_check, timeout=cls.checkout_seconds,
-            kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row,
-                    "options": session_options(url, cls.idle_in_transaction_ms)},
-        )
+        def new_pool(size: int) -> _Pool:
+            return _Pool(url, min_size=1, max_size=size, open=False, check=_check, timeout=cls.checkout_seconds,
+                         kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row,
+                                 "options": session_options(url, cls.idle_in_transaction_ms)})
+
+        pool, reads = new_pool(pool_size), new_pool(cls.read_pool_size)
         try:
             await pool.open(wait=True, timeout=15)
+            await reads.open(wait=True, timeout=15)
         except Exception as exc:
             await pool.close()
+            await reads.close()
             raise ConfigError(f"cannot connect to PostgreSQL at {redact_url(url)}: {exc}") from exc
         try:
             vector = await _has_pgvector(pool)
             saver = InlinePostgresSaver(pool)
             store, vector_index = postgres_store(pool, index=store_index, ttl=store_ttl, pgvector=vector)
-            self = cls(url, pool, saver, store, vector_index)
+            self = cls(url, pool, saver, store, vector_index, reads)
             self.applied_migrations = await self.migrate()
             if store_ttl and store_ttl.get("sweep_interval_minutes"):
                 await store.start_ttl_sweeper()
         except BaseException:
             await pool.close()
+            await reads.close()
             raise
         return self
 
@@ -186,6 +195,7 @@ class PostgresStorage(SQLStorage):
         with contextlib.suppress(Exception):
             await self.store.stop_ttl_sweeper(timeout=1)
         await self._pool.close()
+        await self._reads.close()
 
     async def ping(self) -> None:
         await self._read("SELECT 1 AS ok", {})  # StorageUnavailable when it cannot answer
@@ -227,7 +237,7 @@ class PostgresStorage(SQLStorage):
         bound = POSTGRES.params(params)
         for last in (False, True):
             try:
-                async with self._pool.connection() as conn:
+                async with self._reads.connection() as conn:
                     cur = await conn.execute(sql, bound)
                     return [_row(r) for r in await cur.fetchall()]
             except StorageUnavailable as exc:
