@@ -646,3 +646,46 @@ async def test_authorization_handlers_answer_over_http(tmp_path: Path, backend: 
             ran = await client.post(f"/threads/{mine}/runs/wait", json={"assistant_id": "whoami", "input": {}},
                                     headers=bob)
             assert ran.status_code == 200 and ran.json()["seen"]["user_id"] == "bob"
+
+
+RECORDING_HANDLER = '''
+
+import json as _json
+from pathlib import Path as _Path
+
+
+@auth.on
+async def record(ctx, value):
+    with open(_Path(__file__).with_name("seen.jsonl"), "a") as seen:
+        seen.write(_json.dumps([ctx.resource, ctx.action, sorted(value)]) + "\\n")
+'''
+
+
+async def test_handlers_are_given_the_values_langgraph_gives(tmp_path: Path, backend: Backend) -> None:
+    """A handler written against LangGraph's server reads the same keys of `value` here (probed on langgraph-api
+    0.16.7): a run's creation, a cancel, a cron's creation."""
+    (tmp_path / "auth.py").write_text((AUTH_PROJECT.parent / "auth.py").read_text() + RECORDING_HANDLER)
+    (tmp_path / "whoami.py").write_text((AUTH_PROJECT.parent / "whoami.py").read_text())
+    (tmp_path / "langgraph.json").write_text(json.dumps({"graphs": {"whoami": "./whoami.py:graph"},
+                                                         "auth": {"path": "./auth.py:auth"}}))
+    application = create_app(Settings(config=str(tmp_path / "langgraph.json"), workers=1, **backend.settings()))
+    async with LifespanManager(application, startup_timeout=30, shutdown_timeout=30) as manager:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app),  # type: ignore[arg-type]
+                                     base_url="http://threadline") as client:
+            tid = (await client.post("/threads", json={}, headers=ALICE)).json()["thread_id"]
+            (tmp_path / "seen.jsonl").write_text("")
+            run = (await client.post(f"/threads/{tid}/runs", headers=ALICE, json={
+                "assistant_id": "whoami", "input": {}, "after_seconds": 3600})).json()
+            assert (await client.post(f"/threads/{tid}/runs/{run['run_id']}/cancel", headers=ALICE)).status_code == 202
+            cron = await client.post("/runs/crons", json={"assistant_id": "whoami", "schedule": "0 0 1 1 *"},
+                                     headers=ALICE)
+            assert cron.status_code == 200
+    seen = [tuple(json.loads(line)[:2]) + (set(json.loads(line)[2]),)
+            for line in (tmp_path / "seen.jsonl").read_text().splitlines()]
+    asked = {(resource, action): keys for resource, action, keys in seen}
+    assert asked[("threads", "create_run")] >= {
+        "thread_id", "assistant_id", "run_id", "status", "metadata", "prevent_insert_if_inflight",
+        "multitask_strategy", "if_not_exists", "after_seconds", "kwargs"}
+    assert asked[("threads", "update")] >= {"thread_id", "action", "metadata"}
+    assert asked[("crons", "create")] >= {"payload", "schedule", "cron_id", "thread_id", "user_id", "end_time",
+                                          "metadata"}

@@ -150,21 +150,26 @@ class Crons:
         deleted after the run unless `on_run_completed` is `keep`). `body` is the request, fields unset left out.
         A thread cron needs the caller to see the thread (`threads.read`), as its runs will run there.
         `identity`: who its runs count against (the creator: quotas)."""
-        value = {**body, "thread_id": thread_id, "metadata": dict(body.get("metadata") or {})}
-        await self.access.filters("crons", "create", value)
-        body = {**body, "metadata": value["metadata"]} if body.get("metadata") or value["metadata"] else body
+        cron_id = str(uuid.uuid4())
+        caller = current_user()  # the cron's runs run as whoever created it
+        if self.access.enabled:  # `@auth.on.crons.create`, given what LangGraph's server gives it
+            metadata = dict(body.get("metadata") or {})
+            value = {"payload": {**body, "metadata": metadata}, "schedule": body["schedule"], "cron_id": cron_id,
+                     "thread_id": thread_id, "user_id": caller.identity if caller else None,
+                     "end_time": body.get("end_time"), "metadata": metadata}
+            await self.access.filters("crons", "create", value)
+            if value["metadata"]:  # as the handler left it (a stamp), in the cron's metadata and its payload's
+                body = {**body, "metadata": value["metadata"]}
         if thread_id is not None:
             await self.runs.threads.get(thread_id)
         assistant = await self.assistants.runnable(body["assistant_id"])
         schedule = Schedule(body["schedule"], body.get("timezone"))
         now = self.clock()
-        cron_id = str(uuid.uuid4())
         payload = {**body, "assistant_id": assistant["assistant_id"],
                    "config": _with_cron_id(body.get("config"), cron_id)}
         if "end_time" in payload:
             payload["end_time"] = _payload_time(payload["end_time"])
         tick = schedule.next_after(now)
-        caller = current_user()  # the cron's runs run as whoever created it
         row = {
             "cron_id": cron_id, "assistant_id": assistant["assistant_id"], "thread_id": thread_id,
             "user_id": caller.identity if caller else None, "auth_user": dict(caller) if caller else None,

@@ -63,6 +63,12 @@ def check_run_timeout(config: Any) -> None:
                            f"not {given!r}")
 
 
+def _cancel_value(action: CancelAction, run_ids: list[str] | None, status: str | None) -> dict[str, Any]:
+    """What a cancel's `@auth.on.threads.update` handler is given beside the thread, as LangGraph's server
+    gives it: the action, and the runs asked for in `metadata`."""
+    return {"action": action, "metadata": {"run_ids": run_ids, "status": status}}
+
+
 class Runs:
     """Run operations. Execution itself is the worker's (see `threadline.core.worker`)."""
 
@@ -174,6 +180,7 @@ class Runs:
         value: dict[str, Any] = {
             "thread_id": thread_id, "assistant_id": body.get("assistant_id"), "run_id": run_id, "status": "pending",
             "metadata": dict(body.get("metadata") or {}), "kwargs": {k: body[k] for k in KWARG_KEYS if k in body},
+            "prevent_insert_if_inflight": body.get("multitask_strategy") == "reject",
             "multitask_strategy": body.get("multitask_strategy") or "enqueue",
             "if_not_exists": body.get("if_not_exists"), "after_seconds": body.get("after_seconds"),
         }
@@ -188,15 +195,18 @@ class Runs:
         if not may_create or await self.storage.get_thread(thread_id) is not None:
             raise NotFound(f"Thread with ID {thread_id} not found")
 
-    async def get(self, run_id: str, thread_id: str | None = None, *, action: str = "read") -> Row:
-        """The run, if the caller may `action` its thread (`@auth.on.threads.<action>`: a run is its thread's,
-        as on LangGraph's server); otherwise, as when there is no such run, `NotFound`."""
+    async def get(self, run_id: str, thread_id: str | None = None, *, action: str = "read",
+                  value: dict[str, Any] | None = None) -> Row:
+        """The run, if the caller may `action` its thread (`@auth.on.threads.<action>`, given the run's thread
+        and id, and `value`'s fields: a run is its thread's, as on LangGraph's server); otherwise, as when there
+        is no such run, `NotFound`."""
         run = await self.storage.get_run(run_id)
         if run is None or (thread_id is not None and run["thread_id"] != thread_id):
             raise NotFound("Run not found")
         access = self.threads.access
         if access.enabled:
-            filters = await access.filters("threads", action, {"thread_id": run["thread_id"], "run_id": run_id})
+            filters = await access.filters("threads", action,
+                                           {"thread_id": run["thread_id"], "run_id": run_id, **(value or {})})
             if filters and await self.storage.get_thread(run["thread_id"], filters=filters) is None:
                 raise NotFound("Run not found")
         return run
@@ -245,7 +255,7 @@ class Runs:
     async def cancel(self, run_id: str, thread_id: str | None = None, *, wait: bool = False,
                      action: CancelAction = "interrupt") -> Row | None:
         """A client's cancel: 404 when the run has already finished (as the reference), else `stop`."""
-        run = await self.get(run_id, thread_id, action="update")
+        run = await self.get(run_id, thread_id, action="update", value=_cancel_value(action, [run_id], None))
         if run["status"] in TERMINAL:
             raise NotFound("No matching runs to cancel: the run has already finished")
         stopped = await self._stop(run, wait=wait, action=action)
@@ -298,17 +308,17 @@ class Runs:
     async def cancel_many(self, *, run_ids: list[str] | None = None, thread_id: str | None = None,
                           status: CancelStatus | None = None, action: CancelAction = "interrupt") -> int:
         targets: list[Row] = []
+        asked = _cancel_value(action, run_ids, status)
         if run_ids:
             for rid in run_ids:
                 try:
-                    targets.append(await self.get(rid, thread_id or None, action="update"))
+                    targets.append(await self.get(rid, thread_id or None, action="update", value=asked))
                 except NotFound:
                     raise NotFound(f"Run {rid} not found") from None
         else:
             if thread_id:
-                await self.threads.get(thread_id, action="update")
-            thread_filters = await self.threads.access.filters("threads", "update", {"thread_id": thread_id,
-                                                                                       "status": status})
+                await self.threads.get(thread_id, action="update", value={"thread_id": thread_id, **asked})
+            thread_filters = await self.threads.access.filters("threads", "update", {"thread_id": thread_id, **asked})
             statuses = ["pending", "running"] if status in (None, "all") else [status]
             for st in statuses:
                 targets += await self.storage.search_runs(thread_id=thread_id, assistant_id=None, status=st,
