@@ -563,6 +563,20 @@ async def test_cron_searches_and_counts_are_the_callers_own(a: User, b: User, wo
     assert (await a.request("GET", f"/runs/crons/{own['cron_id']}")).status_code == 404
 
 
+async def test_an_agents_own_client_calls_as_its_runs_caller(a: User, b: User, world: World) -> None:
+    """`get_client()` without a URL in A's run reaches this server in-process, unauthenticated and authorized as
+    A, as on LangGraph's server: it sees A's threads only, what it makes is A's, a run it starts runs as A,
+    B's thread is not found, and credentials put on the client change none of it."""
+    theirs = (await b.ok("POST", "/threads", {}))["thread_id"]
+    out = await a.ok("POST", f"/threads/{world.thread_id}/runs/wait",
+                     {"assistant_id": "caller", "input": {"other_thread": theirs}})
+    assert out["seen"] == {"owners": ["a"], "made_owner": "a", "nested_user": "a", "other_thread": "NotFoundError",
+                           "posing_owners": ["a"]}, out
+    made = await a.ok("POST", "/threads/search", {"metadata": {"made_by": "caller"}})
+    assert len(made) == 1 and made[0]["metadata"]["owner"] == "a"
+    assert await b.ok("POST", "/threads/search", {"metadata": {"made_by": "caller"}}) == []
+
+
 async def test_cron_ticks_run_as_their_creator(a: User, b: User, runtime: Runtime) -> None:
     """The scheduler fires a tick as the cron's creator: `threads.create_run` is asked as A, so the run and the
     thread a stateless cron makes are A's (the graph sees A), and B finds none of them."""

@@ -35,6 +35,7 @@ ALWAYS_OPEN = frozenset({"/ok"})
 CONSOLE = "/ui"
 AUTHENTICATED = "threadline.auth_user"  # scope key: the caller, once a layer has authenticated the request
 REFUSED = "threadline.auth_refused"  # scope key: set when a layer refused the request's credentials
+LOOPBACK = "threadline.loopback"  # scope key: a request of this process's own `get_client()` (api/loopback.py)
 
 
 def load_authenticator(project: ProjectConfig, settings: Settings) -> Authenticator | None:
@@ -75,7 +76,8 @@ class Authenticate:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         kind = scope["type"]
-        if kind not in ("http", "websocket") or AUTHENTICATED in scope or self._is_open(scope):
+        # An agent's own in-process call (`api/loopback.py`) shows no credentials: it runs as its run's caller.
+        if kind not in ("http", "websocket") or AUTHENTICATED in scope or LOOPBACK in scope or self._is_open(scope):
             await self.app(scope, receive, send)
             return
         facts, receive = await self._facts(scope, receive)

@@ -19,6 +19,9 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
+from threadline.api.auth import AUTHENTICATED, LOOPBACK
+from threadline.core.auth import AuthUser, set_current_user
+
 log = logging.getLogger("threadline.loopback")
 
 
@@ -37,12 +40,34 @@ class _Transports(list[Any]):
         self.added.add(transport)
 
 
+def _run_caller() -> AuthUser | None:
+    """The user the calling code's run runs as (its config's `langgraph_auth_user`), if it is in a run."""
+    try:
+        from langgraph.config import get_config
+
+        stored = (get_config().get("configurable") or {}).get("langgraph_auth_user")
+    except Exception:  # not inside a run (LangGraph raises outside a runnable context)
+        return None
+    return AuthUser(stored) if isinstance(stored, dict) and stored.get("identity") else None
+
+
 def isolated(app: Any) -> Any:
     """`app`, each request handled in a task with a fresh context: the calling node's context variables (its
-    LangGraph config, callbacks and stream handlers) must not leak into the runs the request starts."""
+    LangGraph config, callbacks and stream handlers) must not leak into the runs the request starts.
+
+    As on LangGraph's server, such a request is not authenticated (its headers name no one) and is authorized
+    as the user the calling run runs as: what an agent reads and makes through `get_client()` is its caller's,
+    filtered and stamped by the project's `@auth.on` handlers like the caller's own requests. Code outside any
+    run (the project's own routes or lifespan) calls as the server itself, unchecked, as there."""
 
     async def call(scope: Any, receive: Any, send: Any) -> None:
-        task = asyncio.get_running_loop().create_task(app(scope, receive, send), context=contextvars.Context())
+        caller = _run_caller()
+        scope = {**scope, LOOPBACK: True}
+        context = contextvars.Context()
+        if caller is not None:
+            scope[AUTHENTICATED] = caller  # who rate limits count, and what the middleware takes as done
+            context.run(set_current_user, caller)
+        task = asyncio.get_running_loop().create_task(app(scope, receive, send), context=context)
         try:
             await asyncio.shield(task)
         except asyncio.CancelledError:
