@@ -689,3 +689,40 @@ async def test_handlers_are_given_the_values_langgraph_gives(tmp_path: Path, bac
     assert asked[("threads", "update")] >= {"thread_id", "action", "metadata"}
     assert asked[("crons", "create")] >= {"payload", "schedule", "cron_id", "thread_id", "user_id", "end_time",
                                           "metadata"}
+
+
+async def test_a_store_handler_rewrites_or_refuses_but_never_filters() -> None:
+    """The store has no metadata to filter on: a namespace rewrite is used, a filter is refused (LangGraph's
+    server applies one to searches only, leaving gets and deletes open), and so is a namespace left invalid."""
+    from langgraph_sdk import Auth
+
+    from threadline.core.access import Access
+    from threadline.core.auth import as_user, reset_current_user, set_current_user
+    from threadline.errors import Unauthorized
+
+    auth = Auth()
+
+    @auth.on.store.put
+    async def prefix(ctx: Any, value: Any) -> None:
+        value["namespace"] = (ctx.user.identity, *value["namespace"])
+
+    @auth.on.store.search
+    async def filtering(ctx: Any, value: Any) -> Any:
+        return {"owner": ctx.user.identity}
+
+    @auth.on.store.delete
+    async def emptying(ctx: Any, value: Any) -> None:
+        value["namespace"] = ("", "x")
+
+    access = Access.of(auth)
+    token = set_current_user(as_user("alice"))
+    try:
+        assert await access.store("put", {"namespace": ("docs",), "key": "k"}) == ("alice", "docs")
+        assert await access.store("get", {"namespace": ("docs",), "key": "k"}) == ("docs",)  # no handler: as given
+        for action in ("search", "delete"):
+            with pytest.raises(Unauthorized) as refused:
+                await access.store(action, {"namespace": ("docs",)})
+            assert refused.value.status == 403
+    finally:
+        reset_current_user(token)
+    assert await access.store("search", {"namespace": ("docs",)}) == ("docs",)  # no caller: the server's own
