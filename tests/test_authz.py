@@ -636,8 +636,9 @@ async def test_store_items_are_the_callers_own(a: User, b: User, world: World) -
 async def rpc(user: User, path: str, method: str, params: Any) -> dict[str, Any]:
     response = await user.request("POST", path,
                                   {"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
-                                  headers={"accept": "application/json"})
+                                  headers={"accept": "application/json, text/event-stream"})
     assert response.status_code == 200, (method, response.status_code, response.text)
+    assert response.headers["content-type"].startswith("application/json"), (method, response.text)
     return response.json()
 
 
@@ -671,6 +672,11 @@ async def test_a2a_tasks_and_contexts_are_the_callers_own(a: User, b: User, worl
             (f"/a2a/{a_echo}", "GetTask", {"id": task["id"]}),
             (f"/a2a/{a_echo}", "tasks/get", {"id": task["id"].split(":")[1], "contextId": context}),
             (f"/a2a/{a_echo}", "tasks/cancel", {"id": task["id"]}),
+            # The streaming methods refuse before any stream opens.
+            (f"/a2a/{b_echo}", "message/stream", {"message": message("b was here", contextId=context)}),
+            (f"/a2a/{a_echo}", "message/stream", {"message": message("b was here", contextId=context)}),
+            (f"/a2a/{b_echo}", "tasks/resubscribe", {"id": task["id"]}),
+            (f"/a2a/{a_echo}", "SubscribeToTask", {"id": task["id"]}),
             (f"/a2a/{world.assistant_id}", "message/send", {"message": {**message("x"), "parts": [
                 {"kind": "data", "data": {"message": "x"}}]}})):
         answer = await rpc(b, path, method, params)
