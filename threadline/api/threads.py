@@ -74,8 +74,7 @@ async def get_thread(request: Request, thread_id: UUID, include: str | None = No
 async def patch_thread(request: Request, thread_id: UUID, body: ThreadPatch) -> JSON:
     """Metadata is merged; the Agent Protocol's `values` (and `checkpoint`) write a new state revision."""
     threads = runtime(request).threads
-    tid = str(thread_id)
-    await threads.get(tid)
+    tid = str(thread_id)  # `update_state` and `patch` each find the thread (404) as the caller may update it
     if body.values is not None or body.messages is not None:
         values = dict(body.values or {})
         if body.messages is not None:
