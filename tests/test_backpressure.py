@@ -28,6 +28,15 @@ def _settings(backend: Backend, **limits: Any) -> Settings:
     return Settings(config=str(PROJECT), workers=4, heartbeat_seconds=5.0, **backend.settings(), **limits)
 
 
+async def _one_slow_disconnect(http: httpx.AsyncClient, failure: str) -> None:
+    """Until `/metrics` counts one stream dropped for reading too slowly (10 s at most, else `failure`)."""
+    for _ in range(200):
+        if "lg_api_stream_slow_disconnects_total 1.0" in (await http.get("/metrics")).text:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(failure)
+
+
 async def _wait_status(http: httpx.AsyncClient, tid: str, run_id: str, wanted: set[str]) -> dict[str, Any]:
     for _ in range(600):
         run = (await http.get(f"/threads/{tid}/runs/{run_id}")).json()
@@ -93,12 +102,7 @@ async def test_a_slow_reader_is_closed_while_its_run_completes_and_resumes(backe
                     await asyncio.sleep(0.05)
                 run_id = runs[0]["run_id"]
                 assert (await _wait_status(http, tid, run_id, {"success", "error", "timeout"}))["status"] == "success"
-                for _ in range(200):
-                    if 'lg_api_stream_slow_disconnects_total 1.0' in (await http.get("/metrics")).text:
-                        break
-                    await asyncio.sleep(0.05)
-                else:
-                    raise AssertionError("the slow stream was not closed")
+                await _one_slow_disconnect(http, "the slow stream was not closed")
                 # What the client gets now: what was buffered, then the end of the connection.
                 sock.setblocking(False)
                 raw = b""
@@ -219,12 +223,7 @@ async def test_a_websocket_that_stops_reading_is_dropped_while_its_run_completes
                 run_id = started["result"]["run_id"]
                 # The client reads nothing; the run goes on to its end all the same.
                 assert (await _wait_status(http, tid, run_id, {"success", "error", "timeout"}))["status"] == "success"
-                for _ in range(200):
-                    if "lg_api_stream_slow_disconnects_total 1.0" in (await http.get("/metrics")).text:
-                        break
-                    await asyncio.sleep(0.05)
-                else:
-                    raise AssertionError("the socket that stopped reading was not dropped")
+                await _one_slow_disconnect(http, "the socket that stopped reading was not dropped")
                 # What the client gets now: what was buffered, then the end of the connection.
                 with pytest.raises(ConnectionClosed):
                     while True:
