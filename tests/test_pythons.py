@@ -2,86 +2,75 @@
 
 The suite's own Python (the one `scripts/test` built `.venv` with, 3.11 where available) runs
 tests/test_gallery.py directly. For each other supported minor version found on PATH (`python3.12`) or
-through pyenv (`pyenv versions`), this test builds a venv `.venv-py3.12` once (rebuilt when pyproject.toml
-changes) and runs the gallery tests on SQLite in it. A version that is not installed is skipped, and the skip
-says so (`pytest -rs`); under CI=true a venv that cannot be built fails.
+through pyenv (`pyenv versions`), `scripts/test` builds a venv with Threadline's dependencies before the suite
+(`tests/environments.py`: `./.venv-py3.12`, cached outside the checkout), and this test runs the gallery tests
+on SQLite in it, with the checkout on PYTHONPATH. A version that is not installed is skipped, and the skip says
+so (`pytest -rs`); a venv that could not be built skips with the reason, and fails under CI=true.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # builds venvs and serves the gallery from them
-
-ROOT = Path(__file__).resolve().parents[1]
-SUPPORTED = ["3.11", "3.12", "3.13"]
+from tests import environments
+from tests.environments import ROOT, SUPPORTED, find_python, in_ci, other_versions, python_venv, ready
 
 
-def _works(python: str, version: str) -> bool:
-    try:
-        out = subprocess.run([python, "-c", "import sys, venv; print('%d.%d' % sys.version_info[:2])"],
-                             capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return out.returncode == 0 and out.stdout.strip() == version
-
-
-def find_python(version: str) -> str | None:
-    """An interpreter of this minor version: `python3.X` on PATH, else one of pyenv's versions."""
-    on_path = shutil.which(f"python{version}")
-    if on_path and _works(on_path, version):
-        return on_path
-    pyenv = shutil.which("pyenv")
-    if pyenv:
-        listed = subprocess.run([pyenv, "versions", "--bare"], capture_output=True, text=True, timeout=30)
-        root = subprocess.run([pyenv, "root"], capture_output=True, text=True, timeout=30).stdout.strip()
-        for name in sorted(listed.stdout.split(), reverse=True):
-            candidate = Path(root) / "versions" / name / "bin" / "python"
-            if name.startswith(f"{version}.") and candidate.exists() and _works(str(candidate), version):
-                return str(candidate)
-    return None
-
-
-def _venv(version: str, python: str) -> Path:
-    """`.venv-py<version>` with Threadline and its test extras, rebuilt when pyproject.toml changes."""
-    venv = ROOT / f".venv-py{version}"
-    stamp = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
-    marker = venv / ".installed"
-    if marker.exists() and marker.read_text() == stamp:
-        return venv
-    if not (venv / "bin" / "python").exists():
-        subprocess.run([python, "-m", "venv", str(venv)], check=True, timeout=300)
-    installed = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "-e", ".[test]"],
-                               cwd=ROOT, capture_output=True, text=True, timeout=900)
-    if installed.returncode != 0:
-        message = f"could not install Threadline into {venv.name}:\n{installed.stderr[-3000:]}"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(message)
-        pytest.skip(message)
-    marker.write_text(stamp)
-    return venv
-
-
-@pytest.mark.parametrize("version", [v for v in SUPPORTED if v != "%d.%d" % sys.version_info[:2]])
+# Builds nothing (scripts/test did), but serves the gallery from another interpreter: a whole pytest run of
+# tests/test_gallery.py's SQLite cases, minutes on a slow machine.
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("version", other_versions())
 def test_gallery_on_another_python(version: str) -> None:
     python = find_python(version)
     if python is None:
         pytest.skip(f"Python {version} is not installed here (neither python{version} on PATH nor in pyenv)")
-    venv = _venv(version, python)
+    venv = python_venv(version)
+    if not ready(venv):
+        reason = (f"{venv.name} is not built (scripts/test builds it with `.venv/bin/python -m tests.environments`;"
+                  " see its output for why it could not)")
+        if in_ci():
+            pytest.fail(reason)
+        pytest.skip(reason)
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME")}
+    env["PYTHONPATH"] = str(ROOT)
     run = subprocess.run([str(venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider",
                           "tests/test_gallery.py", "-k", "sqlite"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=840)
     assert run.returncode == 0, f"gallery on Python {version}:\n{run.stdout[-6000:]}\n{run.stderr[-2000:]}"
     assert " passed" in run.stdout.splitlines()[-1]
 
 
 def test_the_suite_runs_on_a_supported_python() -> None:
     assert "%d.%d" % sys.version_info[:2] in SUPPORTED
+
+
+@pytest.mark.parametrize("ci", ["true", ""])
+def test_a_venv_not_built_fails_under_ci_and_skips_elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            ci: str) -> None:
+    """The test never builds a venv itself (a test bounded at 120 s cannot wait for pip): one scripts/test could
+    not build is a skip with the reason, and a failure under CI=true."""
+    monkeypatch.setattr(sys.modules[__name__], "python_venv", lambda version: tmp_path / f"venv-{version}")
+    monkeypatch.setattr(sys.modules[__name__], "find_python", lambda version: sys.executable)
+    monkeypatch.setenv("CI", ci)
+    expected = pytest.fail.Exception if ci else pytest.skip.Exception
+    with pytest.raises(expected, match="is not built"):
+        test_gallery_on_another_python("3.99")
+    assert not (tmp_path / "venv-3.99").exists()
+
+
+def test_environments_are_cached_outside_the_checkout(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A fresh clone finds what an earlier run on this machine built: the cache is keyed by content, not by
+    the checkout's path, and a change of pins is a new folder."""
+    monkeypatch.setenv("THREADLINE_ENV_CACHE", str(tmp_path))
+    assert environments.cache_root() == tmp_path
+    assert not str(environments.cache_root()).startswith(str(ROOT))
+    requirements = environments.threadline_requirements()
+    assert any(r.startswith("langgraph") for r in requirements) and any(r.startswith("pytest") for r in requirements)
+    assert environments._key("py", *requirements) == environments._key("py", *requirements)
+    assert environments._key("py", *requirements) != environments._key("py", *requirements, "extra==1")

@@ -1,7 +1,7 @@
 """The two servers as real processes on loopback, and a recording langgraph-sdk client for scripted sessions.
 
 The reference is LangGraph's own server (`langgraph dev` from `langgraph-cli[inmem]`), installed by
-`scripts/test` into its own venv (`.venv-ref`, or `THREADLINE_REF_VENV`). It is used only as a test oracle:
+`scripts/test` into its own venv (`.venv-ref`, or `THREADLINE_REF_VENV`; tests/environments.py). It is used only as a test oracle:
 nothing of it is imported here, it is run as a separate program.
 """
 
@@ -26,19 +26,12 @@ import pytest
 from langgraph_sdk.client import LangGraphClient
 
 from tests.differential.compare import Exchange
+from tests.environments import in_ci, reference_venv
 
 ROOT = Path(__file__).resolve().parents[2]
 GALLERY = ROOT / "tests" / "gallery" / "langgraph.json"
 REFERENCE_REQUIREMENTS = Path(__file__).with_name("reference.txt")
 T = TypeVar("T")
-
-
-def reference_venv() -> Path:
-    return Path(os.environ.get("THREADLINE_REF_VENV") or ROOT / ".venv-ref")
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
 def unavailable(reason: str) -> None:
@@ -142,6 +135,7 @@ class _Recording(httpx.AsyncBaseTransport):
     def __init__(self, exchanges: list[Exchange]) -> None:
         self._inner = httpx.AsyncHTTPTransport()
         self._exchanges = exchanges
+        self.stream_opened = asyncio.Event()  # set when a stream that stays open has its response's headers
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         response = await self._inner.handle_async_request(request)
@@ -149,6 +143,7 @@ class _Recording(httpx.AsyncBaseTransport):
         if limit is None:
             content = await response.aread()  # decoded (gzip etc.)
         else:
+            self.stream_opened.set()
             chunks: list[bytes] = []
             until = _until_text.get()
             try:
@@ -181,8 +176,15 @@ class Session:
     error: str | None = None
 
     def __post_init__(self) -> None:
-        self.http = httpx.AsyncClient(base_url=self.url, transport=_Recording(self.exchanges), timeout=60)
+        self._transport = _Recording(self.exchanges)
+        self.http = httpx.AsyncClient(base_url=self.url, transport=self._transport, timeout=60)
         self.client = LangGraphClient(self.http)
+
+    async def opened(self, timeout: float = 30) -> None:
+        """Wait until a stream collected with `open_for` (in another task) has its response's headers."""
+        async with asyncio.timeout(timeout):
+            await self._transport.stream_opened.wait()
+        self._transport.stream_opened.clear()
 
     async def do(self, step: str, call: Awaitable[T]) -> T | None:
         """Await one client call labelled `step`; an HTTP error is recorded (not raised) and gives None."""
@@ -192,10 +194,13 @@ class Session:
         except httpx.HTTPStatusError:
             return None
 
-    async def collect(self, step: str, parts: Any, *, open_for: float | None = None) -> list[Any]:
-        """All parts of a stream; with `open_for`, of a stream that stays open: what came in that time."""
+    async def collect(self, step: str, parts: Any, *, open_for: float | None = None,
+                      until_text: str | None = None) -> list[Any]:
+        """All parts of a stream; with `open_for`, of a stream that stays open: what came in that time, or
+        until `until_text` came (then what follows within half a second)."""
         _step.set(step)
         _open_for.set(open_for)
+        _until_text.set(until_text)
         try:
             if inspect.isawaitable(parts):  # langgraph-sdk's threads.join_stream is a coroutine giving the stream
                 parts = await parts
@@ -204,6 +209,7 @@ class Session:
             return []
         finally:
             _open_for.set(None)
+            _until_text.set(None)
 
     async def raw(self, step: str, method: str, path: str, *, open_for: float | None = None,
                   until_text: str | None = None, **kwargs: Any) -> httpx.Response:
