@@ -1,8 +1,11 @@
 """Run every differential session against both servers and print the differences (a tool for people).
 
-    .venv/bin/python -m tests.differential.run [--show] [session-name-prefix ...]
+    .venv/bin/python -m tests.differential.run [--show] [--repeat N] [session-name-prefix ...]
 
-`--show` also prints each exchange of each session, as recorded (masked), on both servers.
+`--show` also prints each exchange of each session, as recorded (masked), on both servers. `--repeat N` runs
+the sessions N rounds in a row on the same two servers (each round all of them concurrently, as the test does)
+and prints, per session, the rounds with a difference `accepted.py` does not explain: the check that a session
+does not depend on timing (run it beside a CPU hog to see it under load).
 
 The test (`tests/differential/test_differential.py`) does the same and fails on any difference that
 `accepted.py` does not list; this prints them all, accepted or not, with the time it took.
@@ -28,10 +31,48 @@ async def record_all(names: list[str], reference: str, threadline: str) -> dict[
     return dict(zip(names, results))
 
 
+def repeat(names: list[str], rounds: int) -> int:
+    """Run the sessions `rounds` times, each round on two fresh servers (as the test does: sessions tag what
+    they make, so a second round on the same servers would find the first's); print every unexplained
+    difference; return the number of session failures."""
+    failed: dict[str, int] = {}
+    for round_ in range(1, rounds + 1):
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory() as tmp:
+            ref, tl = start_reference(Path(tmp)), start_threadline(Path(tmp))
+            try:
+                recordings = asyncio.run(record_all(names, ref.url, tl.url))
+            finally:
+                ref.stop()
+                tl.stop()
+        bad = 0
+        for name, (r, t) in recordings.items():
+            new = [d for d in differences(name, r, t) if classify(d) is None]
+            for diff in new:
+                print(f"round {round_}: NEW {diff}")
+            if new:
+                failed[name] = failed.get(name, 0) + 1
+                bad += 1
+        print(f"round {round_}/{rounds}: {len(names)} sessions in {time.monotonic() - started:.1f} s "
+              f"(servers started included), {bad} with an unexplained difference", flush=True)
+    for name, count in sorted(failed.items()):
+        print(f"{name}: failed {count} of {rounds} rounds")
+    print(f"{rounds} rounds of {len(names)} sessions: {sum(failed.values())} session failures")
+    return sum(failed.values())
+
+
 def main() -> None:
     show = "--show" in sys.argv
-    prefixes = [a for a in sys.argv[1:] if a != "--show"]
+    args = [a for a in sys.argv[1:] if a != "--show"]
+    rounds = 0
+    if "--repeat" in args:
+        at = args.index("--repeat")
+        rounds = int(args[at + 1])
+        del args[at:at + 2]
+    prefixes = args
     names = [n for n in SESSIONS if not prefixes or n.startswith(tuple(prefixes))]
+    if rounds:
+        sys.exit(1 if repeat(names, rounds) else 0)
     with tempfile.TemporaryDirectory() as tmp:
         started = time.monotonic()
         ref, tl = start_reference(Path(tmp)), start_threadline(Path(tmp))

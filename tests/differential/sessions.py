@@ -43,6 +43,8 @@ INPUTS: dict[str, dict[str, Any]] = {
     "loopback": {"graph_id": "typed_ext"},
 }
 ALL_MODES = ["values", "updates", "messages-tuple", "custom", "debug"]
+#: The thread stream's last event of a run, as both servers send it (spaces removed).
+RUN_DONE = '"status":"run_done"'
 
 
 def session(name: str) -> Callable[[SessionScript], SessionScript]:
@@ -229,8 +231,12 @@ async def join_modes(s: Session) -> None:
                                                            last_event_id="-1"))
     await s.do("joined", c.runs.join(tid, run["run_id"]))
     await s.collect("thread stream of a finished thread", c.threads.join_stream(tid), open_for=1)
-    # Opened before the next run: that run's events arrive on it.
-    following = asyncio.create_task(s.collect("thread stream", c.threads.join_stream(tid), open_for=4))
+    # Opened before the next run: that run's events arrive on it. Read until that run's `run_done` (however
+    # long a loaded machine takes to get there; a fixed window cut the slower server's stream short), and the
+    # run is created only once the stream's response has begun.
+    following = asyncio.create_task(s.collect("thread stream", c.threads.join_stream(tid), open_for=60,
+                                              until_text=RUN_DONE))
+    await s.opened()
     await asyncio.sleep(0.3)
     await s.do("next run", c.runs.create(tid, "progress", input={"steps": 2, "delay": 0.05}))
     await following
@@ -422,6 +428,7 @@ async def protocol(s: Session) -> None:
     events = asyncio.create_task(s.raw("events", "POST", f"/threads/{tid}/stream/events",
                                        json={"channels": ["values", "updates", "lifecycle", "input"]},
                                        open_for=30, until_text='"event":"interrupted"'))
+    await s.opened()
     await asyncio.sleep(0.3)
     await s.raw("run.start", "POST", f"/threads/{tid}/commands", json={
         "id": 1, "method": "run.start", "params": {"assistant_id": "dynamic_interrupt", "input": {"task": "ship"}}})

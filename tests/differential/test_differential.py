@@ -24,7 +24,9 @@ from tests.differential.compare import Difference
 from tests.differential.harness import start_reference, start_threadline
 from tests.differential.sessions import SESSIONS, differences, run_session
 
-pytestmark = pytest.mark.slow  # both servers as real processes
+# Both servers as real processes. The first test's bound covers the module fixture: two servers started (up to
+# 120 s each on a slow machine) and every session run.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 async def _record(reference: str, threadline: str) -> dict[str, list[Difference]]:
