@@ -133,6 +133,7 @@ async def _retrying(send: Any) -> httpx.Response:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(240)
 async def test_postgres_connections_terminated_mid_request(pg_app: tuple[httpx.AsyncClient, ScaleOut]) -> None:
     http, services = pg_app
     accepted: list[tuple[str, str]] = []  # (thread_id, run_id)
@@ -174,8 +175,10 @@ async def test_postgres_connections_terminated_mid_request(pg_app: tuple[httpx.A
     assert len(accepted) >= 10
 
     # Every accepted run ends, successfully, within its first attempt: none waited out its lease (30 s) and
-    # was run again, none ended `error` because its connection was lost.
-    deadline = time.monotonic() + 20
+    # was run again (the attempts are checked below), none ended `error` because its connection was lost. The
+    # wait is long enough for a loaded machine to work through the backlog (it was 20 s, and the runs of a
+    # whole suite under load did not all end within it): how long they take is the bench's business.
+    deadline = time.monotonic() + 90
     runs: dict[str, dict[str, Any]] = {}
     while time.monotonic() < deadline and len(runs) < len(accepted):
         for tid, rid in accepted:
@@ -184,7 +187,7 @@ async def test_postgres_connections_terminated_mid_request(pg_app: tuple[httpx.A
                 if r.json()["status"] not in ("pending", "running"):
                     runs[rid] = r.json()
         await asyncio.sleep(0.2)
-    assert len(runs) == len(accepted), "some accepted runs did not end within 20 s"
+    assert len(runs) == len(accepted), "some accepted runs did not end within 90 s"
     assert {rid: run["status"] for rid, run in runs.items() if run["status"] != "success"} == {}
     with psycopg.connect(services.url, autocommit=True) as admin:
         attempts = dict(admin.execute("SELECT run_id, attempt FROM runs WHERE run_id = ANY(%s)",

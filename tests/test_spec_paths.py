@@ -51,12 +51,12 @@ async def test_on_completion_keep(http: httpx.AsyncClient) -> None:
 
 async def test_cancel_and_stream_join(http: httpx.AsyncClient) -> None:
     tid = await _thread(http)
+    # Long enough (20 s) to be still running when the cancel comes on a loaded machine: the cancel ends it.
     run = (await http.post("/runs", json={"thread_id": tid, "agent_id": "slow",
-                                          "input": {"steps": 100, "delay": 0.02}})).json()
-    for _ in range(200):
-        if (await http.get(f"/runs/{run['run_id']}")).json()["status"] == "running":
-            break
-        await asyncio.sleep(0.01)
+                                          "input": {"steps": 1000, "delay": 0.02}})).json()
+    async with asyncio.timeout(30):
+        while (await http.get(f"/runs/{run['run_id']}")).json()["status"] != "running":
+            await asyncio.sleep(0.01)
     r = await http.post(f"/runs/{run['run_id']}/cancel", params={"wait": "true"})
     assert r.status_code == 204
     assert (await http.get(f"/runs/{run['run_id']}")).json()["status"] == "interrupted"
@@ -79,7 +79,7 @@ async def test_run_errors(http: httpx.AsyncClient) -> None:
     assert r.status_code == 404
     tid = await _thread(http)
     run = (await http.post(f"/threads/{tid}/runs", json={"assistant_id": "slow",
-                                                         "input": {"steps": 100, "delay": 0.02}})).json()
+                                                         "input": {"steps": 1000, "delay": 0.02}})).json()
     r = await http.post(f"/threads/{tid}/runs", json={"assistant_id": "echo", "input": {},
                                                       "multitask_strategy": "reject"})
     assert r.status_code == 409 and r.json()["code"] == "conflict"
