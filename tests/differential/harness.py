@@ -223,7 +223,7 @@ class Session:
             _open_for.set(None)
             _until_text.set(None)
 
-    async def until(self, step: str, check: Any, timeout: float = 30) -> Any:
+    async def until(self, step: str, check: Any, timeout: float = 60) -> Any:
         """Poll `check()` (unrecorded GETs) until it returns something truthy."""
         async with httpx.AsyncClient(base_url=self.url, timeout=30) as plain:
             deadline = time.monotonic() + timeout

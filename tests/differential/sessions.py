@@ -270,7 +270,9 @@ async def disconnect(s: Session) -> None:
     c = s.client
     thread = await s.do("create thread", c.threads.create())
     tid = thread["thread_id"]
-    body = {"assistant_id": "progress", "input": {"steps": 8, "delay": 0.25}}
+    # 6 s: the client leaves once the run has started, before it ends, on a loaded machine too (2 s was not
+    # enough: the reference's wait had answered before the client left in 1 of 20 rounds beside a CPU hog).
+    body = {"assistant_id": "progress", "input": {"steps": 24, "delay": 0.25}}
     waiting = asyncio.create_task(s.raw("wait, then leave", "POST", f"/threads/{tid}/runs/wait", json=body))
 
     async def started(client: LangGraphClient) -> bool:
@@ -292,9 +294,10 @@ async def busy(s: Session) -> None:
     c = s.client
     thread = await s.do("create thread", c.threads.create())
     tid = thread["thread_id"]
-    # 4 s: long enough that the reject and the update below land while it runs, on a loaded machine too
-    # (1.5 s was not: the run had ended before the reject in 3 of 7 runs with six suites sharing two cores).
-    run = await s.do("create", c.runs.create(tid, "progress", input={"steps": 80, "delay": 0.05}))
+    # 10 s: long enough that the reject and the update below land while it runs, on a loaded machine too
+    # (1.5 s was not: the run had ended before the reject in 3 of 7 runs with six suites sharing two cores;
+    # 4 s was not either: it had ended before the update in 1 of 20 rounds beside a CPU hog).
+    run = await s.do("create", c.runs.create(tid, "progress", input={"steps": 200, "delay": 0.05}))
     await _started(s, tid, run["run_id"])
     await s.do("thread busy", c.threads.get(tid))
     await s.do("reject", c.runs.create(tid, "progress", input={"steps": 1, "delay": 0}, multitask_strategy="reject"))
@@ -502,7 +505,7 @@ async def errors(s: Session) -> None:
 async def run_session(name: str, url: str) -> Session:
     s = Session(name, url)
     try:
-        await asyncio.wait_for(SESSIONS[name](s), 120)
+        await asyncio.wait_for(SESSIONS[name](s), 240)  # a loaded machine: see test_differential's bound
     except Exception as exc:  # the recording so far still compares; the error is reported with it
         s.error = f"{type(exc).__name__}: {exc}"
     finally:
