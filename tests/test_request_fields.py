@@ -1,5 +1,6 @@
 """What a request may carry, as LangGraph's server takes it (probed on langgraph-api 0.16.7, `langgraph dev`):
-unknown fields are ignored, a field it honours and Threadline cannot is refused."""
+unknown fields are ignored, a field it honours and Threadline cannot is refused, and a `command` beside an
+`input` wins (Agent Chat UI answers an interrupt with `{"input": {}, "command": {"resume": …}}`)."""
 
 from __future__ import annotations
 
@@ -122,3 +123,46 @@ async def test_an_empty_thread_id_makes_a_new_thread(http: httpx.AsyncClient) ->
     r = await http.post("/threads", json={"thread_id": ""})
     assert r.status_code == 200 and r.json()["thread_id"]
     assert (await http.post("/threads", json={"thread_id": "abc"})).status_code == 422
+
+
+# --- a command beside an input -------------------------------------------------------------------------
+async def _interrupted(http: httpx.AsyncClient) -> str:
+    tid = await _thread(http)
+    r = await http.post(f"/threads/{tid}/runs/wait", json={"assistant_id": "approval", "input": {"request": "deploy"}})
+    assert r.status_code == 200, r.text
+    assert (await http.get(f"/threads/{tid}")).json()["status"] == "interrupted"
+    return tid
+
+
+async def test_agent_chat_ui_resume_streams_and_resumes(http: httpx.AsyncClient) -> None:
+    """Agent Chat UI, approving an interrupt: `POST /threads/{id}/runs/stream` with `input: {}` and the command."""
+    tid = await _interrupted(http)
+    async with http.stream("POST", f"/threads/{tid}/runs/stream", json={
+            "assistant_id": "approval", "input": {}, "command": {"resume": True},
+            "stream_mode": ["values"]}) as r:
+        assert r.status_code == 200, await r.aread()
+        text = (await r.aread()).decode()
+    assert "done: deploy" in text
+    thread = (await http.get(f"/threads/{tid}")).json()
+    assert thread["status"] == "idle" and thread["values"]["outcome"] == "done: deploy"
+
+
+@pytest.mark.parametrize("given", [None, {"request": "something else"}], ids=["input null", "input given"])
+async def test_a_command_wins_over_any_input(http: httpx.AsyncClient, given: Any) -> None:
+    """As LangGraph's server: whatever the input beside it, the command is what the run does."""
+    tid = await _interrupted(http)
+    r = await http.post(f"/threads/{tid}/runs/wait", json={
+        "assistant_id": "approval", "input": given, "command": {"resume": False}})
+    assert r.status_code == 200 and r.json()["outcome"] == "refused: deploy", r.text
+    other = await _thread(http)
+    run = (await http.post(f"/threads/{other}/runs", json={
+        "assistant_id": "counter", "input": {"increment": 5}, "command": {}})).json()  # an empty command: input
+    out = await http.get(f"/threads/{other}/runs/{run['run_id']}/join")
+    assert out.json()["count"] == 5
+
+
+async def test_a_stateless_run_cannot_resume(http: httpx.AsyncClient) -> None:
+    r = await http.post("/runs/wait", json={"assistant_id": "approval", "input": {}, "command": {"resume": True}})
+    assert r.status_code == 400 and r.json()["detail"] == "You must provide a thread_id when resuming."
+    r = await http.post("/runs/wait", json={"assistant_id": "counter", "input": {"increment": 2}, "command": {}})
+    assert r.status_code == 200 and r.json()["count"] == 2
