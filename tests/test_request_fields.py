@@ -11,6 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
+from threadline.core.assistants import system_assistant_id
+
 EXTRA = {"order_by": "created_at", "not_a_field": {"x": 1}}
 
 
@@ -166,3 +168,20 @@ async def test_a_stateless_run_cannot_resume(http: httpx.AsyncClient) -> None:
     assert r.status_code == 400 and r.json()["detail"] == "You must provide a thread_id when resuming."
     r = await http.post("/runs/wait", json={"assistant_id": "counter", "input": {"increment": 2}, "command": {}})
     assert r.status_code == 200 and r.json()["count"] == 2
+
+
+# --- JSON-RPC params and Protocol v2 commands: liberal too ------------------------------------------------------
+async def test_jsonrpc_and_protocol_params_ignore_unknown_fields(http: httpx.AsyncClient) -> None:
+    mcp = await http.post("/mcp", headers={"Accept": "application/json, text/event-stream"}, json={
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "counter", "arguments": {"increment": 2}, "not_a_field": 1}})
+    assert mcp.status_code == 200 and "result" in mcp.json(), mcp.text
+    message = {"kind": "message", "role": "user", "messageId": str(uuid.uuid4()), "not_a_field": 1,
+               "parts": [{"kind": "text", "text": "hi"}]}
+    a2a = await http.post(f"/a2a/{system_assistant_id('echo')}", headers={"Accept": "application/json"}, json={
+        "jsonrpc": "2.0", "id": "1", "method": "message/send", "params": {"message": message, "not_a_field": 1}})
+    assert a2a.json()["result"]["status"]["state"] == "completed", a2a.text
+    tid = await _thread(http)
+    started = await http.post(f"/threads/{tid}/commands", json={"id": 1, "method": "run.start", "params": {
+        "assistant_id": "counter", "input": {"increment": 1}, "not_a_field": 1}})
+    assert started.json()["type"] == "success", started.text

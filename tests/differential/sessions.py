@@ -17,6 +17,7 @@ from langgraph_sdk.schema import Command
 
 from tests.differential.compare import Difference, compare
 from tests.differential.harness import Session
+from tests.differential.variants import COMMAND, LATER, OPERATIONS
 
 SessionScript = Callable[[Session], Awaitable[None]]
 SESSIONS: dict[str, SessionScript] = {}
@@ -476,6 +477,47 @@ async def crons(s: Session) -> None:
     await s.do("cron of the assistant", c.crons.create(aid, schedule="0 0 1 1 *", metadata={"session": s.name}))
     await s.do("delete the assistant", c.assistants.delete(aid))
     await s.do("count after assistant delete", c.crons.count(metadata={"session": s.name}))
+
+
+# --- acceptance audit: which request variants each server accepts (tests/differential/variants.py) --------------
+def _audit_session(group: str) -> SessionScript:
+    async def script(s: Session) -> None:
+        c = s.client
+        thread = await s.do("thread", c.threads.create(metadata={"session": s.name}))
+        assistant = await s.do("assistant", c.assistants.create("typed", metadata={"session": s.name}))
+        ids = {"tid": thread["thread_id"] if thread else "-", "aid": assistant["assistant_id"] if assistant else "-"}
+        if group == "threads":  # a state to update and a history to read
+            await s.do("run", c.runs.wait(ids["tid"], "typed", input={"topic": "audit"}))
+        if group == "crons":
+            cron = await s.do("cron", c.crons.create("typed", schedule="0 0 1 1 *", enabled=False,
+                                                     metadata={"session": s.name}))
+            ids["cron"] = cron["cron_id"] if cron else "-"
+        for op in OPERATIONS[group]:
+            for label, body in op.variants():
+                await s.status(f"{op.name}: {label}", op.method, op.path.format(**ids), json=body)
+    return script
+
+
+for _group in OPERATIONS:
+    SESSIONS[f"accept:{_group}"] = _audit_session(_group)
+
+
+@session("accept:resume")
+async def accept_resume(s: Session) -> None:
+    """Agent Chat UI answers an interrupt with `input: {}` beside the command: the command wins, on every route."""
+    c = s.client
+    for route, suffix, extra in [("stream", "/stream", {"input": {}}), ("wait", "/wait", {"input": None}),
+                                 ("create", "", {"input": {"task": "other"}})]:
+        thread = await s.do(f"{route} thread", c.threads.create())
+        tid = thread["thread_id"] if thread else "-"
+        await s.do(f"{route} interrupted", c.runs.wait(tid, "dynamic_interrupt", input={"task": "ship"}))
+        body = {"assistant_id": "dynamic_interrupt", "command": COMMAND, **extra}
+        path = f"/threads/{tid}/runs{suffix}"
+        if await s.status(f"{route} resume, input {extra['input']}", "POST", path, json=body) == 200:
+            await _status(s, tid, "idle")  # a background run: until it ended
+        await s.do(f"{route} thread after", c.threads.get(tid))
+    await s.status("batch with extra fields", "POST", "/runs/batch", json=[
+        {"assistant_id": "typed", "input": {}, "after_seconds": LATER, "order_by": "created_at"}])
 
 
 # --- errors the client shows -----------------------------------------------------------------------------------
