@@ -149,7 +149,7 @@ async def test_concurrent_sweeps_delete_each_thread_once(server: Server) -> None
 
 @pytest.mark.parametrize("body", [
     {"ttl": {"ttl": 0}}, {"ttl": -5}, {"ttl": "soon"}, {"ttl": {"strategy": "delete"}},
-    {"ttl": {"strategy": "keep_latest", "ttl": 5}}, {"ttl": {"ttl": 5, "unknown": 1}},
+    {"ttl": {"strategy": "keep_latest", "ttl": 5}},
 ])
 async def test_bad_ttl_is_refused(server: Server, body: dict[str, Any]) -> None:
     r = await server.http.post("/threads", json=body)
@@ -157,6 +157,13 @@ async def test_bad_ttl_is_refused(server: Server, body: dict[str, Any]) -> None:
     tid = (await server.sdk.threads.create())["thread_id"]
     r = await server.http.patch(f"/threads/{tid}", json={"metadata": {}, **body})
     assert r.status_code == 422 and "ttl" in r.json()["detail"], r.text
+
+
+async def test_a_ttl_with_a_field_nobody_defines_is_kept(server: Server) -> None:
+    """As LangGraph's server: the unknown field is ignored, the TTL honoured."""
+    r = await server.http.post("/threads", json={"ttl": {"ttl": 5, "unknown": 1}})
+    assert r.status_code == 200, r.text
+    assert await server.sweep(minutes=6) == [r.json()["thread_id"]]
 
 
 async def test_without_config_only_threads_given_a_ttl_expire(backend: Backend) -> None:

@@ -22,6 +22,8 @@ SLOW = {"tag": "k", "steps": 4, "delay": 0.1}  # about 0.4 s: several heartbeats
 @pytest.fixture
 def settings(backend: Backend, request: pytest.FixtureRequest) -> Settings:
     heartbeat = getattr(request, "param", 0.05)  # a test may ask for another interval (indirect parametrize)
+    if heartbeat is None:  # the default
+        return Settings(config=str(PROJECT), workers=4, **backend.settings())
     return Settings(config=str(PROJECT), workers=4, heartbeat_seconds=heartbeat, **backend.settings())
 
 
@@ -97,3 +99,13 @@ async def test_sdk_wait_and_join_over_a_real_socket(settings: Settings) -> None:
         run = await client.runs.create(tid, "slow", input=SLOW)
         assert await client.runs.join(tid, run["run_id"]) == {**SLOW, "done": ["k", "k", "k"]}
         assert await client.runs.wait(None, "slow", input=SLOW) == {**SLOW, "done": ["k"]}
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)  # the cadence is the API's, not the backend's
+@pytest.mark.parametrize("settings", [None], indirect=True, ids=["default-heartbeat"])
+async def test_by_default_a_wait_of_six_seconds_is_kept_alive(http: httpx.AsyncClient) -> None:
+    """As LangGraph's server, a newline every 5 s by default: a run of at least 6 s gets one (Aegra's e2e suite
+    counts them on a 15 s wait). With a 15 s default, such a wait was a plain JSON answer."""
+    body = {"assistant_id": "slow", "input": {"tag": "d", "steps": 1, "delay": 6.0}}
+    r = await http.post("/runs/wait", json=body)
+    assert r.status_code == 200 and _kept_alive(r.content) == {**body["input"], "done": ["d"]}

@@ -66,8 +66,8 @@ class Settings:
     )
     max_body_bytes: int = _setting(10 * 1024 * 1024, "Largest request body accepted; larger ones get 413.")
     heartbeat_seconds: float = _setting(
-        15.0, "Interval between keep-alive comments on open event streams, and between the newlines a wait for a "
-        "run (/runs/wait, .../join) sends while the run goes on."
+        5.0, "Interval between keep-alive comments on open event streams, and between the newlines a wait for a "
+        "run (/runs/wait, .../join) sends while the run goes on (as LangGraph's server: 5 s)."
     )
     stream_buffer_events: int = _setting(
         10_000, "Events kept per run for joins and Last-Event-ID resumption while the process lives."

@@ -40,11 +40,14 @@ class Accepted:
     sometimes: bool = False  # seen on some runs only (an order nobody defines): exempt from the staleness check
     extra_only: bool = False  # only where the reference has no such field at all (Threadline adds it)
     reference_null: bool = False  # only where the reference answers `null` (Threadline a value)
+    answers: tuple[Any, Any] | None = None  # only where the two servers answered exactly these (reference, ours)
 
     def matches(self, diff: Any) -> bool:
         if self.extra_only and diff.reference != MISSING:
             return False
         if self.reference_null and diff.reference is not None:
+            return False
+        if self.answers is not None and (diff.reference, diff.threadline) != self.answers:
             return False
         return (bool(re.search(self.sessions, diff.session)) and bool(re.search(self.steps, diff.step))
                 and bool(re.search(self.where, diff.where))
@@ -152,6 +155,23 @@ ACCEPTED: list[Accepted] = [
              "the reference: `Not Found`), an invalid schedule's 422 gives the parser's reason (`Bad minute`; the "
              "reference repeats `Invalid cron schedule`), a missing thread's 404 is Threadline's usual one: "
              "docs/compatibility.md, Crons.", sessions=r"^crons$"),
+    # --- the acceptance audit (session accept:requests, tests/differential/variants.py): statuses only ------------------
+    Accepted("null-as-absent", "deliberate", r".", r"status",
+             "A `null` beside an optional request field: Threadline takes it as absent; the reference refuses it (422) "
+             "on most fields (its schemas have no null there) and takes it as absent on a few (`input`, `command`, "
+             "`checkpoint_id`, `on_completion`, `on_disconnect`, `if_exists`, `graph_id` on thread create, a cron's "
+             "`end_time`, the store's optional fields). langgraph-sdk never sends null (it drops None): "
+             "docs/compatibility.md, Requests.", sessions=r"^accept:requests$", steps=r": \w+ null$", answers=(422, 200)),
+    Accepted("unsupported-fields", "deliberate", r".", r"status",
+             "Fields the reference honours and Threadline cannot are refused (422 naming them) rather than silently "
+             "ignored: thread search's `extract`, a run's `langsmith_tracer`: docs/compatibility.md, Requests.",
+             sessions=r"^accept:requests$", steps=r": (extract|langsmith_tracer)$", answers=(200, 422)),
+    Accepted("assistant-search-unknown-graph", "open", r"POST /assistants/search$", r"status",
+             "Assistant search for a `graph_id` no graph has (here `\"\"`): the reference answers 404 `Graph '' not "
+             "found`, Threadline 200 with no assistants.", sessions=r"^accept:requests$", answers=(404, 200)),
+    Accepted("cron-empty-timezone", "open", r"POST /runs/crons$", r"status",
+             "A cron with `timezone: \"\"`: Threadline takes it as no timezone (UTC); the reference fails in its zone "
+             "parser (400).", sessions=r"^accept:requests$", steps=r'timezone ""$', answers=(400, 200)),
     Accepted("error-body", "deliberate", r".", _ERR,
              "Threadline's error bodies are always `{detail, code, message}` (+ `errors`, `metadata`): "
              "docs/compatibility.md, Conventions.", extra_only=True),

@@ -127,6 +127,8 @@ _step: contextvars.ContextVar[str] = contextvars.ContextVar("step", default="?")
 #: this text arrived.
 _open_for: contextvars.ContextVar[float | None] = contextvars.ContextVar("open_for", default=None)
 _until_text: contextvars.ContextVar[str | None] = contextvars.ContextVar("until_text", default=None)
+#: Record the status alone (the acceptance audit compares whether a request was accepted, not its answer).
+_status_only: contextvars.ContextVar[bool] = contextvars.ContextVar("status_only", default=False)
 
 
 class _Recording(httpx.AsyncBaseTransport):
@@ -157,7 +159,10 @@ class _Recording(httpx.AsyncBaseTransport):
                 pass
             content = b"".join(chunks)
         await response.aclose()
-        self._exchanges.append(Exchange.of(_step.get(), request, response, content))
+        exchange = Exchange.of(_step.get(), request, response, content)
+        if _status_only.get():
+            exchange.headers, exchange.body, exchange.sse = {}, None, False
+        self._exchanges.append(exchange)
         headers = [(k, v) for k, v in response.headers.items() if k.lower() not in ("content-encoding", "content-length",
                                                                                        "transfer-encoding")]
         return httpx.Response(response.status_code, headers=headers, content=content, request=request)
@@ -222,6 +227,16 @@ class Session:
         finally:
             _open_for.set(None)
             _until_text.set(None)
+
+    async def status(self, step: str, method: str, path: str, **kwargs: Any) -> int:
+        """A request whose status alone is recorded (the acceptance audit: accepted or refused, not the answer,
+        which other sessions compare). A stream is read to its end, as `raw` reads it."""
+        _step.set(step)
+        _status_only.set(True)
+        try:
+            return (await self.http.request(method, path, **kwargs)).status_code
+        finally:
+            _status_only.set(False)
 
     async def until(self, step: str, check: Any, timeout: float = 60) -> Any:
         """Poll `check()` (unrecorded GETs) until it returns something truthy."""

@@ -17,6 +17,7 @@ from langgraph_sdk.schema import Command
 
 from tests.differential.compare import Difference, compare
 from tests.differential.harness import Session
+from tests.differential.variants import COMMAND, LATER, OPERATIONS
 
 SessionScript = Callable[[Session], Awaitable[None]]
 SESSIONS: dict[str, SessionScript] = {}
@@ -486,6 +487,41 @@ async def crons(s: Session) -> None:
     await s.do("cron of the assistant", c.crons.create(aid, schedule="0 0 1 1 *", metadata={"session": s.name}))
     await s.do("delete the assistant", c.assistants.delete(aid))
     await s.do("count after assistant delete", c.crons.count(metadata={"session": s.name}))
+
+
+# --- acceptance audit: which request variants each server accepts (tests/differential/variants.py) --------------
+@session("accept:requests")
+async def accept_requests(s: Session) -> None:
+    """Every variant of every operation, one after another: ~190 quick requests, kept to one session so they add
+    no burst of concurrency to the sessions that run beside them."""
+    c = s.client
+    # The thread names its graph in its metadata, so its state can be updated without a run.
+    thread = await s.do("thread", c.threads.create(metadata={"session": s.name, "graph_id": "typed"}))
+    assistant = await s.do("assistant", c.assistants.create("typed", metadata={"session": s.name}))
+    ids = {"tid": thread["thread_id"] if thread else "-", "aid": assistant["assistant_id"] if assistant else "-"}
+    cron = await s.do("cron", c.crons.create("typed", schedule="0 0 1 1 *", enabled=False, metadata={"session": s.name}))
+    ids["cron"] = cron["cron_id"] if cron else "-"
+    for group in OPERATIONS.values():
+        for op in group:
+            for label, body in op.variants():
+                await s.status(f"{op.name}: {label}", op.method, op.path.format(**ids), json=body)
+
+
+@session("accept:resume")
+async def accept_resume(s: Session) -> None:
+    """Agent Chat UI answers an interrupt with `input: {}` beside the command: the command wins (any input)."""
+    c = s.client
+    # The background route's variants are in accept:requests (statuses); two real resumes are enough here.
+    for route, suffix, extra in [("stream", "/stream", {"input": {}}), ("wait", "/wait", {"input": {"task": "other"}})]:
+        thread = await s.do(f"{route} thread", c.threads.create())
+        tid = thread["thread_id"] if thread else "-"
+        await s.do(f"{route} interrupted", c.runs.wait(tid, "dynamic_interrupt", input={"task": "ship"}))
+        body = {"assistant_id": "dynamic_interrupt", "command": COMMAND, **extra}
+        path = f"/threads/{tid}/runs{suffix}"
+        await s.status(f"{route} resume, input {extra['input']}", "POST", path, json=body)
+        await s.do(f"{route} thread after", c.threads.get(tid))
+    await s.status("batch with extra fields", "POST", "/runs/batch", json=[
+        {"assistant_id": "typed", "input": {}, "after_seconds": LATER, "order_by": "created_at"}])
 
 
 # --- errors the client shows -----------------------------------------------------------------------------------

@@ -1,13 +1,21 @@
-"""Request bodies, validated at the edge. Unknown fields are refused (422 naming them), never dropped."""
+"""Request bodies, validated at the edge.
+
+As LangGraph's server, a field no model declares is ignored (logged once per name at debug level): clients
+written against it send fields it ignores (Aegra's tests send `order_by` to thread search). A field LangGraph's
+server honours and Threadline cannot is refused instead (422 naming it), never silently dropped: each model
+lists those in `unsupported`. Wrong types and bad values are refused as before.
+"""
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 from urllib.parse import urlsplit
 from uuid import UUID
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 from threadline.shapes import (
     AssistantSortBy,
@@ -26,8 +34,31 @@ from threadline.shapes import (
 )
 
 
+log = logging.getLogger("threadline.api")
+_ignored: set[str] = set()  # the unknown field names already logged (at most _IGNORED_LOGGED: clients choose them)
+_IGNORED_LOGGED = 1000
+
+
 class Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A request body: unknown fields are ignored, those in `unsupported` refused."""
+
+    model_config = ConfigDict(extra="ignore")
+    #: Fields LangGraph's server honours on this body and Threadline does not: field -> why (the 422's text).
+    unsupported: ClassVar[dict[str, str]] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unknown_fields(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or cls.model_config.get("extra") == "allow":
+            return data
+        for name in data.keys() - cls.model_fields.keys():
+            if name in cls.unsupported and data[name] is not None:  # null: as if absent
+                raise PydanticCustomError("unsupported_field", "{field}: not supported by Threadline ({why})",
+                                          {"field": name, "why": cls.unsupported[name]})
+            if name not in _ignored and len(_ignored) < _IGNORED_LOGGED:
+                _ignored.add(name)
+                log.debug("ignoring the request field %r (%s declares no such field)", name, cls.__name__)
+        return data
 
 
 class AssistantCreate(Body):
@@ -85,10 +116,11 @@ class AgentSearch(Body):
 
 
 class StateUpdateItem(Body):
+    # langgraph-sdk always sends `command` (null: as if absent).
+    unsupported = {"command": "a command in a superstep is not supported yet"}
+
     values: Any = None
     as_node: str | None = None
-    #: langgraph-sdk always sends `command` (null); a command in a superstep is not supported yet.
-    command: None = None
 
 
 class Superstep(Body):
@@ -110,8 +142,13 @@ def ttl_minutes(ttl: ThreadTTL | float | None) -> float | None:
     return ttl.ttl if isinstance(ttl, ThreadTTL) else ttl
 
 
+def _blank_as_none(value: Any) -> Any:
+    return None if value == "" else value
+
+
 class ThreadCreate(Body):
-    thread_id: UUID | None = None
+    #: `""` is no id (a new one is made), as LangGraph's server takes it.
+    thread_id: Annotated[UUID | None, BeforeValidator(_blank_as_none)] = None
     metadata: dict[str, Any] | None = None
     if_exists: IfExists = "raise"
     supersteps: list[Superstep] | None = None
@@ -128,6 +165,8 @@ class ThreadPatch(Body):
 
 
 class ThreadSearch(Body):
+    unsupported = {"extract": "values extracted from each thread by path are not implemented"}
+
     ids: list[str] | None = None
     metadata: dict[str, Any] | None = None
     values: dict[str, Any] | None = None
@@ -197,6 +236,8 @@ WebhookURL = Annotated[str, Field(min_length=1, max_length=65536), AfterValidato
 
 class RunCreate(Body):
     """A run request: LangGraph's fields, plus the Agent Protocol's `agent_id` and `thread_id`."""
+
+    unsupported = {"langsmith_tracer": "runs are not traced to a LangSmith project by request"}
 
     assistant_id: str | None = None
     agent_id: str | None = None

@@ -18,7 +18,7 @@ from threadline.core.protocol_events import end_without_worker
 from threadline.core.threads import Threads
 from threadline.core.webhook_policy import WebhookGuard
 from threadline.core.worker import WorkerPool
-from threadline.errors import Conflict, InvalidInput, NotFound
+from threadline.errors import BadRequest, Conflict, InvalidInput, NotFound
 from threadline.shapes import FINAL_RUN_STATUSES, CancelAction, CancelStatus, MultitaskStrategy, RunStatus
 from threadline.storage.base import Quota, Row, Storage
 
@@ -50,6 +50,16 @@ def run_metadata(assistant: Row, thread_metadata: dict[str, Any] | None, body: d
     return {**(assistant.get("metadata") or {}), **from_thread,
             **((body.get("config") or {}).get("metadata") or {}), **(body.get("metadata") or {}),
             "assistant_id": assistant["assistant_id"]}
+
+
+def check_command(body: dict[str, Any], *, stateless: bool) -> None:
+    """A run's `command`, as LangGraph's server takes it: beside an `input` (any input: Agent Chat UI sends
+    `input: {}` with the answer to an interrupt), a command that says anything wins and the input is not used
+    (`executor.graph_input`); an empty command (`{}`) leaves the input. Only a stateless run cannot resume: it
+    has no interrupt to answer."""
+    command = body.get("command") or {}
+    if stateless and command.get("resume") is not None:
+        raise BadRequest("You must provide a thread_id when resuming.")
 
 
 def check_run_timeout(config: Any) -> None:
@@ -113,8 +123,7 @@ class Runs:
         assistant = await self._resolve_assistant(body.get("assistant_id"))
         if body.get("webhook") and self.webhooks is not None:
             await self.webhooks.check(body["webhook"])
-        if body.get("input") is not None and body.get("command") is not None:
-            raise InvalidInput("Give either input or command, not both")
+        check_command(body, stateless=thread_id is None)
         check_run_timeout(body.get("config"))
         kwargs = {k: body[k] for k in KWARG_KEYS if body.get(k) is not None}
         create_thread = body.get("if_not_exists") == "create"
