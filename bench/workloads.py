@@ -65,12 +65,12 @@ def large_state(n_read: int, n_update: int, n_history: int) -> list[Workload]:
 PROFILES: dict[str, list[Workload]] = {
     "quick": [stream(4000, 8, "messages-tuple"), stream(4000, 8, "messages"),
               Workload("agent 25 steps x4", "agent", concurrency=4, count=4, steps=25),
-              *large_state(20, 20, 10)],
+              *large_state(100, 100, 20)],
     "full": [*(stream(t, c, m) for t in (4000, 16000) for c in (8, 32) for m in MODES),
              stream(4000, 8, "messages-tuple", "slow"), stream(4000, 8, "messages-tuple", "resume"),
              stream(16000, 8, "messages-tuple", "resume"),
              Workload("agent 25 steps x16", "agent", concurrency=8, count=16, steps=25),
-             *large_state(50, 50, 20)],
+             *large_state(300, 300, 50)],
 }
 
 
@@ -120,7 +120,7 @@ def started(target: Target, wl: Workload, cfg: argparse.Namespace, tmp: Path) ->
     if target.kind == "embedded":
         argv = [*cfg.tl_argv, "serve", "--config", str(ops.PROJECT_DIR / "langgraph.json"), "--host", "127.0.0.1",
                 "--port", str(port), "--database-url", f"sqlite:///{tmp / f'{uuid.uuid4().hex}.db'}",
-                "--log-level", "warning"]
+                "--log-level", "warning", *cfg.threadline_arg]
         with harness.server_process(target.name, argv, tmp, env, log_path) as proc:
             yield Live([proc.pid], base_url=url)
     elif target.kind == "reference":
@@ -150,16 +150,28 @@ def started_pg(target: Target, cfg: argparse.Namespace, env: dict[str, str], por
         workers = []
         for i in range(cfg.pg_workers):
             path = log_path.with_name(f"{log_path.stem}-worker{i + 1}.log")
-            argv = [*cfg.tl_argv, "worker", "--workers", str(cfg.scaleout_slots)]
+            argv = [*cfg.tl_argv, "worker", "--workers", str(cfg.scaleout_slots), *cfg.threadline_arg]
             workers.append((procs.start(f"worker {i + 1}", argv, env, path), path))
-        api = procs.start("api", [*cfg.tl_argv, "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", "0"],
-                          env, log_path)
+        api = procs.start("api", [*cfg.tl_argv, "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", "0",
+                           *cfg.threadline_arg], env, log_path)
         run_loop(scaleout.wait_workers(workers, cfg.startup_timeout))
         yield [api.pid, *(p.pid for p, _ in workers)]
     finally:
         procs.stop_all()
         scaleout.drop_database(cfg.scaleout_pg_admin_url, dbname)
         scaleout.delete_redis_keys(cfg.scaleout_redis_url, prefix)
+
+
+def threadline_file(cfg: argparse.Namespace, target: Target) -> str:
+    """Where a target's processes import `threadline` from (an A/B is only one if the two differ). Asked from a
+    folder without a `threadline` package, as the servers run (`python -c` puts its working folder first)."""
+    python = Path(cfg.tl_argv[0]).parent / "python" if cfg.tl_argv[0] != sys.executable else Path(sys.executable)
+    out = subprocess.run([str(python), "-c", "import threadline; print(threadline.__file__)"], env=target_env(cfg, target),
+                         cwd=str(harness.PROJECT_DIR), capture_output=True, text=True, timeout=60)
+    path = out.stdout.strip() or out.stderr.strip()[-300:]
+    if target.src and not path.startswith(str(Path(target.src).resolve())):
+        raise SystemExit(f"--threadline-src: {target.name} would import threadline from {path}, not from {target.src}")
+    return path
 
 
 # --------------------------------------------------------------------------- one cell
@@ -324,7 +336,7 @@ def table(rows: dict[str, dict[str, Any]], targets: list[Target], skipped: dict[
     f = harness.fmt
     head = ("| workload | target | wall s | x floor | x ref | server CPU s | CPU ms/token | CPU ms/step | "
             "RSS before MB | RSS peak MB | RSS +after MB | client CPU s | err |")
-    lines = [head, "|" + "---|" * head.count("|")[:-1] if False else "|" + "|".join("---" for _ in range(13)) + "|"]
+    lines = [head, "|" + "|".join("---" for _ in range(head.count("|") - 1)) + "|"]
     for name, wl_rows in rows.items():
         for t in targets:
             c = wl_rows.get(t.name)
@@ -352,6 +364,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    "(PYTHONPATH), as embedded@<dir> / pg@<dir>, alternated with this one.")
     p.add_argument("--reference-bin", default=None, help="`langgraph` binary of LangGraph's server (default: as bench/run.py).")
     p.add_argument("--pg-workers", type=int, default=1, help="`threadline worker` processes of the pg target (default 1).")
+    p.add_argument("--threadline-arg", action="append", default=[], metavar="ARG",
+                   help="Passed to `threadline serve` (embedded) and to the pg target's serve and worker processes, "
+                        "e.g. --threadline-arg=--stream-buffer-events=100 (repeatable).")
     p.add_argument("--after-seconds", type=float, default=5.0, help="When RSS is read after the workload (default 5).")
     p.add_argument("--slow-ms", type=float, default=10.0, help="The slow readers' pause after each event (default 10 ms).")
     p.add_argument("--request-timeout", type=float, default=600.0)
@@ -388,6 +403,9 @@ def main(argv: list[str] | None = None) -> int:
     if "pg" in cfg.targets and (why := scaleout.check_services(cfg)):
         skipped["pg"] = why
     targets = [t for t in plan(cfg) if t.kind not in skipped]
+    cfg.imported_from = {t.name: threadline_file(cfg, t) for t in targets if t.kind in ("embedded", "pg")}
+    for name, path in cfg.imported_from.items():
+        harness.log(f"[{name}] threadline imported from {path}")
     for t, why in skipped.items():
         harness.log(f"[{t}] SKIPPED: {why}")
     harness.log(f"workloads ({profile}): {', '.join(w.name for w in workloads)}\n"
@@ -406,7 +424,8 @@ def main(argv: list[str] | None = None) -> int:
         "duration_s": round(time.time() - started_at, 1), "python": sys.version.split()[0],
         "platform": platform.platform(), "cpu_count": os.cpu_count(), "load_avg_at_end": os.getloadavg(),
         "event_loop": event_loop_name(), "pg_workers": cfg.pg_workers, "pg_slots": cfg.scaleout_slots,
-        "threadline_src": cfg.threadline_src, "reference_bin": str(cfg.ref_bin) if cfg.ref_bin else None,
+        "threadline_src": cfg.threadline_src, "threadline_args": cfg.threadline_arg,
+        "threadline_imported_from": cfg.imported_from, "reference_bin": str(cfg.ref_bin) if cfg.ref_bin else None,
         "versions": {d: bench_run.package_version(None, d) for d in ("threadline", "langgraph", "langchain-core")},
         "reference_langgraph_api": (bench_run.package_version(cfg.ref_bin.parent / "python", "langgraph-api")
                                     if cfg.ref_bin and cfg.ref_bin.exists() else None),
