@@ -107,13 +107,14 @@ def started(target: Target, wl: Workload, cfg: argparse.Namespace, tmp: Path) ->
     env = target_env(cfg, target)
     log_path = cfg.logs_dir / f"workloads-{target.name.replace('@', '-')}.log"
     if target.kind == "floor":
-        child = subprocess.Popen([sys.executable, __file__, "--floor-child", wl.to_json()], cwd=str(tmp), env=env,
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(log_path, "wb"),
-                                 start_new_session=True, text=True)
-        try:
-            yield Live([child.pid], child=child)
-        finally:
-            harness.stop_process(child)
+        with open(log_path, "wb") as err:
+            child = subprocess.Popen([sys.executable, __file__, "--floor-child", wl.to_json()], cwd=str(tmp), env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                     start_new_session=True, text=True)
+            try:
+                yield Live([child.pid], child=child)
+            finally:
+                harness.stop_process(child)
         return
     port = harness.free_port()
     url = f"http://127.0.0.1:{port}"
@@ -181,57 +182,80 @@ def mb(n: int) -> float:
     return round(n / 2**20, 1)
 
 
-async def measure(target: Target, live: Live, wl: Workload, cfg: argparse.Namespace) -> dict[str, Any]:
-    """Ready, set up and warm (untimed); then RSS before, the measured part (peak sampled), RSS after."""
-    sampler = procstat.Sampler(live.groups)
-    if live.child is not None:
-        line = await asyncio.to_thread(live.child.stdout.readline)  # the child set up and warmed up by itself
+class FloorDriver:
+    """The floor's child process: it sets up and warms up on its own, runs on `go`, prints its result."""
+
+    def __init__(self, live: Live) -> None:
+        self.child = live.child
+
+    async def prepare(self) -> None:
+        line = await asyncio.to_thread(self.child.stdout.readline)
         if line.strip() != "ready":
             raise harness.ServerFailed(f"floor child: {line.strip() or 'exited'}")
-        session = None
-    else:
-        proc_like = _AnyAlive(live.groups)
-        await harness.wait_ready(live.base_url, proc_like, cfg.startup_timeout)
-        session = harness.client_session(live.base_url, max(wl.concurrency, 8), cfg.request_timeout)
+
+    async def run(self) -> tuple[float, int, dict[str, Any]]:
+        self.child.stdin.write("go\n")
+        self.child.stdin.flush()
+        out = json.loads(await asyncio.to_thread(self.child.stdout.readline))
+        return out.pop("wall_s"), out.pop("tokens"), out
+
+    async def close(self) -> None:
+        pass
+
+
+class HttpDriver:
+    """A server: wait for `/ok`, warm the workload's path up (small), set the workload up; then run it."""
+
+    def __init__(self, live: Live, wl: Workload, cfg: argparse.Namespace) -> None:
+        self.live, self.wl, self.cfg = live, wl, cfg
+        self.session: Any = None
+
+    async def prepare(self) -> None:
+        await harness.wait_ready(self.live.base_url, _AnyAlive(self.live.groups), self.cfg.startup_timeout)
+        self.session = harness.client_session(self.live.base_url, max(self.wl.concurrency, 8), self.cfg.request_timeout)
+        self.http = ops.HttpOps(self.session)
+        warm = ops.warm_variant(self.wl)
+        await self.http.setup(warm)
+        w, _ = await ops.run(self.http, warm)
+        if w.completed == 0:
+            raise harness.ServerFailed(f"warm-up failed: {w.first_error}")
+        await self.http.setup(self.wl)
+
+    async def run(self) -> tuple[float, int, dict[str, Any]]:
+        t0 = time.perf_counter()
+        res, tokens = await ops.run(self.http, self.wl)
+        wall = time.perf_counter() - t0
+        return wall, tokens, {"completed": res.completed, "errors": res.errors, "first_error": res.first_error,
+                              "p50_s": harness.percentile(res.latencies, 50), "max_s": max(res.latencies, default=None)}
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+
+
+async def measure(live: Live, wl: Workload, cfg: argparse.Namespace) -> dict[str, Any]:
+    """Ready, set up and warm (untimed); then RSS before, the measured part (peak sampled), RSS after."""
+    driver = FloorDriver(live) if live.child is not None else HttpDriver(live, wl, cfg)
+    sampler = procstat.Sampler(live.groups)
     try:
-        if session is not None:
-            http = ops.HttpOps(session)
-            warm = ops.warm_variant(wl)
-            await http.setup(warm)
-            w, _ = await ops.run(http, warm)
-            if w.completed == 0:
-                raise harness.ServerFailed(f"warm-up failed: {w.first_error}")
-            await http.setup(wl)
+        await driver.prepare()
         await asyncio.sleep(1.0)
         rss_before = sampler.rss()
         sampler.reset_peak()
         cpu0, client0 = sampler.cpu_s(), time.process_time()
         sampler.start()
-        if session is not None:
-            t0 = time.perf_counter()
-            res, tokens = await ops.run(http, wl)
-            wall = time.perf_counter() - t0
-            out = {"completed": res.completed, "errors": res.errors, "first_error": res.first_error,
-                   "p50_s": harness.percentile(res.latencies, 50), "max_s": max(res.latencies, default=None)}
-        else:
-            live.child.stdin.write("go\n")
-            live.child.stdin.flush()
-            out = json.loads(await asyncio.to_thread(live.child.stdout.readline))
-            wall, tokens = out.pop("wall_s"), out.pop("tokens")
-        cpu = sampler.cpu_s() - cpu0
-        client_cpu = time.process_time() - client0
-        peak = sampler.peak()
+        wall, tokens, out = await driver.run()
+        cpu, client_cpu, peak = sampler.cpu_s() - cpu0, time.process_time() - client0, sampler.peak()
         await asyncio.sleep(cfg.after_seconds)
         rss_after = sampler.rss()
     finally:
         await sampler.stop()
-        if session is not None:
-            await session.close()
+        await driver.close()
     steps = ops.steps_of(wl, out["completed"])
     return {**out, "wall_s": round(wall, 3), "tokens": tokens, "steps": steps, "cpu_s": round(cpu, 3),
             "cpu_ms_per_token": round(1000 * cpu / tokens, 4) if tokens else None,
             "cpu_ms_per_step": round(1000 * cpu / steps, 3) if steps else None,
-            "client_cpu_s": round(client_cpu, 3) if session is not None else None,
+            "client_cpu_s": round(client_cpu, 3) if live.child is None else None,
             "rss_before_mb": mb(rss_before), "rss_peak_mb": mb(peak), "rss_after_mb": mb(rss_after),
             "processes": len(sampler.cpu_by_pid)}
 
@@ -254,7 +278,7 @@ def one_cell(target: Target, wl: Workload, cfg: argparse.Namespace, tmp: Path) -
     harness.log(f"  {wl.name:<34} {target.name:<18} ...")
     try:
         with started(target, wl, cfg, tmp) as live:
-            cell = run_loop(measure(target, live, wl, cfg))
+            cell = run_loop(measure(live, wl, cfg))
             if live.child is not None:
                 live.child.stdin.write("exit\n")
                 live.child.stdin.flush()
