@@ -1,0 +1,466 @@
+#!/usr/bin/env python
+"""The shapes real agents have, in one run, against every target (issue 24).
+
+    python bench/workloads.py --quick          # a few minutes: 4,000 tokens x 8 clients (2 modes), agent, large state
+    python bench/workloads.py                  # the full set (see PROFILES)
+    python bench/workloads.py --targets floor,embedded --only agent
+    python bench/workloads.py --quick --threadline-src /tmp/before   # A/B: that checkout's package too, alternated
+
+Targets (each started fresh for each workload, one at a time, never concurrently):
+
+* ``floor``     - the same graphs in a child process, ``InMemorySaver``, driven with ``graph.astream`` & co;
+* ``embedded``  - ``threadline serve`` on a fresh SQLite file (its default in-process workers);
+* ``pg``        - ``threadline serve --workers 0`` + ``threadline worker`` processes on a fresh PostgreSQL
+                  database and Redis key prefix (``bench/scaleout.py``'s helpers);
+* ``reference`` - ``langgraph dev`` (LangGraph's own server), skipped with the reason if it is not installed.
+
+For each (workload, target): wall time of the measured part, its ratio to the floor and to the reference, the
+CPU seconds of the target's processes (utime + stime from /proc, every process of the target's process groups:
+workers included) per token streamed and per graph step, and the summed RSS of those processes before, at peak
+(sampled every 100 ms) and ``--after-seconds`` (5) after. Writes ``bench/results/workloads-<date>.json`` and prints a
+markdown table. Many short runs are ``bench/run.py``'s job (not repeated here). No assertions: a measuring tool.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Iterator
+
+import harness
+import procstat
+import run as bench_run  # find_reference_bin, INSTALL_HINT, package_version
+import scaleout
+import workload_ops as ops
+from threadline.cli import event_loop_name, run_loop
+from workload_ops import Workload
+
+TARGETS = ("floor", "embedded", "pg", "reference")
+MODES = ("messages-tuple", "messages", "values", "updates")
+
+
+def stream(tokens: int, c: int, mode: str, reader: str = "full") -> Workload:
+    suffix = "" if reader == "full" else f" {reader}"
+    return Workload(f"stream {tokens}x{c} {mode}{suffix}", "stream", tokens=tokens, concurrency=c, mode=mode, reader=reader)
+
+
+def large_state(n_read: int, n_update: int, n_history: int) -> list[Workload]:
+    return [Workload(f"state 1MB GET x{n_read}", "state-read", count=n_read),
+            Workload(f"state 1MB POST x{n_update}", "state-update", count=n_update),
+            Workload(f"history 200 ckpt x{n_history}", "history", count=n_history)]
+
+
+PROFILES: dict[str, list[Workload]] = {
+    "quick": [stream(4000, 8, "messages-tuple"), stream(4000, 8, "messages"),
+              Workload("agent 25 steps x4", "agent", concurrency=4, count=4, steps=25),
+              *large_state(100, 100, 20)],
+    "full": [*(stream(t, c, m) for t in (4000, 16000) for c in (8, 32) for m in MODES),
+             stream(4000, 8, "messages-tuple", "slow"), stream(4000, 8, "messages-tuple", "resume"),
+             stream(16000, 8, "messages-tuple", "resume"),
+             Workload("agent 25 steps x16", "agent", concurrency=8, count=16, steps=25),
+             *large_state(300, 300, 50)],
+}
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str  # what the table says
+    kind: str  # floor | embedded | pg | reference
+    src: str | None = None  # a checkout whose `threadline` package is used (PYTHONPATH)
+
+
+@dataclass
+class Live:
+    """A started target: where to send requests (servers) or the child to drive (floor), its process groups."""
+
+    groups: list[int]
+    base_url: str | None = None
+    child: subprocess.Popen | None = None
+
+
+# --------------------------------------------------------------------------- starting targets
+
+
+def target_env(cfg: argparse.Namespace, target: Target) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("THREADLINE_")}
+    env.update({"LANGGRAPH_CLI_NO_ANALYTICS": "1", "LANGSMITH_TRACING": "false", "LANGCHAIN_TRACING_V2": "false",
+                "PYTHONUNBUFFERED": "1"})
+    if target.src:
+        env["PYTHONPATH"] = os.pathsep.join([target.src, *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+@contextlib.contextmanager
+def started(target: Target, wl: Workload, cfg: argparse.Namespace, tmp: Path) -> Iterator[Live]:
+    env = target_env(cfg, target)
+    log_path = cfg.logs_dir / f"workloads-{target.name.replace('@', '-')}.log"
+    if target.kind == "floor":
+        with open(log_path, "wb") as err:
+            child = subprocess.Popen([sys.executable, __file__, "--floor-child", wl.to_json()], cwd=str(tmp), env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                     start_new_session=True, text=True)
+            try:
+                yield Live([child.pid], child=child)
+            finally:
+                harness.stop_process(child)
+        return
+    port = harness.free_port()
+    url = f"http://127.0.0.1:{port}"
+    if target.kind == "embedded":
+        argv = [*cfg.tl_argv, "serve", "--config", str(ops.PROJECT_DIR / "langgraph.json"), "--host", "127.0.0.1",
+                "--port", str(port), "--database-url", f"sqlite:///{tmp / f'{uuid.uuid4().hex}.db'}",
+                "--log-level", "warning", *cfg.threadline_arg]
+        with harness.server_process(target.name, argv, tmp, env, log_path) as proc:
+            yield Live([proc.pid], base_url=url)
+    elif target.kind == "reference":
+        project = tmp / f"ref-{uuid.uuid4().hex[:8]}"
+        shutil.copytree(ops.PROJECT_DIR, project, ignore=shutil.ignore_patterns("__pycache__", ".langgraph_api"))
+        argv = [str(cfg.ref_bin), "dev", "--no-browser", "--no-reload", "--host", "127.0.0.1", "--port", str(port),
+                "--config", str(project / "langgraph.json"), "--server-log-level", "WARNING"]
+        with harness.server_process(target.name, argv, project, env, log_path) as proc:
+            yield Live([proc.pid], base_url=url)
+    else:
+        with started_pg(target, cfg, env, port, log_path) as groups:
+            yield Live(groups, base_url=url)
+
+
+@contextlib.contextmanager
+def started_pg(target: Target, cfg: argparse.Namespace, env: dict[str, str], port: int, log_path: Path) -> Iterator[list[int]]:
+    """A fresh database and Redis prefix, `threadline migrate`, N workers and one API process; all gone after."""
+    token = uuid.uuid4().hex[:10]
+    dbname, prefix = f"threadline_bench_{token}", f"tlbench-{token}"
+    db_url = scaleout.database_url(cfg.scaleout_pg_admin_url, dbname)
+    env = scaleout.clean_env(env, db_url, cfg.scaleout_redis_url, prefix)
+    env["THREADLINE_CONFIG"] = str(ops.PROJECT_DIR / "langgraph.json")
+    procs = scaleout.Procs()
+    scaleout.create_database(cfg.scaleout_pg_admin_url, dbname)
+    try:
+        subprocess.run([*cfg.tl_argv, "migrate"], env=env, check=True, capture_output=True, timeout=120)
+        workers = []
+        for i in range(cfg.pg_workers):
+            path = log_path.with_name(f"{log_path.stem}-worker{i + 1}.log")
+            argv = [*cfg.tl_argv, "worker", "--workers", str(cfg.scaleout_slots), *cfg.threadline_arg]
+            workers.append((procs.start(f"worker {i + 1}", argv, env, path), path))
+        api = procs.start("api", [*cfg.tl_argv, "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", "0",
+                           *cfg.threadline_arg], env, log_path)
+        run_loop(scaleout.wait_workers(workers, cfg.startup_timeout))
+        yield [api.pid, *(p.pid for p, _ in workers)]
+    finally:
+        procs.stop_all()
+        scaleout.drop_database(cfg.scaleout_pg_admin_url, dbname)
+        scaleout.delete_redis_keys(cfg.scaleout_redis_url, prefix)
+
+
+def threadline_file(cfg: argparse.Namespace, target: Target) -> str:
+    """Where a target's processes import `threadline` from (an A/B is only one if the two differ). Asked from a
+    folder without a `threadline` package, as the servers run (`python -c` puts its working folder first)."""
+    python = Path(cfg.tl_argv[0]).parent / "python" if cfg.tl_argv[0] != sys.executable else Path(sys.executable)
+    out = subprocess.run([str(python), "-c", "import threadline; print(threadline.__file__)"], env=target_env(cfg, target),
+                         cwd=str(harness.PROJECT_DIR), capture_output=True, text=True, timeout=60)
+    path = out.stdout.strip() or out.stderr.strip()[-300:]
+    if target.src and not path.startswith(str(Path(target.src).resolve())):
+        raise SystemExit(f"--threadline-src: {target.name} would import threadline from {path}, not from {target.src}")
+    return path
+
+
+# --------------------------------------------------------------------------- one cell
+
+
+def mb(n: int) -> float:
+    return round(n / 2**20, 1)
+
+
+class FloorDriver:
+    """The floor's child process: it sets up and warms up on its own, runs on `go`, prints its result."""
+
+    def __init__(self, live: Live) -> None:
+        self.child = live.child
+
+    async def prepare(self) -> None:
+        line = await asyncio.to_thread(self.child.stdout.readline)
+        if line.strip() != "ready":
+            raise harness.ServerFailed(f"floor child: {line.strip() or 'exited'}")
+
+    async def run(self) -> tuple[float, int, dict[str, Any]]:
+        self.child.stdin.write("go\n")
+        self.child.stdin.flush()
+        out = json.loads(await asyncio.to_thread(self.child.stdout.readline))
+        return out.pop("wall_s"), out.pop("tokens"), out
+
+    async def close(self) -> None:
+        pass
+
+
+class HttpDriver:
+    """A server: wait for `/ok`, warm the workload's path up (small), set the workload up; then run it."""
+
+    def __init__(self, live: Live, wl: Workload, cfg: argparse.Namespace) -> None:
+        self.live, self.wl, self.cfg = live, wl, cfg
+        self.session: Any = None
+
+    async def prepare(self) -> None:
+        await harness.wait_ready(self.live.base_url, _AnyAlive(self.live.groups), self.cfg.startup_timeout)
+        self.session = harness.client_session(self.live.base_url, max(self.wl.concurrency, 8), self.cfg.request_timeout)
+        self.http = ops.HttpOps(self.session)
+        warm = ops.warm_variant(self.wl)
+        await self.http.setup(warm)
+        w, _ = await ops.run(self.http, warm)
+        if w.completed == 0:
+            raise harness.ServerFailed(f"warm-up failed: {w.first_error}")
+        await self.http.setup(self.wl)
+
+    async def run(self) -> tuple[float, int, dict[str, Any]]:
+        t0 = time.perf_counter()
+        res, tokens = await ops.run(self.http, self.wl)
+        wall = time.perf_counter() - t0
+        return wall, tokens, {"completed": res.completed, "errors": res.errors, "first_error": res.first_error,
+                              "p50_s": harness.percentile(res.latencies, 50), "max_s": max(res.latencies, default=None)}
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+
+
+async def measure(live: Live, wl: Workload, cfg: argparse.Namespace) -> dict[str, Any]:
+    """Ready, set up and warm (untimed); then RSS before, the measured part (peak sampled), RSS after."""
+    driver = FloorDriver(live) if live.child is not None else HttpDriver(live, wl, cfg)
+    sampler = procstat.Sampler(live.groups)
+    try:
+        await driver.prepare()
+        await asyncio.sleep(1.0)
+        rss_before = sampler.rss()
+        sampler.reset_peak()
+        cpu0, client0 = sampler.cpu_s(), time.process_time()
+        sampler.start()
+        wall, tokens, out = await driver.run()
+        cpu, client_cpu, peak = sampler.cpu_s() - cpu0, time.process_time() - client0, sampler.peak()
+        await asyncio.sleep(cfg.after_seconds)
+        rss_after = sampler.rss()
+    finally:
+        await sampler.stop()
+        await driver.close()
+    steps = ops.steps_of(wl, out["completed"])
+    return {**out, "wall_s": round(wall, 3), "tokens": tokens, "steps": steps, "cpu_s": round(cpu, 3),
+            "cpu_ms_per_token": round(1000 * cpu / tokens, 4) if tokens else None,
+            "cpu_ms_per_step": round(1000 * cpu / steps, 3) if steps else None,
+            "client_cpu_s": round(client_cpu, 3) if live.child is None else None,
+            "rss_before_mb": mb(rss_before), "rss_peak_mb": mb(peak), "rss_after_mb": mb(rss_after),
+            "processes": len(sampler.cpu_by_pid)}
+
+
+class _AnyAlive:
+    """`harness.wait_ready` asks `poll()` whether the server died; here: whether any of the target's roots did."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids, self.returncode = pids, None
+
+    def poll(self) -> int | None:
+        for pid in self.pids:
+            if not Path(f"/proc/{pid}").exists():
+                self.returncode = -1
+                return -1
+        return None
+
+
+def one_cell(target: Target, wl: Workload, cfg: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    harness.log(f"  {wl.name:<34} {target.name:<18} ...")
+    try:
+        with started(target, wl, cfg, tmp) as live:
+            cell = run_loop(measure(live, wl, cfg))
+            if live.child is not None:
+                live.child.stdin.write("exit\n")
+                live.child.stdin.flush()
+    except Exception as exc:  # noqa: BLE001 - reported, and the other cells go on
+        cell = {"failed": f"{type(exc).__name__}: {exc}"[:500]}
+    harness.log(f"    -> {summary_line(cell)}")
+    return cell
+
+
+def summary_line(c: dict[str, Any]) -> str:
+    if c.get("failed"):
+        return f"FAILED: {c['failed']}"
+    err = f" errors={c['errors']} ({c['first_error']})" if c.get("errors") else ""
+    return (f"wall {c['wall_s']:.2f}s  cpu {c['cpu_s']:.2f}s  rss {c['rss_before_mb']}/{c['rss_peak_mb']}/"
+            f"{c['rss_after_mb']} MB{err}")
+
+
+# --------------------------------------------------------------------------- floor child
+
+
+def floor_child(spec: str) -> int:
+    """Runs in the floor's own process: set up and warm, then wait for `go`, run, print the result, wait for `exit`."""
+    wl = Workload(**json.loads(spec))
+
+    async def main() -> None:
+        f = ops.FloorOps()
+        warm = ops.warm_variant(wl)
+        await f.setup(warm)
+        await ops.run(f, warm)
+        await f.setup(wl)
+        print("ready", flush=True)
+        await asyncio.to_thread(sys.stdin.readline)
+        t0 = time.perf_counter()
+        res, tokens = await ops.run(f, wl)
+        wall = time.perf_counter() - t0
+        print(json.dumps({"wall_s": wall, "tokens": tokens, "completed": res.completed, "errors": res.errors,
+                          "first_error": res.first_error, "p50_s": harness.percentile(res.latencies, 50),
+                          "max_s": max(res.latencies, default=None)}), flush=True)
+        await asyncio.to_thread(sys.stdin.readline)
+
+    run_loop(main())
+    return 0
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def plan(cfg: argparse.Namespace) -> list[Target]:
+    targets = []
+    for kind in cfg.targets:
+        targets.append(Target(kind, kind))
+        if cfg.threadline_src and kind in ("embedded", "pg"):
+            targets.append(Target(f"{kind}@{Path(cfg.threadline_src).name}", kind, cfg.threadline_src))
+    return targets
+
+
+def order_for(targets: list[Target], index: int) -> list[Target]:
+    """A/B pairs alternate: this checkout first on even workloads, the other checkout first on odd ones."""
+    if index % 2 == 0:
+        return targets
+    out = list(targets)
+    for i in range(len(out) - 1):
+        if out[i].kind == out[i + 1].kind and out[i].src is None and out[i + 1].src is not None:
+            out[i], out[i + 1] = out[i + 1], out[i]
+    return out
+
+
+def ratios(rows: dict[str, dict[str, Any]]) -> None:
+    for wl_rows in rows.values():
+        floor = (wl_rows.get("floor") or {}).get("wall_s")
+        ref = (wl_rows.get("reference") or {}).get("wall_s")
+        for cell in wl_rows.values():
+            if not cell.get("failed"):
+                cell["over_floor"] = harness.ratio(cell["wall_s"], floor)
+                cell["over_reference"] = harness.ratio(cell["wall_s"], ref)
+
+
+def table(rows: dict[str, dict[str, Any]], targets: list[Target], skipped: dict[str, str]) -> str:
+    f = harness.fmt
+    head = ("| workload | target | wall s | x floor | x ref | server CPU s | CPU ms/token | CPU ms/step | "
+            "RSS before MB | RSS peak MB | RSS +after MB | client CPU s | err |")
+    lines = [head, "|" + "|".join("---" for _ in range(head.count("|") - 1)) + "|"]
+    for name, wl_rows in rows.items():
+        for t in targets:
+            c = wl_rows.get(t.name)
+            if c is None:
+                continue
+            if c.get("failed"):
+                lines.append(f"| {name} | {t.name} | FAILED: {c['failed'][:120]} |" + " |" * 10)
+                continue
+            lines.append(
+                f"| {name} | {t.name} | {c['wall_s']:.2f} | {f(c.get('over_floor'), 2)} | {f(c.get('over_reference'), 2)} | "
+                f"{c['cpu_s']:.2f} | {f(c['cpu_ms_per_token'], 3)} | {f(c['cpu_ms_per_step'], 2)} | "
+                f"{c['rss_before_mb']:.0f} | {c['rss_peak_mb']:.0f} | {c['rss_after_mb']:.0f} | "
+                f"{f(c.get('client_cpu_s'), 2)} | {c['errors']} |")
+    for t, why in skipped.items():
+        lines.append(f"\n{t}: SKIPPED: {why}")
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="The quick profile (a few minutes).")
+    p.add_argument("--targets", default=",".join(TARGETS), help=f"Comma-separated, of {','.join(TARGETS)}.")
+    p.add_argument("--only", default="", help="Run only the workloads whose name contains one of these (comma-separated).")
+    p.add_argument("--threadline-src", default=None, help="A checkout whose `threadline` package is measured too "
+                   "(PYTHONPATH), as embedded@<dir> / pg@<dir>, alternated with this one.")
+    p.add_argument("--reference-bin", default=None, help="`langgraph` binary of LangGraph's server (default: as bench/run.py).")
+    p.add_argument("--pg-workers", type=int, default=1, help="`threadline worker` processes of the pg target (default 1).")
+    p.add_argument("--threadline-arg", action="append", default=[], metavar="ARG",
+                   help="Passed to `threadline serve` (embedded) and to the pg target's serve and worker processes, "
+                        "e.g. --threadline-arg=--stream-buffer-events=100 (repeatable).")
+    p.add_argument("--after-seconds", type=float, default=5.0, help="When RSS is read after the workload (default 5).")
+    p.add_argument("--slow-ms", type=float, default=10.0, help="The slow readers' pause after each event (default 10 ms).")
+    p.add_argument("--request-timeout", type=float, default=600.0)
+    p.add_argument("--startup-timeout", type=float, default=120.0)
+    p.add_argument("--output", default=None, help="JSON path (default bench/results/workloads-<date>.json).")
+    p.add_argument("--floor-child", default=None, help=argparse.SUPPRESS)
+    scaleout.add_arguments(p)
+    cfg = p.parse_args(argv)
+    cfg.targets = [t.strip() for t in cfg.targets.split(",") if t.strip()]
+    if bad := [t for t in cfg.targets if t not in TARGETS]:
+        p.error(f"unknown targets {bad}")
+    if cfg.threadline_src and not (Path(cfg.threadline_src) / "threadline" / "__init__.py").exists():
+        p.error(f"--threadline-src {cfg.threadline_src}: no threadline/__init__.py there")
+    return cfg
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_args(argv)
+    if cfg.floor_child:
+        return floor_child(cfg.floor_child)
+    started_at = time.time()
+    profile = "quick" if cfg.quick else "full"
+    workloads = [replace(w, slow_ms=cfg.slow_ms) for w in PROFILES[profile]]
+    if cfg.only:
+        keys = [k.strip() for k in cfg.only.split(",") if k.strip()]
+        workloads = [w for w in workloads if any(k in w.name for k in keys)]
+    tl_bin = Path(sys.executable).parent / "threadline"
+    cfg.tl_argv = [str(tl_bin)] if tl_bin.exists() else [sys.executable, "-m", "threadline"]
+    cfg.ref_bin = Path(cfg.reference_bin) if cfg.reference_bin else bench_run.find_reference_bin()
+    cfg.logs_dir = harness.BENCH_DIR / "results"
+    skipped: dict[str, str] = {}
+    if "reference" in cfg.targets and (cfg.ref_bin is None or not cfg.ref_bin.exists()):
+        skipped["reference"] = f"`langgraph dev` not installed; {bench_run.INSTALL_HINT}"
+    if "pg" in cfg.targets and (why := scaleout.check_services(cfg)):
+        skipped["pg"] = why
+    targets = [t for t in plan(cfg) if t.kind not in skipped]
+    cfg.imported_from = {t.name: threadline_file(cfg, t) for t in targets if t.kind in ("embedded", "pg")}
+    for name, path in cfg.imported_from.items():
+        harness.log(f"[{name}] threadline imported from {path}")
+    for t, why in skipped.items():
+        harness.log(f"[{t}] SKIPPED: {why}")
+    harness.log(f"workloads ({profile}): {', '.join(w.name for w in workloads)}\n"
+                f"targets: {', '.join(t.name for t in targets)}; {os.cpu_count()} CPUs")
+    rows: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="threadline-workloads-") as tmp:
+        for i, wl in enumerate(workloads):
+            harness.log(f"\n[{wl.name}]")
+            rows[wl.name] = {t.name: one_cell(t, wl, cfg, Path(tmp)) for t in order_for(targets, i)}
+    ratios(rows)
+    text = table(rows, targets, skipped)
+    harness.log("\n" + text)
+    meta = {
+        "command": " ".join(["python", *sys.argv]), "profile": profile,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started_at)),
+        "duration_s": round(time.time() - started_at, 1), "python": sys.version.split()[0],
+        "platform": platform.platform(), "cpu_count": os.cpu_count(), "load_avg_at_end": os.getloadavg(),
+        "event_loop": event_loop_name(), "pg_workers": cfg.pg_workers, "pg_slots": cfg.scaleout_slots,
+        "threadline_src": cfg.threadline_src, "threadline_args": cfg.threadline_arg,
+        "threadline_imported_from": cfg.imported_from, "reference_bin": str(cfg.ref_bin) if cfg.ref_bin else None,
+        "versions": {d: bench_run.package_version(None, d) for d in ("threadline", "langgraph", "langchain-core")},
+        "reference_langgraph_api": (bench_run.package_version(cfg.ref_bin.parent / "python", "langgraph-api")
+                                    if cfg.ref_bin and cfg.ref_bin.exists() else None),
+        "workloads": [asdict(w) for w in workloads], "targets": [asdict(t) for t in targets], "skipped": skipped,
+    }
+    out = Path(cfg.output or harness.BENCH_DIR / "results" / f"workloads-{time.strftime('%Y-%m-%d', time.gmtime())}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"meta": meta, "results": rows, "table": text}, indent=2) + "\n")
+    harness.log(f"\nWrote {out} (total {meta['duration_s']}s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
