@@ -98,6 +98,10 @@ async def _collect(broker: Broker, run_id: str, **kwargs: object) -> list[bytes]
     return [ev.data async for ev in broker.subscribe(run_id, **kwargs)]  # type: ignore[arg-type]
 
 
+async def _collect_events(broker: Broker, run_id: str, **kwargs: object) -> list[StreamEvent]:
+    return [ev async for ev in broker.subscribe(run_id, **kwargs)]  # type: ignore[arg-type]
+
+
 def _numbers(*values: int) -> list[bytes]:
     return [str(i).encode() for i in values]
 
@@ -129,6 +133,21 @@ async def test_live_subscriber_gets_events_in_order(broker: Broker) -> None:
         await asyncio.sleep(0)
     await broker.end_stream("r")
     assert await got == _numbers(*range(5))
+
+
+async def test_concurrent_publishes_reach_a_live_subscriber_each_once(broker: Broker) -> None:
+    """Publishes of one run from several tasks while a subscriber is waking: every event arrives once, with an
+    id of its own. (The memory broker numbered an event before taking its lock and stored it with the number
+    current after, so two publishes that waited for the lock stored one number twice and a subscriber whose
+    cursor had passed it lost the second event: a join missed a run's last `custom` event under load.)"""
+    got = asyncio.create_task(_collect_events(broker, "r", replay=True))
+    for round_ in range(20):
+        await asyncio.gather(*(broker.publish("r", "custom", f"{round_}-{i}".encode()) for i in range(5)))
+        await asyncio.sleep(0)
+    await broker.end_stream("r")
+    events = await got
+    assert sorted(e.data for e in events) == sorted(f"{r}-{i}".encode() for r in range(20) for i in range(5))
+    assert len({e.id for e in events}) == len(events)
 
 
 async def test_event_names_data_and_ids_round_trip(broker: Broker) -> None:

@@ -4,7 +4,8 @@
 
 `--show` also prints each exchange of each session, as recorded (masked), on both servers. `--repeat N` runs
 the sessions N rounds in a row on the same two servers (each round all of them concurrently, as the test does)
-and prints, per session, the rounds with a difference `accepted.py` does not explain: the check that a session
+and prints, per session, the rounds with a difference `accepted.py` does not explain (with `--show`, and
+the exchanges of those sessions): the check that a session
 does not depend on timing (run it beside a CPU hog to see it under load).
 
 The test (`tests/differential/test_differential.py`) does the same and fails on any difference that
@@ -31,7 +32,7 @@ async def record_all(names: list[str], reference: str, threadline: str) -> dict[
     return dict(zip(names, results))
 
 
-def repeat(names: list[str], rounds: int) -> int:
+def repeat(names: list[str], rounds: int, show: bool = False) -> int:
     """Run the sessions `rounds` times, each round on two fresh servers (as the test does: sessions tag what
     they make, so a second round on the same servers would find the first's); print every unexplained
     difference; return the number of session failures."""
@@ -50,6 +51,10 @@ def repeat(names: list[str], rounds: int) -> int:
             new = [d for d in differences(name, r, t) if classify(d) is None]
             for diff in new:
                 print(f"round {round_}: NEW {diff}")
+            for label, recorded in (("reference", r), ("threadline", t)) if new and show else ():
+                print(f"round {round_}: == {name} on {label}" + (f" (error: {recorded.error})" if recorded.error else ""))
+                for e in recorded.exchanges:
+                    print(f"round {round_}:    {e.step}: {e.where} {e.status} {e.body}")
             if new:
                 failed[name] = failed.get(name, 0) + 1
                 bad += 1
@@ -72,7 +77,7 @@ def main() -> None:
     prefixes = args
     names = [n for n in SESSIONS if not prefixes or n.startswith(tuple(prefixes))]
     if rounds:
-        sys.exit(1 if repeat(names, rounds) else 0)
+        sys.exit(1 if repeat(names, rounds, show) else 0)
     with tempfile.TemporaryDirectory() as tmp:
         started = time.monotonic()
         ref, tl = start_reference(Path(tmp)), start_threadline(Path(tmp))
