@@ -21,6 +21,7 @@ from threadline.core.worker import WorkerPool
 from threadline.errors import Conflict, InvalidInput, NotFound
 from threadline.shapes import FINAL_RUN_STATUSES, CancelAction, CancelStatus, MultitaskStrategy, RunStatus
 from threadline.storage.base import Quota, Row, Storage
+from threadline.tracing import TRACE_KEY, carrier
 
 TERMINAL = FINAL_RUN_STATUSES
 #: How long a client's cancel waits for the run to have ended before it answers (see `Runs._settle`).
@@ -117,6 +118,8 @@ class Runs:
             raise InvalidInput("Give either input or command, not both")
         check_run_timeout(body.get("config"))
         kwargs = {k: body[k] for k in KWARG_KEYS if body.get(k) is not None}
+        if trace := carrier():  # the worker that executes the run continues the caller's trace
+            kwargs[TRACE_KEY] = trace
         create_thread = body.get("if_not_exists") == "create"
         if thread_id is None:
             thread_id, create_thread = str(uuid.uuid4()), True
