@@ -51,11 +51,14 @@ class Receiver:
                 body = self.rfile.read(int(self.headers.get("content-length") or 0))
                 received.requests.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
                 received.arrived.set()
+                # OTLP/HTTP wants an ExportTraceServiceResponse (empty: every span accepted); others JSON.
+                otlp = self.path.endswith("/v1/traces")
+                answer = b"" if otlp else b"{}"
                 self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", "2")
+                self.send_header("content-type", "application/x-protobuf" if otlp else "application/json")
+                self.send_header("content-length", str(len(answer)))
                 self.end_headers()
-                self.wfile.write(b"{}")
+                self.wfile.write(answer)
 
             def do_GET(self) -> None:  # noqa: N802
                 self.do_POST()
