@@ -60,3 +60,111 @@ def test_every_alert_has_its_runbook_entry() -> None:
     for alert in _alerts():
         assert alert["alert"].lower() in headings, f"docs/operations.md has no section {alert['alert']}"
         assert alert["annotations"]["runbook"] == f"docs/operations.md#{alert['alert'].lower()}"
+
+
+# --- the container image and compose.yaml
+
+def _dockerfile_final_stage() -> list[tuple[str, str]]:
+    """(instruction, arguments) of the Dockerfile's last stage, continuation lines joined."""
+    text = re.sub(r"\\\n\s*", " ", (ROOT / "Dockerfile").read_text())
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    instructions = [(line.split(None, 1)[0].upper(), line.split(None, 1)[1] if " " in line else "") for line in lines]
+    last = max(i for i, (op, _) in enumerate(instructions) if op == "FROM")
+    return instructions[last:]
+
+
+def _settings_env() -> set[str]:
+    from threadline.settings import Settings
+
+    return {f"THREADLINE_{name.upper()}" for name in Settings.names()}
+
+
+def _commands_parse(command: list[str]) -> None:
+    from threadline.cli import _parser
+
+    _parser().parse_args(command)  # SystemExit on an unknown command or flag
+
+
+def test_the_image_runs_threadline_as_a_non_root_user_with_a_health_check_on_ok() -> None:
+    stage = dict(_dockerfile_final_stage())
+    user = stage["USER"].split(":")[0]
+    assert user not in ("0", "root")
+    assert "/ok" in stage["HEALTHCHECK"] and "check_db" not in stage["HEALTHCHECK"]  # liveness, not readiness
+    assert stage["ENTRYPOINT"] == '["threadline"]' and stage["CMD"] == '["serve"]'
+    env = dict(re.findall(r"(\w+)=(\S+)", stage["ENV"]))
+    assert stage["EXPOSE"] == env["THREADLINE_PORT"] and env["THREADLINE_HOST"] == "0.0.0.0"
+    assert {k for k in env if k.startswith("THREADLINE_")} <= _settings_env()
+
+
+def test_compose_runs_the_migration_before_the_api_and_workers() -> None:
+    services = yaml.safe_load((ROOT / "compose.yaml").read_text())["services"]
+    assert {"postgres", "redis", "migrate", "api", "worker"} <= set(services)
+    for name in ("migrate", "api", "worker"):
+        _commands_parse(services[name]["command"])
+        env = services[name]["environment"]
+        assert {k for k in env if k.startswith("THREADLINE_")} <= _settings_env()
+        assert env["THREADLINE_DATABASE_URL"].startswith("postgresql://") and "@postgres:5432/" in env[
+            "THREADLINE_DATABASE_URL"]
+    assert services["migrate"]["command"] == ["migrate"]
+    for name in ("api", "worker"):
+        assert services[name]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+        assert int(services[name]["stop_grace_period"].rstrip("s")) > 25  # past the drain (docs/deployment.md)
+    assert services["api"]["command"][:1] == ["serve"] and services["worker"]["command"][:1] == ["worker"]
+
+
+def test_install_deps_installs_as_langgraph_build_does(tmp_path: Path) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("install_deps", DEPLOY / "docker" / "install_deps.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "pyproject.toml").write_text("[project]\nname = 'pkg'\n")
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "requirements.txt").write_text("humanize\n")
+    (tmp_path / "agent.py").write_text("graph = None\n")
+    (tmp_path / "langgraph.json").write_text(
+        '{"graphs": {"a": "./agent.py:graph"}, "dependencies": [".", "./pkg", "./plain", "langchain-openai>=0.3"]}')
+    commands = [c[c.index("install") + 2:] for c in module.plan(tmp_path / "langgraph.json")]
+    assert commands == [["-e", str(tmp_path / "pkg")], ["-r", str(tmp_path / "plain" / "requirements.txt")],
+                        ["langchain-openai>=0.3"]]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_the_compose_stack_builds_migrates_and_runs_a_run(tmp_path: Path) -> None:
+    """Where a container engine works: build the image, start compose.yaml, run a run through the API."""
+    docker = needs("docker", "a container engine's client")
+    info = subprocess.run([docker, "info"], capture_output=True, text=True, timeout=30)
+    compose = subprocess.run([docker, "compose", "version"], capture_output=True, text=True, timeout=30)
+    for what, done in (("no container engine answers `docker info`", info), ("no `docker compose`", compose)):
+        if done.returncode != 0:
+            reason = f"{what}: {(done.stderr or done.stdout).strip().splitlines()[-1]}"
+            if os.environ.get("THREADLINE_TEST_CONTAINERS") == "1":
+                pytest.fail(reason)
+            pytest.skip(reason)
+    port = _free_port()
+    env = {**os.environ, "THREADLINE_API_KEYS": "tester=test-key-123", "THREADLINE_PORT": str(port),
+           "COMPOSE_PROJECT_NAME": f"threadline-test-{os.getpid()}"}
+    up = [docker, "compose", "-f", str(ROOT / "compose.yaml")]
+    try:
+        started = subprocess.run([*up, "up", "-d", "--build", "--wait"], env=env, capture_output=True, text=True,
+                                 timeout=1000)
+        assert started.returncode == 0, started.stdout + started.stderr
+        base, key = f"http://127.0.0.1:{port}", {"x-api-key": "test-key-123"}
+        assert httpx.get(f"{base}/ok?check_db=1", timeout=10).status_code == 200
+        tid = httpx.post(f"{base}/threads", json={}, headers=key).json()["thread_id"]
+        run = httpx.post(f"{base}/threads/{tid}/runs/wait", headers=key, timeout=60,
+                         json={"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "hi"}]}})
+        assert run.status_code == 200, run.text
+    finally:
+        subprocess.run([*up, "down", "-v"], env=env, capture_output=True, timeout=300)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
