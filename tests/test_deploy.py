@@ -168,3 +168,72 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# --- Kubernetes manifests
+
+K8S = DEPLOY / "kubernetes"
+
+
+def _k8s_objects() -> tuple[list[dict], str]:
+    """The manifests as `kubectl kustomize` renders them when kubectl is installed (it renders offline), else each
+    file kustomization.yaml lists, parsed with PyYAML; and which of the two it was."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is not None:
+        rendered = subprocess.run([kubectl, "kustomize", str(K8S)], capture_output=True, text=True, timeout=60)
+        assert rendered.returncode == 0, rendered.stderr
+        return [d for d in yaml.safe_load_all(rendered.stdout) if d], "kubectl kustomize"
+    files = yaml.safe_load((K8S / "kustomization.yaml").read_text())["resources"]
+    return [d for f in files for d in yaml.safe_load_all((K8S / f).read_text()) if d], "PyYAML"
+
+
+def _one(objects: list[dict], kind: str, name: str) -> dict:
+    (found,) = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    return found
+
+
+def test_the_kubernetes_manifests_run_what_the_server_serves() -> None:
+    from threadline.shutdown import GRACE_SECONDS, THREAD_SECONDS
+
+    objects, rendered_by = _k8s_objects()
+    config = _one(objects, "ConfigMap", "threadline")["data"]
+    secret = _one(objects, "Secret", "threadline")["stringData"]
+    env_names = {k for k in [*config, *secret] if k.startswith("THREADLINE_")}
+    assert env_names <= _settings_env(), f"unknown settings ({rendered_by}): {env_names - _settings_env()}"
+    assert secret["THREADLINE_DATABASE_URL"].startswith("postgresql://") and config["THREADLINE_REDIS_URL"]
+    stage = dict(_dockerfile_final_stage())
+    for name, command in (("threadline-api", "serve"), ("threadline-worker", "worker")):
+        deployment = _one(objects, "Deployment", name)
+        pod = deployment["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        _commands_parse(container["args"])
+        assert container["args"][0] == command
+        assert {ref.get("configMapRef", ref.get("secretRef"))["name"] for ref in container["envFrom"]} == {"threadline"}
+        assert str(pod["securityContext"]["runAsUser"]) == stage["USER"].split(":")[0] and pod["securityContext"][
+            "runAsNonRoot"]
+        assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+        # Past every bound on stopping: the API's 10 s for open requests, nodes' threads, the preStop pause.
+        pause = int((container.get("lifecycle") or {}).get("preStop", {}).get("exec", {}).get("command", [0, 0])[1])
+        assert pod["terminationGracePeriodSeconds"] > GRACE_SECONDS + THREAD_SECONDS + pause
+        assert pod["terminationGracePeriodSeconds"] >= 25  # docs/deployment.md asks for at least 25 s
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert deployment["spec"]["selector"]["matchLabels"].items() <= labels.items()
+        budget = [p for p in objects if p["kind"] == "PodDisruptionBudget"
+                  and p["spec"]["selector"]["matchLabels"].items() <= labels.items()]
+        assert len(budget) == 1, f"{name}: one PodDisruptionBudget selects its pods"
+    api = _one(objects, "Deployment", "threadline-api")["spec"]["template"]["spec"]["containers"][0]
+    (port,) = api["ports"]
+    assert port["containerPort"] == int(config["THREADLINE_PORT"]) and port["name"] == "http"
+    assert api["livenessProbe"]["httpGet"] == {"path": "/ok", "port": "http"}
+    assert api["readinessProbe"]["httpGet"] == {"path": "/ok?check_db=1", "port": "http"}
+    service = _one(objects, "Service", "threadline-api")
+    assert service["spec"]["ports"][0]["targetPort"] == "http"
+    job = _one(objects, "Job", "threadline-migrate")["spec"]["template"]["spec"]["containers"][0]
+    assert job["args"] == ["migrate"]
+    _commands_parse(job["args"])
+
+
+async def test_the_probes_paths_answer(http: httpx.AsyncClient) -> None:
+    """What the manifests' and the image's probes ask for, asked of a server (liveness, then readiness)."""
+    assert (await http.get("/ok")).status_code == 200
+    assert (await http.get("/ok?check_db=1")).status_code == 200
