@@ -222,9 +222,11 @@ def test_resource_names_the_service_and_process(monkeypatch: pytest.MonkeyPatch)
 
     monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
     monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=staging")
+    monkeypatch.setattr(sys, "argv", ["threadline", "worker", "--database-url", "postgresql://u:secret@db/x"])
     attributes = resource("worker").attributes
     assert attributes["service.name"] == "threadline" and attributes["service.version"]
     assert attributes["process.command"] == "threadline worker" and attributes["process.pid"]
     assert attributes["deployment.environment"] == "staging"
+    assert not [v for v in attributes.values() if "secret" in str(v)]  # argv (--database-url) is never exported
     monkeypatch.setenv("OTEL_SERVICE_NAME", "agents-eu")
     assert resource("serve").attributes["service.name"] == "agents-eu"

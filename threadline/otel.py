@@ -18,7 +18,7 @@ headers, sampler, batch sizes, propagators, resource attributes, service name) t
 from __future__ import annotations
 
 import os
-import sys
+import socket
 from collections.abc import Awaitable, Mapping
 from contextvars import ContextVar
 from datetime import datetime
@@ -39,6 +39,7 @@ from threadline.tracing import Tracer
 _NODE_SPANS: ContextVar[BaseCallbackHandler | None] = ContextVar("threadline_node_spans", default=None)
 register_configure_hook(_NODE_SPANS, True)  # every callback manager a run's graph makes gets its handler
 _FAILED = ("error", "timeout")
+_ARGV = ("process.command_args", "process.command_line")  # never exported: a flag may hold a password
 
 
 class OTelTracer(Tracer):
@@ -170,9 +171,11 @@ class NodeSpans(BaseCallbackHandler):
 def resource(command: str) -> Resource:
     """service.name (`OTEL_SERVICE_NAME`, else `threadline`), service.version, the process's attributes and
     `OTEL_RESOURCE_ATTRIBUTES`, which win over ours."""
+    # Not argv: a flag may hold a secret (--database-url with its password).
     ours = Resource({"service.name": "threadline", "service.version": version("threadline"),
-                     "process.command": f"threadline {command}", "process.command_args": sys.argv[1:]})
+                     "process.command": f"threadline {command}", "host.name": socket.gethostname()})
     detected = get_aggregated_resources([ProcessResourceDetector()])  # pid, executable, runtime
+    detected = Resource({k: v for k, v in detected.attributes.items() if k not in _ARGV})
     from_env = Resource.create({})  # OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME
     if not (os.environ.get("OTEL_SERVICE_NAME") or "service.name=" in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")):
         from_env = Resource({k: v for k, v in from_env.attributes.items() if k != "service.name"})
