@@ -78,7 +78,7 @@ def test_a_run_is_one_trace_from_the_api_process_to_the_worker_process(traced: C
     base = traced.apis[0]
     tid = httpx.post(f"{base}/threads", json={}).json()["thread_id"]
     created = httpx.post(f"{base}/threads/{tid}/runs", json={"assistant_id": "nested", "input": {"items": []}},
-                         headers={"traceparent": TRACEPARENT})
+                         headers={"traceparent": TRACEPARENT, "x-request-id": "req-from-api"})
     run_id = created.json()["run_id"]
     assert httpx.get(f"{base}/threads/{tid}/runs/{run_id}/join", timeout=60).status_code == 200
     wanted = {"threadline.run", "threadline.run.queued", "node parent_step", "node child", "node child_step"}
@@ -111,3 +111,7 @@ def test_a_run_is_one_trace_from_the_api_process_to_the_worker_process(traced: C
     assert all(run.span_id in ancestors(n) and n.process == "threadline worker" for n in nodes)
     assert {s.resource["service.name"] for s in spans} == {"threadline-test"}
     assert all(s.resource["service.version"] and s.resource["process.pid"] for s in spans)
+    # The worker's log lines for the run carry the id of the request that created it, and its trace id.
+    worker_log = "\n".join(p.read_text() for p in traced.tmp.glob("worker-*.log"))
+    started = [line for line in worker_log.splitlines() if "run started" in line and run_id in line]
+    assert len(started) == 1 and "request_id=req-from-api" in started[0] and f"trace_id={TRACE_ID}" in started[0]
