@@ -60,8 +60,13 @@ def test_each_run_is_traced_under_its_id_with_its_metadata(smith: Receiver, tmp_
         run = httpx.post(f"{url}/threads/{tid}/runs", json={
             "assistant_id": "nested", "input": {"items": []}, "metadata": {"customer": "acme"}}).json()
         assert httpx.get(f"{url}/threads/{tid}/runs/{run['run_id']}/join", timeout=30).status_code == 200
+        # As on LangGraph's server, a run's `langsmith_tracer` sends its trace to another project too.
+        other = httpx.post(f"{url}/threads/{tid}/runs", json={
+            "assistant_id": "echo", "input": {"messages": []}, "langsmith_tracer": {"project_name": "evals"}}).json()
+        assert httpx.get(f"{url}/threads/{tid}/runs/{other['run_id']}/join", timeout=30).status_code == 200
         deadline = time.monotonic() + 30
-        while not any(r["id"] == run["run_id"] and r.get("end_time") for r in posted_runs(smith)):
+        while not (any(r["id"] == run["run_id"] and r.get("end_time") for r in posted_runs(smith))
+                   and any(r.get("session_name") == "evals" and r.get("end_time") for r in posted_runs(smith))):
             assert time.monotonic() < deadline, f"sent: {[p for p, _, _ in smith.requests]}\n" \
                                                 f"{(tmp_path / 'server.log').read_text()}"
             time.sleep(0.2)
@@ -75,3 +80,6 @@ def test_each_run_is_traced_under_its_id_with_its_metadata(smith: Receiver, tmp_
     assert root["session_name"] == "threadline-test" and root.get("parent_run_id") is None
     nodes = {r["name"] for r in sent.values() if r.get("trace_id") == root["trace_id"]}
     assert {"parent_step", "child", "child_step"} <= nodes  # the graph's nodes, in the run's trace
+    roots = [r for r in sent.values() if r.get("parent_run_id") is None
+             and (r.get("extra") or {}).get("metadata", {}).get("run_id") == other["run_id"]]
+    assert {r["session_name"] for r in roots} == {"evals", "threadline-test"}

@@ -212,6 +212,8 @@ def test_off_by_default_and_then_nothing_of_ours_is_loaded() -> None:
     ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}, True),
     ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4318/v1/traces"}, True),
     ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_SDK_DISABLED": "true"}, False),
+    ({"OTEL_ENABLED": "true"}, True),  # LangGraph's server's switch
+    ({"OTEL_ENABLED": "false", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}, False),
 ])
 def test_which_variables_turn_it_on(env: dict[str, str], wanted: bool) -> None:
     assert tracing.otel_wanted(env) is wanted

@@ -72,10 +72,13 @@ def tracer() -> Tracer:
 
 def otel_wanted(environ: Mapping[str, str] | None = None) -> bool:
     """OpenTelemetry is on when the standard variables name an exporter (`OTEL_TRACES_EXPORTER`, not `none`) or
-    an OTLP endpoint, and `OTEL_SDK_DISABLED` is not true."""
+    an OTLP endpoint, and `OTEL_SDK_DISABLED` is not true. LangGraph's server's `OTEL_ENABLED`, when set, decides
+    instead (true: the OTLP exporter unless another is named)."""
     env = os.environ if environ is None else environ
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return False
+    if env.get("OTEL_ENABLED", "").strip():
+        return env["OTEL_ENABLED"].strip().lower() in _TRUE
     exporters = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
     if exporters:
         return exporters != "none"
@@ -163,5 +166,13 @@ async def _langsmith(run: Mapping[str, Any], execution: Awaitable[Any]) -> Any:
 
     metadata = {"run_attempt": run.get("attempt", 1), "langgraph_version": version("langgraph"),
                 "threadline_version": version("threadline")}
-    with tracing_context(enabled=True, metadata=metadata):
+    options: dict[str, Any] = {}
+    asked = (run.get("kwargs") or {}).get("langsmith_tracer") or {}
+    if asked.get("project_name"):  # the run's `langsmith_tracer`: its project too, as LangGraph's server sends it
+        from langsmith.utils import get_tracer_project
+
+        updates = {"reference_example_id": asked["example_id"]} if asked.get("example_id") else None
+        options["replicas"] = [{"project_name": asked["project_name"], "updates": updates},
+                               {"project_name": get_tracer_project(), "updates": None}]
+    with tracing_context(enabled=True, metadata=metadata, **options):
         return await execution

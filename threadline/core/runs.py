@@ -36,7 +36,7 @@ def thread_signal(thread_id: str) -> str:
 KWARG_KEYS = (
     "input", "command", "config", "context", "stream_mode", "stream_subgraphs", "stream_resumable",
     "interrupt_before", "interrupt_after", "checkpoint", "checkpoint_id", "webhook", "on_completion",
-    "on_disconnect", "after_seconds", "durability", "feedback_keys", "checkpoint_during",
+    "on_disconnect", "after_seconds", "durability", "feedback_keys", "checkpoint_during", "langsmith_tracer",
     "protocol",  # set by Protocol v2 commands (core/protocol.py): the run's events go to the thread's log
 )
 
