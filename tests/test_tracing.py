@@ -184,6 +184,21 @@ async def test_a_queued_run_continues_the_trace_of_the_request_that_created_it(
     assert format(run.context.trace_id, "032x") == TRACE_ID
 
 
+async def test_a_run_no_traced_request_created_is_a_trace_of_its_own(spans: InMemorySpanExporter) -> None:
+    """A cron's run, or one created with tracing off: its queue wait and execution still share one trace."""
+    run = {"run_id": "r1", "thread_id": "t1", "assistant_id": "a1", "attempt": 1,
+           "created_at": "2026-12-02T06:00:00+00:00"}
+
+    async def execution() -> dict[str, Any]:
+        return {**run, "status": "success"}
+
+    assert (await tracing.tracer().run(run, {"x-request-id": "r"}, execution()))["status"] == "success"
+    (executed,) = _named(spans.get_finished_spans(), "threadline.run")
+    (queued,) = _named(spans.get_finished_spans(), "threadline.run.queued")
+    assert executed.parent is None and queued.parent is not None
+    assert queued.parent.span_id == executed.context.span_id and queued.start_time < executed.start_time
+
+
 async def test_a_failed_run_is_an_error_span(client: httpx.AsyncClient, spans: InMemorySpanExporter) -> None:
     tid = (await client.post("/threads", json={})).json()["thread_id"]
     await client.post(f"/threads/{tid}/runs/wait", json={"assistant_id": "failing", "input": {}})

@@ -80,11 +80,13 @@ class OTelTracer(Tracer):
         attributes = {"threadline.run_id": run["run_id"], "threadline.thread_id": run["thread_id"],
                       "threadline.assistant_id": run["assistant_id"], "threadline.run.attempt": run.get("attempt", 1)}
         created = _nanos(run.get("created_at"))
-        if created is not None:
-            self.tracer.start_span("threadline.run.queued", context=parent, kind=SpanKind.CONSUMER,
-                                   attributes=attributes, start_time=created).end()
+        continued = "traceparent" in carrier
+        if created is not None and continued:
+            self._queued(parent, attributes, created)
         with self.tracer.start_as_current_span("threadline.run", context=parent, attributes=attributes,
                                                record_exception=False, set_status_on_exception=False) as span:
+            if created is not None and not continued:  # a run no request created (a cron's): its own trace
+                self._queued(trace.set_span_in_context(span), attributes, created)
             token = _NODE_SPANS.set(NodeSpans(self.tracer, span))
             try:
                 finished = await execution
@@ -100,6 +102,11 @@ class OTelTracer(Tracer):
                 error = (finished or {}).get("error") or {}
                 span.set_status(Status(StatusCode.ERROR, f"{status}: {error.get('error', '')}".rstrip(": ")))
             return finished
+
+    def _queued(self, parent: Any, attributes: dict[str, Any], created: int) -> None:
+        """The run's time in the queue, from its creation to now (its claim)."""
+        self.tracer.start_span("threadline.run.queued", context=parent, kind=SpanKind.CONSUMER,
+                               attributes=attributes, start_time=created).end()
 
     def log_ids(self) -> dict[str, str]:
         found = trace.get_current_span().get_span_context()
