@@ -4,6 +4,8 @@
 #   docker build -t threadline .                                    # the bundled example project
 #   docker build -t my-agents --build-context project=../my-agents .   # your project (a folder with langgraph.json)
 #
+#   docker run -p 8000:8000 -v threadline-data:/var/lib/threadline -e THREADLINE_API_KEYS=me=<a long key> threadline
+#
 # The project's langgraph.json `dependencies` are installed as `langgraph build` installs them
 # (deploy/docker/install_deps.py). The same image runs every role: `serve` (the default), `worker`, `migrate`.
 ARG PYTHON_VERSION=3.12
@@ -26,7 +28,8 @@ RUN python /tmp/install_deps.py /deps/project/langgraph.json
 
 FROM python:${PYTHON_VERSION}-slim
 RUN groupadd --system --gid 10001 threadline \
- && useradd --system --uid 10001 --gid threadline --no-create-home --home-dir /nonexistent threadline
+ && useradd --system --uid 10001 --gid threadline --no-create-home --home-dir /nonexistent threadline \
+ && mkdir -p /var/lib/threadline && chown threadline:threadline /var/lib/threadline
 COPY --from=build /opt/threadline /opt/threadline
 COPY --from=build /deps/project /deps/project
 ENV PATH=/opt/threadline/bin:$PATH \
@@ -34,7 +37,10 @@ ENV PATH=/opt/threadline/bin:$PATH \
     THREADLINE_CONFIG=/deps/project/langgraph.json \
     THREADLINE_HOST=0.0.0.0 \
     THREADLINE_PORT=8000 \
-    THREADLINE_LOG_FORMAT=json
+    THREADLINE_LOG_FORMAT=json \
+    THREADLINE_DATABASE_URL=sqlite:////var/lib/threadline/threadline.db
+# The embedded database, when no PostgreSQL URL replaces the one above (one container, one volume).
+VOLUME /var/lib/threadline
 WORKDIR /deps/project
 USER 10001:10001
 EXPOSE 8000

@@ -93,6 +93,9 @@ def test_the_image_runs_threadline_as_a_non_root_user_with_a_health_check_on_ok(
     assert stage["ENTRYPOINT"] == '["threadline"]' and stage["CMD"] == '["serve"]'
     env = dict(re.findall(r"(\w+)=(\S+)", stage["ENV"]))
     assert stage["EXPOSE"] == env["THREADLINE_PORT"] and env["THREADLINE_HOST"] == "0.0.0.0"
+    # Alone, it serves on SQLite in a volume its user may write (the project's folder is read-only to it).
+    assert env["THREADLINE_DATABASE_URL"].startswith(f"sqlite:///{stage['VOLUME']}/")
+    assert f"chown threadline:threadline {stage['VOLUME']}" in stage["RUN"]
     assert {k for k in env if k.startswith("THREADLINE_")} <= _settings_env()
 
 

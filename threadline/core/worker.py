@@ -179,7 +179,8 @@ class WorkerPool:
             await self.unreserve()
             raise
         # In the trace of the request that created the run, wherever that was (`threadline.tracing`).
-        task = asyncio.create_task(traced_run(run, self.executor.execute(run, self.worker_id, stop, lease, assistant)))
+        execution = self.executor.execute(run, self.worker_id, stop, lease, assistant)
+        task = asyncio.create_task(traced_run(run, execution))
         holder.append(task)
         self._running[run["run_id"]] = (task, lease)
         self._reserved -= 1  # the slot is now counted in `_running`
