@@ -1,8 +1,8 @@
 """Tracing: the narrow interface the API and the core call, whatever records the traces.
 
 - **OpenTelemetry** (`threadline.otel`), configured by the standard `OTEL_*` variables only and off unless they
-  name an exporter or an OTLP endpoint. Off, nothing of OpenTelemetry's SDK is imported and every hook here is
-  a shared no-op (a context manager that does nothing, an empty carrier, the run's coroutine unwrapped).
+  name an exporter or an OTLP endpoint. Off, `threadline.otel` is never imported, no tracer provider is set,
+  and every hook here is a shared no-op (a context manager that does nothing, an empty carrier).
 - **LangSmith**, as LangGraph's server does it: with `LANGSMITH_TRACING=true` each run's graph is traced by
   langchain-core's own tracer, under the run's id, with its metadata (`traced_run`).
 - **Request ids**: the id of the request being served (its `x-request-id`, else a new one), for log lines.
