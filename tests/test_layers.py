@@ -56,3 +56,11 @@ def test_the_core_speaks_no_wire() -> None:
              for n, line in enumerate(path.read_text().splitlines(), 1)
              if JSON_RPC_CODE.search(line) or '"type": "error"' in line]
     assert not wrong
+
+
+def test_tracing_is_a_leaf_with_its_implementation() -> None:
+    """`tracing.py` (the interface the API and the core call) and `otel.py` (the OpenTelemetry one, loaded only
+    when configured) import nothing of Threadline's but each other."""
+    wrong = {f"{name}.py: {imported}" for name, allowed in (("tracing", "threadline.otel"), ("otel", "threadline.tracing"))
+             for imported in _imports(PACKAGE / f"{name}.py") if _breaks(imported, ("threadline",)) and imported != allowed}
+    assert not wrong

@@ -99,7 +99,6 @@ async def test_wrong_types_and_values_are_still_refused(http: httpx.AsyncClient)
 
 @pytest.mark.parametrize(("path", "body", "field"), [
     ("/threads/search", {"extract": {"topic": "values.topic"}}, "extract"),
-    ("/runs", {"assistant_id": "echo", "input": {}, "langsmith_tracer": {"project_name": "p"}}, "langsmith_tracer"),
     ("/threads", {"graph_id": "counter", "supersteps": [{"updates": [
         {"values": {"count": 1}, "as_node": "__input__", "command": {"goto": "add"}}]}]}, "command"),
 ])

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import uvicorn
 
-from threadline import __version__, logs
+from threadline import __version__, logs, tracing
 from threadline.errors import ConfigError
 from threadline.settings import Settings, redact_url
 from threadline.shutdown import GRACE_SECONDS, StoppableServer
@@ -65,6 +65,8 @@ def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     settings = Settings.resolve({f.name: getattr(args, f.name, None) for f in fields(Settings)})
     logs.configure(settings.log_level, settings.log_format)
+    if args.command != "migrate":
+        tracing.setup(args.command)  # OTEL_* variables; nothing of OpenTelemetry's SDK is imported when off
     try:
         if args.command in ("serve", "dev"):
             serve(settings, reload=args.command == "dev" or args.reload)
@@ -75,6 +77,8 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as exc:
         print(f"threadline: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc
+    finally:
+        tracing.shutdown()  # the last spans and LangSmith runs are sent before the process exits
 
 
 def event_loop_name() -> str:
@@ -130,6 +134,7 @@ def reloading_app() -> Any:
 
     settings = Settings.resolve()
     logs.configure(settings.log_level, settings.log_format)
+    tracing.setup("dev")
     try:
         return create_app(settings)
     except ConfigError as exc:  # e.g. a graph that does not import: say so, and wait for the next change

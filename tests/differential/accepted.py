@@ -164,8 +164,8 @@ ACCEPTED: list[Accepted] = [
              "docs/compatibility.md, Requests.", sessions=r"^accept:requests$", steps=r": \w+ null$", answers=(422, 200)),
     Accepted("unsupported-fields", "deliberate", r".", r"status",
              "Fields the reference honours and Threadline cannot are refused (422 naming them) rather than silently "
-             "ignored: thread search's `extract`, a run's `langsmith_tracer`: docs/compatibility.md, Requests.",
-             sessions=r"^accept:requests$", steps=r": (extract|langsmith_tracer)$", answers=(200, 422)),
+             "ignored: thread search's `extract`: docs/compatibility.md, Requests.",
+             sessions=r"^accept:requests$", steps=r": extract$", answers=(200, 422)),
     Accepted("assistant-search-unknown-graph", "open", r"POST /assistants/search$", r"status",
              "Assistant search for a `graph_id` no graph has (here `\"\"`): the reference answers 404 `Graph '' not "
              "found`, Threadline 200 with no assistants.", sessions=r"^accept:requests$", answers=(404, 200)),

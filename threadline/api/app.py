@@ -16,6 +16,7 @@ from threadline.api import (
 )
 from threadline.api.limits import BodyLimit
 from threadline.api.loopback import serving_loopback
+from threadline.api.request_ids import RequestIds
 from threadline.api.ratelimit import AuthFailures, RateLimit, RateLimiter
 from threadline.api.sse import StreamSlots
 from threadline.config import HttpConfig, ProjectConfig
@@ -25,6 +26,7 @@ from threadline.core.runtime import Runtime
 from threadline.errors import ConfigError
 from threadline.loader import load_object, missing_package
 from threadline.settings import Settings
+from threadline.tracing import tracer
 
 log = logging.getLogger("threadline")
 
@@ -72,6 +74,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         title="Threadline", version=__version__, lifespan=lifespan,
         **{"docs_url": None, "redoc_url": None, **http_config.fastapi_urls(http)},  # /docs: api/docs.py
         description="An open-source Agent Protocol server for LangGraph agents.",
+        # FastAPI's own HTTP server spans (reading the client's traceparent), when tracing is on (threadline.otel)
+        telemetry={"tracer_provider": provider} if (provider := tracer().http_provider()) is not None else None,
     )
     _quiet_startup_failure(app)
     authenticator = auth.load_authenticator(project, settings)
@@ -197,7 +201,7 @@ def _front(app: FastAPI, http: HttpConfig, project_app: Any,
             served = http_config.cors_middleware(served, http)
         if http.mount_prefix:
             served = user_app.MountPrefix(served, http.mount_prefix)
-        # Outermost: counts every request, the project's routes, 413s and preflights included.
-        return metrics.RequestMetrics(served)
+        # Outermost: counts every request, the project's routes, 413s and preflights included; each with its id.
+        return RequestIds(metrics.RequestMetrics(served))
 
     return front

@@ -234,10 +234,15 @@ def _webhook_url(url: str) -> str:
 WebhookURL = Annotated[str, Field(min_length=1, max_length=65536), AfterValidator(_webhook_url)]
 
 
+class LangSmithTracer(Body):
+    """As LangGraph's server: trace this run to another LangSmith project too (and link it to a dataset example)."""
+
+    project_name: str | None = None
+    example_id: str | None = None
+
+
 class RunCreate(Body):
     """A run request: LangGraph's fields, plus the Agent Protocol's `agent_id` and `thread_id`."""
-
-    unsupported = {"langsmith_tracer": "runs are not traced to a LangSmith project by request"}
 
     assistant_id: str | None = None
     agent_id: str | None = None
@@ -263,6 +268,7 @@ class RunCreate(Body):
     webhook: WebhookURL | None = None
     durability: Durability | None = None
     feedback_keys: list[str] | None = None
+    langsmith_tracer: LangSmithTracer | None = None
     strict_resume: bool | None = None
     messages: list[dict[str, Any]] | None = None
 

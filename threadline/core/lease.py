@@ -19,6 +19,7 @@ from langgraph.checkpoint.base import (
 )
 
 from threadline.storage.base import checkpoint_metadata
+from threadline.tracing import tracer
 
 
 class LeaseLost(Exception):
@@ -88,7 +89,8 @@ class FencedCheckpointer(BaseCheckpointSaver):
             # the metadata it passed.
             # LangGraph's metadata with `thread_id` added: still a CheckpointMetadata (its keys are all optional).
             metadata = cast(CheckpointMetadata, checkpoint_metadata(config, metadata))
-        saved = await self.inner.aput(config, checkpoint, metadata, new_versions)
+        with tracer().span("threadline.checkpoint.put", {"langgraph.checkpoint_id": checkpoint["id"]}):
+            saved = await self.inner.aput(config, checkpoint, metadata, new_versions)
         if remember:
             parent = config["configurable"].get("checkpoint_id")
             self._latest = None if checkpoint["id"] in self._written else CheckpointTuple(
@@ -103,7 +105,8 @@ class FencedCheckpointer(BaseCheckpointSaver):
         self._written.add(written)
         if self._latest is not None and self._latest.checkpoint["id"] == written:
             self._latest = None
-        await self.inner.aput_writes(config, writes, task_id, task_path)
+        with tracer().span("threadline.checkpoint.put_writes", {"langgraph.task_id": task_id}):
+            await self.inner.aput_writes(config, writes, task_id, task_path)
 
     async def aget_delta_channel_history(self, *args: Any, **kwargs: Any) -> Any:
         return await self.inner.aget_delta_channel_history(*args, **kwargs)

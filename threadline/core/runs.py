@@ -21,6 +21,7 @@ from threadline.core.worker import WorkerPool
 from threadline.errors import BadRequest, Conflict, InvalidInput, NotFound
 from threadline.shapes import FINAL_RUN_STATUSES, CancelAction, CancelStatus, MultitaskStrategy, RunStatus
 from threadline.storage.base import Quota, Row, Storage
+from threadline.tracing import TRACE_KEY, carrier
 
 TERMINAL = FINAL_RUN_STATUSES
 #: How long a client's cancel waits for the run to have ended before it answers (see `Runs._settle`).
@@ -35,7 +36,7 @@ def thread_signal(thread_id: str) -> str:
 KWARG_KEYS = (
     "input", "command", "config", "context", "stream_mode", "stream_subgraphs", "stream_resumable",
     "interrupt_before", "interrupt_after", "checkpoint", "checkpoint_id", "webhook", "on_completion",
-    "on_disconnect", "after_seconds", "durability", "feedback_keys", "checkpoint_during",
+    "on_disconnect", "after_seconds", "durability", "feedback_keys", "checkpoint_during", "langsmith_tracer",
     "protocol",  # set by Protocol v2 commands (core/protocol.py): the run's events go to the thread's log
 )
 
@@ -126,6 +127,8 @@ class Runs:
         check_command(body, stateless=thread_id is None)
         check_run_timeout(body.get("config"))
         kwargs = {k: body[k] for k in KWARG_KEYS if body.get(k) is not None}
+        if trace := carrier():  # the worker that executes the run continues the caller's trace
+            kwargs[TRACE_KEY] = trace
         create_thread = body.get("if_not_exists") == "create"
         if thread_id is None:
             thread_id, create_thread = str(uuid.uuid4()), True

@@ -9,6 +9,7 @@ from typing import Any
 
 from threadline.core.webhook_policy import WebhookGuard
 from threadline.serde import dumps
+from threadline.tracing import tracer
 
 log = logging.getLogger("threadline.webhooks")
 
@@ -53,9 +54,13 @@ class Webhooks:
 
                 if self.guard is not None:
                     await self.guard.check(url)  # the name may resolve elsewhere now than at creation
-                async with httpx.AsyncClient(timeout=self.timeout) as client:
-                    status = (await client.post(url, content=body,
-                                                headers={"content-type": "application/json"})).status_code
+                with tracer().span("threadline.webhook", {"url.full": url, "http.request.method": "POST"},
+                                   client=True):
+                    headers = {"content-type": "application/json"}
+                    tracer().inject(headers)  # the receiver continues the run's trace
+                    async with httpx.AsyncClient(timeout=self.timeout) as client:
+                        status = (await client.post(url, content=body, headers=headers)).status_code
+                    tracer().annotate({"http.response.status_code": status})
             if status >= 400:
                 log.warning("webhook %s answered %d", url, status)
         except Exception as exc:  # a webhook failure never fails the run

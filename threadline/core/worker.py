@@ -27,6 +27,7 @@ from threadline.core.metrics import Metrics
 from threadline.core.protocol_events import end_without_worker
 from threadline.errors import Unavailable
 from threadline.storage.base import Row, Storage
+from threadline.tracing import traced_run
 
 log = logging.getLogger("threadline.worker")
 
@@ -177,7 +178,9 @@ class WorkerPool:
         except BaseException:
             await self.unreserve()
             raise
-        task = asyncio.create_task(self.executor.execute(run, self.worker_id, stop, lease, assistant))
+        # In the trace of the request that created the run, wherever that was (`threadline.tracing`).
+        execution = self.executor.execute(run, self.worker_id, stop, lease, assistant)
+        task = asyncio.create_task(traced_run(run, execution))
         holder.append(task)
         self._running[run["run_id"]] = (task, lease)
         self._reserved -= 1  # the slot is now counted in `_running`
