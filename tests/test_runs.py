@@ -157,8 +157,8 @@ async def test_unknown_assistant_and_thread(http: httpx.AsyncClient) -> None:
     assert r.status_code == 200 and r.json()["count"] == 1
     r = await http.post(f"/threads/{tid}/runs", json={"assistant_id": "echo", "stream_mode": "bogus"})
     assert r.status_code == 422 and "stream_mode" in r.json()["detail"]
-    r = await http.post(f"/threads/{tid}/runs", json={"assistant_id": "echo", "langsmith_tracer": {"project": "x"}})
-    assert r.status_code == 422 and "langsmith_tracer" in r.json()["detail"]  # its fields are project_name, example_id
+    r = await http.post(f"/threads/{tid}/runs", json={"assistant_id": "echo", "langsmith_tracer": "project"})
+    assert r.status_code == 422 and "langsmith_tracer" in r.json()["detail"]  # an object: project_name, example_id
     r = await http.post(f"/threads/{tid}/runs/{uuid.uuid4()}/cancel")
     assert r.status_code == 404
 
