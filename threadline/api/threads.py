@@ -149,6 +149,6 @@ async def join_thread_stream(
     rt = runtime(request)
     await rt.threads.get(str(thread_id))
     return event_response(
-        follow_thread(rt.runs, str(thread_id), modes=stream_mode, last_event_id=last_event_id),
+        await follow_thread(rt.runs, str(thread_id), modes=stream_mode, last_event_id=last_event_id),
         heartbeat=rt.settings.heartbeat_seconds, draining=rt.draining,
     )

@@ -31,10 +31,19 @@ def _wanted(event: str, modes: set[str]) -> bool:
 
 async def follow_thread(runs: Runs, thread_id: str, *, modes: Iterable[str] = ("run_modes",),
                         last_event_id: str | None = None) -> AsyncIterator[StreamEvent]:
-    """Events of the thread's runs, one run after another, from now (or after `last_event_id`) on."""
+    """Events of the thread's runs, one run after another, from now (or after `last_event_id`) on.
+
+    "Now" is when this returns, before the response begins: a client that has the response's headers and then
+    creates a run gets that run from its start. (Fixed on the first event instead, a run created in between was
+    already counted as past, and a quick one was missed whole.)"""
+    start = await _start(runs.storage, thread_id, last_event_id)
+    return _follow(runs, thread_id, set(modes) or {"run_modes"}, start)
+
+
+async def _follow(runs: Runs, thread_id: str, wanted: set[str],
+                  start: tuple[Row | None, str | None, int, bool]) -> AsyncIterator[StreamEvent]:
     storage, broker = runs.storage, runs.broker
-    wanted = set(modes) or {"run_modes"}
-    run, after, cursor, live = await _start(storage, thread_id, last_event_id)
+    run, after, cursor, live = start
     while True:
         # Listen before looking, so a run enqueued in between still wakes us.
         listen = broker.listen_run_done(thread_signal(thread_id))
