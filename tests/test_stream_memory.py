@@ -39,13 +39,20 @@ def _normalized(body: bytes) -> str:
 
 
 def _sorted_metadata(text: str) -> str:
-    """`messages/metadata` data with sorted keys: the order of an assistant's metadata keys is the database's
-    (PostgreSQL's jsonb sorts them), not the stream's. Every other frame is compared byte for byte."""
+    """Run metadata with sorted keys: the order of an assistant's metadata keys is the database's (PostgreSQL's
+    jsonb sorts them), not the stream's. So `messages/metadata` data is sorted, and the metadata of each
+    `messages` tuple; the rest (the chunk of a tuple, every other frame) is compared byte for byte."""
     lines = text.split("\n")
     for i, line in enumerate(lines[1:], 1):
-        if lines[i - 1].startswith("event: messages/metadata") and line.startswith("data: "):
-            data = json.loads(line[6:].rstrip("\r").replace(":<versions>", ':"<versions>"'))
-            lines[i] = "data: " + json.dumps(data, sort_keys=True) + "\r"
+        event, data = lines[i - 1], line[6:].rstrip("\r").replace(":<versions>", ':"<versions>"')
+        if not line.startswith("data: "):
+            continue
+        if event.startswith("event: messages/metadata"):
+            lines[i] = "data: " + json.dumps(json.loads(data), sort_keys=True) + "\r"
+        elif event.startswith("event: messages") and "/" not in event:
+            _, end = json.JSONDecoder().raw_decode(data, 1)  # the chunk, kept as sent
+            metadata = json.loads(data[end + 1:-1])
+            lines[i] = "data: " + data[:end + 1] + json.dumps(metadata, sort_keys=True) + "]\r"
     return "\n".join(lines)
 
 
@@ -115,17 +122,21 @@ async def test_messages_frames_are_byte_identical_to_before(client: tuple[httpx.
                                                             name: str) -> None:
     http, _ = client
     body = {"messages": {"stream_mode": ["messages"]}, "messages_values": {"stream_mode": ["messages", "values"]},
-            "messages_subgraphs": {"stream_mode": ["messages"], "stream_subgraphs": True}}[name]
+            "messages_subgraphs": {"stream_mode": ["messages"], "stream_subgraphs": True},
+            "messages_tuple": {"stream_mode": ["messages-tuple"]},
+            "messages_tuple_values": {"stream_mode": ["messages-tuple", "values"], "stream_subgraphs": True}}[name]
     _, _, raw = await _talk(http, 6, **body)
     assert _normalized(raw) == _sorted_metadata(EXPECTED[name])
 
 
-async def test_resumes_and_filtered_joins_rebuild_the_same_frames(client: tuple[httpx.AsyncClient, Runtime]) -> None:
+@pytest.mark.parametrize("mode", ["messages", "messages-tuple"])
+async def test_resumes_and_filtered_joins_rebuild_the_same_frames(client: tuple[httpx.AsyncClient, Runtime],
+                                                                  mode: str) -> None:
     http, _ = client
-    tid, run_id, raw = await _talk(http, 40, stream_mode=["messages", "values"])
+    tid, run_id, raw = await _talk(http, 40, stream_mode=[mode, "values"])
     full = _frames(raw)
     path = f"/threads/{tid}/runs/{run_id}/stream"
-    partials = [i for i, f in enumerate(full) if f[1] == "messages/partial"]
+    partials = [i for i, f in enumerate(full) if f[1] in ("messages/partial", "messages")]
     assert len(partials) > 100
     # Resumes from anywhere (inside a message, right after its first partial, between messages) get exactly
     # the frames that came after, each partial rebuilt byte for byte.
@@ -135,7 +146,7 @@ async def test_resumes_and_filtered_joins_rebuild_the_same_frames(client: tuple[
     # A join for `messages` only (a resume, filtered): the same partials, without the values.
     got = _frames((await http.get(path, params={"stream_mode": "messages"},
                                   headers={"Last-Event-ID": full[partials[60]][0]})).content)
-    assert got == [f for f in full[partials[60] + 1:] if f[1].startswith("messages/")]
+    assert got == [f for f in full[partials[60] + 1:] if f[1].split("/")[0] == "messages"]
 
 
 async def test_a_live_join_and_the_thread_stream_rebuild_the_same_frames(backend: Backend) -> None:

@@ -12,10 +12,9 @@ from threadline.serde import dumps
 
 
 class MessageStreamer:
-    """Turns LangGraph `messages` chunks `(message, metadata)` into the events a client asked for. The events
-    carry the message and metadata as they are: encoding them (`threadline.serde.dumps`) makes them JSON,
-    without a Python pass over every token's metadata first. A `messages/partial` event comes encoded in its held
-    form (`threadline.core.partials`): a delta from the message's previous partial, rebuilt for each subscriber."""
+    """Turns LangGraph `messages` chunks `(message, metadata)` into the events a client asked for. The
+    `messages` (tuple) and `messages/partial` events come in their held form (`threadline.core.partials`): a
+    delta from the message's previous frame, rebuilt for each subscriber."""
 
     def __init__(self, *, legacy: bool, tuples: bool) -> None:
         self.legacy = legacy
@@ -26,7 +25,8 @@ class MessageStreamer:
     def feed(self, chunk: tuple[Any, dict[str, Any]]) -> Iterator[tuple[str, Any]]:
         message, metadata = chunk
         if self.tuples:
-            yield "messages", [message, metadata]
+            msg_id = getattr(message, "id", None) or ""
+            yield "messages", self._partials.encode(msg_id, dumps([message, metadata]))
         if not self.legacy:
             return
         msg_id = getattr(message, "id", None) or ""

@@ -1,4 +1,4 @@
-"""`messages/partial` events held as deltas, rebuilt into whole frames for each subscriber.
+"""Message events held as deltas, rebuilt into whole frames for each subscriber.
 
 LangGraph's `messages` mode sends, for each chunk a model streams, the whole message so far: the frames of a
 reply of n tokens weigh O(n²). A stream buffer holding them grows with the square of the reply. Instead the
@@ -7,7 +7,9 @@ executor posts each partial as the bytes that changed since the previous partial
 first partial of a message, and the next one once the deltas since the last keyframe weigh as much as the
 frame: keyframes then weigh no more than the deltas, and the newest 2 frames' worth of a message's events
 always hold one to rebuild from). The buffer holds bytes linear in the reply; each subscriber rebuilds the
-frames as it sends them, byte for byte those the executor encoded.
+frames as it sends them, byte for byte those the executor encoded. `messages-tuple` events are held the same
+way: each `[chunk, metadata]` frame differs from the previous one of its message by the chunk's text only,
+and the metadata it repeats is most of its bytes.
 
 A rebuilt frame needs the partial before it. A subscriber that joins or resumes mid-stream first reads the
 run's buffered events before its cursor (`Broker.subscribe(context=True)`) without sending them. When a
@@ -15,7 +17,8 @@ partial it needs was dropped from the bounded buffer, the deltas of that message
 wrong partial) until the next keyframe, and the stream counts as a replay gap.
 
 Held events start with a marker byte JSON never starts with: `\\x01` keyframe, `\\x00` delta, then a
-JSON header line, then the bytes. Encoded here and decoded here; no other module reads them.
+JSON header line (`[key, n]`, `[key, n, prefix, suffix]`: `key` numbers the run's messages, `n` the message's
+frames), then the bytes. Encoded here and decoded here; no other module reads them.
 """
 
 from __future__ import annotations
@@ -74,19 +77,21 @@ class PartialEncoder:
 
     def __init__(self) -> None:
         self._last: dict[str, _Sent] = {}
+        self._keys: dict[str, int] = {}  # msg_id → its short key in the headers
 
     def encode(self, msg_id: str, frame: bytes) -> Held:
-        """The held form of `frame`, the next `messages/partial` data of message `msg_id`."""
+        """The held form of `frame`, the next frame of message `msg_id`."""
+        key = self._keys.setdefault(msg_id, len(self._keys))
         last = self._last.get(msg_id)
         if last is None or last.deltas >= len(frame):
             n = 0 if last is None else last.n + 1
             self._last[msg_id] = _Sent(frame, n)
-            return Held(KEYFRAME + dumps([msg_id, n]) + b"\n" + frame)
+            return Held(KEYFRAME + dumps([key, n]) + b"\n" + frame)
         prefix = _common_prefix(last.frame, frame)
         suffix = _common_suffix(last.frame, frame, min(len(last.frame), len(frame)) - prefix)
         last.n += 1
         middle = frame[prefix:len(frame) - suffix]
-        head = dumps([msg_id, last.n, prefix, suffix])
+        head = dumps([key, last.n, prefix, suffix])
         last.frame = frame
         held = Held(DELTA + head + b"\n" + middle)
         last.deltas += len(held)
@@ -101,7 +106,7 @@ class PartialEncoder:
 class PartialDecoder:
     """A subscriber's side: rebuilds each held partial into the frame the executor encoded."""
 
-    frames: dict[str, tuple[int, bytes]] = field(default_factory=dict)  # msg_id → (n, frame)
+    frames: dict[int, tuple[int, bytes]] = field(default_factory=dict)  # message key → (n, frame)
     #: Whether a partial could not be rebuilt (one it builds on was dropped from the buffer).
     gap: bool = False
 

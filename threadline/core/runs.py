@@ -400,8 +400,8 @@ class Runs:
             self.metrics.replay_gap()  # the client missed events the bounded buffer no longer holds
         modes = [m for m in modes or () if m]  # langgraph-sdk sends `stream_mode=` when it has none
         wanted = {"messages" if m == "messages-tuple" else m for m in modes} | {"error"}
-        # `messages/partial` events are held as deltas (`core/partials.py`): a stream that starts past the
-        # first event rebuilds them from the buffered events before its cursor.
+        # Message events are held as deltas (`core/partials.py`): a stream that starts past the first event
+        # rebuilds them from the buffered events before its cursor.
         context = (last_event_id is not None or not replay) and (not modes or "messages" in wanted) \
             and (run is None or _partial_messages(run))
         partials = PartialDecoder()
@@ -428,7 +428,7 @@ class Runs:
 
 
 def _partial_messages(run: Row) -> bool:
-    """Whether the run streams `messages/partial` events (the `messages` mode, without `messages-tuple`)."""
+    """Whether the run streams message events held as deltas (the `messages` or `messages-tuple` mode)."""
     modes = (run.get("kwargs") or {}).get("stream_mode") or ["values"]
     modes = [modes] if isinstance(modes, str) else modes
-    return "messages" in modes and "messages-tuple" not in modes
+    return "messages" in modes or "messages-tuple" in modes
