@@ -17,6 +17,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from threadline.broker.base import Broker, StreamEvent, event_bytes
+from threadline.broker.budget import ByteBudget
 from threadline.broker.keys import Keys
 from threadline.broker.memory import MemoryBroker
 from threadline.broker.redis import RedisBroker
@@ -520,3 +521,30 @@ async def test_posts_redis_cannot_store_are_logged_and_the_end_fails(
     await broker.post("r", "values", b"2")  # Redis is back: posting goes on
     await broker.end_stream("r")
     assert await _collect(broker, "r", replay=True) == _numbers(0, 2)
+
+
+def test_byte_budget_says_how_many_newest_events_to_keep() -> None:
+    """The Redis broker's account (pure): per run by bytes and count, then the process's total, finished
+    runs first and whole, then the largest running run; finished runs are forgotten once expired."""
+    now = [0.0]
+    budget = ByteBudget(buffer_events=5, buffer_bytes=2_000, total_bytes=2_500, retain_seconds=600,
+                        clock=lambda: now[0])
+    for _ in range(4):
+        budget.added("a", 600)
+    assert budget.trims() == {"a": 3}  # 2,400 bytes: the oldest goes
+    for _ in range(6):
+        budget.added("b", 100)
+    assert budget.trims() == {"b": 5}  # six events: one over the count
+    budget.ended("a")
+    budget.added("c", 900)  # 1,800 + 500 + 900 > 2,500: "a" (finished) goes whole
+    assert budget.trims() == {"a": 0} and budget.held == 1_400
+    budget.added("c", 900)
+    budget.added("c", 900)  # "c" over its own 2,000
+    assert budget.trims() == {"c": 2} and budget.held == 2_300
+    budget.added("b", 300)
+    budget.added("b", 200)  # over the total with nothing finished: the largest running run's oldest
+    assert budget.trims() == {"b": 5, "c": 1} and budget.held == 1_700
+    budget.ended("b")
+    now[0] = 601.0
+    budget.ended("c")  # "b" expired in Redis by now: no longer counted
+    assert budget.held == 900 and budget.trims() == {}
