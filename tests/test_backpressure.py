@@ -82,7 +82,8 @@ async def test_the_stream_cap_per_identity_refuses_one_more_stream(backend: Back
 
 @pytest.mark.slow  # a real socket, filled
 async def test_a_slow_reader_is_closed_while_its_run_completes_and_resumes(backend: Backend) -> None:
-    async with serving(_settings(backend, stream_send_timeout_seconds=0.5)) as url:
+    # 12 MB of events: a buffer larger than the default 8 MiB, so the resume finds every event still kept.
+    async with serving(_settings(backend, stream_send_timeout_seconds=0.5, stream_buffer_bytes=32 << 20)) as url:
         port = int(url.rsplit(":", 1)[1])
         async with httpx.AsyncClient(base_url=url, timeout=30) as http:
             tid = (await http.post("/threads", json={})).json()["thread_id"]

@@ -16,7 +16,8 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from threadline.broker.base import Broker
+from threadline.broker.base import Broker, StreamEvent, event_bytes
+from threadline.broker.budget import ByteBudget
 from threadline.broker.keys import Keys
 from threadline.broker.memory import MemoryBroker
 from threadline.broker.redis import RedisBroker
@@ -39,13 +40,14 @@ class Deployment:
         self.opened: list[Broker] = []
         self.reached = False
 
-    async def open(self, buffer_events: int = 10_000) -> Broker:
+    async def open(self, buffer_events: int = 10_000, **budgets: int) -> Broker:
+        """A broker; `budgets`: `buffer_bytes` and `total_bytes`."""
         broker: Broker
         if self.kind == "memory":
-            broker = MemoryBroker(buffer_events=buffer_events)
+            broker = MemoryBroker(buffer_events=buffer_events, **budgets)
         else:
             broker = RedisBroker(REDIS_URL, buffer_events=buffer_events, key_prefix=self.keys.prefix,
-                                 max_subscribers=self.max_subscribers)
+                                 max_subscribers=self.max_subscribers, **budgets)
         self.opened.append(broker)
         try:
             await broker.start()
@@ -124,6 +126,90 @@ async def test_bounded_buffer_keeps_the_latest(deployment: Deployment) -> None:
     await broker.end_stream("r")  # ending twice is harmless: it takes nothing from the buffer
     assert await _collect(broker, "r", after=ids[4]) == _numbers(*range(40, 50))
     assert await _collect(broker, "r", replay=True) == _numbers(*range(40, 50))
+
+
+async def test_buffer_is_bounded_by_bytes_and_a_resume_past_it_is_a_gap(deployment: Deployment) -> None:
+    broker = await deployment.open(buffer_bytes=20_000)
+    ids = [await broker.publish("r", "values", b"%04d" % i + b"x" * 996) for i in range(100)]  # 116 KB
+    await broker.end_stream("r")
+    kept = await _collect(broker, "r", replay=True)
+    assert 0 < await broker.buffered_bytes("r") <= 20_000
+    assert [int(data[:4]) for data in kept] == list(range(100 - len(kept), 100))  # the newest, in order
+    assert await broker.resume_gap("r", ids[10])  # those after it were dropped
+    assert await _collect(broker, "r", after=ids[10]) == kept  # it gets what is kept
+    assert not await broker.resume_gap("r", ids[-2])
+    assert await _collect(broker, "r", after=ids[-2]) == kept[-1:]
+
+
+async def test_an_event_larger_than_the_budget_is_still_delivered(deployment: Deployment) -> None:
+    broker = await deployment.open(buffer_bytes=1_000)
+    live = asyncio.create_task(_collect(broker, "r", replay=True))
+    await broker.publish("r", "values", b"a" * 5_000)
+    await broker.publish("r", "values", b"b" * 5_000)
+    await broker.end_stream("r")
+    assert (await _collect(broker, "r", replay=True)) == [b"b" * 5_000]  # the newest is always kept
+    assert (await live)[-1] == b"b" * 5_000
+
+
+async def test_process_budget_drops_finished_runs_first_oldest_first(deployment: Deployment) -> None:
+    event = b"x" * 1_000
+    size = event_bytes("values", event)
+    broker = await deployment.open(total_bytes=10 * size)
+    for run_id in ("a", "b"):
+        for _ in range(4):
+            await broker.publish(run_id, "values", event)
+        await broker.end_stream(run_id)
+    first = await broker.publish("c", "values", event)
+    for _ in range(3):  # 12 events: over the budget by 2, so the first finished run goes, whole
+        await broker.publish("c", "values", event)
+    assert await _collect(broker, "a", replay=True) == []
+    assert await broker.resume_gap("a", "-1")
+    assert await _collect(broker, "b", replay=True) == [event] * 4
+    assert not await broker.resume_gap("c", first)  # the running run lost nothing
+    for _ in range(8):  # then the running run's own oldest events: nothing finished is left but "b"
+        await broker.publish("c", "values", event)
+    assert await _collect(broker, "b", replay=True) == []
+    await broker.end_stream("c")
+    assert 0 < await broker.buffered_bytes("c") <= 10 * size
+    assert await broker.resume_gap("c", first)
+
+
+async def test_a_slow_reader_does_not_grow_what_is_held(deployment: Deployment) -> None:
+    broker = await deployment.open(buffer_bytes=20_000)
+    reader = broker.subscribe("r", replay=True)
+    await broker.publish("r", "values", b"%04d" % 0)
+    assert int((await anext(reader)).data) == 0
+    for i in range(1, 200):  # while the reader reads nothing: 10 times the budget
+        await broker.publish("r", "values", b"%04d" % i + b"x" * 996)
+        assert await broker.buffered_bytes("r") <= 20_000
+    await broker.end_stream("r")
+    rest = [int(ev.data[:4]) async for ev in reader]
+    # It goes on from what is still kept (the events dropped meanwhile are a gap), in order, to the end.
+    assert rest == sorted(set(rest)) and rest[-1] == 199 and len(rest) < 199
+
+
+async def test_context_comes_before_the_cursor(broker: Broker) -> None:
+    ids = [await broker.publish("r", "values", str(i).encode()) for i in range(10)]
+    got = [(ev.context, ev.data) async for ev in _until_end(broker, "r", after=ids[3], context=True)]
+    assert got == [(True, b"%d" % i) for i in range(4)] + [(False, b"%d" % i) for i in range(4, 12)]
+    # A join from now: everything kept so far is context.
+    joined = broker.subscribe("r", context=True)
+    seen = [await anext(joined) for _ in range(12)]
+    assert [ev.context for ev in seen] == [True] * 12
+    assert [ev.data for ev in seen][-2:] == [b"10", b"11"]
+    await joined.aclose()
+
+
+async def _until_end(broker: Broker, run_id: str, **kwargs: object) -> AsyncIterator[StreamEvent]:
+    """Subscribe, publish two more events and end the stream."""
+    subscription = broker.subscribe(run_id, **kwargs)  # type: ignore[arg-type]
+    first = await anext(subscription)
+    for i in (10, 11):
+        await broker.publish(run_id, "values", b"%d" % i)
+    await broker.end_stream(run_id)
+    yield first
+    async for ev in subscription:
+        yield ev
 
 
 async def test_live_subscriber_gets_events_in_order(broker: Broker) -> None:
@@ -454,3 +540,30 @@ async def test_posts_redis_cannot_store_are_logged_and_the_end_fails(
     await broker.post("r", "values", b"2")  # Redis is back: posting goes on
     await broker.end_stream("r")
     assert await _collect(broker, "r", replay=True) == _numbers(0, 2)
+
+
+def test_byte_budget_says_how_many_newest_events_to_keep() -> None:
+    """The Redis broker's account (pure): per run by bytes and count, then the process's total, finished
+    runs first and whole, then the largest running run; finished runs are forgotten once expired."""
+    now = [0.0]
+    budget = ByteBudget(buffer_events=5, buffer_bytes=2_000, total_bytes=2_500, retain_seconds=600,
+                        clock=lambda: now[0])
+    for _ in range(4):
+        budget.added("a", 600)
+    assert budget.trims() == {"a": 3}  # 2,400 bytes: the oldest goes
+    for _ in range(6):
+        budget.added("b", 100)
+    assert budget.trims() == {"b": 5}  # six events: one over the count
+    budget.ended("a")
+    budget.added("c", 900)  # 1,800 + 500 + 900 > 2,500: "a" (finished) goes whole
+    assert budget.trims() == {"a": 0} and budget.held == 1_400
+    budget.added("c", 900)
+    budget.added("c", 900)  # "c" over its own 2,000
+    assert budget.trims() == {"c": 2} and budget.held == 2_300
+    budget.added("b", 300)
+    budget.added("b", 200)  # over the total with nothing finished: the largest running run's oldest
+    assert budget.trims() == {"b": 5, "c": 1} and budget.held == 1_700
+    budget.ended("b")
+    now[0] = 601.0
+    budget.ended("c")  # "b" expired in Redis by now: no longer counted
+    assert budget.held == 900 and budget.trims() == {}

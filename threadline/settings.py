@@ -72,6 +72,14 @@ class Settings:
     stream_buffer_events: int = _setting(
         10_000, "Events kept per run for joins and Last-Event-ID resumption while the process lives."
     )
+    stream_buffer_bytes: int = _setting(
+        8 * 1024 * 1024, "Bytes of events kept per run for joins and Last-Event-ID resumption (its newest event "
+        "always); the oldest go first."
+    )
+    stream_memory_bytes: int = _setting(
+        256 * 1024 * 1024, "Bytes of events this process keeps for all runs together: past it, finished runs' "
+        "events go first (oldest runs first), then the oldest events of the largest running one."
+    )
     # --- limits: run timeouts, rate limits, quotas and back-pressure (docs/configuration.md, "Limits")
     run_timeout_seconds: float = _setting(
         86400.0, "Longest a run may execute, from its start, before it is cancelled and ends `timeout` (0: no "

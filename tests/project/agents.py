@@ -119,3 +119,32 @@ nested = _nested.compile()
 def make_factory_graph(config: dict[str, Any]) -> Any:
     """A graph factory taking the run config, as langgraph.json allows."""
     return _nested
+
+
+class TalkState(TypedDict, total=False):
+    words: int
+    delay: float
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+async def _talk(state: TalkState) -> dict[str, Any]:
+    """A chat model streaming a reply of `words` words, word by word (each word and each space a chunk), as a
+    user's graph calls one; `delay` seconds between chunks. Two replies, so a stream holds two messages."""
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+
+    words, delay = int(state.get("words") or 5), float(state.get("delay") or 0.0)
+    replies = []
+    for reply in range(2):
+        text = " ".join(f"w{reply}.{i}" for i in range(words))
+        model = GenericFakeChatModel(messages=iter([AIMessage(content=text)]))
+        whole = None
+        async for chunk in model.astream(state.get("messages") or [HumanMessage("talk")]):
+            whole = chunk if whole is None else whole + chunk
+            if delay:
+                await asyncio.sleep(delay)
+        replies.append(AIMessage(content=whole.content if whole is not None else "", id=whole.id if whole else None))
+    return {"messages": replies}
+
+
+#: A chat agent whose model streams long replies (`messages` and `messages-tuple` modes, memory tests).
+talker = _one_node(TalkState, "talk", _talk).compile()

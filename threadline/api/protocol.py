@@ -265,17 +265,15 @@ class _Session:
             if old in self.subscriptions:
                 self.subscriptions.pop(old).cancel()
                 sid = old
-        replayed, cursor = await replay_events(self.rt.runs, self.thread_id, flt, since)
+        replayed = await replay_events(self.rt.runs, self.thread_id, flt, since)
         ready = asyncio.Event()
-        self.subscriptions[sid] = asyncio.create_task(self._pump(flt, replayed, cursor, ready))
-        return {"subscription_id": sid, "replayed_events": len(replayed)}, ready
+        self.subscriptions[sid] = asyncio.create_task(self._pump(flt, since, ready))
+        return {"subscription_id": sid, "replayed_events": replayed}, ready
 
-    async def _pump(self, flt: EventFilter, replayed: list[dict[str, Any]], cursor: int, ready: asyncio.Event) -> None:
+    async def _pump(self, flt: EventFilter, since: int | None, ready: asyncio.Event) -> None:
         await ready.wait()
-        try:
-            for row in replayed:
-                await self.send(envelope(row))
-            async for row in follow_events(self.rt.runs, self.thread_id, flt, cursor):
+        try:  # the replayed events, read again as they are sent (not held), then live ones
+            async for row in follow_events(self.rt.runs, self.thread_id, flt, since):
                 await self.send(envelope(row))
         except (WebSocketDisconnect, RuntimeError):
             return  # the socket closed under us

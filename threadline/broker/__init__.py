@@ -11,14 +11,16 @@ if TYPE_CHECKING:
     from threadline.broker.base import Broker
 
 
-def open_broker(url: str | None, *, buffer_events: int = 10_000, key_prefix: str = "threadline") -> Broker:
+def open_broker(url: str | None, *, buffer_events: int = 10_000, buffer_bytes: int = 8 << 20,
+                total_bytes: int = 256 << 20, key_prefix: str = "threadline") -> Broker:
     """The broker `url` names; None means in-process (the embedded default)."""
     if url is None or url.startswith("memory:"):
         from threadline.broker.memory import MemoryBroker
 
-        return MemoryBroker(buffer_events=buffer_events)
+        return MemoryBroker(buffer_events=buffer_events, buffer_bytes=buffer_bytes, total_bytes=total_bytes)
     if url.startswith(("redis://", "rediss://", "unix://")):
         from threadline.broker.redis import RedisBroker
 
-        return RedisBroker(url, buffer_events=buffer_events, key_prefix=key_prefix)
+        return RedisBroker(url, buffer_events=buffer_events, buffer_bytes=buffer_bytes, total_bytes=total_bytes,
+                           key_prefix=key_prefix)
     raise ValueError(f"unsupported broker URL {url!r}: use redis://host:port/db, or leave it unset")

@@ -15,10 +15,27 @@ class StreamEvent:
     id: str
     event: str
     data: bytes  # JSON
+    #: Yielded by `subscribe(context=True)` from before the cursor: for the reader's state, not to be sent.
+    context: bool = False
+
+
+#: What one held event costs beyond its id, name and data (the Python objects around them), in the byte
+#: budgets of the brokers' buffers.
+EVENT_OVERHEAD = 160
+
+
+def event_bytes(event: str, data: bytes) -> int:
+    """The bytes one held event counts for in a byte budget (its id is counted in `EVENT_OVERHEAD`)."""
+    return len(event) + len(data) + EVENT_OVERHEAD
 
 
 class Broker(abc.ABC):
-    """Per-run event streams with a bounded replay buffer, worker wake-ups, run-done and cancel signals."""
+    """Per-run event streams with a bounded replay buffer, worker wake-ups, run-done and cancel signals.
+
+    A run's buffer is bounded by events (`buffer_events`) and by bytes (`buffer_bytes`, the newest event is
+    always kept); the buffers this process holds together by `total_bytes` (finished runs' buffers are
+    dropped first, whole, oldest first; then the oldest events of the largest running one). Whatever is dropped is
+    a gap for a resume from before it (`resume_gap`)."""
 
     @abc.abstractmethod
     async def publish(self, run_id: str, event: str, data: bytes) -> str:
@@ -36,13 +53,19 @@ class Broker(abc.ABC):
         buffered, then stop."""
 
     @abc.abstractmethod
-    def subscribe(self, run_id: str, *, after: str | None = None, replay: bool = False) -> AsyncIterator[StreamEvent]:
-        """Events of a run: those after `after` (or all buffered when `replay`), then live ones, until the end."""
+    def subscribe(self, run_id: str, *, after: str | None = None, replay: bool = False,
+                  context: bool = False) -> AsyncIterator[StreamEvent]:
+        """Events of a run: those after `after` (or all buffered when `replay`), then live ones, until the end.
+        With `context`, the events still buffered up to that cursor come first, marked `context=True`."""
 
     async def resume_gap(self, run_id: str, after: str) -> bool:
         """Whether events after `after` (a client's Last-Event-ID) were dropped from the run's bounded buffer,
         so a resume from it misses some (counted as a replay gap). By default, never known."""
         return False
+
+    @abc.abstractmethod
+    async def buffered_bytes(self, run_id: str) -> int:
+        """The bytes the run's buffer holds now, as its byte budget counts them (`event_bytes`)."""
 
     @abc.abstractmethod
     async def stream_started(self, run_id: str) -> bool:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
+import dataclasses
 import time
 from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
-from threadline.broker.base import Broker, StreamEvent
+from threadline.broker.base import Broker, StreamEvent, event_bytes
 from threadline.broker.local import LocalSignals
 
 
@@ -31,13 +31,20 @@ def event_ms(event_id: str) -> int:
 
 
 class _RunStream:
-    def __init__(self, maxlen: int) -> None:
-        self.events: deque[tuple[int, StreamEvent]] = deque(maxlen=maxlen)
+    def __init__(self) -> None:
+        self.events: deque[tuple[int, StreamEvent, int]] = deque()  # (seq, event, bytes it counts for)
+        self.bytes = 0
         self.seq = 0
         self.ended = False
         self.changed = asyncio.Condition()
         self.ended_at: float | None = None
         self.dropped = 0  # seq of the newest event the bounded buffer dropped
+
+    def drop_oldest(self) -> int:
+        """Drop the oldest buffered event; the bytes freed."""
+        seq, _, size = self.events.popleft()
+        self.dropped, self.bytes = seq, self.bytes - size
+        return size
 
 
 class MemoryBroker(Broker):
@@ -45,37 +52,74 @@ class MemoryBroker(Broker):
 
     #: How long a finished run's buffer stays available for late joins and resumption.
     retain_seconds = 600.0
+    #: Most bytes of events a subscriber takes from the buffer at once.
+    batch_bytes = 256 * 1024
 
-    def __init__(self, buffer_events: int = 10_000) -> None:
+    def __init__(self, buffer_events: int = 10_000, buffer_bytes: int = 8 << 20, total_bytes: int = 256 << 20) -> None:
         self._buffer = buffer_events
+        self._buffer_bytes = buffer_bytes
+        self._total_bytes = total_bytes
+        self._held = 0  # bytes of every buffer together
         self._started_ms = int(time.time() * 1000)
         self._streams: dict[str, _RunStream] = {}
         self._signals = LocalSignals()
         # Finished streams by end time, oldest first, for eviction without scanning every stream.
         self._ended: deque[tuple[float, str]] = deque()
+        self._ended_holding: deque[str] = deque()  # finished runs whose buffers the process budget may drop
         # Cancels sent before the worker registered (between claim and start); honoured on registration.
         self._early_cancel: dict[str, str] = {}
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes the buffers of this process hold (as counted against `total_bytes`)."""
+        return self._held
+
+    async def buffered_bytes(self, run_id: str) -> int:
+        stream = self._streams.get(run_id)
+        return 0 if stream is None else stream.bytes
 
     def _stream(self, run_id: str) -> _RunStream:
         stream = self._streams.get(run_id)
         if stream is None:
-            stream = self._streams[run_id] = _RunStream(self._buffer)
+            stream = self._streams[run_id] = _RunStream()
             self._evict()
         return stream
 
     def _evict(self) -> None:
         cutoff = time.monotonic() - self.retain_seconds
         while self._ended and self._ended[0][0] < cutoff:
-            self._streams.pop(self._ended.popleft()[1], None)
+            stream = self._streams.pop(self._ended.popleft()[1], None)
+            if stream is not None:
+                self._held -= stream.bytes
+        while self._ended_holding and self._ended_holding[0] not in self._streams:
+            self._ended_holding.popleft()
+
+    def _bound(self, stream: _RunStream) -> None:
+        """Drop what is over the run's bounds, then over the process's (see `Broker`)."""
+        while len(stream.events) > 1 and (len(stream.events) > self._buffer or stream.bytes > self._buffer_bytes):
+            self._held -= stream.drop_oldest()
+        if self._held <= self._total_bytes:
+            return
+        while self._ended_holding and self._held > self._total_bytes:  # finished runs first, oldest first, whole
+            ended = self._streams.get(self._ended_holding.popleft())
+            while ended is not None and ended.events:
+                self._held -= ended.drop_oldest()
+        while self._held > self._total_bytes:  # then the oldest events of the largest running stream
+            largest = max(self._streams.values(), key=lambda s: s.bytes if len(s.events) > 1 else 0)
+            if len(largest.events) <= 1:
+                return
+            self._held -= largest.drop_oldest()
 
     async def publish(self, run_id: str, event: str, data: bytes) -> str:
         stream = self._stream(run_id)
         stream.seq += 1
         ev = StreamEvent(f"{int(time.time() * 1000)}-{stream.seq}", event, data)
+        size = event_bytes(event, data)
         async with stream.changed:
-            if len(stream.events) == stream.events.maxlen:
-                stream.dropped = stream.events[0][0]
-            stream.events.append((stream.seq, ev))
+            stream.events.append((stream.seq, ev, size))
+            stream.bytes += size
+            self._held += size
+            self._bound(stream)
             stream.changed.notify_all()
         return ev.id
 
@@ -88,6 +132,8 @@ class MemoryBroker(Broker):
             stream.ended_at = time.monotonic()
             stream.changed.notify_all()
         self._ended.append((stream.ended_at, run_id))
+        self._ended_holding.append(run_id)
+        self._evict()
 
     async def resume_gap(self, run_id: str, after: str) -> bool:
         stream = self._streams.get(run_id)
@@ -99,7 +145,8 @@ class MemoryBroker(Broker):
     async def stream_started(self, run_id: str) -> bool:
         return run_id in self._streams
 
-    async def subscribe(self, run_id: str, *, after: str | None = None, replay: bool = False) -> AsyncIterator[StreamEvent]:
+    async def subscribe(self, run_id: str, *, after: str | None = None, replay: bool = False,
+                        context: bool = False) -> AsyncIterator[StreamEvent]:
         stream = self._stream(run_id)
         if after is not None:
             # An id from before this process started (a client resuming across a restart) numbers another
@@ -109,15 +156,26 @@ class MemoryBroker(Broker):
             cursor = 0
         else:
             cursor = stream.seq
+        if context and cursor:
+            for seq, ev, _ in list(stream.events):
+                if seq > cursor:
+                    break
+                yield dataclasses.replace(ev, context=True)
         while True:
             async with stream.changed:
                 while not stream.ended and (not stream.events or stream.events[-1][0] <= cursor):
                     await stream.changed.wait()
-                # Only the events after the cursor, from the end: O(new events), not O(buffer).
+                # Only the events after the cursor: O(new events), not O(buffer); and a batch of at most
+                # `batch_bytes`, so a slow reader keeps no more than that of what the buffer has dropped.
                 fresh = min(max(stream.seq - cursor, 0), len(stream.events))
-                batch = list(itertools.islice(reversed(stream.events), fresh))[::-1]
+                batch, taken = [], 0
+                for index in range(len(stream.events) - fresh, len(stream.events)):
+                    batch.append(stream.events[index])
+                    taken += batch[-1][2]
+                    if taken >= self.batch_bytes:
+                        break
                 ended = stream.ended
-            for seq, ev in batch:
+            for seq, ev, _ in batch:
                 cursor = seq
                 yield ev
             if ended and not batch:

@@ -1,7 +1,7 @@
 """The Redis broker: the semantics of `MemoryBroker`, shared by every process of a deployment.
 
-Redis holds each run's events (a Redis Stream trimmed to exactly `buffer_events`), a flag once the stream
-has ended, and a cancel sent before the worker registered. They expire: `retain_seconds` after the run's
+Redis holds each run's events (a Redis Stream trimmed to exactly `buffer_events`, and by the publishing
+process to its byte budgets, `threadline.broker.budget`), a flag once the stream has ended, and a cancel sent before the worker registered. They expire: `retain_seconds` after the run's
 end, `live_seconds` after the last event of a run that never ends (its process died).
 
 Wake-ups, run-done and cancel signals are pub/sub messages: each process listens with one connection and
@@ -26,7 +26,8 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from threadline.broker.base import Broker, StreamEvent
+from threadline.broker.base import Broker, StreamEvent, event_bytes
+from threadline.broker.budget import ByteBudget
 from threadline.broker.keys import Keys
 from threadline.broker.local import LocalSignals
 from threadline.errors import BrokerUnavailable, Unavailable
@@ -76,10 +77,14 @@ class RedisBroker(Broker):
     command_seconds = 5.0
     #: Most events read from Redis at once.
     batch_events = 500
+    #: About the most bytes of events a subscriber reads from Redis at once (fewer events when they are large).
+    batch_bytes = 256 * 1024
 
-    def __init__(self, url: str, *, buffer_events: int = 10_000, key_prefix: str = "threadline",
-                 max_connections: int = 64, max_subscribers: int = 1000) -> None:
+    def __init__(self, url: str, *, buffer_events: int = 10_000, buffer_bytes: int = 8 << 20,
+                 total_bytes: int = 256 << 20, key_prefix: str = "threadline", max_connections: int = 64,
+                 max_subscribers: int = 1000) -> None:
         self._buffer = buffer_events
+        self._budget = ByteBudget(buffer_events, buffer_bytes, total_bytes, self.retain_seconds)
         self._keys = Keys(key_prefix)
         # Signals carry the sender's id: the sender applies its own at once, its listener skips them.
         self._id = uuid.uuid4().hex
@@ -172,6 +177,7 @@ class RedisBroker(Broker):
                             continue
                         events = self._keys.events(name)
                         if kind == "end":
+                            self._budget.ended(name)
                             waiting.append((len(pipe), value))
                             end = self._keys.end(name)
                             pipe.xadd(end, {"end": "1"}, maxlen=1, approximate=False)
@@ -182,10 +188,13 @@ class RedisBroker(Broker):
                             event, data, stored = value
                             if stored is not None:
                                 waiting.append((len(pipe), stored))
+                            self._budget.added(name, event_bytes(event, data))
                             pipe.xadd(events, {"e": event, "d": data}, maxlen=self._buffer, approximate=False)
                             if name not in expiring:
                                 pipe.expire(events, self.live_seconds)
                                 expiring.add(name)
+                    for run_id, keep in self._budget.trims().items():  # within the byte budgets
+                        pipe.xtrim(self._keys.events(run_id), maxlen=keep, approximate=False)
                     replies = await pipe.execute()
             except BaseException as exc:
                 failure = exc if isinstance(exc, Exception) else BrokerUnavailable("The Redis broker stopped.")
@@ -209,17 +218,32 @@ class RedisBroker(Broker):
                 info: Any = await self._redis.xinfo_stream(self._keys.events(run_id))
             except RedisError:  # no such stream
                 return False
-        first = info.get("first-entry")
-        if not first or int(info.get("entries-added") or 0) <= int(info.get("length") or 0):
+        if int(info.get("entries-added") or 0) <= int(info.get("length") or 0):
             return False
+        first = info.get("first-entry")
+        if not first:  # every event was trimmed: a gap for a client that had not read the newest
+            newest = info.get("last-generated-id") or b"0-0"
+            newest = newest.decode() if isinstance(newest, bytes) else str(newest)
+            return _id_key(newest) > _id_key(_after_id(after))
         kept = first[0].decode() if isinstance(first[0], bytes) else str(first[0])
         return _id_key(kept) > _id_key(_after_id(after))
+
+    async def buffered_bytes(self, run_id: str) -> int:
+        total, start, events = 0, "-", self._keys.events(run_id)
+        while True:
+            async with self._exchange():
+                entries: Any = await self._reader.xrange(events, min=start, count=self.batch_events)
+            total += sum(event_bytes(fields[b"e"].decode(), fields[b"d"]) for _, fields in entries)
+            if len(entries) < self.batch_events:
+                return total
+            start = "(" + entries[-1][0].decode()
 
     async def stream_started(self, run_id: str) -> bool:
         async with self._exchange():
             return bool(await self._redis.exists(self._keys.events(run_id), self._keys.end(run_id)))
 
-    async def subscribe(self, run_id: str, *, after: str | None = None, replay: bool = False) -> AsyncIterator[StreamEvent]:
+    async def subscribe(self, run_id: str, *, after: str | None = None, replay: bool = False,
+                        context: bool = False) -> AsyncIterator[StreamEvent]:
         events, end = self._keys.events(run_id), self._keys.end(run_id)
         if after is not None:
             cursor = _after_id(after)
@@ -229,23 +253,46 @@ class RedisBroker(Broker):
             async with self._exchange():
                 newest: Any = await self._redis.xrevrange(events, count=1)
             cursor = newest[0][0].decode() if newest else "0-0"
-        ended = False
+        if context and cursor != "0-0":
+            async for ev in self._context(events, cursor):
+                yield ev
+        ended, count = False, self.batch_events
         while True:
             # Once ended, drain what is buffered without blocking, as MemoryBroker does.
             block = None if ended else int(self.block_seconds * 1000)
             async with self._exchange(self.block_seconds):
-                reply: Any = await self._reader.xread({events: cursor, end: "0-0"}, count=self.batch_events, block=block)
+                reply: Any = await self._reader.xread({events: cursor, end: "0-0"}, count=count, block=block)
             batch: list[Any] = []
             for key, entries in reply.items() if isinstance(reply, dict) else reply or []:
                 if key.decode() == end:
                     ended = True
                 else:
                     batch = entries
+            count = self._next_count(batch)
             for entry_id, fields in batch:
                 cursor = entry_id.decode()
                 yield StreamEvent(cursor, fields[b"e"].decode(), fields[b"d"])
             if ended and not batch:
                 return
+
+    def _next_count(self, batch: list[Any]) -> int:
+        """How many events to read next: about `batch_bytes` of events the size of the last batch's."""
+        if not batch:
+            return self.batch_events
+        size = sum(len(fields[b"d"]) for _, fields in batch) // len(batch) + 1
+        return max(1, min(self.batch_events, self.batch_bytes // size))
+
+    async def _context(self, events: str, cursor: str) -> AsyncIterator[StreamEvent]:
+        """The events still kept up to `cursor` (included), marked as context."""
+        start = "-"
+        while True:
+            async with self._exchange():
+                entries: Any = await self._reader.xrange(events, min=start, max=cursor, count=self.batch_events)
+            for entry_id, fields in entries:
+                yield StreamEvent(entry_id.decode(), fields[b"e"].decode(), fields[b"d"], context=True)
+            if len(entries) < self.batch_events:
+                return
+            start = "(" + entries[-1][0].decode()
 
     # Wake-ups.
 

@@ -17,6 +17,7 @@ from threadline.broker.base import Broker
 from threadline.core.graphs import GraphRegistry
 from threadline.core.lease import FencedCheckpointer, Lease, LeaseLost
 from threadline.core.messages import MessageStreamer
+from threadline.core.partials import Held
 from threadline.core.protocol_events import ProtocolRun
 from threadline.core.metrics import Metrics
 from threadline.core.state import bind, debug_json, run_output, snapshot_json, thread_config, thread_fields
@@ -349,7 +350,7 @@ class Executor:
 
     async def _publish(self, lease: Lease, event: str, data: Any) -> None:
         lease.check()  # a worker that lost the run must not write into the stream its successor owns
-        await self.broker.post(lease.run_id, event, dumps(data))
+        await self.broker.post(lease.run_id, event, data if isinstance(data, Held) else dumps(data))
 
     async def _finish_run(self, run: Row, lease: Lease, status: str, **outcome: Any) -> Row | None:
         """`storage.finish_run`, again on a fresh connection while the database is unavailable and the lease

@@ -7,21 +7,26 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, BaseMessageChunk, message_chunk_to_message
 
+from threadline.core.partials import PartialEncoder
+from threadline.serde import dumps
+
 
 class MessageStreamer:
-    """Turns LangGraph `messages` chunks `(message, metadata)` into the events a client asked for. The events
-    carry the message and metadata as they are: encoding them (`threadline.serde.dumps`) makes them JSON,
-    without a Python pass over every token's metadata first."""
+    """Turns LangGraph `messages` chunks `(message, metadata)` into the events a client asked for. The
+    `messages` (tuple) and `messages/partial` events come in their held form (`threadline.core.partials`): a
+    delta from the message's previous frame, rebuilt for each subscriber."""
 
     def __init__(self, *, legacy: bool, tuples: bool) -> None:
         self.legacy = legacy
         self.tuples = tuples
         self._seen: dict[str, BaseMessage] = {}
+        self._partials = PartialEncoder()
 
     def feed(self, chunk: tuple[Any, dict[str, Any]]) -> Iterator[tuple[str, Any]]:
         message, metadata = chunk
         if self.tuples:
-            yield "messages", [message, metadata]
+            msg_id = getattr(message, "id", None) or ""
+            yield "messages", self._partials.encode(msg_id, dumps([message, metadata]))
         if not self.legacy:
             return
         msg_id = getattr(message, "id", None) or ""
@@ -38,6 +43,7 @@ class MessageStreamer:
         if isinstance(message, BaseMessageChunk):
             # The message so far, as a whole message (`"type": "ai"`, not `"AIMessageChunk"`): as LangGraph's
             # server sends it, and as UIs that render `messages/partial` by type expect.
-            yield "messages/partial", [message_chunk_to_message(current)]
+            yield "messages/partial", self._partials.encode(msg_id, dumps([message_chunk_to_message(current)]))
         else:
+            self._partials.forget(msg_id)
             yield "messages/complete", [current]

@@ -101,17 +101,18 @@ async def follow_events(runs: Runs, thread_id: str, flt: EventFilter, since: int
             await listen(IDLE_RECHECK_SECONDS)
 
 
-async def replay_events(runs: Runs, thread_id: str, flt: EventFilter, since: int | None) -> tuple[list[Row], int]:
-    """The kept events after `since` that pass `flt`, and the seq to follow on from."""
-    cursor, out = since or 0, []
+async def replay_events(runs: Runs, thread_id: str, flt: EventFilter, since: int | None) -> int:
+    """How many kept events after `since` pass `flt` (what a subscription replays). Counted a batch at a time
+    and not held: the subscription reads them again as it sends them (`follow_events` from `since`), so a
+    long log costs one batch of memory, not the whole log per subscriber."""
+    cursor, count = since or 0, 0
     while True:
         rows = await runs.storage.read_thread_events(thread_id, after=cursor, limit=READ_BATCH)
         for row in rows:
             cursor = row["seq"]
-            if flt.matches(row["channel"], _namespace(row)):
-                out.append(row)
+            count += flt.matches(row["channel"], _namespace(row))
         if len(rows) < READ_BATCH:
-            return out, cursor
+            return count
 
 
 async def check_resumable(runs: Runs, thread_id: str, since: int) -> None:

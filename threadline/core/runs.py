@@ -14,6 +14,7 @@ from threadline.broker.base import Broker, StreamEvent
 from threadline.core.assistants import Assistants
 from threadline.core.auth import with_caller
 from threadline.core.metrics import Metrics
+from threadline.core.partials import PartialDecoder, is_partial
 from threadline.core.protocol_events import end_without_worker
 from threadline.core.threads import Threads
 from threadline.core.webhook_policy import WebhookGuard
@@ -404,13 +405,30 @@ class Runs:
         run = await self.storage.get_run(run_id)
         if run is not None and run["status"] in TERMINAL and not await self.broker.stream_started(run_id):
             return
+        gap = False  # counted once per stream, whether events were dropped or a partial cannot be rebuilt
         if last_event_id is not None and self.metrics is not None and await self.broker.resume_gap(run_id,
                                                                                                   last_event_id):
+            gap = True
             self.metrics.replay_gap()  # the client missed events the bounded buffer no longer holds
         modes = [m for m in modes or () if m]  # langgraph-sdk sends `stream_mode=` when it has none
         wanted = {"messages" if m == "messages-tuple" else m for m in modes} | {"error"}
-        async for event in self.broker.subscribe(run_id, after=last_event_id, replay=replay):
+        # Message events are held as deltas (`core/partials.py`): a stream that starts past the first event
+        # rebuilds them from the buffered events before its cursor.
+        context = (last_event_id is not None or not replay) and (not modes or "messages" in wanted) \
+            and (run is None or _partial_messages(run))
+        partials = PartialDecoder()
+        async for event in self.broker.subscribe(run_id, after=last_event_id, replay=replay, context=context):
             if modes and event.event.split("|", 1)[0].split("/", 1)[0] not in wanted:
+                continue
+            if is_partial(event.data):
+                data = partials.decode(event.data)
+                if data is None and not event.context and not gap and self.metrics is not None:
+                    gap = True  # a partial it builds on was dropped: not sent rather than sent wrong
+                    self.metrics.replay_gap()
+                if data is None or event.context:
+                    continue
+                event = StreamEvent(event.id, event.event, data)
+            elif event.context:
                 continue
             yield event
 
@@ -420,3 +438,9 @@ class Runs:
             return {"__error__": run.get("error") or {"error": "Error", "message": "run failed"}}
         return run.get("output") if run.get("output") is not None else {}
 
+
+def _partial_messages(run: Row) -> bool:
+    """Whether the run streams message events held as deltas (the `messages` or `messages-tuple` mode)."""
+    modes = (run.get("kwargs") or {}).get("stream_mode") or ["values"]
+    modes = [modes] if isinstance(modes, str) else modes
+    return "messages" in modes or "messages-tuple" in modes

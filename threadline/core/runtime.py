@@ -118,6 +118,7 @@ class Runtime:
         store_index = resolve_store_index(project.store_index, project.root)
         storage = await open_storage(url, store_index=store_index, store_ttl=project.store_ttl)
         broker = open_broker(settings.redis_url, buffer_events=settings.stream_buffer_events,
+                             buffer_bytes=settings.stream_buffer_bytes, total_bytes=settings.stream_memory_bytes,
                              key_prefix=settings.redis_key_prefix)
         await broker.start()
         if storage.capabilities.get("multi_process") and settings.redis_url is None:

@@ -1,0 +1,213 @@
+"""What the server holds for streams: `messages/partial` frames held as deltas (byte for byte the frames
+clients got before, however they join), bytes linear in the reply, and a partial never rebuilt wrong when the
+bounded buffer dropped what it builds on. On SQLite (memory broker) and PostgreSQL + Redis."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from asgi_lifespan import LifespanManager
+
+from tests.conftest import PROJECT, serving
+from tests.services import Backend
+from threadline.api.app import create_app
+from threadline.core.partials import PartialDecoder, PartialEncoder, is_partial
+from threadline.core.runtime import Runtime
+from threadline.settings import Settings
+
+#: The frames of `talker` streams, as Threadline sent them before partials were held as deltas (ids,
+#: UUIDs and library versions normalized).
+EXPECTED = json.loads((Path(__file__).parent / "project" / "talker_frames.json").read_text())
+_UUID = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_ID = re.compile(rb"^id: .*$", re.M)
+_VERSIONS = re.compile(rb'"lc_versions":\{[^}]*\}')
+
+Frame = tuple[str, str, bytes]  # (id, event, data)
+
+
+def _normalized(body: bytes) -> str:
+    seen: dict[bytes, bytes] = {}
+    body = _UUID.sub(lambda m: seen.setdefault(m.group(0), b"<uuid%d>" % len(seen)), body)
+    return _sorted_metadata(_VERSIONS.sub(b'"lc_versions":<versions>', _ID.sub(b"id: <id>", body)).decode())
+
+
+def _sorted_metadata(text: str) -> str:
+    """Run metadata with sorted keys: the order of an assistant's metadata keys is the database's (PostgreSQL's
+    jsonb sorts them), not the stream's. So `messages/metadata` data is sorted, and the metadata of each
+    `messages` tuple; the rest (the chunk of a tuple, every other frame) is compared byte for byte."""
+    lines = text.split("\n")
+    for i, line in enumerate(lines[1:], 1):
+        event, data = lines[i - 1], line[6:].rstrip("\r").replace(":<versions>", ':"<versions>"')
+        if not line.startswith("data: "):
+            continue
+        if event.startswith("event: messages/metadata"):
+            lines[i] = "data: " + json.dumps(json.loads(data), sort_keys=True) + "\r"
+        elif event.startswith("event: messages") and "/" not in event:
+            _, end = json.JSONDecoder().raw_decode(data, 1)  # the chunk, kept as sent
+            metadata = json.loads(data[end + 1:-1])
+            lines[i] = "data: " + data[:end + 1] + json.dumps(metadata, sort_keys=True) + "]\r"
+    return "\n".join(lines)
+
+
+def _frames(raw: bytes) -> list[Frame]:
+    out = []
+    for block in raw.split(b"\r\n\r\n")[:-1]:
+        fields = dict(line.partition(b": ")[::2] for line in block.split(b"\r\n") if not line.startswith(b":"))
+        if b"event" in fields:
+            out.append((fields.get(b"id", b"").decode(), fields[b"event"].decode(), fields.get(b"data", b"")))
+    return out
+
+
+def _settings(backend: Backend, **more: Any) -> Settings:
+    return Settings(config=str(PROJECT), workers=4, heartbeat_seconds=5.0, **backend.settings(), **more)
+
+
+@pytest.fixture
+async def client(backend: Backend) -> AsyncIterator[tuple[httpx.AsyncClient, Runtime]]:
+    app = create_app(_settings(backend))
+    async with LifespanManager(app, startup_timeout=30, shutdown_timeout=30) as manager:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app), base_url="http://t",
+                                     timeout=60) as http:
+            yield http, app.state.runtime
+
+
+async def _talk(http: httpx.AsyncClient, words: int, **body: Any) -> tuple[str, str, bytes]:
+    """(thread id, run id, raw SSE body) of a `talker` run streamed to its end."""
+    tid = (await http.post("/threads", json={})).json()["thread_id"]
+    raw = (await http.post(f"/threads/{tid}/runs/stream", json={
+        "assistant_id": "talker", "input": {"words": words}, "stream_resumable": True, **body})).content
+    return tid, json.loads(_frames(raw)[0][2])["run_id"], raw
+
+
+# The held form, on its own.
+
+
+def test_partials_round_trip_byte_for_byte() -> None:
+    rng = random.Random(7)
+    encoder, decoder = PartialEncoder(), PartialDecoder()
+    content, usage = {"a": b"", "b": b""}, {"a": 0, "b": 0}
+    for _ in range(400):
+        msg = rng.choice("ab")
+        content[msg] += rng.choice([b"x", b" ", b"\xc3\xa9", b"yz" * rng.randint(1, 30)])
+        usage[msg] += rng.random() < 0.2  # now and then a change further on, too
+        frame = b'[{"content":"%b","usage":%d,"id":"%b"}]' % (content[msg], usage[msg], msg.encode())
+        held = encoder.encode(msg, frame)
+        assert is_partial(held)
+        assert decoder.decode(held) == frame
+    assert not decoder.gap
+
+
+def test_a_delta_without_the_partial_before_it_is_not_rebuilt() -> None:
+    encoder, decoder = PartialEncoder(), PartialDecoder()
+    held = [encoder.encode("m", b"[" + b"x" * n + b"]") for n in range(100, 105)]  # a keyframe, then deltas
+    assert decoder.decode(held[0]) == b"[" + b"x" * 100 + b"]"
+    assert decoder.decode(held[2]) is None and decoder.gap  # held[1] is missing
+    assert decoder.decode(held[3]) is None  # nor anything after it until a keyframe
+    late = [decoder.decode(encoder.encode("m", b"[" + b"x" * n + b"]")) for n in range(105, 110)]
+    assert late[0] is None and late[-1] == b"[" + b"x" * 109 + b"]"  # the deltas outweighed it: a keyframe
+
+
+# Over the API.
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+async def test_messages_frames_are_byte_identical_to_before(client: tuple[httpx.AsyncClient, Runtime],
+                                                            name: str) -> None:
+    http, _ = client
+    body = {"messages": {"stream_mode": ["messages"]}, "messages_values": {"stream_mode": ["messages", "values"]},
+            "messages_subgraphs": {"stream_mode": ["messages"], "stream_subgraphs": True},
+            "messages_tuple": {"stream_mode": ["messages-tuple"]},
+            "messages_tuple_values": {"stream_mode": ["messages-tuple", "values"], "stream_subgraphs": True}}[name]
+    _, _, raw = await _talk(http, 6, **body)
+    assert _normalized(raw) == _sorted_metadata(EXPECTED[name])
+
+
+@pytest.mark.parametrize("mode", ["messages", "messages-tuple"])
+async def test_resumes_and_filtered_joins_rebuild_the_same_frames(client: tuple[httpx.AsyncClient, Runtime],
+                                                                  mode: str) -> None:
+    http, _ = client
+    tid, run_id, raw = await _talk(http, 40, stream_mode=[mode, "values"])
+    full = _frames(raw)
+    path = f"/threads/{tid}/runs/{run_id}/stream"
+    partials = [i for i, f in enumerate(full) if f[1] in ("messages/partial", "messages")]
+    assert len(partials) > 100
+    # Resumes from anywhere (inside a message, right after its first partial, between messages) get exactly
+    # the frames that came after, each partial rebuilt byte for byte.
+    for k in (0, partials[0], partials[1], partials[37], partials[len(partials) // 2], partials[-1] - 1, len(full) - 2):
+        got = _frames((await http.get(path, headers={"Last-Event-ID": full[k][0]})).content)
+        assert got == full[k + 1:], k
+    # A join for `messages` only (a resume, filtered): the same partials, without the values.
+    got = _frames((await http.get(path, params={"stream_mode": "messages"},
+                                  headers={"Last-Event-ID": full[partials[60]][0]})).content)
+    assert got == [f for f in full[partials[60] + 1:] if f[1].split("/")[0] == "messages"]
+
+
+async def test_a_live_join_and_the_thread_stream_rebuild_the_same_frames(backend: Backend) -> None:
+    async with serving(_settings(backend)) as url, httpx.AsyncClient(base_url=url, timeout=60) as http:
+        tid = (await http.post("/threads", json={})).json()["thread_id"]
+        run = (await http.post(f"/threads/{tid}/runs", json={
+            "assistant_id": "talker", "input": {"words": 60, "delay": 0.005}, "stream_mode": ["messages"]})).json()
+        joined: list[Frame] = []
+        async with http.stream("GET", f"/threads/{tid}/runs/{run['run_id']}/stream") as response:
+            buffer = b""
+            async for chunk in response.aiter_raw():
+                buffer += chunk
+        joined = _frames(buffer)
+        everything = _frames((await http.get(f"/threads/{tid}/runs/{run['run_id']}/stream",
+                                             headers={"Last-Event-ID": "-1"})).content)
+        assert joined and joined[-1] == everything[-1]
+        start = [f[0] for f in everything].index(joined[0][0])
+        assert joined == everything[start:]
+        # The thread's stream, resumed inside the run: the same frames, ids prefixed with the run's.
+        k = [i for i, f in enumerate(everything) if f[1] == "messages/partial"][50]
+        got: list[Frame] = []
+        async with http.stream("GET", f"/threads/{tid}/stream",
+                               headers={"Last-Event-ID": f"{run['run_id']}/{everything[k][0]}"}) as response:
+            buffer = b""
+            async for chunk in response.aiter_raw():
+                buffer += chunk
+                got = _frames(buffer)
+                if got and got[-1][0].endswith("/done"):
+                    break
+        assert got[:-1] == [(f"{run['run_id']}/{i}", e, d) for i, e, d in everything[k + 1:]]
+
+
+async def test_held_bytes_grow_linearly_with_the_reply(client: tuple[httpx.AsyncClient, Runtime]) -> None:
+    """Before, a reply of 4n tokens held about 16 times the bytes of one of n in `messages` mode."""
+    http, runtime = client
+    held = {}
+    for words in (100, 400):
+        _, run_id, _ = await _talk(http, words, stream_mode=["messages"])
+        held[words] = await runtime.broker.buffered_bytes(run_id)
+    assert held[400] < 5 * held[100], held
+
+
+async def test_a_partial_is_never_rebuilt_from_what_was_dropped(backend: Backend) -> None:
+    """A buffer of 30 KB for a reply of 300 words: the live stream may fall behind what is kept, and a resume
+    from the start certainly does. Either gets only partials rebuilt right, and the replay gap is counted."""
+    app = create_app(_settings(backend, stream_buffer_bytes=30_000))
+    async with LifespanManager(app, startup_timeout=30, shutdown_timeout=30) as manager:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app), base_url="http://t",
+                                     timeout=60) as http:
+            tid, run_id, raw = await _talk(http, 300, stream_mode=["messages"])
+            first = _frames(raw)
+            assert await app.state.runtime.broker.buffered_bytes(run_id) <= 30_000
+            resumed = _frames((await http.get(f"/threads/{tid}/runs/{run_id}/stream",
+                                              headers={"Last-Event-ID": first[0][0]})).content)
+            metrics = (await http.get("/metrics")).text
+    replies = {f"w{r}": " ".join(f"w{r}.{i}" for i in range(300)) for r in (0, 1)}
+    for _, event, data in first + resumed:
+        if event == "messages/partial":
+            content = json.loads(data)[0]["content"]
+            assert replies[content.split(".")[0]].startswith(content), content
+    sent_first = dict((i, (e, d)) for i, e, d in first)
+    assert all(sent_first[i] == (e, d) for i, e, d in resumed if i in sent_first)
+    assert len(resumed) < len(first) and json.loads(resumed[-1][2])[0]["content"] == replies["w1"]
+    assert re.search(r"^lg_api_stream_replay_gaps_total [12]\.0$", metrics, re.M)

@@ -1,0 +1,133 @@
+"""Message events held as deltas, rebuilt into whole frames for each subscriber.
+
+LangGraph's `messages` mode sends, for each chunk a model streams, the whole message so far: the frames of a
+reply of n tokens weigh O(n²). A stream buffer holding them grows with the square of the reply. Instead the
+executor posts each partial as the bytes that changed since the previous partial of the same message (a
+*delta*: the common prefix and suffix kept, the middle replaced), and now and then whole (a *keyframe*: the
+first partial of a message, and the next one once the deltas since the last keyframe weigh as much as the
+frame: keyframes then weigh no more than the deltas, and the newest 2 frames' worth of a message's events
+always hold one to rebuild from). The buffer holds bytes linear in the reply; each subscriber rebuilds the
+frames as it sends them, byte for byte those the executor encoded. `messages-tuple` events are held the same
+way: each `[chunk, metadata]` frame differs from the previous one of its message by the chunk's text only,
+and the metadata it repeats is most of its bytes.
+
+A rebuilt frame needs the partial before it. A subscriber that joins or resumes mid-stream first reads the
+run's buffered events before its cursor (`Broker.subscribe(context=True)`) without sending them. When a
+partial it needs was dropped from the bounded buffer, the deltas of that message are not sent (never a
+wrong partial) until the next keyframe, and the stream counts as a replay gap.
+
+Held events start with a marker byte JSON never starts with: `\\x01` keyframe, `\\x00` delta, then a
+JSON header line (`[key, n]`, `[key, n, prefix, suffix]`: `key` numbers the run's messages, `n` the message's
+frames), then the bytes. Encoded here and decoded here; no other module reads them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from threadline.serde import dumps, loads
+
+KEYFRAME = b"\x01"
+DELTA = b"\x00"
+#: A subscriber keeps the last frame of this many messages at most (the newest), to rebuild the next.
+MAX_MESSAGES = 64
+
+
+class Held(bytes):
+    """Event data already in its held form (the executor posts it as it is, not JSON-encoded again)."""
+
+
+def is_partial(data: bytes) -> bool:
+    """Whether a held event's data is an encoded partial (to be rebuilt before it is sent)."""
+    return data[:1] in (KEYFRAME, DELTA)
+
+
+def _common_prefix(a: bytes, b: bytes) -> int:
+    """Length of the longest common prefix (a binary search of `startswith`: C speed, no copies)."""
+    view, lo, hi = memoryview(a), 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if b.startswith(view[:mid]):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _common_suffix(a: bytes, b: bytes, limit: int) -> int:
+    view, lo, hi = memoryview(a), 0, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if b.endswith(view[len(a) - mid:]):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+@dataclass
+class _Sent:
+    frame: bytes
+    n: int  # how many partials of this message came before, this one included
+    deltas: int = 0  # bytes of the deltas since the last keyframe
+
+
+class PartialEncoder:
+    """The executor's side: each message's last partial frame, to encode the next one against it."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, _Sent] = {}
+        self._keys: dict[str, int] = {}  # msg_id → its short key in the headers
+
+    def encode(self, msg_id: str, frame: bytes) -> Held:
+        """The held form of `frame`, the next frame of message `msg_id`."""
+        key = self._keys.setdefault(msg_id, len(self._keys))
+        last = self._last.get(msg_id)
+        if last is None or last.deltas >= len(frame):
+            n = 0 if last is None else last.n + 1
+            self._last[msg_id] = _Sent(frame, n)
+            return Held(KEYFRAME + dumps([key, n]) + b"\n" + frame)
+        prefix = _common_prefix(last.frame, frame)
+        suffix = _common_suffix(last.frame, frame, min(len(last.frame), len(frame)) - prefix)
+        last.n += 1
+        middle = frame[prefix:len(frame) - suffix]
+        head = dumps([key, last.n, prefix, suffix])
+        last.frame = frame
+        held = Held(DELTA + head + b"\n" + middle)
+        last.deltas += len(held)
+        return held
+
+    def forget(self, msg_id: str) -> None:
+        """The message was sent whole (`messages/complete`): a later partial of it starts again."""
+        self._last.pop(msg_id, None)
+
+
+@dataclass
+class PartialDecoder:
+    """A subscriber's side: rebuilds each held partial into the frame the executor encoded."""
+
+    frames: dict[int, tuple[int, bytes]] = field(default_factory=dict)  # message key → (n, frame)
+    #: Whether a partial could not be rebuilt (one it builds on was dropped from the buffer).
+    gap: bool = False
+
+    def decode(self, data: bytes) -> bytes | None:
+        """The whole frame of a held partial, or None when the partial it builds on is missing."""
+        marker, rest = data[:1], data[1:]
+        head_end = rest.index(b"\n")
+        head, body = loads(rest[:head_end]), rest[head_end + 1:]
+        msg_id, n = head[0], head[1]
+        if marker == KEYFRAME:
+            frame = bytes(body)
+        else:
+            known = self.frames.get(msg_id)
+            if known is None or known[0] != n - 1:
+                self.frames.pop(msg_id, None)
+                self.gap = True
+                return None
+            base, prefix, suffix = known[1], head[2], head[3]
+            frame = base[:prefix] + body + base[len(base) - suffix:]
+        self.frames.pop(msg_id, None)  # re-inserted last: the dict's order is the messages' recency
+        self.frames[msg_id] = (n, frame)
+        if len(self.frames) > MAX_MESSAGES:
+            self.frames.pop(next(iter(self.frames)))
+        return frame
