@@ -78,14 +78,14 @@ def event_response(
 
     async def frames() -> AsyncIterator[bytes | ServerSentEvent]:
         left = True  # until the events end or fail, stopping early means the client went away
-        waiting: list[asyncio.Timeout] = []  # the scope of the wait for the next event, while in it
+        waiting: list[asyncio.Timeout] = []  # the scope of the wait for the next events, while in it
 
         def stop_waiting() -> None:
             for scope in waiting:
                 scope.reschedule(asyncio.get_running_loop().time())  # expires now: the wait ends
 
         unwatch = draining.watch(stop_waiting) if draining is not None else None
-        source = aiter(events)
+        pump = Pump(events)
         try:
             while True:
                 if draining is not None and draining.is_set():
@@ -96,22 +96,23 @@ def event_response(
                     async with asyncio.timeout(None) as scope:
                         waiting.append(scope)
                         try:
-                            ev = await anext(source)
+                            batch = await pump.take()
                         finally:
                             waiting.clear()
-                except StopAsyncIteration:  # the run's stream ended
-                    left = False
-                    break
                 except TimeoutError:
                     if not scope.expired():
                         raise
                     continue  # draining: the loop ends the stream
-                yield frame(ev)
+                if not batch:  # the run's stream ended
+                    left = False
+                    break
+                yield b"".join(map(frame_bytes, batch))  # whatever is ready: one send, one socket write
         except Exception as exc:  # our side failed (the broker, say): tell the client; the run goes on
             left = False
             log.warning("event stream failed: %s: %s", type(exc).__name__, exc)
             yield ServerSentEvent(event="error", data=dumps({"error": type(exc).__name__, "message": str(exc)}).decode())
         finally:
+            pump.close()
             if unwatch is not None:
                 unwatch()
             if left and on_disconnect is not None and not (draining is not None and draining.is_set()):
@@ -124,6 +125,64 @@ def event_response(
     response = CountedEventSource(frames(), ping=heartbeat, headers=headers, send_timeout=send_timeout or None)
     response.slot = slot
     return response
+
+
+class Pump:
+    """Reads a stream's events ahead of the response, into a buffer bounded by bytes, so that the response sends
+    everything that is ready in one frame batch: under load, a run's tokens arrive faster than one send each can
+    go out, and every send costs a pass through the middleware and a socket write. A full buffer stops the
+    reading, so a slow client holds at most `max_bytes` here (the broker's buffer holds the rest, bounded)."""
+
+    max_bytes = 256 * 1024
+
+    def __init__(self, events: AsyncIterator[StreamEvent]) -> None:
+        self._events: list[StreamEvent] = []
+        self._bytes = 0
+        self._ended = False
+        self._error: BaseException | None = None
+        self._ready = asyncio.Event()  # something to take, or the end
+        self._room = asyncio.Event()  # under `max_bytes`: reading goes on
+        self._room.set()
+        self._task = asyncio.create_task(self._read(events))
+
+    async def _read(self, events: AsyncIterator[StreamEvent]) -> None:
+        try:
+            async for ev in events:
+                self._events.append(ev)
+                self._bytes += len(ev.data)
+                self._ready.set()
+                if self._bytes >= self.max_bytes:
+                    self._room.clear()
+                    await self._room.wait()
+        except Exception as exc:  # given to the response, which tells the client
+            self._error = exc
+        finally:
+            self._ended = True
+            self._ready.set()
+
+    async def take(self) -> list[StreamEvent]:
+        """Every event read so far (at least one), or [] once the events have ended; raises what reading
+        raised, after the events read before it."""
+        while not self._events:
+            if self._ended:
+                if self._error is not None:
+                    raise self._error
+                return []
+            self._ready.clear()
+            await self._ready.wait()
+        batch, self._events, self._bytes = self._events, [], 0
+        self._room.set()
+        return batch
+
+    def close(self) -> None:
+        """Stop reading: the events' generator is closed in the reading task, as it ends. Not awaited: the
+        response closing this may itself be cancelled (its client left), and must still reach its own end."""
+        self._task.cancel()
+
+
+def frame_bytes(ev: StreamEvent) -> bytes:
+    framed = frame(ev)
+    return framed if isinstance(framed, bytes) else framed.encode()
 
 
 def frame(ev: StreamEvent) -> bytes | ServerSentEvent:
