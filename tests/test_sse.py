@@ -1,0 +1,86 @@
+"""api/sse.Pump: a stream's events read ahead, taken in batches, bounded by bytes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from threadline.api.sse import Pump, frame_bytes
+from threadline.broker.base import StreamEvent
+
+
+def _ev(i: int, size: int = 10) -> StreamEvent:
+    return StreamEvent(f"1-{i}", "custom", b"x" * size)
+
+
+async def test_what_is_ready_is_taken_in_one_batch_in_order() -> None:
+    async def events() -> AsyncIterator[StreamEvent]:
+        for i in range(5):
+            yield _ev(i)
+        await asyncio.sleep(0.01)
+        yield _ev(5)
+
+    pump = Pump(events())
+    await asyncio.sleep(0)  # the reader runs until the events pause
+    assert [e.id for e in await pump.take()] == [f"1-{i}" for i in range(5)]
+    assert [e.id for e in await pump.take()] == ["1-5"]
+    assert await pump.take() == []  # the end
+    pump.close()
+
+
+async def test_reading_stops_at_the_byte_bound_until_the_response_takes() -> None:
+    read = 0
+
+    async def events() -> AsyncIterator[StreamEvent]:
+        nonlocal read
+        for i in range(100):
+            read += 1
+            yield _ev(i, size=Pump.max_bytes // 4)
+
+    pump = Pump(events())
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert read == 4  # a slow client holds at most max_bytes here; the rest waits in the broker's buffer
+    assert len(await pump.take()) == 4
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert read == 8
+    pump.close()
+
+
+async def test_an_error_comes_after_the_events_read_before_it() -> None:
+    async def events() -> AsyncIterator[StreamEvent]:
+        yield _ev(0)
+        raise RuntimeError("broker gone")
+
+    pump = Pump(events())
+    await asyncio.sleep(0)
+    assert [e.id for e in await pump.take()] == ["1-0"]
+    with pytest.raises(RuntimeError, match="broker gone"):
+        await pump.take()
+    pump.close()
+
+
+async def test_close_ends_the_events_generator() -> None:
+    closed = asyncio.Event()
+
+    async def events() -> AsyncIterator[StreamEvent]:
+        try:
+            yield _ev(0)
+            await asyncio.sleep(3600)
+        finally:
+            closed.set()
+
+    pump = Pump(events())
+    await pump.take()
+    pump.close()
+    async with asyncio.timeout(5):
+        await closed.wait()
+
+
+def test_frames_are_joined_as_sent_one_by_one() -> None:
+    assert frame_bytes(_ev(1, 3)) == b"id: 1-1\r\nevent: custom\r\ndata: xxx\r\n\r\n"
+    multiline = StreamEvent("1-2", "custom", b"a\nb")
+    assert frame_bytes(multiline) == b"id: 1-2\r\nevent: custom\r\ndata: a\r\ndata: b\r\n\r\n"
