@@ -135,7 +135,10 @@ class _Recording(httpx.AsyncBaseTransport):
     """Passes requests on and records each exchange whole (streams are read to their end first)."""
 
     def __init__(self, exchanges: list[Exchange]) -> None:
-        self._inner = httpx.AsyncHTTPTransport()
+        # Idle connections are dropped after 1 s, before either server closes them (uvicorn's keep-alive is
+        # 5 s, as httpx's default expiry): else a request sent on a connection the server is closing at that
+        # instant fails with "Server disconnected without sending a response" (seen on both servers under load).
+        self._inner = httpx.AsyncHTTPTransport(limits=httpx.Limits(keepalive_expiry=1.0))
         self._exchanges = exchanges
         self.stream_opened = asyncio.Event()  # set when a stream that stays open has its response's headers
 
