@@ -185,3 +185,29 @@ def test_help_shows_defaults(command: str) -> None:
     text = " ".join(done.stdout.split())
     assert "(default: 8000)" in text and "(default: 127.0.0.1)" in text and "(default: info)" in text
     assert "{text,json}" in text
+
+
+def _idle_then_reused(url: str, idle: float) -> bool:
+    """Whether a connection left idle for `idle` s still serves a second request (raw, so nothing reconnects)."""
+    host, port = url.removeprefix("http://").split(":")
+    request = f"GET /ok HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(request)
+        assert b"200 OK" in sock.recv(65536)
+        time.sleep(idle)  # the idle time itself is what is tested
+        try:
+            sock.sendall(request)
+            return b"200 OK" in sock.recv(65536)
+        except OSError:
+            return False
+
+
+@pytest.mark.slow
+def test_idle_connections_outlive_clients_idle_expiry(tmp_path: Path) -> None:
+    """An idle connection stays open past the 5 s after which uvicorn closed it by default (httpx's own expiry is
+    also 5 s: a pooled client then raced the server's close); `--keep-alive-seconds` sets how long."""
+    folder = _project(tmp_path / "proj")
+    with serving(folder) as (url, _):
+        assert _idle_then_reused(url, 6.5)
+    with serving(folder, "--keep-alive-seconds", "1") as (url, _):
+        assert not _idle_then_reused(url, 2.5)

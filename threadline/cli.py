@@ -110,10 +110,12 @@ def serve(settings: Settings, *, reload: bool = False) -> None:
         config = uvicorn.Config("threadline.cli:reloading_app", factory=True, reload=True,
                                 reload_dirs=[str(project.parent)], reload_includes=["*.py", "langgraph.json", ".env"],
                                 host=settings.host, port=settings.port, log_config=None,
-                                log_level=settings.log_level.lower(), timeout_graceful_shutdown=GRACE_SECONDS)
+                                log_level=settings.log_level.lower(), timeout_graceful_shutdown=GRACE_SECONDS,
+                                timeout_keep_alive=settings.keep_alive_seconds)
     else:
         config = uvicorn.Config(create_app(settings), host=settings.host, port=settings.port, log_config=None,
-                                log_level=settings.log_level.lower(), timeout_graceful_shutdown=GRACE_SECONDS)
+                                log_level=settings.log_level.lower(), timeout_graceful_shutdown=GRACE_SECONDS,
+                                timeout_keep_alive=settings.keep_alive_seconds)
     server = _Server(config)
     try:
         if reload:

@@ -41,6 +41,11 @@ class Settings:
     )
     host: str = _setting("127.0.0.1", "Interface the HTTP server binds to.")
     port: int = _setting(8000, "Port the HTTP server listens on.")
+    keep_alive_seconds: float = _setting(
+        75.0, "How long an idle client connection is kept open for its next request. Longer than clients' own "
+        "idle expiry (httpx 5 s, aiohttp 15 s) and a load balancer's (60 s on AWS ALB), so the client side "
+        "closes first and never sends a request on a connection the server is closing at that instant."
+    )
     database_url: str | None = _setting(
         None, "Where durable state lives: sqlite:///path/to/file.db (embedded, one process) or "
         "postgresql://user@host:port/db (scale-out). Defaults to ./.threadline/threadline.db."
