@@ -41,8 +41,8 @@ class Settings:
     )
     host: str = _setting("127.0.0.1", "Interface the HTTP server binds to.")
     port: int = _setting(8000, "Port the HTTP server listens on.")
-    keep_alive_seconds: float = _setting(
-        75.0, "How long an idle client connection is kept open for its next request. Longer than clients' own "
+    keep_alive_seconds: int = _setting(
+        75, "How long an idle client connection is kept open for its next request. Longer than clients' own "
         "idle expiry (httpx 5 s, aiohttp 15 s) and a load balancer's (60 s on AWS ALB), so the client side "
         "closes first and never sends a request on a connection the server is closing at that instant."
     )
