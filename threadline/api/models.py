@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 from uuid import UUID
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import (
+    AfterValidator, BaseModel, ConfigDict, Discriminator, Field, ModelWrapValidatorHandler, Tag, ValidationError,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from threadline.api.bounds import INT_MAX, MAX_SECONDS, printable, problem
 from threadline.shapes import (
     AssistantSortBy,
     CancelStatus,
@@ -29,11 +35,42 @@ from threadline.shapes import (
 class Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    @model_validator(mode="wrap")
+    @classmethod
+    def _storable(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
+        """Every value in the body is one storage can hold (`threadline.api.bounds`), checked before any field:
+        a 422 naming where it is, instead of a 500 from deep inside a transaction."""
+        found = problem(data)
+        if found is not None:
+            raise invalid_at(printable(found[0]), "unstorable", found[1])
+        return handler(data)
+
+
+def invalid_at(loc: tuple[str | int, ...], kind: str, message: str) -> ValidationError:
+    """A validation error at `loc` inside the value being validated (pydantic prefixes the field's own)."""
+    error = InitErrorDetails(type=PydanticCustomError(kind, message), loc=loc, input=None)
+    return ValidationError.from_exception_data("Body", [error])
+
+
+#: The longest time to live in minutes (`ttl` on threads and store items): what the clock can add to now.
+MAX_MINUTES = MAX_SECONDS / 60
+
+
+def _runnable_config(config: dict[str, Any]) -> dict[str, Any]:
+    configurable = config.get("configurable")
+    if configurable is not None and not isinstance(configurable, dict):
+        raise invalid_at(("configurable",), "dict_type", f"Input should be an object, not {type(configurable).__name__}")
+    return config
+
+
+#: A RunnableConfig as sent: an object, whose `configurable` (if any) is an object too.
+RunnableConfig = Annotated[dict[str, Any], AfterValidator(_runnable_config)]
+
 
 class AssistantCreate(Body):
     graph_id: str
     assistant_id: str | None = None
-    config: dict[str, Any] | None = None
+    config: RunnableConfig | None = None
     context: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
     name: str | None = None
@@ -43,7 +80,7 @@ class AssistantCreate(Body):
 
 class AssistantPatch(Body):
     graph_id: str | None = None
-    config: dict[str, Any] | None = None
+    config: RunnableConfig | None = None
     context: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
     name: str | None = None
@@ -55,7 +92,7 @@ class AssistantSearch(Body):
     name: str | None = None
     metadata: dict[str, Any] | None = None
     limit: int = Field(10, ge=1, le=1000)
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=INT_MAX)
     sort_by: AssistantSortBy | None = None
     sort_order: SortOrder | None = None
     select: list[str] | None = None
@@ -70,7 +107,7 @@ class AssistantCount(Body):
 class AssistantVersions(Body):
     metadata: dict[str, Any] | None = None
     limit: int = Field(10, ge=1, le=1000)
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=INT_MAX)
 
 
 class SetLatest(Body):
@@ -81,7 +118,7 @@ class AgentSearch(Body):
     name: str | None = None
     metadata: dict[str, Any] | None = None
     limit: int = Field(10, ge=1, le=1000)
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=INT_MAX)
 
 
 class StateUpdateItem(Body):
@@ -99,11 +136,12 @@ class ThreadTTL(Body):
     """A thread's time to live, as langgraph-sdk sends it: deleted `ttl` minutes after its last update."""
 
     strategy: Literal["delete"] = "delete"
-    ttl: float = Field(gt=0)
+    ttl: float = Field(gt=0, le=MAX_MINUTES)
 
 
-#: `ttl` on thread create and update: the object, or just the minutes.
-TTLField = ThreadTTL | Annotated[float, Field(gt=0)] | None
+#: `ttl` on thread create and update: the object, or just the minutes (an error names which it was taken for).
+TTLField = Annotated[Annotated[ThreadTTL, Tag("object")] | Annotated[float, Field(gt=0, le=MAX_MINUTES), Tag("minutes")],
+                     Discriminator(lambda v: "object" if isinstance(v, (dict, ThreadTTL)) else "minutes")] | None
 
 
 def ttl_minutes(ttl: ThreadTTL | float | None) -> float | None:
@@ -133,7 +171,7 @@ class ThreadSearch(Body):
     values: dict[str, Any] | None = None
     status: ThreadStatus | None = None
     limit: int = Field(10, ge=1, le=1000)
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=INT_MAX)
     sort_by: ThreadSortBy | None = None
     sort_order: SortOrder | None = None
     select: list[str] | None = None
@@ -204,7 +242,7 @@ class RunCreate(Body):
     input: Any = None
     command: Command | None = None
     metadata: dict[str, Any] | None = None
-    config: dict[str, Any] | None = None
+    config: RunnableConfig | None = None
     context: dict[str, Any] | None = None
     checkpoint: dict[str, Any] | None = None
     checkpoint_id: str | None = None
@@ -218,7 +256,7 @@ class RunCreate(Body):
     on_completion: OnCompletion | None = None
     multitask_strategy: MultitaskStrategy | None = None
     if_not_exists: IfNotExists | None = None
-    after_seconds: float | None = Field(None, ge=0)
+    after_seconds: float | None = Field(None, ge=0, le=MAX_SECONDS)
     webhook: WebhookURL | None = None
     durability: Durability | None = None
     feedback_keys: list[str] | None = None
@@ -239,7 +277,7 @@ class RunSearch(Body):
     status: RunStatus | None = None
     metadata: dict[str, Any] | None = None
     limit: int = Field(10, ge=1, le=1000)
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=INT_MAX)
 
 
 class RunCancelMany(Body):
@@ -253,7 +291,7 @@ class StorePut(Body):
     key: str
     value: dict[str, Any]
     index: Literal[False] | list[str] | None = None
-    ttl: float | None = None
+    ttl: float | None = Field(None, le=MAX_MINUTES)
 
 
 class StoreDelete(Body):
@@ -261,11 +299,25 @@ class StoreDelete(Body):
     key: str
 
 
+_FILTER_KEY = re.compile(r"^[a-zA-Z0-9_.-]+$")
+
+
+def _filter_keys(value: dict[str, Any]) -> dict[str, Any]:
+    """The keys LangGraph's stores accept as JSON paths (else they raise ValueError in the query)."""
+    for key in value:
+        if not _FILTER_KEY.match(key):
+            raise invalid_at((key,), "filter_key", "A filter key may hold only letters, digits, '_', '.' and '-'")
+    return value
+
+
+StoreFilter = Annotated[dict[str, Any], AfterValidator(_filter_keys)]
+
+
 class StoreSearch(Body):
     namespace_prefix: list[str] | None = None
-    filter: dict[str, Any] | None = None
+    filter: StoreFilter | None = None
     limit: int = Field(10, ge=1, le=1000)
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=INT_MAX)
     query: str | None = None
     refresh_ttl: bool | None = None
 
@@ -275,7 +327,7 @@ class StoreNamespaces(Body):
     suffix: list[str] | None = None
     max_depth: int | None = Field(None, ge=1)
     limit: int = Field(100, ge=1, le=1000)
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=INT_MAX)
 
 
 # --- crons -------------------------------------------------------------------------------------
@@ -290,7 +342,7 @@ class CronRunFields(Body):
 
     input: Any = None
     metadata: dict[str, Any] | None = None
-    config: dict[str, Any] | None = None
+    config: RunnableConfig | None = None
     context: dict[str, Any] | None = None
     checkpoint_during: bool | None = None
     interrupt_before: Literal["*"] | list[str] | None = None
@@ -329,7 +381,7 @@ class CronSearch(Body):
     enabled: bool | None = None
     metadata: dict[str, Any] | None = None
     limit: int = Field(10, ge=1, le=1000)
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=INT_MAX)
     sort_by: CronSortBy | None = None
     sort_order: SortOrder | None = None
     select: list[CronField] | None = None
