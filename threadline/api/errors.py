@@ -3,6 +3,7 @@ error for A2A and MCP (`rpc_error`) and a Protocol v2 error envelope's code (`pr
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any, Literal
 
@@ -174,6 +175,48 @@ async def deny_handshake(scope: Any, send: Any, exc: errors.ThreadlineError, res
         await send({"type": "websocket.close", "code": code})
 
 
+class Contained:
+    """ASGI middleware, outermost: no exception reaches the server once a response is whole.
+
+    Starlette answers an unhandled error with our 500 (`install`'s `_crash`) and then raises it again, for the
+    server to log; uvicorn, seeing an exception after a response started, closes the connection, without
+    `Connection: close`, so a pooled client's next request on it fails with a reset. Here an error after a
+    whole response is logged (unless `_crash` did) and kept; one before any response becomes our 500; one in
+    the middle of a body still reaches the server, which must then cut the connection (the body is short).
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        state = "unanswered"
+
+        async def tracking_send(message: Any) -> None:
+            nonlocal state
+            if message["type"] == "http.response.start":
+                state = "started"
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                state = "whole"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as exc:
+            if state == "started":
+                raise
+            if not getattr(exc, "_threadline_logged", False):
+                log.error("unhandled error", exc_info=exc)
+            if state == "unanswered":
+                await _crash_response(exc)(scope, receive, send)
+
+
+def _crash_response(exc: Exception) -> JSONResponse:
+    return error_body(500, f"Internal server error: {type(exc).__name__}", "internal_error")
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(errors.ThreadlineError)
     async def _domain(_: Request, exc: errors.ThreadlineError) -> JSONResponse:
@@ -214,4 +257,6 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _crash(_: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error")
-        return error_body(500, f"Internal server error: {type(exc).__name__}", "internal_error")
+        with contextlib.suppress(AttributeError):
+            exc._threadline_logged = True  # type: ignore[attr-defined]  # Starlette raises it again: `Contained`
+        return _crash_response(exc)
