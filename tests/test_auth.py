@@ -353,6 +353,24 @@ async def test_webhooks_into_the_servers_own_network_are_refused(http: httpx.Asy
     assert "webhook" in response.json()["detail"]
 
 
+async def test_a_crons_webhook_is_under_the_same_policy(http: httpx.AsyncClient) -> None:
+    url = "http://127.0.0.1:9/hook"
+    created = await http.post("/runs/crons", json={"assistant_id": "echo", "schedule": "0 0 * * *",
+                                                   "webhook": url}, headers=ALICE)
+    assert created.status_code == 422 and "webhook" in created.json()["detail"], created.text
+    thread = (await http.post("/threads", json={}, headers=ALICE)).json()["thread_id"]
+    created = await http.post(f"/threads/{thread}/runs/crons", json={"assistant_id": "echo", "schedule": "0 0 * * *",
+                                                                    "webhook": url}, headers=ALICE)
+    assert created.status_code == 422 and "webhook" in created.json()["detail"], created.text
+    assert (await http.post("/runs/crons/count", json={}, headers=ALICE)).json() == 0
+    cron = (await http.post("/runs/crons", json={"assistant_id": "echo", "schedule": "0 0 * * *"},
+                            headers=ALICE)).json()
+    patched = await http.patch(f"/runs/crons/{cron['cron_id']}", json={"webhook": url}, headers=ALICE)
+    assert patched.status_code == 422 and "webhook" in patched.json()["detail"], patched.text
+    kept = (await http.get(f"/runs/crons/{cron['cron_id']}", headers=ALICE)).json()
+    assert "webhook" not in kept["payload"]
+
+
 async def test_the_webhook_policy_of_langgraph_json(tmp_path: Path) -> None:
     from threadline.config import WebhookPolicy
     from threadline.core.webhook_policy import WebhookGuard, WebhookRefused
