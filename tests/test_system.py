@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import pytest
 
 
 async def test_ok_and_readiness(http: httpx.AsyncClient) -> None:
@@ -67,6 +68,22 @@ async def test_oversized_body_is_413(http: httpx.AsyncClient) -> None:
                         headers={"content-type": "application/json"})
     assert r.status_code == 413
     assert "exceeds" in r.json()["detail"]
+
+
+@pytest.mark.parametrize("path", ["/threads", "/threads/00000000-0000-4000-8000-000000000000/commands"])
+async def test_oversized_chunked_body_is_413_too(http: httpx.AsyncClient, path: str) -> None:
+    """No Content-Length (chunked): the body is found too large as it streams in. It was a 400 "There was an
+    error parsing the body" on the routes whose body FastAPI reads."""
+    async def chunks() -> Any:
+        yield b"{"
+        for _ in range(11):
+            yield b" " * (1024 * 1024)
+        yield b"}"
+
+    r = await http.post(path, content=chunks(), headers={"content-type": "application/json"})
+    assert "content-length" not in r.request.headers
+    assert r.status_code == 413, r.text
+    assert r.json()["detail"] == "Request body exceeds 10485760 bytes"
 
 
 async def test_cors_allows_browsers(http: httpx.AsyncClient) -> None:
