@@ -290,6 +290,25 @@ async def test_api_keys_without_an_auth_py(key_http: httpx.AsyncClient) -> None:
     assert configurable["langgraph_auth_permissions"] == ["metrics:read"]
 
 
+async def test_two_credential_headers_are_refused(http: httpx.AsyncClient) -> None:
+    """Proxies and Starlette's `headers.get` take the first of two headers, a dict of them the last: a request
+    with two was served as the second user. Now neither: 400, whichever layer reads them."""
+    two = [("authorization", "Bearer user-alice"), ("authorization", "Bearer user-bob")]
+    refused = await http.post("/threads", json={"metadata": {"by": "two"}}, headers=two)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["code"] == "ambiguous_credentials"
+    assert refused.json()["detail"] == "A request may carry at most one Authorization header and one X-API-Key header."
+    assert (await http.post("/threads/search", json={"metadata": {"by": "two"}}, headers=ALICE)).json() == []
+
+
+async def test_two_api_key_headers_are_refused(key_http: httpx.AsyncClient) -> None:
+    two_keys = [("x-api-key", KEY), ("x-api-key", "sk-file-0123456789abcdef")]
+    assert (await key_http.post("/threads", json={}, headers=two_keys)).status_code == 400
+    # One of each is no ambiguity: the API keys read `x-api-key` first.
+    one_each = [("x-api-key", KEY), ("authorization", "Bearer whatever")]
+    assert (await key_http.post("/threads", json={}, headers=one_each)).status_code == 200
+
+
 @pytest.mark.slow
 async def test_a_real_sdk_client_with_an_api_key(key_settings: Settings) -> None:
     async with serving(key_settings) as url:
