@@ -57,6 +57,18 @@ async def test_invalid_json_body_names_line_and_column(http: httpx.AsyncClient) 
     assert r.status_code == 422 and r.json()["detail"].startswith("Invalid JSON in request body: ")
 
 
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded"])
+async def test_a_body_not_labelled_json_is_a_415_that_says_so(http: httpx.AsyncClient, content_type: str | None) -> None:
+    """Not parsed anyway (a browser sends such a body cross-site without a preflight); said clearly. It was a
+    422 "Input should be a valid dictionary"."""
+    headers = {"content-type": content_type} if content_type else {}
+    r = await http.post("/threads", content=b'{"metadata": {"by": "unlabelled"}}', headers=headers)
+    assert r.status_code == 415, r.text
+    assert r.json()["detail"] == ("Send the body as JSON with Content-Type: application/json "
+                                  f"(this request's: {content_type or 'none'})")
+    assert (await http.post("/threads/search", json={"metadata": {"by": "unlabelled"}})).json() == []
+
+
 async def test_unknown_route_is_json_404(http: httpx.AsyncClient) -> None:
     r = await http.get("/nope")
     assert r.status_code == 404

@@ -233,7 +233,15 @@ def install(app: FastAPI) -> None:
         return error_body(422, f"namespace: {exc}", "invalid_input")
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        if isinstance(exc.body, (bytes, bytearray)) and exc.body:
+            # FastAPI parses a body as JSON only when it is labelled so; any other is left as bytes, which no
+            # model takes. Said as it is (415), not as "Input should be a valid dictionary". Deliberately not
+            # parsed anyway: a browser sends an unlabelled or text/plain body cross-site without a CORS
+            # preflight, so a page could otherwise drive a server on localhost (docs/security.md).
+            given = request.headers.get("content-type") or "none"
+            message = f"Send the body as JSON with Content-Type: application/json (this request's: {given})"
+            return error_body(415, message, "unsupported_media_type")
         bad_json = next((e for e in exc.errors() if e.get("type") == "json_invalid"), None)
         if bad_json is not None:
             return error_body(422, _json_problem(bad_json, exc.body), "invalid_json")
