@@ -69,6 +69,19 @@ async def test_a_body_not_labelled_json_is_a_415_that_says_so(http: httpx.AsyncC
     assert (await http.post("/threads/search", json={"metadata": {"by": "unlabelled"}})).json() == []
 
 
+async def test_an_id_in_the_path_that_is_no_uuid_is_named_as_langgraphs_server_names_it(
+        http: httpx.AsyncClient) -> None:
+    """One text on every deployment, LangGraph's; the field is still named in `errors`."""
+    thread = (await http.post("/threads", json={})).json()["thread_id"]
+    for method, path, text in [("GET", f"/threads/{thread}/runs/nope", "Invalid run ID: must be a UUID"),
+                               ("POST", f"/threads/{thread}/runs/nope/cancel", "Invalid run ID: must be a UUID"),
+                               ("GET", "/threads/nope", "Invalid thread ID: must be a UUID"),
+                               ("DELETE", "/runs/crons/nope", "Invalid cron ID: must be a UUID")]:
+        r = await http.request(method, path)
+        assert r.status_code == 422 and r.json()["detail"] == text, (path, r.text)
+        assert r.json()["errors"][0]["field"].startswith("path.")
+
+
 async def test_unknown_route_is_json_404(http: httpx.AsyncClient) -> None:
     r = await http.get("/nope")
     assert r.status_code == 404

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
@@ -133,6 +134,20 @@ def _json_problem(error: dict[str, Any], body: Any) -> str:
     return f"Invalid JSON in request body: {reason} at line {line}, column {column} (character {offset + 1})"
 
 
+#: The resources whose id in a path must be a UUID, as LangGraph's server names them in its 422.
+PATH_IDS = {"thread_id": "thread", "run_id": "run", "cron_id": "cron", "assistant_id": "assistant"}
+
+
+def _bad_id(problems: Sequence[Any]) -> str | None:
+    """`Invalid run ID: must be a UUID`: LangGraph's server's text for an id in the path that is not a UUID,
+    the same on every deployment (the `errors` list still names the field, `path.run_id`)."""
+    first = problems[0] if problems else {}
+    loc = tuple(first.get("loc", ()))
+    if len(loc) == 2 and loc[0] == "path" and loc[1] in PATH_IDS and str(first.get("type", "")).startswith("uuid"):
+        return f"Invalid {PATH_IDS[loc[1]]} ID: must be a UUID"
+    return None
+
+
 def error_response(exc: errors.ThreadlineError) -> JSONResponse:
     """The HTTP answer to a Threadline error: its status (`STATUS`), its JSON body, and `Retry-After` when
     trying again later may succeed (a refusal of credentials: `refusal`, with the authenticator's headers)."""
@@ -249,8 +264,8 @@ def install(app: FastAPI) -> None:
             {"field": _field(tuple(e.get("loc", ()))), "message": e.get("msg", ""), "type": e.get("type", "")}
             for e in exc.errors()
         ]
-        summary = "; ".join(f"{p['field']}: {p['message']}" for p in problems) or "Invalid request"
-        return error_body(422, summary, "invalid_input", errors=problems)
+        summary = _bad_id(exc.errors()) or "; ".join(f"{p['field']}: {p['message']}" for p in problems)
+        return error_body(422, summary or "Invalid request", "invalid_input", errors=problems)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
