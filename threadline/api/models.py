@@ -165,6 +165,12 @@ class ThreadPatch(Body):
     messages: list[dict[str, Any]] | None = None
 
 
+#: What `select` on a thread search may name: LangGraph's server's list (a thread has no `context` here, so
+#: selecting it selects nothing), and our `state_updated_at`.
+ThreadField = Literal["thread_id", "created_at", "updated_at", "state_updated_at", "metadata", "config", "context",
+                      "status", "values", "interrupts", "error"]
+
+
 class ThreadSearch(Body):
     ids: list[str] | None = None
     metadata: dict[str, Any] | None = None
@@ -174,7 +180,7 @@ class ThreadSearch(Body):
     offset: int = Field(0, ge=0, le=INT_MAX)
     sort_by: ThreadSortBy | None = None
     sort_order: SortOrder | None = None
-    select: list[str] | None = None
+    select: list[ThreadField] | None = None
 
 
 class ThreadCount(Body):
