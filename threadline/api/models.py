@@ -297,7 +297,7 @@ class StorePut(Body):
     key: str
     value: dict[str, Any]
     index: Literal[False] | list[str] | None = None
-    ttl: float | None = Field(None, le=MAX_MINUTES)
+    ttl: float | None = Field(None, ge=0, le=MAX_MINUTES)
 
 
 class StoreDelete(Body):
