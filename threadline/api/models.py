@@ -67,6 +67,41 @@ def _runnable_config(config: dict[str, Any]) -> dict[str, Any]:
 RunnableConfig = Annotated[dict[str, Any], AfterValidator(_runnable_config)]
 
 
+def _path_keys(value: dict[str, Any]) -> dict[str, Any]:
+    """Keys a search's `metadata` / `values` filter may use, at any depth: each becomes a step of a JSON path
+    on SQLite, where a key holding `"`, `\\` or a control character cannot be named (a path error, or nothing
+    found where PostgreSQL finds it). Refused on every backend, so both answer the same."""
+    stack: list[tuple[dict[str, Any], tuple[str, ...]]] = [(value, ())]
+    while stack:
+        item, path = stack.pop()
+        for key, child in item.items():
+            if '"' in key or "\\" in key or any(ord(c) < 0x20 for c in key):
+                raise invalid_at(printable((*path, key)), "filter_key",
+                                 "A filter key may not hold '\"', '\\' or a control character")
+            if isinstance(child, dict):
+                stack.append((child, (*path, key)))
+    return value
+
+
+#: A search's filter on a JSON column (`metadata`, `values`): top-level key equality, keys checked.
+JSONFilter = Annotated[dict[str, Any], AfterValidator(_path_keys)]
+
+
+_FILTER_KEY = re.compile(r"^[a-zA-Z0-9_.-]+$")
+
+
+def _filter_keys(value: dict[str, Any]) -> dict[str, Any]:
+    """The keys LangGraph's stores and checkpointers accept as JSON paths (else they raise ValueError in the
+    query): a store search's `filter`, a thread history's `metadata`."""
+    for key in value:
+        if not _FILTER_KEY.match(key):
+            raise invalid_at((key,), "filter_key", "A filter key may hold only letters, digits, '_', '.' and '-'")
+    return value
+
+
+LangGraphFilter = Annotated[dict[str, Any], AfterValidator(_filter_keys)]
+
+
 class AssistantCreate(Body):
     graph_id: str
     assistant_id: str | None = None
@@ -90,7 +125,7 @@ class AssistantPatch(Body):
 class AssistantSearch(Body):
     graph_id: str | None = None
     name: str | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: JSONFilter | None = None
     limit: int = Field(10, ge=1, le=1000)
     offset: int = Field(0, ge=0, le=INT_MAX)
     sort_by: AssistantSortBy | None = None
@@ -101,11 +136,11 @@ class AssistantSearch(Body):
 class AssistantCount(Body):
     graph_id: str | None = None
     name: str | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: JSONFilter | None = None
 
 
 class AssistantVersions(Body):
-    metadata: dict[str, Any] | None = None
+    metadata: JSONFilter | None = None
     limit: int = Field(10, ge=1, le=1000)
     offset: int = Field(0, ge=0, le=INT_MAX)
 
@@ -116,7 +151,7 @@ class SetLatest(Body):
 
 class AgentSearch(Body):
     name: str | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: JSONFilter | None = None
     limit: int = Field(10, ge=1, le=1000)
     offset: int = Field(0, ge=0, le=INT_MAX)
 
@@ -173,8 +208,8 @@ ThreadField = Literal["thread_id", "created_at", "updated_at", "state_updated_at
 
 class ThreadSearch(Body):
     ids: list[str] | None = None
-    metadata: dict[str, Any] | None = None
-    values: dict[str, Any] | None = None
+    metadata: JSONFilter | None = None
+    values: JSONFilter | None = None
     status: ThreadStatus | None = None
     limit: int = Field(10, ge=1, le=1000)
     offset: int = Field(0, ge=0, le=INT_MAX)
@@ -184,8 +219,8 @@ class ThreadSearch(Body):
 
 
 class ThreadCount(Body):
-    metadata: dict[str, Any] | None = None
-    values: dict[str, Any] | None = None
+    metadata: JSONFilter | None = None
+    values: JSONFilter | None = None
     status: ThreadStatus | None = None
 
 
@@ -217,7 +252,7 @@ class StateAtCheckpoint(Body):
 class HistoryQuery(Body):
     limit: int = Field(10, ge=1, le=1000)
     before: str | dict[str, Any] | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: LangGraphFilter | None = None
     checkpoint: dict[str, Any] | None = None
 
 
@@ -281,7 +316,7 @@ class RunSearch(Body):
     agent_id: str | None = None
     assistant_id: str | None = None
     status: RunStatus | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: JSONFilter | None = None
     limit: int = Field(10, ge=1, le=1000)
     offset: int = Field(0, ge=0, le=INT_MAX)
 
@@ -305,23 +340,9 @@ class StoreDelete(Body):
     key: str
 
 
-_FILTER_KEY = re.compile(r"^[a-zA-Z0-9_.-]+$")
-
-
-def _filter_keys(value: dict[str, Any]) -> dict[str, Any]:
-    """The keys LangGraph's stores accept as JSON paths (else they raise ValueError in the query)."""
-    for key in value:
-        if not _FILTER_KEY.match(key):
-            raise invalid_at((key,), "filter_key", "A filter key may hold only letters, digits, '_', '.' and '-'")
-    return value
-
-
-StoreFilter = Annotated[dict[str, Any], AfterValidator(_filter_keys)]
-
-
 class StoreSearch(Body):
     namespace_prefix: list[str] | None = None
-    filter: StoreFilter | None = None
+    filter: LangGraphFilter | None = None
     limit: int = Field(10, ge=1, le=1000)
     offset: int = Field(0, ge=0, le=INT_MAX)
     query: str | None = None
@@ -385,7 +406,7 @@ class CronSearch(Body):
     assistant_id: UUID | None = None
     thread_id: UUID | None = None
     enabled: bool | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: JSONFilter | None = None
     limit: int = Field(10, ge=1, le=1000)
     offset: int = Field(0, ge=0, le=INT_MAX)
     sort_by: CronSortBy | None = None
@@ -397,4 +418,4 @@ class CronCount(Body):
     assistant_id: UUID | None = None
     thread_id: UUID | None = None
     enabled: bool | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: JSONFilter | None = None
