@@ -65,6 +65,13 @@ async def test_unstorable_input_is_a_422_naming_the_field_and_nothing_is_stored(
         ("POST", "/threads/search", raw({"metadata": {"k": {"a\\b": 1}}}), "metadata.k.a\\b"),
         ("POST", "/runs/crons/count", raw({"metadata": {"a\nb": 1}}), "metadata.a\nb"),
         ("POST", f"/threads/{thread}/history", raw({"metadata": {"a b": 1}}), "metadata.a b"),  # the checkpointer's rule
+        # Found by tests/test_fuzz.py on PostgreSQL: NUL, which its text and jsonb refuse (in a value, a key, a
+        # list of node names); a max_depth past its integer; a thread id to prune that is no UUID.
+        ("POST", "/threads", raw({"metadata": {"x": "a\u0000b"}}), "metadata.x"),
+        ("POST", "/threads", raw({"metadata": {"a\u0000": 1}}), "metadata.a\x00"),
+        ("POST", "/runs", raw({"assistant_id": assistant, "interrupt_before": ["\u0000"]}), "interrupt_before.0"),
+        ("POST", "/store/namespaces", raw({"max_depth": 2**32}), "max_depth"),
+        ("POST", "/threads/prune", raw({"thread_ids": ["not-a-uuid"]}), "thread_ids.0"),
         # Found by tests/test_fuzz.py: a negative TTL past what the clock can subtract.
         ("PUT", "/store/items", raw({"namespace": ["a"], "key": "k", "value": {}, "ttl": -1e300}), "ttl"),
         ("POST", "/runs/wait", raw({"assistant_id": assistant, "config": {"configurable": []}}),

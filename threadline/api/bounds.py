@@ -3,8 +3,9 @@ sends (a request model's body, a Protocol v2 command) is walked here before any 
 
 Python's `json` accepts values nothing downstream can keep: integers past 64 bits (SQLite and orjson refuse
 them), `NaN` and `Infinity` (JSON has neither; PostgreSQL's jsonb refuses them), strings with a lone surrogate
-(`"\\ud800"`: no UTF-8 encodes it), and nesting deep enough to exhaust the stack. Each would be a 500 deep
-inside a transaction; here it is a 422 naming where in the body it is.
+(`"\\ud800"`: no UTF-8 encodes it), the NUL character (PostgreSQL's text and jsonb refuse it), and
+nesting deep enough to exhaust the stack. Each would be a 500 deep inside a transaction; here it is a 422
+naming where in the body it is.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ def problem(value: Any) -> tuple[tuple[str | int, ...], str] | None:
         if isinstance(item, str):
             if not _encodable(item):
                 return path, "Strings must be valid Unicode (this one has a lone surrogate)"
+            if "\x00" in item:
+                return path, "Strings may not hold the NUL character (\\u0000), which PostgreSQL cannot store"
         elif isinstance(item, bool) or item is None:
             continue
         elif isinstance(item, int):
@@ -47,6 +50,8 @@ def problem(value: Any) -> tuple[tuple[str | int, ...], str] | None:
                 for key, child in item.items():
                     if isinstance(key, str) and not _encodable(key):
                         return (*path, key), "Keys must be valid Unicode (this one has a lone surrogate)"
+                    if isinstance(key, str) and "\x00" in key:
+                        return (*path, key), "Keys may not hold the NUL character (\\u0000), which PostgreSQL cannot store"
                     stack.append((child, (*path, key)))
             else:
                 stack.extend((child, (*path, i)) for i, child in enumerate(item))

@@ -225,7 +225,7 @@ class ThreadCount(Body):
 
 
 class ThreadPrune(Body):
-    thread_ids: list[str]
+    thread_ids: list[UUID]
     strategy: Literal["delete", "keep_latest"] = "delete"
 
 
@@ -352,7 +352,7 @@ class StoreSearch(Body):
 class StoreNamespaces(Body):
     prefix: list[str] | None = None
     suffix: list[str] | None = None
-    max_depth: int | None = Field(None, ge=1)
+    max_depth: int | None = Field(None, ge=1, le=2**31 - 1)  # a PostgreSQL integer
     limit: int = Field(100, ge=1, le=1000)
     offset: int = Field(0, ge=0, le=INT_MAX)
 
