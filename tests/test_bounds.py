@@ -99,3 +99,12 @@ async def test_json_rpc_params_are_bounded_too(http: httpx.AsyncClient) -> None:
     response = await http.post(f"/a2a/{assistant}", content=body, headers={"content-type": "application/json"})
     error = response.json()["error"]
     assert error["code"] == -32602 and error["message"].startswith("Invalid params: params.x.a.a"), error
+
+
+async def test_a_large_float_comes_back_as_itself(http: httpx.AsyncClient) -> None:
+    """PostgreSQL's jsonb writes 1e30 in full, as an integer past 64 bits: read back as such it broke the
+    answer, and every later search holding that row (a 500 each; found by tests/test_fuzz.py)."""
+    created = await http.post("/threads", json={"metadata": {"x": 1e30, "n": 2**63 - 1}})
+    assert created.status_code == 200, created.text
+    found = (await http.post("/threads/search", json={})).json()
+    assert [t["metadata"] for t in found] == [{"x": 1e30, "n": 2**63 - 1}]
