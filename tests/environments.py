@@ -77,9 +77,24 @@ def other_versions() -> list[str]:
 
 
 def threadline_requirements() -> list[str]:
-    """Threadline's dependencies with its test extras, as pyproject.toml declares them."""
+    """Threadline's dependencies with its test extras, as pyproject.toml declares them; an extra that names
+    Threadline's own (`threadline[otel]`) is replaced by that extra's requirements (Threadline itself is not
+    installed in these venvs: the checkout runs through PYTHONPATH)."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    return [*project["dependencies"], *project["optional-dependencies"]["test"]]
+    extras: dict[str, list[str]] = project["optional-dependencies"]
+
+    def expand(requirements: list[str]) -> list[str]:
+        out: list[str] = []
+        for requirement in requirements:
+            name, _, rest = requirement.partition("[")
+            if name.strip() == project["name"]:
+                for extra in rest.split("]", 1)[0].split(","):
+                    out += expand(extras[extra.strip()])
+            else:
+                out.append(requirement)
+        return out
+
+    return expand([*project["dependencies"], *extras["test"]])
 
 
 def _key(*parts: str) -> str:

@@ -30,7 +30,10 @@ KEY = "sk-test-0123456789abcdef"
 
 @pytest.fixture
 def settings(backend: Backend) -> Settings:
-    return Settings(config=str(AUTH_PROJECT), workers=2, heartbeat_seconds=5.0, **backend.settings())
+    # No budget of refused credentials: the route walk below is hundreds of refusals from one address
+    # (the budget has its own tests in test_rate_limits.py).
+    return Settings(config=str(AUTH_PROJECT), workers=2, heartbeat_seconds=5.0, rate_limit_auth_failures="",
+                    **backend.settings())
 
 
 def _auth_module() -> Any:
@@ -290,6 +293,25 @@ async def test_api_keys_without_an_auth_py(key_http: httpx.AsyncClient) -> None:
     assert configurable["langgraph_auth_permissions"] == ["metrics:read"]
 
 
+async def test_two_credential_headers_are_refused(http: httpx.AsyncClient) -> None:
+    """Proxies and Starlette's `headers.get` take the first of two headers, a dict of them the last: a request
+    with two was served as the second user. Now neither: 400, whichever layer reads them."""
+    two = [("authorization", "Bearer user-alice"), ("authorization", "Bearer user-bob")]
+    refused = await http.post("/threads", json={"metadata": {"by": "two"}}, headers=two)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["code"] == "ambiguous_credentials"
+    assert refused.json()["detail"] == "A request may carry at most one Authorization header and one X-API-Key header."
+    assert (await http.post("/threads/search", json={"metadata": {"by": "two"}}, headers=ALICE)).json() == []
+
+
+async def test_two_api_key_headers_are_refused(key_http: httpx.AsyncClient) -> None:
+    two_keys = [("x-api-key", KEY), ("x-api-key", "sk-file-0123456789abcdef")]
+    assert (await key_http.post("/threads", json={}, headers=two_keys)).status_code == 400
+    # One of each is no ambiguity: the API keys read `x-api-key` first.
+    one_each = [("x-api-key", KEY), ("authorization", "Bearer whatever")]
+    assert (await key_http.post("/threads", json={}, headers=one_each)).status_code == 200
+
+
 @pytest.mark.slow
 async def test_a_real_sdk_client_with_an_api_key(key_settings: Settings) -> None:
     async with serving(key_settings) as url:
@@ -351,6 +373,24 @@ async def test_webhooks_into_the_servers_own_network_are_refused(http: httpx.Asy
     response = await http.post("/runs", json={"assistant_id": "echo", "input": {}, "webhook": url}, headers=ALICE)
     assert response.status_code == 422, response.text
     assert "webhook" in response.json()["detail"]
+
+
+async def test_a_crons_webhook_is_under_the_same_policy(http: httpx.AsyncClient) -> None:
+    url = "http://127.0.0.1:9/hook"
+    created = await http.post("/runs/crons", json={"assistant_id": "echo", "schedule": "0 0 * * *",
+                                                   "webhook": url}, headers=ALICE)
+    assert created.status_code == 422 and "webhook" in created.json()["detail"], created.text
+    thread = (await http.post("/threads", json={}, headers=ALICE)).json()["thread_id"]
+    created = await http.post(f"/threads/{thread}/runs/crons", json={"assistant_id": "echo", "schedule": "0 0 * * *",
+                                                                    "webhook": url}, headers=ALICE)
+    assert created.status_code == 422 and "webhook" in created.json()["detail"], created.text
+    assert (await http.post("/runs/crons/count", json={}, headers=ALICE)).json() == 0
+    cron = (await http.post("/runs/crons", json={"assistant_id": "echo", "schedule": "0 0 * * *"},
+                            headers=ALICE)).json()
+    patched = await http.patch(f"/runs/crons/{cron['cron_id']}", json={"webhook": url}, headers=ALICE)
+    assert patched.status_code == 422 and "webhook" in patched.json()["detail"], patched.text
+    kept = (await http.get(f"/runs/crons/{cron['cron_id']}", headers=ALICE)).json()
+    assert "webhook" not in kept["payload"]
 
 
 async def test_the_webhook_policy_of_langgraph_json(tmp_path: Path) -> None:

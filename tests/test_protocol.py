@@ -156,6 +156,10 @@ async def test_websocket_subscribe_commands_and_unsubscribe(base: str) -> None:
     async with connect(base.replace("http", "ws") + f"/threads/{tid}/stream/events") as ws:
         await ws.send("not json")
         assert json.loads(await ws.recv())["error"] == "invalid_argument"
+        # Nested past what storage holds (threadline.api.bounds): named, and the socket stays open.
+        await ws.send('{"id": 0, "method": "run.start", "params": {"input": ' + '[' * 200 + ']' * 200 + '}}')
+        deep = json.loads(await ws.recv())
+        assert deep["error"] == "invalid_argument" and deep["message"].startswith("params.input.0.0"), deep
         await ws.send(json.dumps({"id": 1, "method": "subscription.subscribe", "params": {"channels": ["lifecycle"]}}))
         subscribed = json.loads(await ws.recv())
         assert subscribed["type"] == "success" and subscribed["result"]["replayed_events"] == 0

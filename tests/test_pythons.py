@@ -72,5 +72,7 @@ def test_environments_are_cached_outside_the_checkout(monkeypatch: pytest.Monkey
     assert not str(environments.cache_root()).startswith(str(ROOT))
     requirements = environments.threadline_requirements()
     assert any(r.startswith("langgraph") for r in requirements) and any(r.startswith("pytest") for r in requirements)
+    assert not any(r.startswith("threadline") for r in requirements)  # its own extras are expanded, not fetched
+    assert any(r.startswith("opentelemetry-sdk") for r in requirements)  # from threadline[otel]
     assert environments._key("py", *requirements) == environments._key("py", *requirements)
     assert environments._key("py", *requirements) != environments._key("py", *requirements, "extra==1")

@@ -192,6 +192,24 @@ async def test_refused_credentials_spend_the_address_budget_not_the_users(backen
         assert (await search("wrong-key-0123456789abcdef", "10.0.0.2")).status_code == 401
 
 
+async def test_refused_credentials_are_throttled_by_default(backend: Backend) -> None:
+    """With no rate limit set, refused credentials still spend their address's own budget
+    (`rate_limit_auth_failures`, 20/minute by default): then 429 before authentication, the right key included.
+    Authenticated requests never spend it; another address is still asked."""
+    async for http in _client(backend, api_keys=f"alice={ALICE}", trusted_proxies="127.0.0.1"):
+        def search(key: str, client: str) -> Any:
+            return http.post("/threads/search", json={}, headers={"x-api-key": key, "X-Forwarded-For": client})
+
+        assert {(await search(ALICE, "10.0.0.1")).status_code for _ in range(25)} == {200}
+        codes = [(await search("wrong-key-0123456789abcdef", "10.0.0.1")).status_code for _ in range(21)]
+        assert codes == [401] * 20 + [429]
+        refused = await search(ALICE, "10.0.0.1")
+        assert refused.status_code == 429 and refused.headers["retry-after"]
+        assert refused.json()["detail"].startswith("Rate limit exceeded for failed authentication (20 per 1 minute)")
+        assert (await search("wrong-key-0123456789abcdef", "10.0.0.2")).status_code == 401
+        assert (await search(ALICE, "10.0.0.2")).status_code == 200
+
+
 async def test_a_console_page_costs_its_caller_one_request(backend: Backend) -> None:
     """A console page reads through the API in-process (five calls for a thread page): the page spends one unit
     of its caller's request budget, and its calls none, so a tight budget does not make the console refuse

@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import pytest
 
 
 async def test_ok_and_readiness(http: httpx.AsyncClient) -> None:
@@ -56,6 +57,31 @@ async def test_invalid_json_body_names_line_and_column(http: httpx.AsyncClient) 
     assert r.status_code == 422 and r.json()["detail"].startswith("Invalid JSON in request body: ")
 
 
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded"])
+async def test_a_body_not_labelled_json_is_a_415_that_says_so(http: httpx.AsyncClient, content_type: str | None) -> None:
+    """Not parsed anyway (a browser sends such a body cross-site without a preflight); said clearly. It was a
+    422 "Input should be a valid dictionary"."""
+    headers = {"content-type": content_type} if content_type else {}
+    r = await http.post("/threads", content=b'{"metadata": {"by": "unlabelled"}}', headers=headers)
+    assert r.status_code == 415, r.text
+    assert r.json()["detail"] == ("Send the body as JSON with Content-Type: application/json "
+                                  f"(this request's: {content_type or 'none'})")
+    assert (await http.post("/threads/search", json={"metadata": {"by": "unlabelled"}})).json() == []
+
+
+async def test_an_id_in_the_path_that_is_no_uuid_is_named_as_langgraphs_server_names_it(
+        http: httpx.AsyncClient) -> None:
+    """One text on every deployment, LangGraph's; the field is still named in `errors`."""
+    thread = (await http.post("/threads", json={})).json()["thread_id"]
+    for method, path, text in [("GET", f"/threads/{thread}/runs/nope", "Invalid run ID: must be a UUID"),
+                               ("POST", f"/threads/{thread}/runs/nope/cancel", "Invalid run ID: must be a UUID"),
+                               ("GET", "/threads/nope", "Invalid thread ID: must be a UUID"),
+                               ("DELETE", "/runs/crons/nope", "Invalid cron ID: must be a UUID")]:
+        r = await http.request(method, path)
+        assert r.status_code == 422 and r.json()["detail"] == text, (path, r.text)
+        assert r.json()["errors"][0]["field"].startswith("path.")
+
+
 async def test_unknown_route_is_json_404(http: httpx.AsyncClient) -> None:
     r = await http.get("/nope")
     assert r.status_code == 404
@@ -67,6 +93,22 @@ async def test_oversized_body_is_413(http: httpx.AsyncClient) -> None:
                         headers={"content-type": "application/json"})
     assert r.status_code == 413
     assert "exceeds" in r.json()["detail"]
+
+
+@pytest.mark.parametrize("path", ["/threads", "/threads/00000000-0000-4000-8000-000000000000/commands"])
+async def test_oversized_chunked_body_is_413_too(http: httpx.AsyncClient, path: str) -> None:
+    """No Content-Length (chunked): the body is found too large as it streams in. It was a 400 "There was an
+    error parsing the body" on the routes whose body FastAPI reads."""
+    async def chunks() -> Any:
+        yield b"{"
+        for _ in range(11):
+            yield b" " * (1024 * 1024)
+        yield b"}"
+
+    r = await http.post(path, content=chunks(), headers={"content-type": "application/json"})
+    assert "content-length" not in r.request.headers
+    assert r.status_code == 413, r.text
+    assert r.json()["detail"] == "Request body exceeds 10485760 bytes"
 
 
 async def test_cors_allows_browsers(http: httpx.AsyncClient) -> None:

@@ -22,6 +22,14 @@ async def test_create_get_patch_delete(sdk: LangGraphClient) -> None:
     assert err.value.response.status_code == 404
 
 
+async def test_search_selects_fields_and_refuses_unknown_ones(http: httpx.AsyncClient) -> None:
+    thread = (await http.post("/threads", json={"metadata": {"k": "v"}})).json()
+    found = await http.post("/threads/search", json={"ids": [thread["thread_id"]], "select": ["thread_id", "metadata"]})
+    assert found.json() == [{"thread_id": thread["thread_id"], "metadata": thread["metadata"]}]
+    refused = await http.post("/threads/search", json={"select": ["thread_id", "password"]})
+    assert refused.status_code == 422 and refused.json()["errors"][0]["field"] == "select.1", refused.text
+
+
 async def test_if_exists(sdk: LangGraphClient) -> None:
     tid = str(uuid.uuid4())
     await sdk.threads.create(thread_id=tid, metadata={"n": 1})

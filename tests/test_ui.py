@@ -190,3 +190,18 @@ async def test_under_a_mount_prefix_the_console_and_its_links_carry_it(settings:
             assert (await http.get("/api/ui/static/console.css")).status_code == 200
             assert (await http.get(f"/api/ui/threads/{thread}")).status_code == 200
             assert (await http.get("/ui/threads")).status_code == 404
+
+
+async def test_every_console_answer_carries_security_headers_and_the_api_none(http: httpx.AsyncClient) -> None:
+    """A content security policy allowing the console's own files only, no framing, no referrer to other
+    origins, no sniffing: on pages, error pages, files and redirects; the API's JSON is left as it was."""
+    for path in ("/ui/threads", "/ui/threads/00000000-0000-0000-0000-000000000000", "/ui/static/console.js",
+                 "/ui/static/console.css", "/ui/login", "/ui"):
+        page = await http.get(path, follow_redirects=False)
+        policy = page.headers.get("content-security-policy", "")
+        assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy, (path, page.headers)
+        assert "'unsafe-inline'" not in policy
+        assert page.headers["x-frame-options"] == "DENY"
+        assert page.headers["referrer-policy"] == "same-origin"
+        assert page.headers["x-content-type-options"] == "nosniff"
+    assert "content-security-policy" not in (await http.post("/threads/search", json={})).headers

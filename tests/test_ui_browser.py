@@ -42,10 +42,12 @@ def page(browser: Any, server: str) -> Iterator[Page]:
     pg = context.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    # What the console's Content-Security-Policy blocks is reported on the browser's console, not raised.
+    pg.on("console", lambda msg: errors.append(msg.text) if "Content Security Policy" in msg.text else None)
     pg.set_default_timeout(30_000)
     yield pg
     context.close()
-    assert not errors, f"JavaScript errors on the page: {errors}"
+    assert not errors, f"JavaScript errors (or blocked by the CSP) on the page: {errors}"
 
 
 @pytest.fixture

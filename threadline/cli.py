@@ -111,11 +111,16 @@ def serve(settings: Settings, *, reload: bool = False) -> None:
                                 reload_dirs=[str(project.parent)], reload_includes=["*.py", "langgraph.json", ".env"],
                                 host=settings.host, port=settings.port, log_config=None,
                                 log_level=settings.log_level.lower(), timeout_graceful_shutdown=GRACE_SECONDS,
-                                timeout_keep_alive=settings.keep_alive_seconds)
+                                timeout_keep_alive=settings.keep_alive_seconds,
+                                proxy_headers=False)
     else:
+        # proxy_headers=False: uvicorn would otherwise take the client's address from X-Forwarded-For whenever
+        # the peer is 127.0.0.1 (its forwarded_allow_ips), whatever `trusted_proxies` says; Threadline reads
+        # the header itself, from the proxies it is told to trust (`api/ratelimit.py: client_address`).
         config = uvicorn.Config(create_app(settings), host=settings.host, port=settings.port, log_config=None,
                                 log_level=settings.log_level.lower(), timeout_graceful_shutdown=GRACE_SECONDS,
-                                timeout_keep_alive=settings.keep_alive_seconds)
+                                timeout_keep_alive=settings.keep_alive_seconds,
+                                proxy_headers=False)
     server = _Server(config)
     try:
         if reload:

@@ -109,6 +109,12 @@ class Unauthorized(ThreadlineError):
         self.headers = headers or {}
 
 
+class AmbiguousCredentials(BadRequest):
+    """A request may carry at most one Authorization header and one X-API-Key header."""
+
+    code = "ambiguous_credentials"
+
+
 # --- A2A tasks (threadline.core.a2a_tasks). The A2A spec names these errors; their JSON-RPC codes are the API's.
 
 class TaskNotFound(NotFound):

@@ -99,6 +99,11 @@ class Settings:
     rate_limit_requests: str = _setting(
         "", "Budget of every other request per identity (GET /ok and /metrics are never limited). Empty: unlimited."
     )
+    rate_limit_auth_failures: str = _setting(
+        "20/minute", "Budget of refused credentials per client address, in each API process, with or without the "
+        "other limits; once spent, the address's requests get 429 before authentication, valid credentials "
+        "included, until the window refills. Empty: unlimited."
+    )
     max_active_runs_per_identity: int = _setting(
         0, "Most pending + running runs one identity may have; past it, creating a run gets 429. 0: no cap."
     )

@@ -42,13 +42,14 @@ ROUTERS = (
 
 class App(FastAPI):
     """FastAPI with layers outside even its own error handling (`front`): the project's app, whose
-    middleware wraps every request, configured CORS and the URL prefix (`threadline.api.user_app`)."""
+    middleware wraps every request, configured CORS and the URL prefix (`threadline.api.user_app`); and
+    outermost, `errors.Contained`, so an unexpected error leaves the connection usable."""
 
     front: Callable[[Any], Any] | None = None
 
     def build_middleware_stack(self) -> Any:
         stack = super().build_middleware_stack()
-        return self.front(stack) if self.front is not None else stack
+        return errors.Contained(self.front(stack) if self.front is not None else stack)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

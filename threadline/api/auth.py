@@ -16,14 +16,14 @@ from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.routing import Match, compile_path
 
-from threadline.api.errors import deny_handshake, refusal
+from threadline.api.errors import deny_handshake, error_response
 from threadline.api.http_config import META_PATHS
 from threadline.api.user_app import _route_path
 from threadline.config import ProjectConfig
 from threadline.core.auth import (
     ApiKeys, Authenticator, CustomAuth, load_auth, reset_current_user, set_current_user,
 )
-from threadline.errors import ConfigError, Unauthorized
+from threadline.errors import AmbiguousCredentials, ConfigError, ThreadlineError, Unauthorized
 from threadline.settings import Settings
 
 log = logging.getLogger("threadline.auth")
@@ -79,6 +79,10 @@ class Authenticate:
         # An agent's own in-process call (`api/loopback.py`) shows no credentials: it runs as its run's caller.
         if kind not in ("http", "websocket") or AUTHENTICATED in scope or LOOPBACK in scope or self._is_open(scope):
             await self.app(scope, receive, send)
+            return
+        if _ambiguous(scope):
+            scope[REFUSED] = True
+            await _refuse(scope, receive, send, AmbiguousCredentials())
             return
         facts, receive = await self._facts(scope, receive)
         try:
@@ -200,8 +204,19 @@ def _replay(messages: list[Any], receive: Any) -> Any:
     return replay
 
 
-async def _refuse(scope: Any, receive: Any, send: Any, exc: Unauthorized) -> None:
-    response = refusal(exc)
+#: The headers that carry credentials: a request may carry each at most once.
+CREDENTIAL_HEADERS = (b"authorization", b"x-api-key")
+
+
+def _ambiguous(scope: Any) -> bool:
+    """Whether a credential header comes twice. Proxies and Starlette's `headers.get` take the first,
+    a dict of the headers the last: refused (400) rather than served as whichever one a layer picks."""
+    names = [name.lower() for name, _ in scope.get("headers") or []]
+    return any(names.count(header) > 1 for header in CREDENTIAL_HEADERS)
+
+
+async def _refuse(scope: Any, receive: Any, send: Any, exc: ThreadlineError) -> None:
+    response = error_response(exc)
     if scope["type"] == "http":
         await response(scope, receive, send)
         return

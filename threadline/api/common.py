@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -59,7 +60,7 @@ def no_content() -> Response:
     return Response(status_code=204)
 
 
-def select(row: dict[str, Any], fields: list[str] | None) -> dict[str, Any]:
+def select(row: dict[str, Any], fields: Sequence[str] | None) -> dict[str, Any]:
     return {k: v for k, v in row.items() if k in fields} if fields else row
 
 

@@ -3,7 +3,9 @@ error for A2A and MCP (`rpc_error`) and a Protocol v2 error envelope's code (`pr
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
@@ -13,7 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 
 from threadline import errors
-from threadline.api import jsonrpc
+from threadline.api import bounds, jsonrpc
 
 log = logging.getLogger("threadline.api")
 
@@ -132,6 +134,20 @@ def _json_problem(error: dict[str, Any], body: Any) -> str:
     return f"Invalid JSON in request body: {reason} at line {line}, column {column} (character {offset + 1})"
 
 
+#: The resources whose id in a path must be a UUID, as LangGraph's server names them in its 422.
+PATH_IDS = {"thread_id": "thread", "run_id": "run", "cron_id": "cron", "assistant_id": "assistant"}
+
+
+def _bad_id(problems: Sequence[Any]) -> str | None:
+    """`Invalid run ID: must be a UUID`: LangGraph's server's text for an id in the path that is not a UUID,
+    the same on every deployment (the `errors` list still names the field, `path.run_id`)."""
+    first = problems[0] if problems else {}
+    loc = tuple(first.get("loc", ()))
+    if len(loc) == 2 and loc[0] == "path" and loc[1] in PATH_IDS and str(first.get("type", "")).startswith("uuid"):
+        return f"Invalid {PATH_IDS[loc[1]]} ID: must be a UUID"
+    return None
+
+
 def error_response(exc: errors.ThreadlineError) -> JSONResponse:
     """The HTTP answer to a Threadline error: its status (`STATUS`), its JSON body, and `Retry-After` when
     trying again later may succeed (a refusal of credentials: `refusal`, with the authenticator's headers)."""
@@ -174,6 +190,48 @@ async def deny_handshake(scope: Any, send: Any, exc: errors.ThreadlineError, res
         await send({"type": "websocket.close", "code": code})
 
 
+class Contained:
+    """ASGI middleware, outermost: no exception reaches the server once a response is whole.
+
+    Starlette answers an unhandled error with our 500 (`install`'s `_crash`) and then raises it again, for the
+    server to log; uvicorn, seeing an exception after a response started, closes the connection, without
+    `Connection: close`, so a pooled client's next request on it fails with a reset. Here an error after a
+    whole response is logged (unless `_crash` did) and kept; one before any response becomes our 500; one in
+    the middle of a body still reaches the server, which must then cut the connection (the body is short).
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        state = "unanswered"
+
+        async def tracking_send(message: Any) -> None:
+            nonlocal state
+            if message["type"] == "http.response.start":
+                state = "started"
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                state = "whole"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as exc:
+            if state == "started":
+                raise
+            if not getattr(exc, "_threadline_logged", False):
+                log.error("unhandled error", exc_info=exc)
+            if state == "unanswered":
+                await _crash_response(exc)(scope, receive, send)
+
+
+def _crash_response(exc: Exception) -> JSONResponse:
+    return error_body(500, f"Internal server error: {type(exc).__name__}", "internal_error")
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(errors.ThreadlineError)
     async def _domain(_: Request, exc: errors.ThreadlineError) -> JSONResponse:
@@ -190,7 +248,15 @@ def install(app: FastAPI) -> None:
         return error_body(422, f"namespace: {exc}", "invalid_input")
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        if isinstance(exc.body, (bytes, bytearray)) and exc.body:
+            # FastAPI parses a body as JSON only when it is labelled so; any other is left as bytes, which no
+            # model takes. Said as it is (415), not as "Input should be a valid dictionary". Deliberately not
+            # parsed anyway: a browser sends an unlabelled or text/plain body cross-site without a CORS
+            # preflight, so a page could otherwise drive a server on localhost (docs/security.md).
+            given = request.headers.get("content-type") or "none"
+            message = f"Send the body as JSON with Content-Type: application/json (this request's: {given})"
+            return error_body(415, message, "unsupported_media_type")
         bad_json = next((e for e in exc.errors() if e.get("type") == "json_invalid"), None)
         if bad_json is not None:
             return error_body(422, _json_problem(bad_json, exc.body), "invalid_json")
@@ -198,11 +264,13 @@ def install(app: FastAPI) -> None:
             {"field": _field(tuple(e.get("loc", ()))), "message": e.get("msg", ""), "type": e.get("type", "")}
             for e in exc.errors()
         ]
-        summary = "; ".join(f"{p['field']}: {p['message']}" for p in problems) or "Invalid request"
-        return error_body(422, summary, "invalid_input", errors=problems)
+        summary = _bad_id(exc.errors()) or "; ".join(f"{p['field']}: {p['message']}" for p in problems)
+        return error_body(422, summary or "Invalid request", "invalid_input", errors=problems)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if isinstance(exc.__cause__, RecursionError):  # FastAPI's "error parsing the body": nested too deep
+            return error_body(422, f"body: Objects and arrays may nest at most {bounds.MAX_DEPTH} deep", "invalid_input")
         code = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}.get(exc.status_code, "error")
         message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         response = error_body(exc.status_code, message, code)
@@ -212,4 +280,6 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _crash(_: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error")
-        return error_body(500, f"Internal server error: {type(exc).__name__}", "internal_error")
+        with contextlib.suppress(AttributeError):
+            exc._threadline_logged = True  # type: ignore[attr-defined]  # Starlette raises it again: `Contained`
+        return _crash_response(exc)

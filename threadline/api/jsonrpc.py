@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 import orjson
 
+from threadline.api import bounds
+
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
@@ -73,6 +75,9 @@ def parse(body: bytes | str) -> Incoming:
     params = obj.get("params")
     if params is not None and not isinstance(params, (dict, list)):
         raise RpcError(INVALID_PARAMS, "Invalid params: 'params' must be an object or an array", id=req_id)
+    found = bounds.problem(params)  # what storage cannot hold (`threadline.api.bounds`), named
+    if found is not None:
+        raise RpcError(INVALID_PARAMS, f"Invalid params: params.{bounds.dotted(found[0])}: {found[1]}", id=req_id)
     return Incoming("request" if "id" in obj else "notification", id=req_id, method=method, params=params)
 
 

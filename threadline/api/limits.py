@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-
-from threadline.errors import PayloadTooLarge
+from starlette.exceptions import HTTPException
 
 
 class BodyLimit:
@@ -33,7 +32,7 @@ class BodyLimit:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:
-                    raise _TooLarge
+                    raise _TooLarge(self.max_bytes)
             return message
 
         async def tracking_send(message: Any) -> None:
@@ -49,12 +48,18 @@ class BodyLimit:
                 await self._refuse(send)
 
     async def _refuse(self, send: Any) -> None:
-        message = f"Request body exceeds {self.max_bytes} bytes"
+        message = _TooLarge(self.max_bytes).detail
         body = orjson.dumps({"detail": message, "code": "payload_too_large", "message": message})
         await send({"type": "http.response.start", "status": 413,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
 
 
-class _TooLarge(PayloadTooLarge):
-    """Request body too large."""
+class _TooLarge(HTTPException):
+    """A body found too large while it streams in (no `Content-Length`: chunked). An HTTPException, which
+    FastAPI lets through its body parsing as it is (any other error there becomes a 400 "There was an error
+    parsing the body"), to `threadline.api.errors`, which answers it 413; and a route reading the body
+    itself gets the same answer."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(413, f"Request body exceeds {max_bytes} bytes")

@@ -9,14 +9,19 @@ lists those in `unsupported`. Wrong types and bad values are refused as before.
 from __future__ import annotations
 
 import logging
+import re
 from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal
 from urllib.parse import urlsplit
 from uuid import UUID
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import (
+    AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, ModelWrapValidatorHandler, Tag,
+    ValidationError, model_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from threadline.api.bounds import INT_MAX, MAX_SECONDS, printable, problem
 from threadline.shapes import (
     AssistantSortBy,
     CancelStatus,
@@ -60,11 +65,77 @@ class Body(BaseModel):
                 log.debug("ignoring the request field %r (%s declares no such field)", name, cls.__name__)
         return data
 
+    @model_validator(mode="wrap")
+    @classmethod
+    def _storable(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
+        """Every value in the body is one storage can hold (`threadline.api.bounds`), checked before any field:
+        a 422 naming where it is, instead of a 500 from deep inside a transaction."""
+        found = problem(data)
+        if found is not None:
+            raise invalid_at(printable(found[0]), "unstorable", found[1])
+        return handler(data)
+
+
+def invalid_at(loc: tuple[str | int, ...], kind: str, message: str) -> ValidationError:
+    """A validation error at `loc` inside the value being validated (pydantic prefixes the field's own)."""
+    error = InitErrorDetails(type=PydanticCustomError(kind, message), loc=loc, input=None)
+    return ValidationError.from_exception_data("Body", [error])
+
+
+#: The longest time to live in minutes (`ttl` on threads and store items): what the clock can add to now.
+MAX_MINUTES = MAX_SECONDS / 60
+
+
+def _runnable_config(config: dict[str, Any]) -> dict[str, Any]:
+    configurable = config.get("configurable")
+    if configurable is not None and not isinstance(configurable, dict):
+        raise invalid_at(("configurable",), "dict_type", f"Input should be an object, not {type(configurable).__name__}")
+    return config
+
+
+#: A RunnableConfig as sent: an object, whose `configurable` (if any) is an object too.
+RunnableConfig = Annotated[dict[str, Any], AfterValidator(_runnable_config)]
+
+
+def _path_keys(value: dict[str, Any]) -> dict[str, Any]:
+    """Keys a search's `metadata` / `values` filter may use, at any depth: each becomes a step of a JSON path
+    on SQLite, where a key holding `"`, `\\` or a control character cannot be named (a path error, or nothing
+    found where PostgreSQL finds it). Refused on every backend, so both answer the same."""
+    stack: list[tuple[dict[str, Any], tuple[str, ...]]] = [(value, ())]
+    while stack:
+        item, path = stack.pop()
+        for key, child in item.items():
+            if '"' in key or "\\" in key or any(ord(c) < 0x20 for c in key):
+                raise invalid_at(printable((*path, key)), "filter_key",
+                                 "A filter key may not hold '\"', '\\' or a control character")
+            if isinstance(child, dict):
+                stack.append((child, (*path, key)))
+    return value
+
+
+#: A search's filter on a JSON column (`metadata`, `values`): top-level key equality, keys checked.
+JSONFilter = Annotated[dict[str, Any], AfterValidator(_path_keys)]
+
+
+_FILTER_KEY = re.compile(r"^[a-zA-Z0-9_.-]+$")
+
+
+def _filter_keys(value: dict[str, Any]) -> dict[str, Any]:
+    """The keys LangGraph's stores and checkpointers accept as JSON paths (else they raise ValueError in the
+    query): a store search's `filter`, a thread history's `metadata`."""
+    for key in value:
+        if not _FILTER_KEY.match(key):
+            raise invalid_at((key,), "filter_key", "A filter key may hold only letters, digits, '_', '.' and '-'")
+    return value
+
+
+LangGraphFilter = Annotated[dict[str, Any], AfterValidator(_filter_keys)]
+
 
 class AssistantCreate(Body):
     graph_id: str
     assistant_id: str | None = None
-    config: dict[str, Any] | None = None
+    config: RunnableConfig | None = None
     context: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
     name: str | None = None
@@ -74,7 +145,7 @@ class AssistantCreate(Body):
 
 class AssistantPatch(Body):
     graph_id: str | None = None
-    config: dict[str, Any] | None = None
+    config: RunnableConfig | None = None
     context: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
     name: str | None = None
@@ -84,9 +155,9 @@ class AssistantPatch(Body):
 class AssistantSearch(Body):
     graph_id: str | None = None
     name: str | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: JSONFilter | None = None
     limit: int = Field(10, ge=1, le=1000)
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=INT_MAX)
     sort_by: AssistantSortBy | None = None
     sort_order: SortOrder | None = None
     select: list[str] | None = None
@@ -95,13 +166,13 @@ class AssistantSearch(Body):
 class AssistantCount(Body):
     graph_id: str | None = None
     name: str | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: JSONFilter | None = None
 
 
 class AssistantVersions(Body):
-    metadata: dict[str, Any] | None = None
+    metadata: JSONFilter | None = None
     limit: int = Field(10, ge=1, le=1000)
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=INT_MAX)
 
 
 class SetLatest(Body):
@@ -110,9 +181,9 @@ class SetLatest(Body):
 
 class AgentSearch(Body):
     name: str | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: JSONFilter | None = None
     limit: int = Field(10, ge=1, le=1000)
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=INT_MAX)
 
 
 class StateUpdateItem(Body):
@@ -131,11 +202,12 @@ class ThreadTTL(Body):
     """A thread's time to live, as langgraph-sdk sends it: deleted `ttl` minutes after its last update."""
 
     strategy: Literal["delete"] = "delete"
-    ttl: float = Field(gt=0)
+    ttl: float = Field(gt=0, le=MAX_MINUTES)
 
 
-#: `ttl` on thread create and update: the object, or just the minutes.
-TTLField = ThreadTTL | Annotated[float, Field(gt=0)] | None
+#: `ttl` on thread create and update: the object, or just the minutes (an error names which it was taken for).
+TTLField = Annotated[Annotated[ThreadTTL, Tag("object")] | Annotated[float, Field(gt=0, le=MAX_MINUTES), Tag("minutes")],
+                     Discriminator(lambda v: "object" if isinstance(v, (dict, ThreadTTL)) else "minutes")] | None
 
 
 def ttl_minutes(ttl: ThreadTTL | float | None) -> float | None:
@@ -164,28 +236,34 @@ class ThreadPatch(Body):
     messages: list[dict[str, Any]] | None = None
 
 
+#: What `select` on a thread search may name: LangGraph's server's list (a thread has no `context` here, so
+#: selecting it selects nothing), and our `state_updated_at`.
+ThreadField = Literal["thread_id", "created_at", "updated_at", "state_updated_at", "metadata", "config", "context",
+                      "status", "values", "interrupts", "error"]
+
+
 class ThreadSearch(Body):
     unsupported = {"extract": "values extracted from each thread by path are not implemented"}
 
     ids: list[str] | None = None
-    metadata: dict[str, Any] | None = None
-    values: dict[str, Any] | None = None
+    metadata: JSONFilter | None = None
+    values: JSONFilter | None = None
     status: ThreadStatus | None = None
     limit: int = Field(10, ge=1, le=1000)
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=INT_MAX)
     sort_by: ThreadSortBy | None = None
     sort_order: SortOrder | None = None
-    select: list[str] | None = None
+    select: list[ThreadField] | None = None
 
 
 class ThreadCount(Body):
-    metadata: dict[str, Any] | None = None
-    values: dict[str, Any] | None = None
+    metadata: JSONFilter | None = None
+    values: JSONFilter | None = None
     status: ThreadStatus | None = None
 
 
 class ThreadPrune(Body):
-    thread_ids: list[str]
+    thread_ids: list[UUID]
     strategy: Literal["delete", "keep_latest"] = "delete"
 
 
@@ -212,7 +290,7 @@ class StateAtCheckpoint(Body):
 class HistoryQuery(Body):
     limit: int = Field(10, ge=1, le=1000)
     before: str | dict[str, Any] | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: LangGraphFilter | None = None
     checkpoint: dict[str, Any] | None = None
 
 
@@ -250,7 +328,7 @@ class RunCreate(Body):
     input: Any = None
     command: Command | None = None
     metadata: dict[str, Any] | None = None
-    config: dict[str, Any] | None = None
+    config: RunnableConfig | None = None
     context: dict[str, Any] | None = None
     checkpoint: dict[str, Any] | None = None
     checkpoint_id: str | None = None
@@ -264,7 +342,7 @@ class RunCreate(Body):
     on_completion: OnCompletion | None = None
     multitask_strategy: MultitaskStrategy | None = None
     if_not_exists: IfNotExists | None = None
-    after_seconds: float | None = Field(None, ge=0)
+    after_seconds: float | None = Field(None, ge=0, le=MAX_SECONDS)
     webhook: WebhookURL | None = None
     durability: Durability | None = None
     feedback_keys: list[str] | None = None
@@ -284,9 +362,9 @@ class RunSearch(Body):
     agent_id: str | None = None
     assistant_id: str | None = None
     status: RunStatus | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: JSONFilter | None = None
     limit: int = Field(10, ge=1, le=1000)
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=INT_MAX)
 
 
 class RunCancelMany(Body):
@@ -300,7 +378,7 @@ class StorePut(Body):
     key: str
     value: dict[str, Any]
     index: Literal[False] | list[str] | None = None
-    ttl: float | None = None
+    ttl: float | None = Field(None, ge=0, le=MAX_MINUTES)
 
 
 class StoreDelete(Body):
@@ -310,9 +388,9 @@ class StoreDelete(Body):
 
 class StoreSearch(Body):
     namespace_prefix: list[str] | None = None
-    filter: dict[str, Any] | None = None
+    filter: LangGraphFilter | None = None
     limit: int = Field(10, ge=1, le=1000)
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=INT_MAX)
     query: str | None = None
     refresh_ttl: bool | None = None
 
@@ -320,9 +398,9 @@ class StoreSearch(Body):
 class StoreNamespaces(Body):
     prefix: list[str] | None = None
     suffix: list[str] | None = None
-    max_depth: int | None = Field(None, ge=1)
+    max_depth: int | None = Field(None, ge=1, le=2**31 - 1)  # a PostgreSQL integer
     limit: int = Field(100, ge=1, le=1000)
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=INT_MAX)
 
 
 # --- crons -------------------------------------------------------------------------------------
@@ -337,7 +415,7 @@ class CronRunFields(Body):
 
     input: Any = None
     metadata: dict[str, Any] | None = None
-    config: dict[str, Any] | None = None
+    config: RunnableConfig | None = None
     context: dict[str, Any] | None = None
     checkpoint_during: bool | None = None
     interrupt_before: Literal["*"] | list[str] | None = None
@@ -374,9 +452,9 @@ class CronSearch(Body):
     assistant_id: UUID | None = None
     thread_id: UUID | None = None
     enabled: bool | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: JSONFilter | None = None
     limit: int = Field(10, ge=1, le=1000)
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=INT_MAX)
     sort_by: CronSortBy | None = None
     sort_order: SortOrder | None = None
     select: list[CronField] | None = None
@@ -386,4 +464,4 @@ class CronCount(Body):
     assistant_id: UUID | None = None
     thread_id: UUID | None = None
     enabled: bool | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: JSONFilter | None = None

@@ -19,6 +19,7 @@ from uuid import UUID
 from fastapi import Request, WebSocket, WebSocketDisconnect
 from starlette.responses import JSONResponse, Response
 
+from threadline.api import bounds
 from threadline.api.common import JSON, Router, runtime
 from threadline.api.errors import ProtocolCode, deny_handshake, protocol_error
 from threadline.api.ratelimit import identity_of
@@ -77,7 +78,7 @@ async def execute(commands: Commands, thread_id: str, command_id: int, method: s
 
 async def _json_body(request: Request) -> Any:
     try:
-        return json.loads(await request.body())
+        return bounds.loads(await request.body())
     except ValueError:
         raise BadRequest("Invalid JSON body") from None
 
@@ -216,9 +217,12 @@ class _Session:
 
     async def handle(self, text: str) -> None:
         try:
-            body = json.loads(text)
+            body = bounds.loads(text)
         except ValueError:
             await self.send(failure(None, "invalid_argument", "Invalid JSON"))
+            return
+        except InvalidInput as exc:
+            await self.send(error_envelope(None, exc))
             return
         cid = _command_id(body)
         if cid is None:

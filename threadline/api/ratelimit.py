@@ -107,10 +107,15 @@ class Budget:
 class RateLimiter:
     """The budgets of one app, counted in `storage` (memory, or Redis shared by every process)."""
 
-    def __init__(self, runs: str, requests: str, *, redis_url: str | None = None,
+    def __init__(self, runs: str, requests: str, *, auth_failures: str = "", redis_url: str | None = None,
                  key_prefix: str = "threadline") -> None:
         self.budgets = {name: Budget(name, _parse(name, spec)) for name, spec in
                         (("runs", runs), ("requests", requests)) if spec}
+        #: Refused credentials per address, on by default (`rate_limit_auth_failures`). Counted in this
+        #: process's memory, whatever the backend: checking it costs every unauthenticated request, which a
+        #: Redis round trip would make dear; so each API process allows the budget once.
+        self.failures = Budget("auth_failures", _parse("auth_failures", auth_failures)) if auth_failures else None
+        self.failure_strategy = SlidingWindowCounterRateLimiter(MemoryStorage())
         storage: Storage
         if redis_url and self.budgets:
             uri = "async+" + redis_url if not redis_url.startswith("async+") else redis_url
@@ -122,7 +127,8 @@ class RateLimiter:
 
     @classmethod
     def of(cls, settings: Any) -> RateLimiter:
-        return cls(settings.rate_limit_runs, settings.rate_limit_requests, redis_url=settings.redis_url,
+        return cls(settings.rate_limit_runs, settings.rate_limit_requests,
+                   auth_failures=settings.rate_limit_auth_failures, redis_url=settings.redis_url,
                    key_prefix=settings.redis_key_prefix)
 
     @property
@@ -139,10 +145,11 @@ class RateLimiter:
     async def hit(self, budget: Budget, identity: str, *, spend: bool = True) -> tuple[bool, int, int]:
         """Spend one of `identity`'s `budget` (or, without `spend`, only look whether one is left):
         (allowed, remaining, seconds until it refills)."""
+        strategy = self.failure_strategy if budget is self.failures else self.strategy
         try:
-            if await (self.strategy.hit if spend else self.strategy.test)(budget.item, budget.name, identity):
+            if await (strategy.hit if spend else strategy.test)(budget.item, budget.name, identity):
                 return True, -1, 0
-            stats = await self.strategy.get_window_stats(budget.item, budget.name, identity)
+            stats = await strategy.get_window_stats(budget.item, budget.name, identity)
         except Exception as exc:  # Redis away: let the request through rather than fail it
             log.warning("rate limit not checked (%s: %s); request allowed", type(exc).__name__, exc)
             return True, -1, 0
@@ -183,9 +190,10 @@ class RateLimit:
 
 class AuthFailures:
     """ASGI middleware outside authentication (`api/auth.py: Authenticate`): a request the authenticator refused
-    spends one of its address's budget (the one the request would have drawn on), and a request from an address
-    that has spent it is refused with 429 before it is authenticated. Authenticated requests never spend it:
-    `RateLimit`, inside authentication, counts them against their identity."""
+    spends one of its address's budgets (`rate_limit_auth_failures`, and the one the request would have drawn
+    on if rate limits are set), and a request from an address that has spent one is refused with 429 before it
+    is authenticated. Authenticated requests never spend them: `RateLimit`, inside authentication, counts them
+    against their identity."""
 
     def __init__(self, app: Any, limiter: RateLimiter) -> None:
         self.app = app
@@ -193,22 +201,30 @@ class AuthFailures:
         self.templates = _Templates()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        budget = self.limiter.budget_for(scope.get("method", "GET"), scope.get("path", "")) \
-            if scope["type"] == "http" and self.limiter.enabled and AUTHENTICATED not in scope else None
-        if budget is None:
+        budgets = self._budgets(scope)
+        if not budgets:
             await self.app(scope, receive, send)
             return
         address = identity_of(Request(scope))  # not authenticated yet: the client's address
-        allowed, remaining, reset = await self.limiter.hit(budget, address, spend=False)
-        if not allowed:
-            metrics = metrics_of(scope)
-            if metrics is not None:
-                metrics.rate_limited(self.templates.of(scope), budget.name)
-            await _refuse(send, budget, remaining, reset)
-            return
+        for budget in budgets:
+            allowed, remaining, reset = await self.limiter.hit(budget, address, spend=False)
+            if not allowed:
+                metrics = metrics_of(scope)
+                if metrics is not None:
+                    metrics.rate_limited(self.templates.of(scope), budget.name)
+                await _refuse(send, budget, remaining, reset)
+                return
         await self.app(scope, receive, send)
         if scope.get(REFUSED):
-            await self.limiter.hit(budget, address)
+            for budget in budgets:
+                await self.limiter.hit(budget, address)
+
+    def _budgets(self, scope: Any) -> list[Budget]:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or AUTHENTICATED in scope or path in NEVER_LIMITED:
+            return []
+        shared = self.limiter.budget_for(scope.get("method", "GET"), path) if self.limiter.enabled else None
+        return [b for b in (self.limiter.failures, shared) if b is not None]
 
 
 class _Templates:
@@ -231,7 +247,7 @@ class _Templates:
 
 
 async def _refuse(send: Any, budget: Budget, remaining: int, reset: int) -> None:
-    what = "run creation" if budget.name == "runs" else "requests"
+    what = {"runs": "run creation", "auth_failures": "failed authentication"}.get(budget.name, "requests")
     message = f"Rate limit exceeded for {what} ({budget.item}): retry in {reset} s"
     body = orjson.dumps({"detail": message, "code": "rate_limited", "message": message})
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),

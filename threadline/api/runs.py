@@ -10,6 +10,7 @@ from uuid import UUID
 from fastapi import Header, Query, Request
 from starlette.responses import Response
 
+from threadline.api.bounds import INT_MAX
 from threadline.api.http_config import with_run_headers
 from threadline.api.common import JSON, Router, no_content, runtime, select, spec_run_out
 from threadline.shapes import CancelAction, RunStatus, run_out
@@ -142,7 +143,7 @@ async def wait_thread_run(request: Request, thread_id: UUID, body: RunCreate) ->
 
 @router.get("/threads/{thread_id}/runs")
 async def list_thread_runs(request: Request, thread_id: UUID, limit: int = Query(10, ge=1, le=1000),
-                           offset: int = Query(0, ge=0), status: RunStatus | None = None,
+                           offset: int = Query(0, ge=0, le=INT_MAX), status: RunStatus | None = None,
                            select_: list[str] | None = Query(None, alias="select")) -> JSON:
     rt = runtime(request)
     await rt.threads.get(str(thread_id))

@@ -53,9 +53,9 @@ async def prune_threads(request: Request, body: ThreadPrune) -> JSON:
     its latest checkpoint only."""
     rt = runtime(request)
     if body.strategy == "delete":
-        pruned = await rt.runs.delete_threads(body.thread_ids)
+        pruned = await rt.runs.delete_threads([str(t) for t in body.thread_ids])
     else:
-        pruned = await rt.threads.prune_checkpoints(body.thread_ids)
+        pruned = await rt.threads.prune_checkpoints([str(t) for t in body.thread_ids])
     return JSON({"pruned_count": pruned})
 
 

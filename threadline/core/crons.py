@@ -164,6 +164,7 @@ class Crons:
             await self.runs.threads.get(thread_id)
         assistant = await self.assistants.runnable(body["assistant_id"])
         schedule = Schedule(body["schedule"], body.get("timezone"))
+        await self._check_webhook(body)
         now = self.clock()
         payload = {**body, "assistant_id": assistant["assistant_id"],
                    "config": _with_cron_id(body.get("config"), cron_id)}
@@ -182,6 +183,12 @@ class Crons:
         }
         return await self.storage.create_cron(row)
 
+    async def _check_webhook(self, body: dict[str, Any]) -> None:
+        """A cron's webhook under the same policy as a run's, when it is given: refused now (422), not at
+        each tick, where the refusal would only fail the cron's runs."""
+        if body.get("webhook") and self.runs.webhooks is not None:
+            await self.runs.webhooks.check(body["webhook"])
+
     async def get(self, cron_id: str, *, action: str = "read", value: dict[str, Any] | None = None) -> Row:
         """The cron, if the caller may `action` it; otherwise, as when there is none, `NotFound`."""
         filters = await self.access.filters("crons", action, value or {"cron_id": cron_id})
@@ -198,6 +205,7 @@ class Crons:
             Schedule(patch["schedule"], patch.get("timezone"))  # 422 before anything is read
         if "timezone" in patch:
             zone(patch["timezone"])
+        await self._check_webhook(patch)
         if self.access.enabled:  # the cron through the caller's filter first (the update itself is by id)
             value = {**patch, "cron_id": cron_id}
             await self.get(cron_id, action="update", value=value)

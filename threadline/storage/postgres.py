@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import json
 import logging
 import os
 import re
@@ -23,6 +25,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
+import psycopg.types.json
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
@@ -150,7 +153,7 @@ class PostgresStorage(SQLStorage):
 
         def new_pool(size: int) -> _Pool:
             return _Pool(url, min_size=1, max_size=size, open=False, check=_check, timeout=cls.checkout_seconds,
-                         kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row,
+                         configure=_configure, kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row,
                                  "options": session_options(url, cls.idle_in_transaction_ms)})
 
         pool, reads = new_pool(pool_size), new_pool(cls.read_pool_size)
@@ -315,6 +318,21 @@ async def _has_pgvector(pool: _Pool) -> bool:
                         "uses an exact scan", exc)
             return False
         return True
+
+
+def _json_int(text: str) -> int | float:
+    """A JSON integer as jsonb gives it back. jsonb keeps numbers as `numeric` and writes a large float in full
+    (`1e30` comes back as `1000000000000000000000000000000`): past 64 bits that is the float it was, since
+    nothing downstream (orjson, SQLite) holds a larger integer, and one row must not break every answer with it."""
+    value = int(text)
+    return value if -(2**63) <= value < 2**63 else float(text)
+
+
+_JSON_LOADS = functools.partial(json.loads, parse_int=_json_int)
+
+
+async def _configure(conn: Any) -> None:
+    psycopg.types.json.set_json_loads(_JSON_LOADS, conn)
 
 
 def _row(r: Any) -> Row:
