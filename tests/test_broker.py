@@ -479,6 +479,44 @@ async def test_cancel_after_registration_reaches_another_process(broker: Broker,
     assert again == ["rollback"]
 
 
+# Redis only: a cancel that crosses its worker's registration in the same process.
+
+
+async def test_redis_cancel_stored_after_its_worker_looked_is_still_applied(
+        redis_deployment: Deployment, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker registers after the sender found no callback, and looks for a stored cancel before the sender
+    has stored it (its pipeline is held back here until the registration is done). The listener skips the
+    process's own messages, so the sender must apply it: before, the cancel was lost and the run went on to
+    `success` (test_cancel_and_stream_join saw it under load)."""
+    broker = await redis_deployment.open()
+    held = asyncio.Event()
+    pipeline = broker._redis.pipeline  # type: ignore[attr-defined]
+
+    def held_pipeline(*args: object, **kwargs: object) -> object:
+        pipe = pipeline(*args, **kwargs)
+        execute = pipe.execute
+
+        async def execute_when_released() -> object:
+            await held.wait()
+            return await execute()
+
+        pipe.execute = execute_when_released
+        return pipe
+
+    monkeypatch.setattr(broker._redis, "pipeline", held_pipeline)  # type: ignore[attr-defined]
+    sending = asyncio.create_task(broker.send_cancel("r", "interrupt"))
+    await asyncio.sleep(0.05)  # the sender found no callback and waits to store the cancel
+    seen: list[str] = []
+    monkeypatch.setattr(broker._redis, "pipeline", pipeline)  # type: ignore[attr-defined]
+    unregister = await broker.on_cancel("r", seen.append)  # looks before the cancel is stored
+    assert seen == []
+    held.set()
+    await sending
+    await asyncio.sleep(0.2)  # a second application (the listener's) would come by now
+    assert seen == ["interrupt"]
+    unregister()
+
+
 # Redis only: what a process sees when its connection to Redis drops.
 
 

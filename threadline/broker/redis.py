@@ -321,6 +321,14 @@ class RedisBroker(Broker):
                 pipe.set(self._keys.early_cancel(run_id), action, ex=self.retain_seconds)
             pipe.publish(self._keys.cancel_channel(run_id), f"{self._id} {action}")
             await pipe.execute()
+        if not applied and self._signals.has_cancel(run_id):
+            # A worker of this process registered meanwhile, and may have looked for the stored cancel before it
+            # was stored; the listener skips this process's own messages. Whoever takes the stored cancel
+            # applies it: that registration, or here.
+            async with self._exchange():
+                taken = await self._redis.getdel(self._keys.early_cancel(run_id))
+            if taken is not None:
+                self._signals.cancel(run_id, action)
 
     async def on_cancel(self, run_id: str, callback: Any) -> Any:
         unregister = self._signals.register_cancel(run_id, callback)
