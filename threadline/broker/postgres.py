@@ -74,6 +74,8 @@ class PostgresBroker(Broker):
     sweep_seconds = 60.0
     batch_events = 500
     batch_bytes = 256 * 1024
+    #: Most queued items (events, ends, signals) sent in one transaction.
+    batch_items = 2000
 
     def __init__(self, url: str, *, buffer_events: int = 10_000, buffer_bytes: int = 8 << 20,
                  total_bytes: int = 256 << 20, key_prefix: str = "threadline", max_connections: int = 16) -> None:
@@ -154,8 +156,7 @@ class PostgresBroker(Broker):
         """Send what is queued, in order, one transaction (pipelined) at a time; what is queued meanwhile goes
         in the next. Whoever waits for an item (`publish`, `end_stream`) gets its outcome."""
         while self._outbox:
-            batch = list(self._outbox)
-            self._outbox.clear()
+            batch = [self._outbox.popleft() for _ in range(min(len(self._outbox), self.batch_items))]
             waiting: list[tuple[asyncio.Future[Any], Any]] = []  # (waiter, cursor whose rows say its id, or None)
             touched: set[str] = set()
             try:
@@ -181,33 +182,35 @@ class PostgresBroker(Broker):
 
     async def _send(self, conn: Any, batch: list[tuple[str, str, Any]],
                     waiting: list[tuple[asyncio.Future[Any], Any]], touched: set[str]) -> None:
-        names, index = self._names, 0
-        while index < len(batch):
-            kind, name, value = batch[index]
-            index += 1
-            if kind == "signal":
-                await conn.execute(names.notify, {"channel": names.channel, "payload": name})
+        """One transaction: nothing of it is seen before its commit (rows and notifications alike), so only
+        each run's own order matters. A run's events go in one statement, whatever was posted between them."""
+        names = self._names
+        groups: dict[str, list[tuple[str, bytes, asyncio.Future[str] | None]]] = {}
+        ends: list[tuple[str, asyncio.Future[Any]]] = []
+        for kind, name, value in batch:
+            if kind == "event":
+                groups.setdefault(name, []).append(value)
             elif kind == "end":
-                self._budget.ended(name)
-                await conn.execute(names.end, {"run": name})
-                waiting.append((value, None))
-                touched.add(name)
-            else:  # consecutive events of one run: one statement
-                group = [value]
-                while index < len(batch) and batch[index][0] == "event" and batch[index][1] == name:
-                    group.append(batch[index][2])
-                    index += 1
-                sizes = [event_bytes(event, data) for event, data, _ in group]
-                for size in sizes:
-                    self._budget.added(name, size)
-                cur = await conn.execute(names.append, {
-                    "run": name, "n": len(group), "ms": _now_ms(), "events": [e for e, _, _ in group],
-                    "data": [d for _, d, _ in group], "sizes": sizes})
-                futures = [stored for _, _, stored in group]
-                waiting.append((_Ids(futures), cur))
-                touched.add(name)
+                ends.append((name, value))
+        for run_id, group in groups.items():
+            sizes = [event_bytes(event, data) for event, data, _ in group]
+            for size in sizes:
+                self._budget.added(run_id, size)
+            cur = await conn.execute(names.append, {
+                "run": run_id, "n": len(group), "ms": _now_ms(), "events": [e for e, _, _ in group],
+                "data": [d for _, d, _ in group], "sizes": sizes})
+            waiting.append((_Ids([stored for _, _, stored in group]), cur))
+            touched.add(run_id)
+        for run_id, ended in ends:
+            self._budget.ended(run_id)
+            await conn.execute(names.end, {"run": run_id})
+            waiting.append((ended, None))
+            touched.add(run_id)
         for run_id, keep in self._budget.trims().items():  # within the count and the byte budgets
             await conn.execute(names.trim, {"run": run_id, "keep": keep})
+        for kind, name, _ in batch:  # wake-ups, run-done: in the order sent
+            if kind == "signal":
+                await conn.execute(names.notify, {"channel": names.channel, "payload": name})
         for run_id in touched:
             await conn.execute(names.notify, {"channel": names.channel, "payload": f"e {self._id} {run_id}"})
 
