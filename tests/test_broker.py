@@ -650,3 +650,30 @@ async def test_postgres_streams_are_forgotten_after_their_retention(pg_deploymen
     assert left == [("fresh",)]
     assert not await broker.stream_started("ended") and not await broker.stream_started("running")
     assert await _collect(broker, "fresh", replay=True) == [b"0"]
+
+
+async def test_posts_postgres_cannot_store_are_logged_and_the_end_fails(
+        pg_deployment: Deployment, caplog: pytest.LogCaptureFixture) -> None:
+    """As on Redis: a run does not wait for its posts; only the end of its stream reports the failure, even
+    when no connection could be had at all."""
+    from psycopg_pool import AsyncConnectionPool
+
+    broker = await pg_deployment.open()
+    assert isinstance(broker, PostgresBroker)
+    await broker.post("r", "values", b"0")
+    await broker.end_stream("r0")  # goes after r's post: once it returns, the post is stored
+    healthy, broker._pool = broker._pool, AsyncConnectionPool("postgresql://postgres@127.0.0.1:1/test", open=False)
+    broker.command_seconds = 1.0
+    try:
+        await broker._pool.open(wait=False)
+        with caplog.at_level(logging.WARNING, logger="threadline.broker"):
+            await broker.post("r", "values", b"1")  # returns at once, as when the database is up
+            with pytest.raises(Unavailable):
+                await broker.end_stream("r")
+        assert "were not sent" in caplog.text
+    finally:
+        await broker._pool.close()
+        broker._pool = healthy
+    await broker.post("r", "values", b"2")  # the database is back: posting goes on
+    await broker.end_stream("r")
+    assert await _collect(broker, "r", replay=True) == _numbers(0, 2)

@@ -166,7 +166,9 @@ class PostgresBroker(Broker):
                     results = [(w, await r.fetchall() if r is not None else None) for w, r in waiting]
             except BaseException as exc:
                 failure = exc if isinstance(exc, Exception) else BrokerUnavailable("The database broker stopped.")
-                for waiter, _ in waiting:
+                # Every waiter of the batch, not only those queued before the failure (getting a connection
+                # can fail before any statement is).
+                for waiter in _waiters(batch):
                     if not waiter.done():
                         waiter.set_exception(failure)
                 if not isinstance(exc, Unavailable):
@@ -398,6 +400,12 @@ class PostgresBroker(Broker):
                 self._signals.cancel(run_id, action)
         elif kind == "C":
             self._signals.cancel(run_id, action)
+
+
+def _waiters(batch: list[tuple[str, str, Any]]) -> list[asyncio.Future[Any]]:
+    """The futures that `publish` and `end_stream` wait on, of a batch of the outbox."""
+    found = [value for kind, _, value in batch if kind == "end"]
+    return found + [value[2] for kind, _, value in batch if kind == "event" and value[2] is not None]
 
 
 def _now_ms() -> int:
