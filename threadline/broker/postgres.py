@@ -103,7 +103,7 @@ class PostgresBroker(Broker):
             await self._pool.open(wait=True, timeout=self.command_seconds)
             async with self._pool.connection() as conn, conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
-                await conn.execute(self._names.ddl())  # type: ignore[arg-type]
+                await conn.execute(self._names.ddl())
             self._listener = await self._listen_connection()
         self._listening = asyncio.create_task(self._listen(), name="threadline-pg-broker")
 
@@ -129,7 +129,7 @@ class PostgresBroker(Broker):
 
     async def _fetch(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         async with self._exchange(), self._pool.connection() as conn:
-            cur = await conn.execute(sql, params)  # type: ignore[arg-type]
+            cur = await conn.execute(sql, params)
             return await cur.fetchall()
 
     # Streams.
@@ -157,7 +157,7 @@ class PostgresBroker(Broker):
         in the next. Whoever waits for an item (`publish`, `end_stream`) gets its outcome."""
         while self._outbox:
             batch = [self._outbox.popleft() for _ in range(min(len(self._outbox), self.batch_items))]
-            waiting: list[tuple[asyncio.Future[Any], Any]] = []  # (waiter, cursor whose rows say its id, or None)
+            waiting: list[tuple[_Ids | asyncio.Future[Any], Any]] = []  # (waiter, cursor whose rows say its id, or None)
             touched: set[str] = set()
             try:
                 async with self._exchange(), self._pool.connection() as conn, conn.transaction():
@@ -176,14 +176,14 @@ class PostgresBroker(Broker):
                 log.warning("PostgreSQL broker: %d stream events, ends and signals were not sent (%s); idle "
                             "workers poll and waiters re-check", len(batch), exc)
             else:
-                for waiter, rows in results:
-                    if not waiter.done():
-                        waiter.set_result(rows)
+                for done_waiter, rows in results:
+                    if not done_waiter.done():
+                        done_waiter.set_result(rows)
                 for run_id in touched:
                     self._wake_run(run_id)
 
     async def _send(self, conn: Any, batch: list[tuple[str, str, Any]],
-                    waiting: list[tuple[asyncio.Future[Any], Any]], touched: set[str]) -> None:
+                    waiting: list[tuple[_Ids | asyncio.Future[Any], Any]], touched: set[str]) -> None:
         """One transaction: nothing of it is seen before its commit (rows and notifications alike), so only
         each run's own order matters. A run's events go in one statement, whatever was posted between them."""
         names = self._names
@@ -333,7 +333,7 @@ class PostgresBroker(Broker):
         conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True, connect_timeout=5,
                                                      application_name=self._names.listener_name)
         try:
-            await conn.execute(f'LISTEN "{self._names.channel}"')  # type: ignore[arg-type]
+            await conn.execute(f'LISTEN "{self._names.channel}"')
         except BaseException:
             await conn.close()
             raise
@@ -426,7 +426,7 @@ class _Ids:
             if f is not None and not f.done():
                 f.set_exception(exc)
 
-    def set_result(self, rows: list[tuple[int, int]]) -> None:
+    def set_result(self, rows: Any) -> None:
         for f, (ms, seq) in zip(self._futures, sorted(rows, key=lambda row: row[1])):
             if f is not None and not f.done():
                 f.set_result(f"{ms}-{seq}")
