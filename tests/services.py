@@ -24,7 +24,7 @@ import pytest
 import redis
 
 PG_ADMIN_URL = os.environ.get("THREADLINE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
-# "memory" runs the PostgreSQL tests with the in-process broker (single process), for debugging storage alone.
+# "memory" runs the PostgreSQL tests without Redis: PostgreSQL is then the broker too (PostgresBroker).
 REDIS_URL = os.environ.get("THREADLINE_TEST_REDIS", "redis://127.0.0.1:6379/0")
 
 
@@ -162,7 +162,7 @@ class ScaleOut:
         statements = [f'DELETE FROM "{t}"' for t in tables] + [f'ALTER SEQUENCE "{q}" RESTART' for q in sequences]
         if statements:
             self._conn.execute("; ".join(statements))  # type: ignore[arg-type]
-        if REDIS_URL == "memory":  # PostgreSQL with the in-process broker: one process only
+        if REDIS_URL == "memory":  # PostgreSQL alone: it is the broker too
             return Backend("postgres", self.url)
         return Backend("postgres", self.url, REDIS_URL, f"{self.prefix}-{uuid.uuid4().hex[:8]}")
 

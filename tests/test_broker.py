@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 
+import psycopg
 import pytest
 import redis.asyncio as aioredis
 
@@ -20,16 +21,19 @@ from threadline.broker.base import Broker, StreamEvent, event_bytes
 from threadline.broker.budget import ByteBudget
 from threadline.broker.keys import Keys
 from threadline.broker.memory import MemoryBroker
+from threadline.broker.pgsql import PgNames
+from threadline.broker.postgres import PostgresBroker
 from threadline.broker.redis import RedisBroker
 from threadline.errors import Unavailable
 
-from tests.services import KEY_PREFIX, REDIS_URL, owned_name, unavailable
+from tests.services import KEY_PREFIX, PG_ADMIN_URL, REDIS_URL, owned_name, unavailable
 
-BROKERS = ["memory", "redis"]
+BROKERS = ["memory", "redis", "postgres"]
 
 
 class Deployment:
-    """The brokers of one test, all of one backend: with Redis, each is a process of one deployment."""
+    """The brokers of one test, all of one backend: with Redis or PostgreSQL, each is a process of one
+    deployment (on PostgreSQL, its tables and channel are named by the test's own prefix, dropped afterwards)."""
 
     #: Small, so that a subscriber that does not give its connection back soon exhausts the pool.
     max_subscribers = 8
@@ -45,6 +49,9 @@ class Deployment:
         broker: Broker
         if self.kind == "memory":
             broker = MemoryBroker(buffer_events=buffer_events, **budgets)
+        elif self.kind == "postgres":
+            broker = PostgresBroker(PG_ADMIN_URL, buffer_events=buffer_events, key_prefix=self.keys.prefix,
+                                    **budgets)
         else:
             broker = RedisBroker(REDIS_URL, buffer_events=buffer_events, key_prefix=self.keys.prefix,
                                  max_subscribers=self.max_subscribers, **budgets)
@@ -52,8 +59,8 @@ class Deployment:
         try:
             await broker.start()
         except Unavailable as exc:
-            unavailable(f"Redis unreachable at {REDIS_URL}: {exc}")
-        self.reached = self.kind == "redis"
+            unavailable(f"{self.kind} unreachable: {exc}")
+        self.reached = self.kind != "memory"
         return broker
 
     async def another_process(self, broker: Broker) -> Broker:
@@ -63,7 +70,11 @@ class Deployment:
     async def close(self) -> None:
         for broker in self.opened:
             await broker.close()
-        if self.reached:
+        if self.reached and self.kind == "postgres":
+            names = PgNames(self.keys.prefix)
+            async with await psycopg.AsyncConnection.connect(PG_ADMIN_URL, autocommit=True) as conn:
+                await conn.execute(f"DROP TABLE IF EXISTS {names.streams}, {names.events}, {names.cancels}")
+        elif self.reached:
             client = aioredis.Redis.from_url(REDIS_URL)
             keys = [key async for key in client.scan_iter(match=self.keys.everything, count=1000)]
             if keys:
@@ -605,3 +616,102 @@ def test_byte_budget_says_how_many_newest_events_to_keep() -> None:
     now[0] = 601.0
     budget.ended("c")  # "b" expired in Redis by now: no longer counted
     assert budget.held == 900 and budget.trims() == {}
+
+
+# PostgreSQL only: the listening connection dropping, an unreachable server, retention.
+
+
+@pytest.fixture
+async def pg_deployment() -> AsyncIterator[Deployment]:
+    deployment = Deployment("postgres")
+    yield deployment
+    await deployment.close()
+
+
+async def test_postgres_listener_recovers_from_a_dropped_connection(
+        pg_deployment: Deployment, caplog: pytest.LogCaptureFixture) -> None:
+    broker = await pg_deployment.open()
+    peer = await pg_deployment.another_process(broker)
+    got = asyncio.Event()
+    unregister = await peer.on_cancel("r", lambda action: got.set())
+    done = peer.listen_run_done("r")
+    live = asyncio.create_task(_collect(peer, "r", replay=True))
+    names = PgNames(pg_deployment.keys.prefix)
+    async with await psycopg.AsyncConnection.connect(PG_ADMIN_URL, autocommit=True) as admin:
+        with caplog.at_level(logging.WARNING, logger="threadline.broker"):
+            killed = await (await admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+                (names.listener_name,))).fetchall()
+            assert len(killed) == 2
+            # Sent while the listeners may be gone: each is recovered when they listen again.
+            await broker.publish("r", "values", b"0")
+            await broker.send_cancel("r", "interrupt")
+            await broker.notify_run_done("r")
+            await broker.end_stream("r")
+            await asyncio.wait_for(got.wait(), 30)
+            assert await done(30)
+            assert await asyncio.wait_for(live, 30) == [b"0"]
+            waiter = asyncio.create_task(peer.wait_for_work(3600))
+            await broker.wake_workers()
+            await asyncio.wait_for(waiter, 30)
+    unregister()
+    assert "listening again" in caplog.text
+
+
+async def test_postgres_unreachable_is_unavailable() -> None:
+    broker = PostgresBroker("postgresql://postgres@127.0.0.1:1/test", key_prefix=owned_name(KEY_PREFIX))
+    with pytest.raises(Unavailable):
+        await broker.start()
+    with pytest.raises(Unavailable):
+        await broker.ping()
+    await broker.close()
+
+
+async def test_postgres_streams_are_forgotten_after_their_retention(pg_deployment: Deployment) -> None:
+    """A finished stream is kept `retain_seconds` after its end, a running one `live_seconds` after its last
+    event; the periodic sweep forgets them (here made older by moving their times back)."""
+    broker = await pg_deployment.open()
+    assert isinstance(broker, PostgresBroker)
+    for run_id in ("ended", "running", "fresh"):
+        await broker.publish(run_id, "values", b"0")
+    await broker.end_stream("ended")
+    await broker.end_stream("fresh")
+    names = PgNames(pg_deployment.keys.prefix)
+    async with await psycopg.AsyncConnection.connect(PG_ADMIN_URL, autocommit=True) as admin:
+        await admin.execute(f"UPDATE {names.streams} SET ended_at = ended_at - interval '601 seconds' "
+                            "WHERE run_id = 'ended'")
+        await admin.execute(f"UPDATE {names.streams} SET touched_at = touched_at - interval '86401 seconds' "
+                            "WHERE run_id = 'running'")
+        broker._swept_at = -broker.sweep_seconds  # due now
+        await broker._housekeeping()
+        left = await (await admin.execute(f"SELECT DISTINCT run_id FROM {names.events}")).fetchall()
+    assert left == [("fresh",)]
+    assert not await broker.stream_started("ended") and not await broker.stream_started("running")
+    assert await _collect(broker, "fresh", replay=True) == [b"0"]
+
+
+async def test_posts_postgres_cannot_store_are_logged_and_the_end_fails(
+        pg_deployment: Deployment, caplog: pytest.LogCaptureFixture) -> None:
+    """As on Redis: a run does not wait for its posts; only the end of its stream reports the failure, even
+    when no connection could be had at all."""
+    from psycopg_pool import AsyncConnectionPool
+
+    broker = await pg_deployment.open()
+    assert isinstance(broker, PostgresBroker)
+    await broker.post("r", "values", b"0")
+    await broker.end_stream("r0")  # goes after r's post: once it returns, the post is stored
+    healthy, broker._pool = broker._pool, AsyncConnectionPool("postgresql://postgres@127.0.0.1:1/test", open=False)
+    broker.command_seconds = 1.0
+    try:
+        await broker._pool.open(wait=False)
+        with caplog.at_level(logging.WARNING, logger="threadline.broker"):
+            await broker.post("r", "values", b"1")  # returns at once, as when the database is up
+            with pytest.raises(Unavailable):
+                await broker.end_stream("r")
+        assert "were not sent" in caplog.text
+    finally:
+        await broker._pool.close()
+        broker._pool = healthy
+    await broker.post("r", "values", b"2")  # the database is back: posting goes on
+    await broker.end_stream("r")
+    assert await _collect(broker, "r", replay=True) == _numbers(0, 2)

@@ -1,4 +1,5 @@
-"""Scale-out end to end: real processes (2 API servers, 2 workers) sharing PostgreSQL and Redis.
+"""Scale-out end to end: real processes (2 API servers, 2 workers) sharing PostgreSQL and Redis, or
+PostgreSQL alone (its own broker).
 
 What a multi-machine deployment must show: a run created on one API process is streamed and resumed
 through another; a cancel crosses processes; a worker killed or stalled mid-run loses the run to a live
@@ -8,6 +9,7 @@ worker (its late writes refused); a burst of runs each runs exactly once, in ord
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import socket
@@ -97,14 +99,21 @@ class Cluster:
                 proc.kill()
 
 
-@pytest.fixture
-def cluster(scaleout_services: ScaleOut, tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(scaleout_services.fresh(), tmp_path)
+@pytest.fixture(params=["redis", "postgres"])
+def cluster(request: pytest.FixtureRequest, scaleout_services: ScaleOut, tmp_path: Path) -> Iterator[Cluster]:
+    """Two workers and two API processes; their broker Redis, or PostgreSQL alone (no Redis URL)."""
+    backend = scaleout_services.fresh()
+    if request.param == "postgres":
+        backend = dataclasses.replace(backend, redis_url=None, redis_key_prefix=None)
+    elif backend.redis_url is None:
+        pytest.skip("THREADLINE_TEST_REDIS=memory: no Redis")
+    c = Cluster(backend, tmp_path)
     try:
         c.start_worker()
         c.start_worker()
         c.start_api()
         c.start_api()
+        assert httpx.get(f"{c.apis[0]}/info").json()["broker"] == request.param
         yield c
     finally:
         c.close()

@@ -5,6 +5,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.services import Backend
+
 
 async def test_ok_and_readiness(http: httpx.AsyncClient) -> None:
     assert (await http.get("/ok")).json() == {"ok": True}
@@ -12,12 +14,14 @@ async def test_ok_and_readiness(http: httpx.AsyncClient) -> None:
     assert r.status_code == 200 and r.json() == {"ok": True}
 
 
-async def test_info_lists_graphs_and_storage(http: httpx.AsyncClient, database_url: str) -> None:
+async def test_info_lists_graphs_and_storage(http: httpx.AsyncClient, database_url: str, backend: Backend) -> None:
     info = (await http.get("/info")).json()
     assert "echo" in info["graphs"] and info["default_agent"] == "echo"
     assert info["storage"]["backend"] == database_url.split(":", 1)[0]
     assert info["storage"]["multi_process"] is database_url.startswith("postgresql")
-    assert info["broker"] == ("redis" if database_url.startswith("postgresql") else "memory")
+    # PostgreSQL without Redis is its own broker.
+    shared = "redis" if backend.redis_url else "postgres"
+    assert info["broker"] == (shared if database_url.startswith("postgresql") else "memory")
     assert info["flags"]["assistants"] is True
 
 

@@ -196,10 +196,19 @@ def banner(settings: Settings, project: Any, url: str) -> str:
         f"  agents:   {', '.join(project.graphs)}"
         + (f" (default: {project.default_agent})" if project.default_agent else ""),
         f"  data:     {redact_url(settings.database_url or default_database_url())}",
-        f"  broker:   {redact_url(settings.redis_url) if settings.redis_url else 'in-process'}",
+        f"  broker:   {_broker_line(settings)}",
         f"  workers:  {settings.workers}",
         f"  listening on {url}{prefix}" + ("" if "meta" in project.http.disabled else f"  (docs at {url}{prefix}/docs)"),
     ])
+
+
+def _broker_line(settings: Settings) -> str:
+    from threadline.broker import broker_kind, broker_url
+
+    kind = broker_kind(broker_url(settings.database_url or "", settings.redis_url))
+    if kind == "redis":
+        return redact_url(settings.redis_url or "")
+    return "PostgreSQL (LISTEN/NOTIFY)" if kind == "postgres" else "in-process"
 
 
 async def work(settings: Settings) -> None:
@@ -209,9 +218,9 @@ async def work(settings: Settings) -> None:
 
     if settings.workers < 1:
         raise ConfigError("threadline worker needs --workers 1 or more")
-    if not (settings.database_url or "").startswith(("postgresql:", "postgres:")) or settings.redis_url is None:
-        raise ConfigError("a separate worker process needs a shared database and broker: "
-                          "--database-url postgresql://… and --redis-url redis://…")
+    if not (settings.database_url or "").startswith(("postgresql:", "postgres:")):
+        raise ConfigError("a separate worker process needs a shared database: --database-url postgresql://… "
+                          "(its broker is that database, or Redis with --redis-url redis://…)")
     runtime = await Runtime.open(settings)
     stop = asyncio.Event()
     # The second signal has nothing left to skip: the first one already stops without waiting.

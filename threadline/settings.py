@@ -52,10 +52,11 @@ class Settings:
     )
     redis_url: str | None = _setting(
         None, "Redis for stream events, wake-ups and cancel signals across processes (redis://host:port/db). "
-        "Required with PostgreSQL when more than one process serves; unset means in-process only."
+        "Unset: a PostgreSQL database is the broker too (LISTEN/NOTIFY); SQLite keeps them in-process."
     )
     redis_key_prefix: str = _setting(
-        "threadline", "Prefix of every Redis key and channel, so deployments can share one Redis."
+        "threadline", "Prefix of every Redis key and channel (without Redis: of the PostgreSQL broker's tables "
+        "and channel), so deployments can share one Redis or database."
     )
     lease_seconds: float = _setting(
         30.0, "How long a worker's claim on a run lasts without a heartbeat (heartbeats every third of it). "

@@ -8,6 +8,7 @@ from fastapi import Request
 
 from threadline import __version__
 from threadline.api.common import JSON, Router, runtime
+from threadline.broker import broker_kind, broker_url
 
 router = Router(tags=["System"])
 # Surfaces beyond the REST core; every one is served (none is optional yet).
@@ -43,7 +44,7 @@ async def info(request: Request) -> JSON:
         "storage": {"backend": rt.storage.url.split(":", 1)[0], **rt.storage.capabilities,
                     # langgraph.json checkpointer.ttl; null: only threads given a `ttl` expire.
                     "thread_ttl": asdict(rt.threads.ttl) if rt.threads.ttl else None},
-        "broker": "redis" if rt.settings.redis_url else "memory",
+        "broker": broker_kind(broker_url(rt.settings.database_url or "", rt.settings.redis_url)),
         "graphs": rt.graphs.ids(),
         "default_agent": rt.graphs.default_agent,
         "workers": {"size": rt.workers.size if rt.workers else 0, "busy": rt.workers.busy if rt.workers else 0},

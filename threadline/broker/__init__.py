@@ -11,9 +11,27 @@ if TYPE_CHECKING:
     from threadline.broker.base import Broker
 
 
+_POSTGRES = ("postgresql://", "postgres://")
+
+
+def broker_url(database_url: str, redis_url: str | None) -> str | None:
+    """Which broker a deployment uses: Redis when it has one; else its PostgreSQL database (LISTEN/NOTIFY and
+    UNLOGGED tables), so PostgreSQL alone scales out; else in-process (None: SQLite, one process)."""
+    if redis_url:
+        return redis_url
+    return database_url if database_url.startswith(_POSTGRES) else None
+
+
+def broker_kind(url: str | None) -> str:
+    """"redis", "postgres" or "memory": what `open_broker(url)` opens (for /info and the banner)."""
+    if url is None or url.startswith("memory:"):
+        return "memory"
+    return "postgres" if url.startswith(_POSTGRES) else "redis"
+
+
 def open_broker(url: str | None, *, buffer_events: int = 10_000, buffer_bytes: int = 8 << 20,
                 total_bytes: int = 256 << 20, key_prefix: str = "threadline") -> Broker:
-    """The broker `url` names; None means in-process (the embedded default)."""
+    """The broker `url` names (see `broker_url`); None means in-process (the embedded default)."""
     if url is None or url.startswith("memory:"):
         from threadline.broker.memory import MemoryBroker
 
@@ -23,4 +41,9 @@ def open_broker(url: str | None, *, buffer_events: int = 10_000, buffer_bytes: i
 
         return RedisBroker(url, buffer_events=buffer_events, buffer_bytes=buffer_bytes, total_bytes=total_bytes,
                            key_prefix=key_prefix)
+    if url.startswith(_POSTGRES):
+        from threadline.broker.postgres import PostgresBroker
+
+        return PostgresBroker(url, buffer_events=buffer_events, buffer_bytes=buffer_bytes, total_bytes=total_bytes,
+                              key_prefix=key_prefix)
     raise ValueError(f"unsupported broker URL {url!r}: use redis://host:port/db, or leave it unset")

@@ -13,7 +13,7 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
-from threadline.broker import open_broker
+from threadline.broker import broker_url, open_broker
 from threadline.broker.base import Broker
 from threadline.config import CheckpointerTTL, ProjectConfig, find_config, load_config, missing_requirements
 from threadline.core.access import Access
@@ -117,13 +117,14 @@ class Runtime:
         url = settings.database_url or default_database_url(create=True)
         store_index = resolve_store_index(project.store_index, project.root)
         storage = await open_storage(url, store_index=store_index, store_ttl=project.store_ttl)
-        broker = open_broker(settings.redis_url, buffer_events=settings.stream_buffer_events,
+        chosen = broker_url(url, settings.redis_url)
+        broker = open_broker(chosen, buffer_events=settings.stream_buffer_events,
                              buffer_bytes=settings.stream_buffer_bytes, total_bytes=settings.stream_memory_bytes,
                              key_prefix=settings.redis_key_prefix)
         await broker.start()
-        if storage.capabilities.get("multi_process") and settings.redis_url is None:
-            log.warning("%s is shareable, but without --redis-url stream events, wake-ups and cancels stay in "
-                        "this process: run only one process on it", storage.url.split(":", 1)[0])
+        if storage.capabilities.get("multi_process") and chosen is None:
+            log.warning("%s is shareable, but without a shared broker stream events, wake-ups and cancels stay "
+                        "in this process: run only one process on it", storage.url.split(":", 1)[0])
         assistants = Assistants(storage, graphs, access)
         threads = Threads(storage, graphs, project.checkpointer_ttl, access)
         metrics = Metrics()

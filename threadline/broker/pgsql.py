@@ -1,0 +1,141 @@
+"""Every table, channel and statement the PostgreSQL broker uses, built from one prefix (as `keys.Keys` for Redis).
+
+The tables are UNLOGGED (nothing in them matters after a crash: a lost event is a replay gap, a lost cancel
+is also stored for its run) and are made by the broker itself at start, so the broker needs nothing from
+storage's migrations. Several deployments can share a database when their prefixes differ.
+"""
+
+from __future__ import annotations
+
+import re
+
+_UNSAFE = re.compile(r"[^a-z0-9_]")
+
+
+class PgNames:
+    """The names and SQL of one deployment, all under `<prefix>_broker_`."""
+
+    def __init__(self, prefix: str) -> None:
+        base = _UNSAFE.sub("_", prefix.lower())[:40] or "threadline"
+        self.streams = f'"{base}_broker_streams"'
+        self.events = f'"{base}_broker_events"'
+        self.cancels = f'"{base}_broker_cancels"'
+        #: The one NOTIFY channel (payloads: see `PostgresBroker._dispatch`), and the listener's application_name.
+        self.channel = f"{base}_broker"
+        self.listener_name = f"{base}:listener"
+
+    def ddl(self) -> str:
+        """Create what is missing (run under an advisory lock: concurrent CREATE IF NOT EXISTS can collide)."""
+        return f"""
+        CREATE UNLOGGED TABLE IF NOT EXISTS {self.streams} (
+            run_id text PRIMARY KEY,
+            seq bigint NOT NULL DEFAULT 0,          -- the newest event's number
+            last_ms bigint NOT NULL DEFAULT 0,      -- the newest event's time (never decreases)
+            dropped_seq bigint NOT NULL DEFAULT 0,  -- the newest event the bounded buffer dropped
+            dropped_ms bigint NOT NULL DEFAULT 0,
+            ended_at timestamptz,
+            touched_at timestamptz NOT NULL DEFAULT now());
+        CREATE INDEX IF NOT EXISTS {self.streams[:-1]}_ended" ON {self.streams} (ended_at);
+        CREATE UNLOGGED TABLE IF NOT EXISTS {self.events} (
+            run_id text NOT NULL,
+            seq bigint NOT NULL,
+            ms bigint NOT NULL,
+            event text NOT NULL,
+            data bytea NOT NULL,
+            size integer NOT NULL,                  -- what it counts for in the byte budgets (event_bytes)
+            PRIMARY KEY (run_id, seq));
+        CREATE UNLOGGED TABLE IF NOT EXISTS {self.cancels} (
+            run_id text PRIMARY KEY,
+            action text NOT NULL,
+            sent_at timestamptz NOT NULL DEFAULT now());
+        """
+
+    @property
+    def append(self) -> str:
+        """Append a run's events (arrays of names, data, sizes) at once; their (ms, seq), oldest first."""
+        return f"""
+        WITH s AS (
+            INSERT INTO {self.streams} AS s (run_id, seq, last_ms) VALUES (%(run)s, %(n)s, %(ms)s)
+            ON CONFLICT (run_id) DO UPDATE SET seq = s.seq + %(n)s, last_ms = GREATEST(s.last_ms, %(ms)s),
+                touched_at = now()
+            RETURNING seq - %(n)s AS base, last_ms)
+        INSERT INTO {self.events} (run_id, seq, ms, event, data, size)
+        SELECT %(run)s, s.base + u.ord, s.last_ms, u.event, u.data, u.size
+        FROM s, unnest(%(events)s::text[], %(data)s::bytea[], %(sizes)s::int[]) WITH ORDINALITY
+            AS u(event, data, size, ord)
+        RETURNING ms, seq"""
+
+    @property
+    def trim(self) -> str:
+        """Keep the run's newest `keep` events; remember the newest one dropped (for `resume_gap`)."""
+        return f"""
+        WITH d AS (
+            DELETE FROM {self.events} WHERE run_id = %(run)s
+                AND seq <= (SELECT seq FROM {self.streams} WHERE run_id = %(run)s) - %(keep)s
+            RETURNING ms, seq),
+        top AS (SELECT max(seq) AS seq, max(ms) AS ms FROM d)
+        UPDATE {self.streams} AS s SET dropped_seq = top.seq, dropped_ms = top.ms
+        FROM top WHERE s.run_id = %(run)s AND top.seq IS NOT NULL AND top.seq > s.dropped_seq"""
+
+    @property
+    def end(self) -> str:
+        """Mark the run's stream ended (again: only renews its retention)."""
+        return f"""
+        INSERT INTO {self.streams} AS s (run_id, ended_at) VALUES (%(run)s, now())
+        ON CONFLICT (run_id) DO UPDATE SET ended_at = now(), touched_at = now()"""
+
+    notify = "SELECT pg_notify(%(channel)s, %(payload)s)"
+
+    @property
+    def read(self) -> str:
+        """Whether the stream had ended, then the events after a cursor (ms, seq), oldest first, at most
+        `limit` (one row of NULLs when there are none). One snapshot: every event before the end is in it."""
+        return f"""
+        SELECT x.ended, e.ms, e.seq, e.event, e.data
+        FROM (SELECT coalesce((SELECT ended_at IS NOT NULL FROM {self.streams} WHERE run_id = %(run)s), false)
+              AS ended) x
+        LEFT JOIN LATERAL (
+            SELECT ms, seq, event, data FROM {self.events}
+            WHERE run_id = %(run)s AND (ms, seq) > (%(ms)s, %(seq)s) ORDER BY seq LIMIT %(limit)s) e ON true"""
+
+    @property
+    def context(self) -> str:
+        """Events kept up to a cursor (included), after another (excluded), oldest first."""
+        return f"""
+        SELECT ms, seq, event, data FROM {self.events}
+        WHERE run_id = %(run)s AND (ms, seq) <= (%(ms)s, %(seq)s) AND seq > %(from)s
+        ORDER BY seq LIMIT %(limit)s"""
+
+    @property
+    def newest(self) -> str:
+        return f"SELECT last_ms, seq FROM {self.streams} WHERE run_id = %(run)s"
+
+    @property
+    def stream(self) -> str:
+        return f"SELECT dropped_ms, dropped_seq FROM {self.streams} WHERE run_id = %(run)s"
+
+    @property
+    def buffered_bytes(self) -> str:
+        return f"SELECT coalesce(sum(size), 0) FROM {self.events} WHERE run_id = %(run)s"
+
+    @property
+    def store_cancel(self) -> str:
+        return f"""
+        INSERT INTO {self.cancels} AS c (run_id, action) VALUES (%(run)s, %(action)s)
+        ON CONFLICT (run_id) DO UPDATE SET action = %(action)s, sent_at = now()"""
+
+    @property
+    def take_cancel(self) -> str:
+        return f"DELETE FROM {self.cancels} WHERE run_id = %(run)s RETURNING action"
+
+    @property
+    def sweep(self) -> str:
+        """Forget streams `retain` seconds after their end, or `live` seconds after the last event of a run
+        that never ended (its process died); cancels nobody took after `retain`."""
+        return f"""
+        WITH gone AS (
+            DELETE FROM {self.streams} WHERE ended_at < now() - make_interval(secs => %(retain)s)
+                OR (ended_at IS NULL AND touched_at < now() - make_interval(secs => %(live)s))
+            RETURNING run_id),
+        forgotten AS (DELETE FROM {self.events} WHERE run_id IN (SELECT run_id FROM gone))
+        DELETE FROM {self.cancels} WHERE sent_at < now() - make_interval(secs => %(retain)s)"""

@@ -1,0 +1,432 @@
+"""The PostgreSQL broker: the semantics of `RedisBroker`, for deployments whose only service is PostgreSQL.
+
+Each run's events are rows of an UNLOGGED table, numbered per run (`<ms>-<seq>`, the time never going
+back within a run, so ids order as Redis Stream ids do), bounded by count and by the publishing process's
+byte budgets (`threadline.broker.budget`), and forgotten `retain_seconds` after the run's end (`live_seconds`
+after the last event of a run that never ends) by a sweep each process runs now and then.
+
+Signals ride one NOTIFY channel, with tiny payloads (kind, sender, run id, a cancel's action): each
+process LISTENs on one dedicated connection and hands them to local waiters (`LocalSignals`), and a
+subscriber waits for a "stream changed" notification, then reads the rows. NOTIFY only wakes: a
+subscriber also looks again every `block_seconds`, idle workers poll storage, waiters re-check storage, a
+cancel is also stored for its run, and after the listening connection dropped each process re-checks
+everything it waits for. Names and SQL are in `threadline.broker.pgsql`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from threadline.broker.base import Broker, StreamEvent, event_bytes
+from threadline.broker.budget import ByteBudget
+from threadline.broker.local import LocalSignals
+from threadline.broker.pgsql import PgNames
+from threadline.errors import BrokerUnavailable, Unavailable
+
+log = logging.getLogger("threadline.broker")
+
+_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout, OSError)  # OSError: TimeoutError
+#: Serializes the broker's CREATE TABLE IF NOT EXISTS across processes (two at once can collide).
+_DDL_LOCK = 0x74686C62  # "thlb"
+
+Cursor = tuple[int, int]  # (ms, seq) of an event id
+
+
+@contextlib.asynccontextmanager
+async def _exchange(seconds: float) -> AsyncIterator[None]:
+    """One exchange with PostgreSQL, bounded in time; driver errors become `BrokerUnavailable` at the edge."""
+    try:
+        async with asyncio.timeout(seconds):
+            yield
+    except _ERRORS as exc:
+        log.warning("PostgreSQL broker unavailable: %s: %s", type(exc).__name__, str(exc).strip())
+        reason = "no answer in time" if isinstance(exc, (TimeoutError, PoolTimeout)) else "connection lost"
+        raise BrokerUnavailable(f"The database broker is unavailable ({reason}). Retry shortly.") from exc
+
+
+def _cursor(event_id: str) -> Cursor:
+    """`event_id` as a cursor when it is one of ours (`<ms>-<seq>`), else (0, 0): replay everything kept."""
+    ms, dash, seq = event_id.partition("-")
+    if dash and all(p.isascii() and p.isdigit() and int(p) < 2**63 for p in (ms, seq)):
+        return int(ms), int(seq)
+    return 0, 0
+
+
+class PostgresBroker(Broker):
+    """Per-run rows of an UNLOGGED table for events; LISTEN/NOTIFY for wake-ups, run-done and cancel signals."""
+
+    retain_seconds = 600
+    live_seconds = 24 * 3600
+    #: Longest a subscriber or the listener waits for a notification before looking again.
+    block_seconds = 5.0
+    command_seconds = 5.0
+    #: How often each process forgets expired streams and cancels.
+    sweep_seconds = 60.0
+    batch_events = 500
+    batch_bytes = 256 * 1024
+    #: Most queued items (events, ends, signals) sent in one transaction.
+    batch_items = 2000
+
+    def __init__(self, url: str, *, buffer_events: int = 10_000, buffer_bytes: int = 8 << 20,
+                 total_bytes: int = 256 << 20, key_prefix: str = "threadline", max_connections: int = 16) -> None:
+        self._url = url
+        self._names = PgNames(key_prefix)
+        self._budget = ByteBudget(buffer_events, buffer_bytes, total_bytes, self.retain_seconds)
+        self._id = uuid.uuid4().hex
+        self._pool = AsyncConnectionPool(url, min_size=1, max_size=max_connections, open=False,
+                                         kwargs={"autocommit": True, "application_name": "threadline:broker"},
+                                         check=AsyncConnectionPool.check_connection)
+        self._listener: psycopg.AsyncConnection[Any] | None = None
+        self._listening: asyncio.Task[None] | None = None
+        self._signals = LocalSignals()
+        self._unchecked: set[str] = set()  # runs whose stored early cancel still has to be read
+        self._changed: dict[str, asyncio.Event] = {}  # run → set when its stream changes (then replaced)
+        self._watching: dict[str, int] = {}  # run → how many subscribers of this process follow it
+        self._outbox: deque[tuple[str, str, Any]] = deque()
+        self._sending: asyncio.Task[None] | None = None
+        self._swept_at = 0.0
+
+    # Lifecycle.
+
+    async def start(self) -> None:
+        async with self._exchange(2 * self.command_seconds):
+            await self._pool.open(wait=True, timeout=self.command_seconds)
+            async with self._pool.connection() as conn, conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
+                await conn.execute(self._names.ddl())
+            self._listener = await self._listen_connection()
+        self._listening = asyncio.create_task(self._listen(), name="threadline-pg-broker")
+
+    async def ping(self) -> None:
+        async with self._exchange(), self._pool.connection() as conn:
+            await conn.execute("SELECT 1")
+
+    async def close(self) -> None:
+        while self._sending is not None and not self._sending.done():
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await self._sending
+        if self._listening is not None:
+            self._listening.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listening
+            self._listening = None
+        await self._drop_listener()
+        with contextlib.suppress(*_ERRORS):
+            await self._pool.close()
+
+    def _exchange(self, extra_seconds: float = 0.0) -> contextlib.AbstractAsyncContextManager[None]:
+        return _exchange(self.command_seconds + extra_seconds)
+
+    async def _fetch(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        async with self._exchange(), self._pool.connection() as conn:
+            cur = await conn.execute(sql, params)
+            return await cur.fetchall()
+
+    # Streams.
+
+    async def publish(self, run_id: str, event: str, data: bytes) -> str:
+        stored = asyncio.get_running_loop().create_future()
+        self._queue(("event", run_id, (event, data, stored)))
+        return await asyncio.shield(stored)
+
+    async def post(self, run_id: str, event: str, data: bytes) -> None:
+        self._queue(("event", run_id, (event, data, None)))
+
+    async def end_stream(self, run_id: str) -> None:
+        ended = asyncio.get_running_loop().create_future()
+        self._queue(("end", run_id, ended))
+        await asyncio.shield(ended)
+
+    def _queue(self, item: tuple[str, str, Any]) -> None:
+        self._outbox.append(item)
+        if self._sending is None or self._sending.done():
+            self._sending = asyncio.create_task(self._send_outbox(), name="threadline-pg-posts")
+
+    async def _send_outbox(self) -> None:
+        """Send what is queued, in order, one transaction (pipelined) at a time; what is queued meanwhile goes
+        in the next. Whoever waits for an item (`publish`, `end_stream`) gets its outcome."""
+        while self._outbox:
+            batch = [self._outbox.popleft() for _ in range(min(len(self._outbox), self.batch_items))]
+            waiting: list[tuple[_Ids | asyncio.Future[Any], Any]] = []  # (waiter, cursor whose rows say its id, or None)
+            touched: set[str] = set()
+            try:
+                async with self._exchange(), self._pool.connection() as conn, conn.transaction():
+                    async with conn.pipeline():
+                        await self._send(conn, batch, waiting, touched)
+                    results = [(w, await r.fetchall() if r is not None else None) for w, r in waiting]
+            except BaseException as exc:
+                failure = exc if isinstance(exc, Exception) else BrokerUnavailable("The database broker stopped.")
+                # Every waiter of the batch, not only those queued before the failure (getting a connection
+                # can fail before any statement is).
+                for waiter in _waiters(batch):
+                    if not waiter.done():
+                        waiter.set_exception(failure)
+                if not isinstance(exc, Unavailable):
+                    raise
+                log.warning("PostgreSQL broker: %d stream events, ends and signals were not sent (%s); idle "
+                            "workers poll and waiters re-check", len(batch), exc)
+            else:
+                for done_waiter, rows in results:
+                    if not done_waiter.done():
+                        done_waiter.set_result(rows)
+                for run_id in touched:
+                    self._wake_run(run_id)
+
+    async def _send(self, conn: Any, batch: list[tuple[str, str, Any]],
+                    waiting: list[tuple[_Ids | asyncio.Future[Any], Any]], touched: set[str]) -> None:
+        """One transaction: nothing of it is seen before its commit (rows and notifications alike), so only
+        each run's own order matters. A run's events go in one statement, whatever was posted between them."""
+        names = self._names
+        groups: dict[str, list[tuple[str, bytes, asyncio.Future[str] | None]]] = {}
+        ends: list[tuple[str, asyncio.Future[Any]]] = []
+        for kind, name, value in batch:
+            if kind == "event":
+                groups.setdefault(name, []).append(value)
+            elif kind == "end":
+                ends.append((name, value))
+        for run_id, group in groups.items():
+            sizes = [event_bytes(event, data) for event, data, _ in group]
+            for size in sizes:
+                self._budget.added(run_id, size)
+            cur = await conn.execute(names.append, {
+                "run": run_id, "n": len(group), "ms": _now_ms(), "events": [e for e, _, _ in group],
+                "data": [d for _, d, _ in group], "sizes": sizes})
+            waiting.append((_Ids([stored for _, _, stored in group]), cur))
+            touched.add(run_id)
+        for run_id, ended in ends:
+            self._budget.ended(run_id)
+            await conn.execute(names.end, {"run": run_id})
+            waiting.append((ended, None))
+            touched.add(run_id)
+        for run_id, keep in self._budget.trims().items():  # within the count and the byte budgets
+            await conn.execute(names.trim, {"run": run_id, "keep": keep})
+        for kind, name, _ in batch:  # wake-ups, run-done: in the order sent
+            if kind == "signal":
+                await conn.execute(names.notify, {"channel": names.channel, "payload": name})
+        for run_id in touched:
+            await conn.execute(names.notify, {"channel": names.channel, "payload": f"e {self._id} {run_id}"})
+
+    async def resume_gap(self, run_id: str, after: str) -> bool:
+        rows = await self._fetch(self._names.stream, {"run": run_id})
+        return bool(rows) and rows[0][1] > 0 and (rows[0][0], rows[0][1]) > _cursor(after)
+
+    async def buffered_bytes(self, run_id: str) -> int:
+        return int((await self._fetch(self._names.buffered_bytes, {"run": run_id}))[0][0])
+
+    async def stream_started(self, run_id: str) -> bool:
+        return bool(await self._fetch(self._names.newest, {"run": run_id}))
+
+    async def subscribe(self, run_id: str, *, after: str | None = None, replay: bool = False,
+                        context: bool = False) -> AsyncIterator[StreamEvent]:
+        if after is not None:
+            cursor = _cursor(after)
+        elif replay:
+            cursor = (0, 0)
+        else:
+            newest = await self._fetch(self._names.newest, {"run": run_id})
+            cursor = (newest[0][0], newest[0][1]) if newest else (0, 0)
+        self._watching[run_id] = self._watching.get(run_id, 0) + 1
+        try:
+            if context and cursor != (0, 0):
+                async for ev in self._context(run_id, cursor):
+                    yield ev
+            limit = self.batch_events
+            while True:
+                changed = self._changed.setdefault(run_id, asyncio.Event())  # before reading: none is missed
+                rows = await self._fetch(self._names.read, {"run": run_id, "ms": cursor[0], "seq": cursor[1],
+                                                            "limit": limit})
+                ended = bool(rows[0][0])
+                batch = [row for row in rows if row[2] is not None]
+                if batch:
+                    size = sum(len(row[4]) for row in batch) // len(batch) + 1
+                    limit = max(1, min(self.batch_events, self.batch_bytes // size))
+                for _, ms, seq, event, data in batch:
+                    cursor = (ms, seq)
+                    yield StreamEvent(f"{ms}-{seq}", event, bytes(data))
+                if batch:
+                    continue
+                if ended:
+                    return
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.block_seconds):
+                        await changed.wait()
+        finally:
+            self._watching[run_id] -= 1
+            if not self._watching[run_id]:
+                del self._watching[run_id]
+                self._changed.pop(run_id, None)
+
+    async def _context(self, run_id: str, cursor: Cursor) -> AsyncIterator[StreamEvent]:
+        start = 0
+        while True:
+            rows = await self._fetch(self._names.context, {"run": run_id, "ms": cursor[0], "seq": cursor[1],
+                                                           "from": start, "limit": self.batch_events})
+            for ms, seq, event, data in rows:
+                start = seq
+                yield StreamEvent(f"{ms}-{seq}", event, bytes(data), context=True)
+            if len(rows) < self.batch_events:
+                return
+
+    def _wake_run(self, run_id: str) -> None:
+        changed = self._changed.pop(run_id, None)
+        if changed is not None:
+            changed.set()
+
+    # Signals.
+
+    async def wake_workers(self) -> None:
+        await self._signals.wake()  # an idle slot of this process at once, without a round trip
+        self._signal("w", "")
+
+    async def wait_for_work(self, timeout: float) -> None:
+        await self._signals.wait_for_work(timeout)
+
+    async def notify_run_done(self, run_id: str) -> None:
+        self._signals.done(run_id)
+        self._signal("d", run_id)
+
+    def listen_run_done(self, run_id: str) -> Any:
+        return self._signals.listen_done(run_id)
+
+    async def send_cancel(self, run_id: str, action: str) -> None:
+        applied = self._signals.cancel(run_id, action)
+        async with self._exchange(), self._pool.connection() as conn, conn.transaction():
+            if not applied:  # kept for a worker between its claim and its registration
+                await conn.execute(self._names.store_cancel, {"run": run_id, "action": action})
+            # "c": stored, so whoever takes it from the table applies it (exactly once, whichever of the
+            # listener and a registration comes first); "C": not stored, applied by whoever has callbacks.
+            kind = "C" if applied else "c"
+            await conn.execute(self._names.notify, {"channel": self._names.channel,
+                                                    "payload": f"{kind} {self._id} {run_id} {action}"})
+
+    async def on_cancel(self, run_id: str, callback: Any) -> Any:
+        unregister = self._signals.register_cancel(run_id, callback)
+        try:
+            rows = await self._fetch(self._names.take_cancel, {"run": run_id})
+        except Unavailable as exc:
+            log.warning("PostgreSQL broker: could not read an early cancel of %s (%s); the listener retries",
+                        run_id, exc)
+            self._unchecked.add(run_id)
+        else:
+            if rows:
+                callback(rows[0][0])
+        return unregister
+
+    def _signal(self, kind: str, run_id: str) -> None:
+        """Queued with the posts, not waited for: a lost signal costs latency, never a stuck run."""
+        self._queue(("signal", f"{kind} {self._id} {run_id}", None))
+
+    # The listener.
+
+    async def _listen_connection(self) -> psycopg.AsyncConnection[Any]:
+        """A connection LISTENing on our channel: once this returns, no signal sent afterwards is missed."""
+        conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True, connect_timeout=5,
+                                                     application_name=self._names.listener_name)
+        try:
+            await conn.execute(f'LISTEN "{self._names.channel}"')
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
+    async def _drop_listener(self) -> None:
+        conn, self._listener = self._listener, None
+        if conn is not None:
+            with contextlib.suppress(*_ERRORS, psycopg.Error):
+                await conn.close()
+
+    async def _listen(self) -> None:
+        backoff = 0.1
+        while True:
+            try:
+                if self._listener is None:
+                    async with self._exchange():
+                        self._listener = await self._listen_connection()
+                    log.warning("PostgreSQL broker: listening again; re-checking what may have been missed")
+                    # Each is safe to repeat: a slot claims nothing, a waiter or subscriber re-checks.
+                    await self._signals.wake()
+                    self._signals.done_all()
+                    for run_id in list(self._changed):
+                        self._wake_run(run_id)
+                    self._unchecked.update(self._signals.cancel_ids())
+                    backoff = 0.1
+                await self._housekeeping()
+                async for note in self._listener.notifies(timeout=self.block_seconds):
+                    await self._dispatch(note.payload)
+            except (*_ERRORS, Unavailable) as exc:
+                log.warning("PostgreSQL broker: listening failed (%s); listening again in %.1f s", exc, backoff)
+                await self._drop_listener()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+            except Exception:  # a cancel callback failed: the listener carries on
+                log.exception("PostgreSQL broker: a signal could not be handled")
+
+    async def _housekeeping(self) -> None:
+        for run_id in list(self._unchecked):
+            rows = []
+            if self._signals.has_cancel(run_id):  # else it stays stored for the run's registration
+                rows = await self._fetch(self._names.take_cancel, {"run": run_id})
+            self._unchecked.discard(run_id)
+            if rows:
+                self._signals.cancel(run_id, rows[0][0])
+        now = asyncio.get_running_loop().time()
+        if now - self._swept_at >= self.sweep_seconds:
+            self._swept_at = now
+            async with self._exchange(), self._pool.connection() as conn:
+                await conn.execute(self._names.sweep, {"retain": self.retain_seconds, "live": self.live_seconds})
+
+    async def _dispatch(self, payload: str) -> None:
+        kind, sender, run_id, action = (payload.split(" ", 3) + ["", "", ""])[:4]
+        if sender == self._id:
+            return  # applied here when it was sent
+        if kind == "e":
+            self._wake_run(run_id)
+        elif kind == "w":
+            await self._signals.wake()
+        elif kind == "d":
+            self._signals.done(run_id)
+        elif kind == "c" and self._signals.has_cancel(run_id):
+            if await self._fetch(self._names.take_cancel, {"run": run_id}):
+                self._signals.cancel(run_id, action)
+        elif kind == "C":
+            self._signals.cancel(run_id, action)
+
+
+def _waiters(batch: list[tuple[str, str, Any]]) -> list[asyncio.Future[Any]]:
+    """The futures that `publish` and `end_stream` wait on, of a batch of the outbox."""
+    found = [value for kind, _, value in batch if kind == "end"]
+    return found + [value[2] for kind, _, value in batch if kind == "event" and value[2] is not None]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class _Ids:
+    """The waiters of one appended group: given the group's (ms, seq) rows, each publish gets its event's id."""
+
+    def __init__(self, futures: list[asyncio.Future[str] | None]) -> None:
+        self._futures = futures
+
+    def done(self) -> bool:
+        return all(f is None or f.done() for f in self._futures)
+
+    def set_exception(self, exc: BaseException) -> None:
+        for f in self._futures:
+            if f is not None and not f.done():
+                f.set_exception(exc)
+
+    def set_result(self, rows: Any) -> None:
+        for f, (ms, seq) in zip(self._futures, sorted(rows, key=lambda row: row[1])):
+            if f is not None and not f.done():
+                f.set_result(f"{ms}-{seq}")
