@@ -419,7 +419,8 @@ def main(argv: list[str] | None = None) -> int:
         workloads = [w for w in workloads if any(k in w.name for k in keys)]
     tl_bin = Path(sys.executable).parent / "threadline"
     cfg.tl_argv = [str(tl_bin)] if tl_bin.exists() else [sys.executable, "-m", "threadline"]
-    cfg.ref_bin = Path(cfg.reference_bin) if cfg.reference_bin else bench_run.find_reference_bin()
+    # Absolute: the reference runs in a folder of its own.
+    cfg.ref_bin = Path(cfg.reference_bin).absolute() if cfg.reference_bin else bench_run.find_reference_bin()
     cfg.logs_dir = harness.BENCH_DIR / "results"
     skipped: dict[str, str] = {}
     if "reference" in cfg.targets and (cfg.ref_bin is None or not cfg.ref_bin.exists()):
