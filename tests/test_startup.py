@@ -4,6 +4,7 @@ they print when they start, when they cannot, and how `dev` picks up a changed g
 from __future__ import annotations
 
 import fcntl
+import http.client
 import importlib.util
 import json
 import re
@@ -188,18 +189,24 @@ def test_help_shows_defaults(command: str) -> None:
 
 
 def _idle_then_reused(url: str, idle: float) -> bool:
-    """Whether a connection left idle for `idle` s still serves a second request (raw, so nothing reconnects)."""
+    """Whether a connection left idle for `idle` s still serves a second request (one connection, read whole:
+    http.client does not reconnect a connection it still holds, so a closed one fails the second request)."""
     host, port = url.removeprefix("http://").split(":")
-    request = f"GET /ok HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(request)
-        assert b"200 OK" in sock.recv(65536)
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        connection.request("GET", "/ok")
+        first = connection.getresponse()
+        assert first.status == 200 and first.read() == b'{"ok":true}'
+        held = connection.sock
         time.sleep(idle)  # the idle time itself is what is tested
         try:
-            sock.sendall(request)
-            return b"200 OK" in sock.recv(65536)
-        except OSError:
+            connection.request("GET", "/ok")
+            second = connection.getresponse()
+            return second.status == 200 and second.read() == b'{"ok":true}' and connection.sock is held
+        except (OSError, http.client.HTTPException):
             return False
+    finally:
+        connection.close()
 
 
 @pytest.mark.slow
