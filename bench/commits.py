@@ -39,7 +39,7 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import free_port, server_process, tail, wait_ready  # noqa: E402
+from harness import free_port, server_process, tail, wait_ready
 
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = REPO / "bench" / "project"

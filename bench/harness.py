@@ -17,10 +17,11 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterator
+from typing import Any
 
 import httpx
 
@@ -74,7 +75,7 @@ class CellResult:
             "paired_floor_samples": len(self.paired),
             "paired_floor_p50_ms": ms(percentile(self.paired, 50)),
         }
-        return {**extra, 
+        return {**extra,
             "concurrency": self.concurrency,
             "requested": self.requested,
             "completed": self.completed,

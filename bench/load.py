@@ -41,7 +41,7 @@ from typing import Any
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402  (free ports, server processes, readiness)
+import harness
 
 ROOT = harness.REPO_ROOT
 BODY = {"assistant_id": "bench", "input": {"messages": [{"role": "user", "content": "hi"}]}}
@@ -65,7 +65,7 @@ async def _client(session: aiohttp.ClientSession, tid: str, until: float, out: d
         action = rng.choices(names, weights)[0]
         try:
             status = await _act(session, action, tid, out)
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             status = type(exc).__name__
         out["status"][f"{action} {status}"] += 1
 
@@ -154,7 +154,7 @@ async def _probe(base: str, seconds: float) -> dict[str, Any]:
                             failures[f"{name} {r.status}"] += 1
                         else:
                             lat[name].append(time.perf_counter() - t0)
-                except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                except (TimeoutError, aiohttp.ClientError) as exc:
                     failures[f"{name} {type(exc).__name__}"] += 1
             await asyncio.sleep(0.1)
     return {name: {"n": len(v), "p50_ms": harness.ms(harness.percentile(v, 50)),

@@ -45,18 +45,41 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
-from threadline.cli import event_loop_name, run_loop  # the bench runs in the venv it launches threadline from
+import scaleout  # the scale-out cells (PostgreSQL + Redis, 1 API + N worker processes); see bench/scaleout.py
 
 # What this script shares with scaleout.py (cells, servers, the measuring client, formatting); see bench/harness.py.
 from harness import (
-    BENCH_DIR, GRAPH_ID, PROJECT_DIR, REPO_ROOT, RUN_INPUT, CellFailed, Reply, ServerFailed, check_values,
-    client_session, failed_cell, fetch, fmt, fmt_cell, free_port, log, ms, percentile, raise_for, ratio, run_cell,
-    server_process, tail, wait_ready,
+    BENCH_DIR,
+    GRAPH_ID,
+    PROJECT_DIR,
+    REPO_ROOT,
+    RUN_INPUT,
+    CellFailed,
+    Reply,
+    ServerFailed,
+    check_values,
+    client_session,
+    failed_cell,
+    fetch,
+    fmt,
+    fmt_cell,
+    free_port,
+    log,
+    ms,
+    percentile,
+    raise_for,
+    ratio,
+    run_cell,
+    server_process,
+    tail,
+    wait_ready,
 )
-import scaleout  # the scale-out cells (PostgreSQL + Redis, 1 API + N worker processes); see bench/scaleout.py
+
+from threadline.cli import event_loop_name, run_loop  # the bench runs in the venv it launches threadline from
 
 NULL_RTT_SAMPLES = 200  # sequential GET /ok per server column: the client's own round trip
 INSTALL_HINT = (

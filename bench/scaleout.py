@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import harness  # what run.py's columns and these cells share: cells, checks, the client, formatting
+
 from threadline.cli import run_loop  # the bench runs in the venv it launches threadline from
 from threadline.settings import redact_url
 

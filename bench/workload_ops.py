@@ -16,12 +16,12 @@ import importlib.util
 import json
 import sys
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import aiohttp
-
 import harness
 
 PROJECT_DIR = Path(__file__).resolve().parent / "workloads_project"

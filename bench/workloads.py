@@ -35,17 +35,19 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import harness
 import procstat
 import run as bench_run  # find_reference_bin, INSTALL_HINT, package_version
 import scaleout
 import workload_ops as ops
-from threadline.cli import event_loop_name, run_loop
 from workload_ops import Workload
+
+from threadline.cli import event_loop_name, run_loop
 
 TARGETS = ("floor", "embedded", "pg", "reference")
 MODES = ("messages-tuple", "messages", "values", "updates")

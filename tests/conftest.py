@@ -9,8 +9,8 @@ import socket
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -18,11 +18,10 @@ import uvicorn
 from asgi_lifespan import LifespanManager
 from langgraph_sdk.client import LangGraphClient
 
+from tests.services import Backend, ScaleOut, sweep_stale
 from threadline.api.app import create_app
 from threadline.core.runtime import Runtime
 from threadline.settings import Settings
-
-from tests.services import Backend, ScaleOut, sweep_stale
 
 PROJECT = Path(__file__).parent / "project" / "langgraph.json"
 BACKENDS = ["sqlite", "postgres"]

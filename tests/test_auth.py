@@ -14,14 +14,13 @@ import pytest
 from asgi_lifespan import LifespanManager
 from langgraph_sdk import get_client
 
+from tests.conftest import serving
+from tests.processes import stop
+from tests.services import Backend
 from threadline import __version__
 from threadline.api.app import create_app
 from threadline.errors import ConfigError
 from threadline.settings import Settings
-
-from tests.conftest import serving
-from tests.processes import stop
-from tests.services import Backend
 
 AUTH_PROJECT = Path(__file__).parent / "auth_project" / "langgraph.json"
 ALICE = {"authorization": "Bearer user-alice"}

@@ -30,13 +30,12 @@ from typing import Any
 import httpx
 import pytest
 
-from threadline.api.app import create_app
-from threadline.core.runtime import Runtime
-from threadline.settings import Settings
-
 from tests.services import Backend
 from tests.test_auth import our_routes
 from tests.test_crons import START, Clock
+from threadline.api.app import create_app
+from threadline.core.runtime import Runtime
+from threadline.settings import Settings
 
 PROJECT = Path(__file__).parent / "authz_project" / "langgraph.json"
 NEVER = "0 0 1 1 *"  # a schedule that does not come round during a test

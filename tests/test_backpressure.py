@@ -8,7 +8,6 @@ import asyncio
 import json
 import socket
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx

@@ -8,7 +8,6 @@ import json
 from typing import Any
 
 import httpx
-import pytest
 
 from threadline.api.bounds import MAX_DEPTH, problem
 

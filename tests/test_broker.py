@@ -17,6 +17,7 @@ import psycopg
 import pytest
 import redis.asyncio as aioredis
 
+from tests.services import KEY_PREFIX, PG_ADMIN_URL, REDIS_URL, owned_name, unavailable
 from threadline.broker.base import Broker, StreamEvent, event_bytes
 from threadline.broker.budget import ByteBudget
 from threadline.broker.keys import Keys
@@ -25,8 +26,6 @@ from threadline.broker.pgsql import PgNames
 from threadline.broker.postgres import PostgresBroker
 from threadline.broker.redis import RedisBroker
 from threadline.errors import Unavailable
-
-from tests.services import KEY_PREFIX, PG_ADMIN_URL, REDIS_URL, owned_name, unavailable
 
 BROKERS = ["memory", "redis", "postgres"]
 

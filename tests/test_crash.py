@@ -11,10 +11,9 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from tests.conftest import serving_asgi
 from threadline.api.app import create_app
 from threadline.settings import Settings
-
-from tests.conftest import serving_asgi
 
 
 def break_thread_count(application: Any) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -64,7 +64,7 @@ def _settle(cluster: Cluster, cron_ids: list[str], deadline: float) -> None:
 def test_two_schedulers_fire_each_tick_once(cluster: Cluster) -> None:
     [api] = cluster.apis
     thread = httpx.post(f"{api}/threads", json={}).json()["thread_id"]
-    start = datetime.now(timezone.utc)
+    start = datetime.now(UTC)
     on_thread = httpx.post(f"{api}/threads/{thread}/runs/crons", json={
         "assistant_id": "counter", "schedule": "* * * * * *", "input": {"increment": 1}}).json()
     stateless = httpx.post(f"{api}/runs/crons", json={
@@ -74,7 +74,7 @@ def test_two_schedulers_fire_each_tick_once(cluster: Cluster) -> None:
     time.sleep(SECONDS)
     for cron_id in crons:  # stop them, then let the last runs finish
         assert httpx.patch(f"{api}/runs/crons/{cron_id}", json={"enabled": False}).json()["enabled"] is False
-    end = datetime.now(timezone.utc)
+    end = datetime.now(UTC)
     _settle(cluster, crons, time.monotonic() + 60)
 
     for cron_id in crons:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -17,14 +17,13 @@ import pytest
 from asgi_lifespan import LifespanManager
 from langgraph_sdk.client import LangGraphClient
 
+from tests.conftest import PROJECT
 from threadline.api.app import create_app
 from threadline.core.crons import Crons, Schedule, iso, tick_run_id
 from threadline.core.runtime import Runtime
 from threadline.settings import Settings
 
-from tests.conftest import PROJECT
-
-UTC = timezone.utc
+UTC = UTC
 #: A start well after today, so the loop's real-clock passes before a test moves the clock never fire; at 01:01:10
 #: of a day, so which schedule fires first never depends on the day's wall clock (ties would order at random).
 START = (datetime.now(UTC) + timedelta(days=365)).replace(hour=1, minute=1, second=10, microsecond=0)

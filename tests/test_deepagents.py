@@ -24,7 +24,6 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.types import Command
 from langgraph_sdk.client import LangGraphClient
 
-
 PARENT_THREAD = "parent-thread-1"
 SLOW = 500  # units of work (20 ms each) a `work` request asks for: far more than any test waits
 

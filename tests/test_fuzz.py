@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from threadline.settings import Settings
-
 from tests.fuzz import fuzz
+from threadline.settings import Settings
 
 pytest.importorskip("schemathesis")
 SECONDS = 30  # per backend, inside the suite's 120 s bound per test

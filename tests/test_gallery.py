@@ -22,10 +22,9 @@ from langgraph_sdk.schema import Command
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from threadline.settings import Settings
-
 from tests.conftest import serving
 from tests.services import Backend
+from threadline.settings import Settings
 
 GALLERY = Path(__file__).parent / "gallery" / "langgraph.json"
 Check = Callable[[dict[str, Any]], None]

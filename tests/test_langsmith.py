@@ -7,7 +7,6 @@ from __future__ import annotations
 import email.parser
 import email.policy
 import json
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path

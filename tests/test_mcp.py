@@ -33,42 +33,41 @@ async def _create_assistants(base: str, count: int) -> None:
 
 async def test_real_client_lists_tools_across_pages_and_calls_them(live_url: str) -> None:
     await _create_assistants(live_url, PAGE_SIZE + 5)  # with the system assistants: two pages
-    async with streamable_http_client(f"{live_url}/mcp") as (read, write):
-        async with ClientSession(read, write) as session:
-            init = await session.initialize()
-            assert init.protocol_version == "2025-11-25"
-            assert init.server_info.name == "Threadline" and init.capabilities.tools is not None
+    async with streamable_http_client(f"{live_url}/mcp") as (read, write), ClientSession(read, write) as session:
+        init = await session.initialize()
+        assert init.protocol_version == "2025-11-25"
+        assert init.server_info.name == "Threadline" and init.capabilities.tools is not None
 
-            first = await session.list_tools()
-            assert len(first.tools) == PAGE_SIZE and isinstance(first.next_cursor, str)
-            from mcp_types import PaginatedRequestParams
+        first = await session.list_tools()
+        assert len(first.tools) == PAGE_SIZE and isinstance(first.next_cursor, str)
+        from mcp_types import PaginatedRequestParams
 
-            second = await session.list_tools(params=PaginatedRequestParams(cursor=first.next_cursor))
-            assert second.next_cursor is None
-            tools = {t.name: t for t in [*first.tools, *second.tools]}
-            assert len(tools) == len(first.tools) + len(second.tools) == PAGE_SIZE + 5 + SYSTEM  # no tool twice
-            helper = tools["helper_042"]
-            assert helper.title == "helper 042" and helper.description == "Counter helper number 42"
-            assert helper.input_schema["type"] == "object" and "increment" in helper.input_schema["properties"]
-            echo = tools["echo"]
-            assert echo.description == "Tool based on the echo assistant"
-            assert echo.input_schema["properties"]["messages"]["type"] == "string"
+        second = await session.list_tools(params=PaginatedRequestParams(cursor=first.next_cursor))
+        assert second.next_cursor is None
+        tools = {t.name: t for t in [*first.tools, *second.tools]}
+        assert len(tools) == len(first.tools) + len(second.tools) == PAGE_SIZE + 5 + SYSTEM  # no tool twice
+        helper = tools["helper_042"]
+        assert helper.title == "helper 042" and helper.description == "Counter helper number 42"
+        assert helper.input_schema["type"] == "object" and "increment" in helper.input_schema["properties"]
+        echo = tools["echo"]
+        assert echo.description == "Tool based on the echo assistant"
+        assert echo.input_schema["properties"]["messages"]["type"] == "string"
 
-            done = await session.call_tool("echo", {"messages": "hello"})
-            assert not done.is_error and done.content[0].type == "text"
-            state = json.loads(done.content[0].text)
-            assert state["messages"][-1]["content"] == "You said: hello"
-            assert done.structured_content == state
+        done = await session.call_tool("echo", {"messages": "hello"})
+        assert not done.is_error and done.content[0].type == "text"
+        state = json.loads(done.content[0].text)
+        assert state["messages"][-1]["content"] == "You said: hello"
+        assert done.structured_content == state
 
-            counted = await session.call_tool("helper_007", {"increment": 3})
-            assert not counted.is_error and counted.structured_content["count"] == 3
+        counted = await session.call_tool("helper_007", {"increment": 3})
+        assert not counted.is_error and counted.structured_content["count"] == 3
 
-            failed = await session.call_tool("failing", {"reason": "no luck"})
-            assert failed.is_error and "no luck" in failed.content[0].text
+        failed = await session.call_tool("failing", {"reason": "no luck"})
+        assert failed.is_error and "no luck" in failed.content[0].text
 
-            with pytest.raises(MCPError) as unknown:
-                await session.call_tool("no_such_tool", {})
-            assert unknown.value.code == -32602 and "Unknown tool" in unknown.value.message
+        with pytest.raises(MCPError) as unknown:
+            await session.call_tool("no_such_tool", {})
+        assert unknown.value.code == -32602 and "Unknown tool" in unknown.value.message
 
 
 async def test_real_client_auto_mode_falls_back_to_the_handshake(live_url: str) -> None:

@@ -22,7 +22,7 @@ async def test_checkpoints_and_writes_are_serialized_inline_and_read_back(databa
         saver = storage.checkpointer
         config = {"configurable": {"thread_id": str(uuid.uuid4()), "checkpoint_ns": ""}}
 
-        async def no_thread(*args, **kwargs):  # noqa: ANN002, ANN003
+        async def no_thread(*args, **kwargs):
             raise AssertionError("serialization was handed to a thread")
 
         monkeypatch.setattr(asyncio, "to_thread", no_thread)

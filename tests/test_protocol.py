@@ -17,9 +17,8 @@ import pytest
 from langgraph_sdk import get_client
 from websockets.asyncio.client import connect
 
-from threadline.settings import Settings
-
 from tests.conftest import serving
+from threadline.settings import Settings
 
 Frame = dict[str, Any]
 

@@ -13,8 +13,8 @@ import httpx
 from asgi_lifespan import LifespanManager
 
 from tests.conftest import PROJECT
-from tests.test_crons import Clock
 from tests.services import Backend
+from tests.test_crons import Clock
 from threadline.api.app import create_app
 from threadline.core.runtime import Runtime
 from threadline.settings import Settings

@@ -12,10 +12,9 @@ from langgraph.types import Interrupt
 from langgraph_sdk.client import LangGraphClient
 from pydantic import BaseModel
 
+from tests.services import Backend
 from threadline.core.state import interrupt_json, run_output
 from threadline.settings import Settings
-
-from tests.services import Backend
 
 GALLERY = Path(__file__).parent / "gallery" / "langgraph.json"
 

@@ -32,7 +32,7 @@ def test_a_message_is_its_fields() -> None:
 
 
 def test_what_a_message_carries_is_made_json_too() -> None:
-    when = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+    when = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
     token = uuid.UUID("12345678-1234-5678-1234-567812345678")
     message = AIMessage(content="x", response_metadata={
         "when": when, "id": token, "point": Point(3), "opaque": Opaque(), "raw": b"bytes", "nan": float("nan"),

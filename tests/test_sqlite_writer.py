@@ -7,17 +7,16 @@ import asyncio
 import sqlite3
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from threadline.storage import open_storage
-from threadline.storage import sqlite_writer
+from threadline.storage import open_storage, sqlite_writer
 
 
 def _run_row(thread_id: str) -> dict:
-    now = datetime.now(timezone.utc).isoformat()
+    now = datetime.now(UTC).isoformat()
     return {"run_id": str(uuid.uuid4()), "thread_id": thread_id, "assistant_id": "a", "status": "pending",
             "metadata": {}, "kwargs": {}, "available_at": now, "created_at": now, "updated_at": now}
 

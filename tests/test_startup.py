@@ -11,7 +11,6 @@ import re
 import socket
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import Any

@@ -10,12 +10,18 @@ import sqlite3
 import psycopg
 import pytest
 
+from tests.services import Backend
 from threadline.storage import crons, open_storage
 from threadline.storage.statements import (
-    DIALECT_STATEMENTS, POSTGRES, SQLITE, STATEMENTS, Dialect, order_by, statement_names, where,
+    DIALECT_STATEMENTS,
+    POSTGRES,
+    SQLITE,
+    STATEMENTS,
+    Dialect,
+    order_by,
+    statement_names,
+    where,
 )
-
-from tests.services import Backend
 
 THREAD_COLUMNS = ["thread_id", "status", "metadata", "config", "values", "interrupts", "error", "ttl_strategy",
                   "ttl_minutes", "created_at", "updated_at", "state_updated_at"]

@@ -20,7 +20,7 @@ import asyncio
 import sqlite3
 import uuid
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -31,7 +31,6 @@ from threadline.errors import Conflict, NotFound
 from threadline.storage import open_storage
 from threadline.storage.base import NewThreadEvent, Row, Storage
 from threadline.storage.sql import now_iso, thread_ttl_columns
-
 
 
 @pytest.fixture
@@ -65,13 +64,13 @@ def iso(moment: datetime) -> str:
 
 
 def later(**delta: float) -> str:
-    return iso(datetime.now(timezone.utc) + timedelta(**delta))
+    return iso(datetime.now(UTC) + timedelta(**delta))
 
 
 async def enqueue(storage: Storage, thread_id: str | None = None, *, create: bool = True, reject: bool = False,
                   after_seconds: float = 0, claim_for: tuple[str, float] | None = None, **kwargs: Any) -> Row:
     """A run as `Runs.create` makes one (pending, the thread created if missing unless `create` is false)."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     run = {"run_id": str(uuid.uuid4()), "thread_id": thread_id or str(uuid.uuid4()), "assistant_id": "agent",
            "status": "pending", "metadata": {}, "kwargs": {}, "multitask_strategy": "enqueue",
            "available_at": iso(now + timedelta(seconds=after_seconds)), "created_at": iso(now),
@@ -185,7 +184,7 @@ class OtherConnection:
 async def test_a_claim_takes_the_oldest_available_run_with_a_lease(storage: Storage) -> None:
     runs = [await enqueue(storage) for _ in range(3)]
     assert all(r["status"] == "pending" and r["attempt"] == 0 and r["worker_id"] is None for r in runs)
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     claimed = await storage.claim_run("w1", 30)
     assert claimed is not None and claimed["run_id"] == runs[0]["run_id"]
     assert (claimed["status"], claimed["worker_id"], claimed["attempt"]) == ("running", "w1", 1)
@@ -495,7 +494,7 @@ async def test_a_heartbeat_keeps_a_lease_only_for_its_holder(storage: Storage, p
     other = await enqueue(storage)
     await storage.claim_run("w1", -1)
     await storage.claim_run("w1", 30)
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     assert await storage.heartbeat_runs("w1", {run["run_id"]: 1, other["run_id"]: 1}, 60) == {
         run["run_id"], other["run_id"]}
     extended = await storage.get_run(run["run_id"])
@@ -618,7 +617,7 @@ THREAD_IDS = ["t-5", "t-2", "t-7", "t-1", "t-4", "t-6", "t-3"]  # inserted in th
 
 async def _threads_with_ties(storage: Storage) -> None:
     """Seven threads: created at three instants (ties), two statuses."""
-    base = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    base = datetime(2026, 1, 1, tzinfo=UTC)
     for i, thread_id in enumerate(THREAD_IDS):
         moment = iso(base + timedelta(seconds=i % 3))
         await create_thread(storage, thread_id, created_at=moment, updated_at=moment,
@@ -627,7 +626,7 @@ async def _threads_with_ties(storage: Storage) -> None:
 
 def _expected(sort_by: str, sort_order: str) -> list[str]:
     """Sorted by the key, ties broken by the id, both in the order asked."""
-    base = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    base = datetime(2026, 1, 1, tzinfo=UTC)
     def key(i: int, tid: str) -> tuple[str, str]:
         if sort_by in ("created_at", "updated_at"):
             return iso(base + timedelta(seconds=i % 3)), tid

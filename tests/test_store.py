@@ -22,13 +22,12 @@ from langgraph_sdk.client import LangGraphClient
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from tests.services import Backend, ScaleOut
 from threadline.api.app import create_app
 from threadline.loader import resolve_store_index
 from threadline.settings import Settings
 from threadline.storage import open_storage
 from threadline.storage.vectors import ExactScanStore
-
-from tests.services import Backend, ScaleOut
 
 PLAIN_PROJECT = Path(__file__).parent / "project" / "langgraph.json"
 STORE_PROJECT = Path(__file__).parent / "project" / "store_index" / "langgraph.json"

@@ -17,7 +17,6 @@ from threadline.api.sse import frame
 from threadline.broker.base import StreamEvent
 
 
-
 @pytest.fixture
 async def live(live_url: str) -> AsyncIterator[LangGraphClient]:
     async with httpx.AsyncClient(base_url=live_url, timeout=30) as client:

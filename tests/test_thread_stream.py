@@ -10,10 +10,9 @@ import httpx
 from langgraph_sdk.client import LangGraphClient
 from langgraph_sdk.schema import StreamPart
 
+from tests.test_streams import live  # noqa: F401  (the live-server fixture)
 from threadline.core.runtime import Runtime
 from threadline.core.thread_stream import follow_thread
-
-from tests.test_streams import live  # noqa: F401  (the live-server fixture)
 
 
 async def _follow(client: LangGraphClient, tid: str, runs_to_finish: int, **kwargs: Any) -> list[StreamPart]:

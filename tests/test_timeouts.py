@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -143,8 +144,8 @@ def _deadline_passed(backend: Backend, base: str, tid: str, run_id: str) -> bool
         import sqlite3
         with sqlite3.connect(backend.database_url.removeprefix("sqlite:///")) as conn:
             row = conn.execute("SELECT deadline_at FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-        from datetime import datetime, timezone
-        return bool(row and row[0]) and datetime.fromisoformat(row[0]) < datetime.now(timezone.utc)
+        from datetime import datetime
+        return bool(row and row[0]) and datetime.fromisoformat(row[0]) < datetime.now(UTC)
     with psycopg.connect(backend.database_url) as conn:
         found = conn.execute("SELECT deadline_at < now() FROM runs WHERE run_id = %s", (run_id,)).fetchone()
     return bool(found and found[0])

@@ -22,16 +22,16 @@ import pytest
 from asgi_lifespan import LifespanManager
 
 pytest.importorskip("opentelemetry.sdk", reason="the otel extra is not installed")
-from opentelemetry.sdk.trace import ReadableSpan  # noqa: E402
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from tests.conftest import PROJECT  # noqa: E402
-from tests.processes import ROOT  # noqa: E402
-from threadline import logs, tracing  # noqa: E402
-from threadline.api.app import create_app  # noqa: E402
-from threadline.otel import OTelTracer  # noqa: E402
-from threadline.settings import Settings  # noqa: E402
+from tests.conftest import PROJECT
+from tests.processes import ROOT
+from threadline import logs, tracing
+from threadline.api.app import create_app
+from threadline.otel import OTelTracer
+from threadline.settings import Settings
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
@@ -47,7 +47,7 @@ class Receiver:
         received = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("content-length") or 0))
                 received.requests.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
                 received.arrived.set()
@@ -60,7 +60,7 @@ class Receiver:
                 self.end_headers()
                 self.wfile.write(answer)
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 self.do_POST()
 
             def log_message(self, *args: Any) -> None:

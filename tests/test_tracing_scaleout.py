@@ -13,11 +13,11 @@ import httpx
 import pytest
 
 pytest.importorskip("opentelemetry.proto", reason="the test extra's opentelemetry-proto is not installed")
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest  # noqa: E402
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from tests.services import ScaleOut  # noqa: E402
-from tests.test_scaleout import Cluster  # noqa: E402
-from tests.test_tracing import CLIENT_SPAN, TRACE_ID, TRACEPARENT, Receiver  # noqa: E402
+from tests.services import ScaleOut
+from tests.test_scaleout import Cluster
+from tests.test_tracing import CLIENT_SPAN, TRACE_ID, TRACEPARENT, Receiver
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]  # an API and a worker process, started for real
 

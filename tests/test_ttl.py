@@ -12,7 +12,7 @@ import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +21,12 @@ import pytest
 from asgi_lifespan import LifespanManager
 from langgraph_sdk.client import LangGraphClient
 
+from tests.services import Backend
 from threadline.api.app import create_app
 from threadline.config import CheckpointerTTL, load_config
 from threadline.core.runtime import Runtime
 from threadline.errors import ConfigError
 from threadline.settings import Settings
-
-from tests.services import Backend
 
 TTL_PROJECT = Path(__file__).parent / "project" / "ttl" / "langgraph.json"  # default_ttl: 60 minutes
 FAST_SWEEP_PROJECT = TTL_PROJECT.with_name("fast_sweep.json")  # sweeps every 0.12 s, no default
@@ -42,7 +41,7 @@ class Server:
 
     async def sweep(self, **later: float) -> list[str]:
         """Sweep as if the clock read now + `later` (timedelta keywords)."""
-        now = datetime.now(timezone.utc) + timedelta(**later)
+        now = datetime.now(UTC) + timedelta(**later)
         return await self.runtime.threads.sweep_expired(now=now.isoformat())
 
     async def exists(self, thread_id: str) -> bool:

@@ -15,11 +15,11 @@ import httpx
 import pytest
 from asgi_lifespan import LifespanManager
 
+from tests.services import Backend
 from threadline.api.app import create_app
 from threadline.settings import Settings
 from threadline.ui import graph as layout
 from threadline.ui.views import chat_messages, namespace_tree
-from tests.services import Backend
 
 STORE_PROJECT = Path(__file__).parent / "project" / "store_index" / "langgraph.json"
 

@@ -173,8 +173,8 @@ async def test_config_schema_is_the_configurable_schema(sdk: LangGraphClient) ->
 
 
 def test_config_schema_of_a_graph_with_a_context_schema() -> None:
-    from typing_extensions import TypedDict
     from langgraph.graph import END, START, StateGraph
+    from typing_extensions import TypedDict
 
     from threadline.core.graphs import describe_schemas
 

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 
-
 def redact_url(url: str) -> str:
     """A database or Redis URL, or a libpq `key=value` string, without its password: for messages and logs."""
     if "://" not in url:

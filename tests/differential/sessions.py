@@ -8,8 +8,8 @@ never branches on what a server answered: both servers get the same requests in 
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timezone
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from langgraph_sdk.client import LangGraphClient
@@ -455,7 +455,7 @@ async def crons(s: Session) -> None:
         stream_mode=["values"], durability="sync"))
     await s.do("create", c.crons.create(
         "typed", schedule="0 9 * * 1", input=INPUTS["typed"], metadata={"session": s.name, "kind": "stateless"},
-        on_run_completed="keep", timezone="America/New_York", end_time=datetime(2031, 1, 1, tzinfo=timezone.utc),
+        on_run_completed="keep", timezone="America/New_York", end_time=datetime(2031, 1, 1, tzinfo=UTC),
         enabled=False))
     await s.do("create hourly", c.crons.create("typed", schedule="@hourly", enabled=False,
                                                metadata={"session": s.name, "kind": "hourly"}))
@@ -467,7 +467,7 @@ async def crons(s: Session) -> None:
     await s.raw("get missing", "GET", f"/runs/crons/{missing}")
     await s.do("update", c.crons.update(cron_id, schedule="0 0 1 7 *", metadata={"more": 1}, input={"topic": "bats"},
                                         timezone="Europe/Paris", on_run_completed="keep"))
-    await s.do("update end_time", c.crons.update(cron_id, end_time=datetime(2032, 1, 1, tzinfo=timezone.utc)))
+    await s.do("update end_time", c.crons.update(cron_id, end_time=datetime(2032, 1, 1, tzinfo=UTC)))
     await s.do("clear end_time", c.crons.update(cron_id, end_time=None, enabled=False))
     await s.do("update invalid", c.crons.update(cron_id, schedule="bad"))
     await s.do("update missing", c.crons.update(missing, enabled=True))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from a2a.compat.v0_3 import conversions
@@ -27,10 +27,10 @@ from starlette.responses import Response
 
 from threadline import __version__, errors
 from threadline.api import jsonrpc
-from threadline.api.sse import CountedEventSource
 from threadline.api.common import JSON, Router, runtime
 from threadline.api.errors import rpc_error
 from threadline.api.ratelimit import identity_of
+from threadline.api.sse import CountedEventSource
 from threadline.core.a2a import plain
 from threadline.core.a2a_tasks import A2ATasks
 from threadline.core.runtime import Runtime
@@ -165,7 +165,7 @@ async def _list(tasks: A2ATasks, params: dict[str, Any], version: str) -> Any:
         raise errors.InvalidInput("pageSize must be between 1 and 100")
     if request.page_token and not request.page_token.isdigit():
         raise errors.InvalidInput("pageToken must be a token from a previous nextPageToken")
-    after = request.status_timestamp_after.ToDatetime(tzinfo=timezone.utc) \
+    after = request.status_timestamp_after.ToDatetime(tzinfo=UTC) \
         if request.HasField("status_timestamp_after") else None
     found = await tasks.list_tasks(
         context_id=request.context_id or None, state=request.status or None, page_size=request.page_size or 50,

@@ -11,13 +11,27 @@ from fastapi import FastAPI
 
 from threadline import __version__
 from threadline.api import (
-    a2a, agents, assistants, auth, crons, docs, errors, http_config, mcp, metrics, protocol, runs, store,
-    system, threads, user_app,
+    a2a,
+    agents,
+    assistants,
+    auth,
+    crons,
+    docs,
+    errors,
+    http_config,
+    mcp,
+    metrics,
+    protocol,
+    runs,
+    store,
+    system,
+    threads,
+    user_app,
 )
 from threadline.api.limits import BodyLimit
 from threadline.api.loopback import serving_loopback
-from threadline.api.request_ids import RequestIds
 from threadline.api.ratelimit import AuthFailures, RateLimit, RateLimiter
+from threadline.api.request_ids import RequestIds
 from threadline.api.sse import StreamSlots
 from threadline.config import HttpConfig, ProjectConfig
 from threadline.core.access import Access

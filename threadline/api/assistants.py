@@ -5,10 +5,15 @@ from __future__ import annotations
 from fastapi import Request
 
 from threadline.api.common import JSON, Router, no_content, paginated, runtime, select
-from threadline.shapes import assistant_out, version_out
 from threadline.api.models import (
-    AssistantCount, AssistantCreate, AssistantPatch, AssistantSearch, AssistantVersions, SetLatest,
+    AssistantCount,
+    AssistantCreate,
+    AssistantPatch,
+    AssistantSearch,
+    AssistantVersions,
+    SetLatest,
 )
+from threadline.shapes import assistant_out, version_out
 
 router = Router(prefix="/assistants", tags=["Assistants"])
 

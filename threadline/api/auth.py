@@ -21,7 +21,12 @@ from threadline.api.http_config import META_PATHS
 from threadline.api.user_app import _route_path
 from threadline.config import ProjectConfig
 from threadline.core.auth import (
-    ApiKeys, Authenticator, CustomAuth, load_auth, reset_current_user, set_current_user,
+    ApiKeys,
+    Authenticator,
+    CustomAuth,
+    load_auth,
+    reset_current_user,
+    set_current_user,
 )
 from threadline.errors import AmbiguousCredentials, ConfigError, ThreadlineError, Unauthorized
 from threadline.settings import Settings

@@ -11,8 +11,8 @@ from starlette.routing import Match
 from starlette.types import Scope
 
 from threadline.core.runtime import Runtime
-from threadline.shapes import run_out
 from threadline.serde import dumps
+from threadline.shapes import run_out
 
 
 class Router(APIRouter):

@@ -21,9 +21,9 @@ from starlette.responses import Response
 
 from threadline import __version__
 from threadline.api import jsonrpc
+from threadline.api.common import JSON, Router, runtime
 from threadline.api.errors import rpc_error
 from threadline.api.ratelimit import identity_of
-from threadline.api.common import JSON, Router, runtime
 from threadline.api.runs import wait_done
 from threadline.core.runtime import Runtime
 from threadline.serde import dumps

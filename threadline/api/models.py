@@ -16,8 +16,16 @@ from urllib.parse import urlsplit
 from uuid import UUID
 
 from pydantic import (
-    AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, ModelWrapValidatorHandler, Tag,
-    ValidationError, model_validator,
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    ModelWrapValidatorHandler,
+    Tag,
+    ValidationError,
+    model_validator,
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
@@ -37,7 +45,6 @@ from threadline.shapes import (
     ThreadSortBy,
     ThreadStatus,
 )
-
 
 log = logging.getLogger("threadline.api")
 _ignored: set[str] = set()  # the unknown field names already logged (at most _IGNORED_LOGGED: clients choose them)

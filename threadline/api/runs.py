@@ -11,15 +11,15 @@ from fastapi import Header, Query, Request
 from starlette.responses import Response
 
 from threadline.api.bounds import INT_MAX
-from threadline.api.http_config import with_run_headers
 from threadline.api.common import JSON, Router, no_content, runtime, select, spec_run_out
-from threadline.shapes import CancelAction, RunStatus, run_out
+from threadline.api.http_config import with_run_headers
 from threadline.api.models import RunCancelMany, RunCreate, RunSearch
 from threadline.api.ratelimit import identity_of
 from threadline.api.sse import event_response, stream_slot
 from threadline.api.waits import KeptAliveJSON
 from threadline.core.runtime import Runtime
 from threadline.errors import ClientGone, InvalidInput, NotFound
+from threadline.shapes import CancelAction, RunStatus, run_out
 
 router = Router(tags=["Runs"])
 

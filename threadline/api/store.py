@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import Request
@@ -40,7 +40,7 @@ def _timestamp(value: datetime) -> str:
     # LangGraph's SQLite store keeps SQLite's CURRENT_TIMESTAMP: UTC, but read back without a timezone.
     # Say so, like every other timestamp we serve (`...+00:00`), or clients would read it as local time.
     if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
+        value = value.replace(tzinfo=UTC)
     return value.isoformat()
 
 

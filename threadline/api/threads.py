@@ -9,14 +9,21 @@ from fastapi import Header, Query, Request
 from starlette.responses import Response
 
 from threadline.api.common import JSON, Router, no_content, paginated, runtime, select
+from threadline.api.models import (
+    HistoryQuery,
+    StateAtCheckpoint,
+    StateUpdate,
+    ThreadCount,
+    ThreadCreate,
+    ThreadPatch,
+    ThreadPrune,
+    ThreadSearch,
+    ttl_minutes,
+)
 from threadline.api.sse import event_response
 from threadline.core.thread_stream import follow_thread
 from threadline.errors import NotFound
 from threadline.shapes import thread_out
-from threadline.api.models import (
-    HistoryQuery, StateAtCheckpoint, StateUpdate, ThreadCount, ThreadCreate, ThreadPatch, ThreadPrune, ThreadSearch,
-    ttl_minutes,
-)
 
 router = Router(prefix="/threads", tags=["Threads"])
 

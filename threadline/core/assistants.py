@@ -10,10 +10,10 @@ from typing import Any
 
 from langgraph.pregel import Pregel
 
-from threadline.ids import is_uuid
 from threadline.core.access import Access
 from threadline.core.graphs import GraphRegistry, describe_schemas, draw, subgraph_schemas
 from threadline.errors import BadRequest, Conflict, InvalidInput, NotFound
+from threadline.ids import is_uuid
 from threadline.shapes import AssistantSortBy, IfExists, SortOrder
 from threadline.storage.base import Row, Storage
 from threadline.storage.sql import now_iso

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -51,12 +51,12 @@ _ALIASES = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def iso(moment: datetime) -> str:
     """The one format every cron timestamp is stored in (UTC, microseconds), so SQLite compares them as text."""
-    return moment.astimezone(timezone.utc).isoformat(timespec="microseconds")
+    return moment.astimezone(UTC).isoformat(timespec="microseconds")
 
 
 def tick_run_id(cron_id: str, tick: str) -> str:
@@ -98,7 +98,7 @@ class Schedule:
         local = moment.astimezone(self.zone)
         for tick in CronSim(self._fields, local):
             if tick > local:
-                return tick.astimezone(timezone.utc)
+                return tick.astimezone(UTC)
         return None
 
 
@@ -107,7 +107,7 @@ def _moment(value: Any) -> datetime | None:
     if value is None:
         return None
     moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _end_time(value: Any) -> str | None:
@@ -118,7 +118,7 @@ def _end_time(value: Any) -> str | None:
 def _payload_time(value: Any) -> str | None:
     """As the payload shows it: the instant in UTC, without zero microseconds."""
     moment = _moment(value)
-    return moment.astimezone(timezone.utc).isoformat() if moment else None
+    return moment.astimezone(UTC).isoformat() if moment else None
 
 
 def _with_cron_id(config: dict[str, Any] | None, cron_id: str) -> dict[str, Any]:

@@ -14,15 +14,15 @@ from typing import Any
 from langgraph.types import Command
 
 from threadline.broker.base import Broker
+from threadline.core.auth import set_current_user, user_in_config
 from threadline.core.graphs import GraphRegistry
 from threadline.core.lease import FencedCheckpointer, Lease, LeaseLost
 from threadline.core.messages import MessageStreamer
+from threadline.core.metrics import Metrics
 from threadline.core.partials import Held
 from threadline.core.protocol_events import ProtocolRun
-from threadline.core.metrics import Metrics
 from threadline.core.state import bind, debug_json, run_output, snapshot_json, thread_config, thread_fields
 from threadline.core.threads import Threads
-from threadline.core.auth import set_current_user, user_in_config
 from threadline.core.webhooks import Webhooks
 from threadline.errors import Unavailable
 from threadline.serde import dumps

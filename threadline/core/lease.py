@@ -15,7 +15,11 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, cast
 
 from langgraph.checkpoint.base import (
-    BaseCheckpointSaver, ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
 )
 
 from threadline.storage.base import checkpoint_metadata

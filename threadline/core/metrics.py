@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -40,7 +40,7 @@ class Snapshot:
              now: datetime | None = None) -> Snapshot:
         """From `Storage.queue_stats()` (`pending`, `running`, `oldest_pending_at`) and the worker pool."""
         return cls(int(stats.get("pending") or 0), int(stats.get("running") or 0),
-                   _age(stats.get("oldest_pending_at"), now or datetime.now(timezone.utc)),
+                   _age(stats.get("oldest_pending_at"), now or datetime.now(UTC)),
                    workers_size, workers_busy)
 
     @property
@@ -54,7 +54,7 @@ def _age(when: Any, now: datetime) -> float:
         return 0.0
     moment = when if isinstance(when, datetime) else datetime.fromisoformat(str(when))
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     return max(0.0, (now - moment).total_seconds())
 
 

@@ -14,11 +14,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from threadline.ids import is_uuid
-from threadline.shapes import MultitaskStrategy
 from threadline.core.protocol_events import thread_events_signal
 from threadline.core.runs import Runs
 from threadline.errors import BadRequest, EventsExpired, InvalidInput, NoSuchInterrupt, NoSuchRun
+from threadline.ids import is_uuid
+from threadline.shapes import MultitaskStrategy
 from threadline.storage.base import Row
 
 CHANNELS = ("values", "updates", "messages", "tools", "lifecycle", "input", "tasks", "custom", "checkpoints")

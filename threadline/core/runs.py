@@ -7,7 +7,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from threadline.broker.base import Broker, StreamEvent
@@ -145,7 +145,7 @@ class Runs:
         if strategy in ("interrupt", "rollback"):
             for active in await self.storage.active_runs(thread_id):
                 await self.stop(active["run_id"], action=strategy)
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         delay = float(body.get("after_seconds") or 0)
         available = now + timedelta(seconds=delay)
         run = {

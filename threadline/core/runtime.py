@@ -8,9 +8,9 @@ import logging
 import os
 import shlex
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 from threadline.broker import broker_url, open_broker
@@ -18,8 +18,8 @@ from threadline.broker.base import Broker
 from threadline.config import CheckpointerTTL, ProjectConfig, find_config, load_config, missing_requirements
 from threadline.core.access import Access
 from threadline.core.assistants import Assistants
-from threadline.core.crons import Crons
 from threadline.core.auth import auth_configured, load_auth
+from threadline.core.crons import Crons
 from threadline.core.executor import Executor
 from threadline.core.graphs import GraphRegistry
 from threadline.core.metrics import Metrics

@@ -15,9 +15,9 @@ from threadline.config import CheckpointerTTL
 from threadline.core.access import Access
 from threadline.core.assistants import factory_config, system_assistant_id
 from threadline.core.graphs import AccessContext, GraphRegistry
-from threadline.ids import is_uuid
 from threadline.core.state import bind, checkpoint_ref, empty_state, snapshot_json, thread_config, thread_fields
 from threadline.errors import BadRequest, Conflict, NotFound
+from threadline.ids import is_uuid
 from threadline.shapes import IfExists
 from threadline.storage.base import Row, Storage
 from threadline.storage.sql import now_iso, thread_ttl_columns

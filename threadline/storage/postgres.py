@@ -21,7 +21,7 @@ import os
 import re
 import select
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
@@ -339,5 +339,5 @@ def _row(r: Any) -> Row:
     out = dict(r)
     for key, value in out.items():
         if isinstance(value, datetime):
-            out[key] = value.astimezone(timezone.utc).isoformat(timespec="microseconds")
+            out[key] = value.astimezone(UTC).isoformat(timespec="microseconds")
     return out

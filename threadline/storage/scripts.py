@@ -16,7 +16,13 @@ from typing import Any, NamedTuple, TypeVar
 from threadline.errors import Conflict, NotFound
 from threadline.storage.base import THREAD_EVENTS_KEPT, NewThreadEvent, Quota
 from threadline.storage.rules import (
-    VERSION_COLUMNS, Row, next_assistant_version, plan_enqueue, quota_refusal, seconds_left, split_recovery,
+    VERSION_COLUMNS,
+    Row,
+    next_assistant_version,
+    plan_enqueue,
+    quota_refusal,
+    seconds_left,
+    split_recovery,
     thread_status_changes,
 )
 from threadline.storage.sql import dumps, now_iso, thread_ttl_columns

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Any
 
@@ -13,11 +13,11 @@ JSON_COLUMNS = {"config", "context", "metadata", "values", "interrupts", "error"
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 def iso_after(seconds: float) -> str:
-    return (datetime.now(timezone.utc) + timedelta(seconds=seconds)).isoformat(timespec="microseconds")
+    return (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat(timespec="microseconds")
 
 
 def thread_ttl_columns(minutes: float | None) -> dict[str, Any]:
