@@ -36,7 +36,7 @@ async def main(rounds: int, ports: list[str]) -> None:
     oks: dict[str, list[float]] = {p: [] for p in ports}
     try:
         for _ in range(rounds):
-            for port, session in zip(ports, sessions):
+            for port, session in zip(ports, sessions, strict=True):
                 async with session.post("/threads", json={}) as r:
                     thread_id = (await r.json())["thread_id"]
                 started = time.perf_counter()

@@ -7,7 +7,8 @@
 Per round and broker, a subscriber process follows `runs` runs (from the start), then this process posts
 `events` events of `bytes` bytes in all, spread over the runs posting at once, as runs' executors do
 (`post`, not waiting for each), and ends the streams. Keep events x (bytes + 160) under
-`stream_buffer_bytes` (8 MiB) per run, or a lagging subscriber misses trimmed events (counted, reported). Reported: publish (posts until `end_stream` returned) and delivery (first post until the other
+`stream_buffer_bytes` (8 MiB) per run, or a lagging subscriber misses trimmed events (counted, reported).
+Reported: publish (posts until `end_stream` returned) and delivery (first post until the other
 process received the last event), in events/s, median of the rounds, and PostgreSQL as a ratio of Redis
 measured in the same run (brokers alternate per round, so the machine's drift falls on both). Tables and
 keys are under a fresh prefix, dropped afterwards. Not part of `bench/run.py`.

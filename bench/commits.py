@@ -82,7 +82,7 @@ def serve(source: Path, workdir: Path, name: str) -> Iterator[str]:
         try:
             asyncio.run(wait_ready(url, proc, 120))
         except Exception as exc:
-            raise SystemExit(f"{name} ({source}) did not start: {exc}\n{tail(workdir / f'{name}.log')}")
+            raise SystemExit(f"{name} ({source}) did not start: {exc}\n{tail(workdir / f'{name}.log')}") from exc
         yield url
 
 
@@ -122,7 +122,7 @@ async def _burst(session: aiohttp.ClientSession, c: int) -> float:
 async def measure(urls: list[str], rounds: int, bursts: int, warmup: int = 20) -> list[dict[str, float]]:
     """Every cell for each server, alternating request by request (burst by burst for c=32)."""
     connector = [aiohttp.TCPConnector(limit=64) for _ in urls]
-    sessions = [aiohttp.ClientSession(u, connector=k) for u, k in zip(urls, connector)]
+    sessions = [aiohttp.ClientSession(u, connector=k) for u, k in zip(urls, connector, strict=True)]
     samples: list[dict[str, list[float]]] = [{} for _ in urls]
     try:
         cells = [("wait c=1", lambda s: _wait(s, False)), ("stateless c=1", lambda s: _wait(s, True)),
@@ -188,7 +188,8 @@ def bisect(good: str, bad: str, rounds: int, bursts: int, metric: str) -> None:
         relative = _cost(b, metric) / _cost(a, metric)
         slow = relative > cut
         print(f"  {commits[mid][:10]} ({mid + 1}/{len(commits)}): {metric} {a[metric]:.2f} -> {b[metric]:.2f}, "
-              f"cost x{relative:.3f} -> {'slow' if slow else 'fast'}  {git('log', '-1', '--format=%s', commits[mid])[:90]}",
+              f"cost x{relative:.3f} -> {'slow' if slow else 'fast'}  "
+              f"{git('log', '-1', '--format=%s', commits[mid])[:90]}",
               flush=True)
         if slow:
             hi = mid

@@ -184,9 +184,10 @@ def failed_cell(n: int, c: int, error: str) -> dict[str, Any]:
 
 
 @contextmanager
-def server_process(name: str, argv: list[str], cwd: Path, env: dict[str, str], log_path: Path) -> Iterator[subprocess.Popen]:
+def server_process(name: str, argv: list[str], cwd: Path, env: dict[str, str],
+                   log_path: Path) -> Iterator[subprocess.Popen]:
     """Start a server subprocess (in its own process group) and always stop it."""
-    log_file = open(log_path, "wb")
+    log_file = open(log_path, "wb")  # noqa: SIM115 - open while the server runs; closed in the `finally` below
     proc = subprocess.Popen(
         argv, cwd=str(cwd), env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
     )

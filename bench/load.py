@@ -170,7 +170,8 @@ def probe_process(base: str, seconds: float, results: Any) -> None:
 
 def _env(extra: dict[str, str]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("THREADLINE_")}
-    env.update(PYTHONPATH=str(ROOT), LANGSMITH_TRACING="false", THREADLINE_CONFIG=str(harness.PROJECT_DIR / "langgraph.json"),
+    env.update(PYTHONPATH=str(ROOT), LANGSMITH_TRACING="false",
+               THREADLINE_CONFIG=str(harness.PROJECT_DIR / "langgraph.json"),
                THREADLINE_LOG_LEVEL="warning", THREADLINE_TRUSTED_PROXIES="127.0.0.1", **extra)
     return env
 
@@ -304,7 +305,7 @@ def phase(stack: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
             "runs_by_status": dict(Counter(s for s, _ in db.values())), "runs_lost": len(lost),
             "runs_run_twice": len(twice), "drain_s": round(time.monotonic() - drained_at, 1), "probe": probe,
             "rss_mb": {"first": [round(k / 1024) for k in (rss[0] if rss else [])],
-                       "max": [round(max(col) / 1024) for col in zip(*rss)] if rss else [],
+                       "max": [round(max(col) / 1024) for col in zip(*rss, strict=False)] if rss else [],
                        "last": [round(k / 1024) for k in (rss[-1] if rss else [])]},
             "client_cpu_s": round(cpu, 1), "client_cpu_share_of_wall": round(cpu / max(args.seconds, 1e-9), 2),
         }

@@ -254,7 +254,8 @@ async def bench_http(name: str, base_url: str, proc: subprocess.Popen, cfg: argp
         # Warm-up: every path once or more, not measured.
         warm = [
             await run_cell(stateless_wait, cfg.warmup, min(4, max_c), cfg.cell_seconds),
-            await run_cell(thread_wait_op(await create_threads(cfg.warmup)), cfg.warmup, min(4, max_c), cfg.cell_seconds),
+            await run_cell(thread_wait_op(await create_threads(cfg.warmup)), cfg.warmup, min(4, max_c),
+                           cfg.cell_seconds),
             await run_cell(lambda i: stream_ttft(i), max(2, cfg.warmup // 4), 1, cfg.cell_seconds),
             await run_cell(null_rtt, cfg.warmup, 1, cfg.cell_seconds),
             await run_cell(lambda _: floor_run(), cfg.warmup, 1, cfg.cell_seconds),
@@ -290,13 +291,15 @@ async def bench_http(name: str, base_url: str, proc: subprocess.Popen, cfg: argp
         log(f"  {name:<10} stream     ttft p50={fmt(out['ttft']['ttft_p50_ms'])} ms")
         if setup_errors:
             out["setup_errors"] = setup_errors
-            log(f"  {name:<10} setup errors (untimed thread creation, retried): {len(setup_errors)} kept, first: {setup_errors[0]}")
+            log(f"  {name:<10} setup errors (untimed thread creation, retried): {len(setup_errors)} kept, "
+                f"first: {setup_errors[0]}")
     if proc.poll() is not None:
         raise ServerFailed(f"server exited with code {proc.returncode} during the run")
     return out
 
 
-def run_server_column(name: str, argv: list[str], cwd: Path, env: dict[str, str], log_path: Path, cfg: argparse.Namespace) -> dict[str, Any]:
+def run_server_column(name: str, argv: list[str], cwd: Path, env: dict[str, str], log_path: Path,
+                      cfg: argparse.Namespace) -> dict[str, Any]:
     log(f"\n[{name}] {' '.join(argv)}")
     with server_process(name, argv, cwd, env, log_path) as proc:
         base_url = argv_url(argv)
@@ -454,7 +457,8 @@ def render_tables(results: dict[str, Any], ratios: dict[str, Any], cfg: argparse
     for kind in ("stateless", "thread"):
         r = ratios["wait"][kind].get("1") or {}
         if r.get("threadline_paired_floor_p50_ms") is not None or r.get("reference_paired_floor_p50_ms") is not None:
-            lines.append(f"  {kind} c=1: paired floor p50 {fmt(r.get('threadline_paired_floor_p50_ms'), 2)} ms (TL cell), "
+            lines.append(f"  {kind} c=1: paired floor p50 "
+                         f"{fmt(r.get('threadline_paired_floor_p50_ms'), 2)} ms (TL cell), "
                          f"{fmt(r.get('reference_paired_floor_p50_ms'), 2)} ms (ref cell); against the floor column "
                          f"instead: TL-floor {fmt(r.get('threadline_p50_overhead_over_floor_alone_ms'), 2)} ms, "
                          f"ref-floor {fmt(r.get('reference_p50_overhead_over_floor_alone_ms'), 2)} ms")
@@ -633,6 +637,7 @@ def main(argv: list[str] | None = None) -> int:
     log("\n" + table)
 
     ref_python = ref_bin.parent / "python" if ref_bin else None
+    ref_found = bool(ref_python and ref_python.exists())
     meta = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
@@ -659,14 +664,15 @@ def main(argv: list[str] | None = None) -> int:
             "httpx": package_version(None, "httpx"),
             "aiohttp": package_version(None, "aiohttp"),
             "reference_bin": str(ref_bin) if ref_bin else None,
-            "reference_langgraph_api": package_version(ref_python, "langgraph-api") if ref_python and ref_python.exists() else None,
-            "reference_langgraph_cli": package_version(ref_python, "langgraph-cli") if ref_python and ref_python.exists() else None,
-            "reference_langgraph": package_version(ref_python, "langgraph") if ref_python and ref_python.exists() else None,
+            "reference_langgraph_api": package_version(ref_python, "langgraph-api") if ref_found else None,
+            "reference_langgraph_cli": package_version(ref_python, "langgraph-cli") if ref_found else None,
+            "reference_langgraph": package_version(ref_python, "langgraph") if ref_found else None,
         },
     }
     out_path = Path(cfg.output)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps({"meta": meta, "results": results, "ratios": ratios, "scaleout": scaleout_out, "table": table}, indent=2) + "\n")
+    everything = {"meta": meta, "results": results, "ratios": ratios, "scaleout": scaleout_out, "table": table}
+    out_path.write_text(json.dumps(everything, indent=2) + "\n")
     log(f"\nWrote {out_path}  (total {meta['duration_s']}s)")
     return 0
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -185,16 +186,12 @@ class Procs:
             if not alive:
                 break
             for p in alive:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(p.pid, sig)  # only the group this script created (start_new_session=True)
-                except ProcessLookupError:
-                    pass
             deadline = time.monotonic() + grace
             for p in alive:
-                try:
+                with contextlib.suppress(subprocess.TimeoutExpired):
                     p.wait(timeout=max(0.0, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    pass
         for _, _, log_file, _ in self.items:
             log_file.close()
 
@@ -317,7 +314,8 @@ async def measure(n_workers: int, base_url: str, procs: Procs, api: subprocess.P
             if others:
                 s["runs_by_unknown_worker"] = others
             cells[str(c)] = s
-            harness.log(f"  scale-out {n_workers}w thread c={c:<3} {harness.fmt_cell(s)}  per worker {s['runs_per_worker']}")
+            harness.log(f"  scale-out {n_workers}w thread c={c:<3} {harness.fmt_cell(s)}  "
+                        f"per worker {s['runs_per_worker']}")
 
     dead = procs.dead()
     if dead:
@@ -430,7 +428,8 @@ def _sigterm(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)
 
 
-def compare(by_n: dict[str, Any], results: dict[str, Any], counts: list[int], concurrencies: list[int]) -> dict[str, Any]:
+def compare(by_n: dict[str, Any], results: dict[str, Any], counts: list[int],
+            concurrencies: list[int]) -> dict[str, Any]:
     def cell(n: int, c: int) -> dict[str, Any]:
         return ((by_n.get(str(n)) or {}).get("wait") or {}).get("thread", {}).get(str(c)) or {}
 
@@ -512,7 +511,8 @@ def render(out: dict[str, Any] | None) -> str:
     if lat:
         emb = (f"{fmt(lat.get('embedded_p50_ms'), 2)} ms" if lat.get("embedded_p50_ms") is not None
                else f"n/a ({lat.get('embedded_skipped') or 'no c=1 thread cell'})")
-        aim = {True: "within the 2x aim", False: "NOT within the 2x aim", None: "aim not evaluated"}[lat.get("within_aim")]
+        aim = {True: "within the 2x aim", False: "NOT within the 2x aim",
+               None: "aim not evaluated"}[lat.get("within_aim")]
         lines.append("")
         lines.append(f"Wait latency of a trivial run ({ENDPOINT}, c=1)")
         lines.append(f"  PostgreSQL, {lat.get('worker_processes')} worker process(es): p50 = "

@@ -136,7 +136,8 @@ def p(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def measure(url: str, count: int, loads: int) -> tuple[list[tuple[str, str]], dict[str, list[float]], list[float]]:
+async def measure(url: str, count: int,
+                  loads: int) -> tuple[list[tuple[str, str]], dict[str, list[float]], list[float]]:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
         ids = await seed(session, url, count)
         targets = pages(ids)

@@ -195,7 +195,8 @@ class HttpOps:
 
     async def stream(self, wl: Workload, i: int, tally: Tally) -> None:
         want = GRAPHS.reply_text(wl.tokens)
-        body: dict[str, Any] = {"assistant_id": "chat", "input": INPUT, "config": chat_config(wl), "stream_mode": [wl.mode]}
+        body: dict[str, Any] = {"assistant_id": "chat", "input": INPUT, "config": chat_config(wl),
+                                "stream_mode": [wl.mode]}
         path = "/runs/stream"
         if wl.reader == "resume":
             body["stream_resumable"] = True
@@ -249,7 +250,8 @@ class HttpOps:
             if len(state["values"]["documents"]) != N_DOCS:
                 raise RuntimeError("state has the wrong number of documents")
         elif wl.kind == "state-update":
-            await self.request("POST", f"/threads/{self.thread}/state", {"values": {"notes": f"note {i}"}, "as_node": "load"})
+            await self.request("POST", f"/threads/{self.thread}/state",
+                               {"values": {"notes": f"note {i}"}, "as_node": "load"})
         elif wl.kind == "history":
             hist = await self.request("POST", f"/threads/{self.thread}/history", {"limit": HISTORY_CHECKPOINTS})
             if len(hist) != HISTORY_CHECKPOINTS:
@@ -289,7 +291,8 @@ class FloorOps:
         # A stateless run on a server still checkpoints to a thread of its own: a fresh thread id per run.
         mode = "messages" if wl.mode.startswith("messages") else wl.mode
         text, tokens = "", 0
-        async for item in self.graphs["chat"].astream(INPUT, self.cfg(str(uuid.uuid4()), chat_config(wl)), stream_mode=mode):
+        config = self.cfg(str(uuid.uuid4()), chat_config(wl))
+        async for item in self.graphs["chat"].astream(INPUT, config, stream_mode=mode):
             if mode == "messages":
                 text += item[0].content
                 tokens += 1

@@ -55,7 +55,8 @@ MODES = ("messages-tuple", "messages", "values", "updates")
 
 def stream(tokens: int, c: int, mode: str, reader: str = "full") -> Workload:
     suffix = "" if reader == "full" else f" {reader}"
-    return Workload(f"stream {tokens}x{c} {mode}{suffix}", "stream", tokens=tokens, concurrency=c, mode=mode, reader=reader)
+    return Workload(f"stream {tokens}x{c} {mode}{suffix}", "stream", tokens=tokens, concurrency=c, mode=mode,
+                    reader=reader)
 
 
 def large_state(n_read: int, n_update: int, n_history: int) -> list[Workload]:
@@ -139,7 +140,8 @@ def started(target: Target, wl: Workload, cfg: argparse.Namespace, tmp: Path) ->
 
 
 @contextlib.contextmanager
-def started_pg(target: Target, cfg: argparse.Namespace, env: dict[str, str], port: int, log_path: Path) -> Iterator[list[int]]:
+def started_pg(target: Target, cfg: argparse.Namespace, env: dict[str, str], port: int,
+               log_path: Path) -> Iterator[list[int]]:
     """A fresh database and Redis prefix, `threadline migrate`, N workers and one API process; all gone after."""
     token = uuid.uuid4().hex[:10]
     dbname, prefix = f"threadline_bench_{token}", f"tlbench-{token}"
@@ -169,7 +171,8 @@ def threadline_file(cfg: argparse.Namespace, target: Target) -> str:
     """Where a target's processes import `threadline` from (an A/B is only one if the two differ). Asked from a
     folder without a `threadline` package, as the servers run (`python -c` puts its working folder first)."""
     python = Path(cfg.tl_argv[0]).parent / "python" if cfg.tl_argv[0] != sys.executable else Path(sys.executable)
-    out = subprocess.run([str(python), "-c", "import threadline; print(threadline.__file__)"], env=target_env(cfg, target),
+    out = subprocess.run([str(python), "-c", "import threadline; print(threadline.__file__)"],
+                         env=target_env(cfg, target),
                          cwd=str(harness.PROJECT_DIR), capture_output=True, text=True, timeout=60)
     path = out.stdout.strip() or out.stderr.strip()[-300:]
     if target.src and not path.startswith(str(Path(target.src).resolve())):
@@ -372,7 +375,8 @@ def table(rows: dict[str, dict[str, Any]], targets: list[Target], skipped: dict[
                 lines.append(f"| {name} | {t.name} | FAILED: {c['failed'][:120]} |" + " |" * 10)
                 continue
             lines.append(
-                f"| {name} | {t.name} | {c['wall_s']:.2f} | {f(c.get('over_floor'), 2)} | {f(c.get('over_reference'), 2)} | "
+                f"| {name} | {t.name} | {c['wall_s']:.2f} | {f(c.get('over_floor'), 2)} | "
+                f"{f(c.get('over_reference'), 2)} | "
                 f"{c['cpu_s']:.2f} | {f(c['cpu_ms_per_token'], 3)} | {f(c['cpu_ms_per_step'], 2)} | "
                 f"{c['rss_before_mb']:.0f} | {c['rss_peak_mb']:.0f} | {c['rss_after_mb']:.0f} | "
                 f"{f(c.get('client_cpu_s'), 2)} | {c['errors']} |")
@@ -385,16 +389,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="The quick profile (a few minutes).")
     p.add_argument("--targets", default=",".join(TARGETS), help=f"Comma-separated, of {','.join(TARGETS)}.")
-    p.add_argument("--only", default="", help="Run only the workloads whose name contains one of these (comma-separated).")
+    p.add_argument("--only", default="",
+                   help="Run only the workloads whose name contains one of these (comma-separated).")
     p.add_argument("--threadline-src", default=None, help="A checkout whose `threadline` package is measured too "
                    "(PYTHONPATH), as embedded@<dir> / pg@<dir>, alternated with this one.")
-    p.add_argument("--reference-bin", default=None, help="`langgraph` binary of LangGraph's server (default: as bench/run.py).")
-    p.add_argument("--pg-workers", type=int, default=1, help="`threadline worker` processes of the pg target (default 1).")
+    p.add_argument("--reference-bin", default=None,
+                   help="`langgraph` binary of LangGraph's server (default: as bench/run.py).")
+    p.add_argument("--pg-workers", type=int, default=1,
+                   help="`threadline worker` processes of the pg target (default 1).")
     p.add_argument("--threadline-arg", action="append", default=[], metavar="ARG",
                    help="Passed to `threadline serve` (embedded) and to the pg target's serve and worker processes, "
                         "e.g. --threadline-arg=--stream-buffer-events=100 (repeatable).")
     p.add_argument("--after-seconds", type=float, default=5.0, help="When RSS is read after the workload (default 5).")
-    p.add_argument("--slow-ms", type=float, default=10.0, help="The slow readers' pause after each event (default 10 ms).")
+    p.add_argument("--slow-ms", type=float, default=10.0,
+                   help="The slow readers' pause after each event (default 10 ms).")
     p.add_argument("--request-timeout", type=float, default=600.0)
     p.add_argument("--startup-timeout", type=float, default=120.0)
     p.add_argument("--output", default=None, help="JSON path (default bench/results/workloads-<date>.json).")
@@ -458,7 +466,8 @@ def main(argv: list[str] | None = None) -> int:
                                     if cfg.ref_bin and cfg.ref_bin.exists() else None),
         "workloads": [asdict(w) for w in workloads], "targets": [asdict(t) for t in targets], "skipped": skipped,
     }
-    out = Path(cfg.output or harness.BENCH_DIR / "results" / f"workloads-{time.strftime('%Y-%m-%d', time.gmtime())}.json")
+    day = time.strftime('%Y-%m-%d', time.gmtime())
+    out = Path(cfg.output or harness.BENCH_DIR / "results" / f"workloads-{day}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"meta": meta, "results": rows, "table": text}, indent=2) + "\n")
     harness.log(f"\nWrote {out} (total {meta['duration_s']}s)")

@@ -71,7 +71,7 @@ def _dump_loop_tasks() -> None:
         return
     try:
         tasks = asyncio.all_tasks(frame.f_locals["self"])
-    except Exception:
+    except Exception:  # noqa: BLE001 - a diagnostic on the way out: its own failure must not hide the test's
         return
     for task in tasks:
         sys.stderr.write(f"--- {task!r}\n")

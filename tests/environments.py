@@ -72,7 +72,7 @@ def find_python(version: str) -> str | None:
 
 def other_versions() -> list[str]:
     """The supported minor versions other than the suite's own."""
-    own = "%d.%d" % sys.version_info[:2]
+    own = "{}.{}".format(*sys.version_info[:2])
     return [v for v in SUPPORTED if v != own]
 
 
@@ -152,7 +152,7 @@ def base_python() -> str:
 
 def build_reference(python: str) -> str | None:
     pins = REFERENCE_PINS.read_text()
-    version = "%d.%d" % sys.version_info[:2]
+    version = "{}.{}".format(*sys.version_info[:2])
     requirements = [line.strip() for line in pins.splitlines() if line.strip() and not line.startswith("#")]
     return _build(ROOT / ".venv-ref", f"reference-py{version}-{_key(python, pins)}", python, requirements)
 

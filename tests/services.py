@@ -146,7 +146,8 @@ class ScaleOut:
         dbname = owned_name(DB_PREFIX, "_")
         admin.execute(f'CREATE DATABASE "{dbname}"')
         info = psycopg.conninfo.conninfo_to_dict(PG_ADMIN_URL)
-        url = f"postgresql://{info.get('user', 'postgres')}@{info.get('host', '127.0.0.1')}:{info.get('port', 5432)}/{dbname}"
+        url = (f"postgresql://{info.get('user', 'postgres')}@{info.get('host', '127.0.0.1')}:"
+               f"{info.get('port', 5432)}/{dbname}")
         return cls(admin, dbname, url, owned_name(KEY_PREFIX))
 
     def fresh(self) -> Backend:

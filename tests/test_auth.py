@@ -484,10 +484,13 @@ async def test_a_worker_in_another_process_runs_the_agent_as_the_caller(backend:
 
     if backend.kind != "postgres" or backend.redis_url is None:
         pytest.skip("a second process needs PostgreSQL and Redis")
-    log = open(tmp_path / "worker.log", "w")
-    worker = subprocess.Popen([sys.executable, "-m", "threadline", "worker", "--config", str(AUTH_PROJECT),
-                               "--workers", "2"], env={**os.environ, **backend.env()}, stdout=log,
-                              stderr=subprocess.STDOUT, cwd=Path(__file__).parents[1])
+    # SIM115/ASYNC230/ASYNC220: a second process started once, before the test's requests; the log is closed
+    # when it is stopped, and the loop has nothing else to run while it starts.
+    log = open(tmp_path / "worker.log", "w")  # noqa: SIM115, ASYNC230
+    worker = subprocess.Popen(  # noqa: ASYNC220
+        [sys.executable, "-m", "threadline", "worker", "--config", str(AUTH_PROJECT),
+         "--workers", "2"], env={**os.environ, **backend.env()}, stdout=log,
+        stderr=subprocess.STDOUT, cwd=Path(__file__).parents[1])
     try:
         application = create_app(Settings(config=str(AUTH_PROJECT), workers=0, **backend.settings()))
         async with LifespanManager(application, startup_timeout=30, shutdown_timeout=30) as manager:

@@ -141,7 +141,7 @@ async def _run_until(call: Any, answered: asyncio.Event, leave: asyncio.Event) -
         leave.set()
         try:
             await asyncio.wait_for(task, 10)
-        except Exception:  # the app's own failure shows in what it answered; a hang is cut short
+        except Exception:  # noqa: BLE001 - the app's own failure shows in what it answered; a hang is cut short
             task.cancel()
 
 

@@ -29,7 +29,8 @@ def raw(body: dict[str, Any], **raw_values: str) -> bytes:
 
 def test_problem_names_the_path_of_what_cannot_be_stored() -> None:
     assert problem({"a": [1, {"b": "ok", "c": 2.5, "d": None, "e": True}]}) is None
-    assert problem({"a": [1, {"b": 2**63}]}) == (("a", 1, "b"), "Integers must fit in 64 bits (from -2**63 to 2**63 - 1)")
+    assert problem({"a": [1, {"b": 2**63}]}) == (("a", 1, "b"),
+                                                 "Integers must fit in 64 bits (from -2**63 to 2**63 - 1)")
     assert problem({"a": -(2**63)}) is None and problem({"a": -(2**63) - 1}) is not None
     assert problem({"x": "\ud800"})[0] == ("x",)  # type: ignore[index]
     assert problem({"\udfff": 1})[0] == ("\udfff",)  # type: ignore[index]
@@ -63,7 +64,8 @@ async def test_unstorable_input_is_a_422_naming_the_field_and_nothing_is_stored(
         ("POST", "/threads/count", raw({"values": {"a\u0000b": 1}}), "values.a\x00b"),
         ("POST", "/threads/search", raw({"metadata": {"k": {"a\\b": 1}}}), "metadata.k.a\\b"),
         ("POST", "/runs/crons/count", raw({"metadata": {"a\nb": 1}}), "metadata.a\nb"),
-        ("POST", f"/threads/{thread}/history", raw({"metadata": {"a b": 1}}), "metadata.a b"),  # the checkpointer's rule
+        # the checkpointer's rule
+        ("POST", f"/threads/{thread}/history", raw({"metadata": {"a b": 1}}), "metadata.a b"),
         # Found by tests/test_fuzz.py on PostgreSQL: NUL, which its text and jsonb refuse (in a value, a key, a
         # list of node names); a max_depth past its integer; a thread id to prune that is no UUID.
         ("POST", "/threads", raw({"metadata": {"x": "a\u0000b"}}), "metadata.x"),

@@ -56,7 +56,8 @@ class ParentAgent:
         self.state["messages"].append(AIMessage(content="", tool_calls=[call]))
         runtime = ToolRuntime(state=self.state, context=None, tool_call_id=call["id"], store=None,
                               stream_writer=lambda _: None,
-                              config={"configurable": {"thread_id": PARENT_THREAD}, "metadata": {"assistant_id": "parent"}})
+                              config={"configurable": {"thread_id": PARENT_THREAD},
+                                      "metadata": {"assistant_id": "parent"}})
         out = await self.tools[name].ainvoke({**call, "args": {**args, "runtime": runtime}})
         if isinstance(out, Command):
             self.state["messages"] += out.update["messages"]
@@ -128,7 +129,8 @@ async def test_launch_check_redirect_cancel_list(live_url: str, sdk_live: LangGr
         assert thread["values"]["messages"][-1]["content"] == checked["result"]
         assert thread["values"]["launched_by"] == {"thread_id": PARENT_THREAD}  # the run's config reached the graph
         # The task's thread is findable from the parent, as deepagents documents.
-        found = await sdk_live.threads.search(metadata={"parent_thread_id": PARENT_THREAD, "subagent_name": "researcher"})
+        found = await sdk_live.threads.search(metadata={"parent_thread_id": PARENT_THREAD,
+                                                        "subagent_name": "researcher"})
         assert [t["thread_id"] for t in found] == [research]
 
         # A long task, redirected while it works: the follow-up interrupts it, on the same thread.
@@ -165,7 +167,8 @@ async def test_launch_check_redirect_cancel_list(live_url: str, sdk_live: LangGr
                                        f"- task_id: {long}  agent: researcher  status: success",
                                        f"- task_id: {doomed}  agent: researcher  status: cancelled"]
         listed = await parent.call("list_async_tasks", status_filter="cancelled")
-        assert listed.splitlines() == ["1 tracked task(s):", f"- task_id: {doomed}  agent: researcher  status: cancelled"]
+        assert listed.splitlines() == ["1 tracked task(s):",
+                                       f"- task_id: {doomed}  agent: researcher  status: cancelled"]
     finally:
         await parent.aclose()
 

@@ -12,6 +12,7 @@ import pytest
 from langgraph_sdk.client import LangGraphClient
 
 from tests.project.userstyle import FACTORY_CALLS, greeter
+from tests.waiting import wait_until
 from threadline.core.graphs import GraphEntry, GraphRegistry
 
 
@@ -182,7 +183,8 @@ async def test_state_update_while_a_run_is_active_is_409(sdk: LangGraphClient, h
     for body in ({"values": {"tag": "x"}}, {"values": {"tag": "x"}, "as_node": "work"}):
         r = await http.post(f"/threads/{tid}/state", json=body)
         assert r.status_code == 409, r.text
-        assert r.json()["detail"].startswith(f"Thread {tid} has in-flight runs: ") and running["run_id"] in r.json()["detail"]
+        detail = r.json()["detail"]
+        assert detail.startswith(f"Thread {tid} has in-flight runs: ") and running["run_id"] in detail
     await sdk.runs.cancel(tid, running["run_id"], wait=True)
     r = await http.post(f"/threads/{tid}/state", json={"values": {"tag": "x"}})  # the pending one still counts
     assert r.status_code == 409 and pending["run_id"] in r.json()["detail"]
@@ -230,8 +232,7 @@ def test_loopback_is_unwired_at_shutdown() -> None:
 async def _working(tag: str) -> None:
     from tests.project.agents import WORK_LOG
 
-    while not any(w.startswith(f"{tag}:") for w in WORK_LOG):
-        await asyncio.sleep(0.005)
+    await wait_until(lambda: any(w.startswith(f"{tag}:") for w in WORK_LOG))
 
 
 async def test_cancel_answers_once_the_status_has_changed(sdk: LangGraphClient, http: httpx.AsyncClient) -> None:

@@ -104,7 +104,8 @@ async def test_stream_modes(url: str, graph: str) -> None:
     given, check = CASES[graph]
     tid = (await client.threads.create())["thread_id"]
     parts = [p async for p in client.runs.stream(tid, graph, input=given, stream_subgraphs=graph == "subgraphs",
-                                                  stream_mode=["values", "updates", "messages-tuple", "custom", "debug"])]
+                                                  stream_mode=["values", "updates", "messages-tuple", "custom",
+                                                               "debug"])]
     events = [p.event.split("|")[0] for p in parts]
     assert events[0] == "metadata" and "error" not in events, parts
     check([p.data for p in parts if p.event == "values"][-1])

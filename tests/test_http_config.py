@@ -3,7 +3,6 @@ families and the URL prefix, each as LangGraph's server (`langgraph dev`, langgr
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
@@ -17,6 +16,7 @@ from langgraph_sdk.client import LangGraphClient
 
 from tests.conftest import serving_asgi
 from tests.services import Backend
+from tests.waiting import wait_until
 from threadline.api.app import create_app
 from threadline.config import load_config
 from threadline.errors import Unavailable
@@ -28,7 +28,8 @@ UUID = "00000000-0000-0000-0000-000000000001"
 
 
 @contextlib.asynccontextmanager
-async def serving(tmp_path: Path, backend: Backend, http: dict[str, Any]) -> AsyncIterator[tuple[Any, httpx.AsyncClient]]:
+async def serving(tmp_path: Path, backend: Backend,
+                  http: dict[str, Any]) -> AsyncIterator[tuple[Any, httpx.AsyncClient]]:
     """Threadline on a project whose langgraph.json has this `http` section, in-process: the app and a client."""
     path = tmp_path / "langgraph.json"
     path.write_text(json.dumps({"graphs": GRAPHS, "http": http}))
@@ -52,10 +53,7 @@ def received(run_id: str) -> list[dict[str, Any]]:
 
 
 async def wait_received(run_id: str) -> list[dict[str, Any]]:
-    async with asyncio.timeout(10):
-        while not received(run_id):
-            await asyncio.sleep(0.02)
-    return received(run_id)
+    return await wait_until(lambda: received(run_id), timeout=10)
 
 
 # --- http.app --------------------------------------------------------------------------------------------
@@ -205,7 +203,8 @@ async def test_configured_cors(tmp_path: Path, backend: Backend) -> None:
         assert "x-foo" in ok.headers["access-control-allow-headers"]
         regex = await client.options("/threads", headers={**preflight, "Origin": "https://z.b.example"})
         assert regex.headers["access-control-allow-origin"] == "https://z.b.example"
-        assert (await client.options("/threads", headers={**preflight, "Origin": "https://evil.example"})).status_code == 400
+        evil = {**preflight, "Origin": "https://evil.example"}
+        assert (await client.options("/threads", headers=evil)).status_code == 400
         assert (await client.options("/threads", headers={
             **preflight, "Access-Control-Request-Method": "DELETE"})).status_code == 400
         simple = await client.get("/info", headers={"Origin": "https://a.example"})
@@ -236,7 +235,8 @@ async def test_configurable_headers_reach_the_graph(tmp_path: Path, backend: Bac
         # A header wins over the same key in the body's configurable, and is stored with the run.
         thread = (await client.post("/threads", json={})).json()["thread_id"]
         run = (await client.post(f"/threads/{thread}/runs", headers={"x-foo": "from-header"}, json={
-            "assistant_id": "agent", "input": {}, "config": {"configurable": {"x-foo": "from-body", "x-keep": "k"}}})).json()
+            "assistant_id": "agent", "input": {},
+            "config": {"configurable": {"x-foo": "from-body", "x-keep": "k"}}})).json()
         assert run["kwargs"]["config"]["configurable"]["x-foo"] == "from-header"
         joined = (await client.get(f"/threads/{thread}/runs/{run['run_id']}/join")).json()
         assert joined["headers"]["x-foo"] == "from-header" and joined["headers"]["x-keep"] == "k"
@@ -319,7 +319,8 @@ async def test_mount_prefix_serves_the_api_under_it(tmp_path: Path, backend: Bac
 
 @pytest.mark.parametrize("webhook", ["custom/webhook", "ftp://example.com/x", "http://", "http:///x", "mailto:a@b",
                                      "//elsewhere.example/x"])
-async def test_a_webhook_that_is_neither_url_nor_path_is_refused(tmp_path: Path, backend: Backend, webhook: str) -> None:
+async def test_a_webhook_that_is_neither_url_nor_path_is_refused(tmp_path: Path, backend: Backend,
+                                                                webhook: str) -> None:
     async with serve(tmp_path, backend, {}) as client:
         refused = await client.post("/runs", json={"assistant_id": "agent", "input": {}, "webhook": webhook})
         assert refused.status_code == 422 and refused.json()["errors"][0]["field"] == "webhook", refused.text

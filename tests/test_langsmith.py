@@ -54,7 +54,8 @@ def test_each_run_is_traced_under_its_id_with_its_metadata(smith: Receiver, tmp_
     for key, value in {"LANGSMITH_TRACING": "true", "LANGSMITH_API_KEY": "lsv2-test", "LANGSMITH_ENDPOINT": smith.url,
                        "LANGSMITH_PROJECT": "threadline-test"}.items():
         monkeypatch.setenv(key, value)
-    with serving(tmp_path, "--config", str(PROJECT), "--database-url", f"sqlite:///{tmp_path / 'db.sqlite'}") as (url, _):
+    database = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    with serving(tmp_path, "--config", str(PROJECT), "--database-url", database) as (url, _):
         tid = httpx.post(f"{url}/threads", json={}).json()["thread_id"]
         run = httpx.post(f"{url}/threads/{tid}/runs", json={
             "assistant_id": "nested", "input": {"items": []}, "metadata": {"customer": "acme"}}).json()

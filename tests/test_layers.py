@@ -61,6 +61,8 @@ def test_the_core_speaks_no_wire() -> None:
 def test_tracing_is_a_leaf_with_its_implementation() -> None:
     """`tracing.py` (the interface the API and the core call) and `otel.py` (the OpenTelemetry one, loaded only
     when configured) import nothing of Threadline's but each other."""
-    wrong = {f"{name}.py: {imported}" for name, allowed in (("tracing", "threadline.otel"), ("otel", "threadline.tracing"))
-             for imported in _imports(PACKAGE / f"{name}.py") if _breaks(imported, ("threadline",)) and imported != allowed}
+    pairs = (("tracing", "threadline.otel"), ("otel", "threadline.tracing"))
+    wrong = {f"{name}.py: {imported}" for name, allowed in pairs
+             for imported in _imports(PACKAGE / f"{name}.py")
+             if _breaks(imported, ("threadline",)) and imported != allowed}
     assert not wrong

@@ -10,6 +10,8 @@ import httpx
 from langgraph_sdk.client import LangGraphClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.waiting import wait_until
+
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 LONG = {"steps": 10_000, "delay": 0.02}  # a `slow` run that lasts until it is cancelled
 
@@ -142,8 +144,7 @@ async def test_a_client_that_leaves_a_wait_is_counted_as_499(live_url: str) -> N
         waiting = asyncio.create_task(http.post(f"/threads/{tid}/runs/wait", json={
             "assistant_id": "slow", "input": {"tag": "gone499", "steps": 200, "delay": 0.02},
             "on_disconnect": "cancel"}))
-        while not any(w.startswith("gone499:") for w in WORK_LOG):
-            await asyncio.sleep(0.01)
+        await wait_until(lambda: any(w.startswith("gone499:") for w in WORK_LOG))
         waiting.cancel()
 
         async def counted() -> Samples | None:

@@ -183,7 +183,7 @@ async def test_postgres_connections_terminated_mid_request(pg_app: tuple[httpx.A
     while time.monotonic() < deadline and len(runs) < len(accepted):
         for tid, rid in accepted:
             if rid not in runs:
-                r = await _retrying(lambda: http.get(f"/threads/{tid}/runs/{rid}"))
+                r = await _retrying(lambda: http.get(f"/threads/{tid}/runs/{rid}"))  # noqa: B023 - awaited here
                 if r.json()["status"] not in ("pending", "running"):
                     runs[rid] = r.json()
         await asyncio.sleep(0.2)
@@ -193,8 +193,8 @@ async def test_postgres_connections_terminated_mid_request(pg_app: tuple[httpx.A
         attempts = dict(admin.execute("SELECT run_id, attempt FROM runs WHERE run_id = ANY(%s)",
                                       ([rid for _, rid in accepted],)).fetchall())
     assert set(attempts.values()) == {1}, attempts
-    for tid, rid in accepted:
-        thread = (await _retrying(lambda: http.get(f"/threads/{tid}"))).json()
+    for tid, _rid in accepted:
+        thread = (await _retrying(lambda: http.get(f"/threads/{tid}"))).json()  # noqa: B023 - awaited here
         assert thread["status"] == "idle" and len(thread["values"]["done"]) == 1, thread
 
     # Service resumed by itself: no 503 now.
@@ -365,7 +365,8 @@ async def test_a_transaction_left_open_by_a_stalled_process_is_ended(scaleout_se
 
 @pytest.mark.parametrize(("given", "env", "expected"), [
     # The operator's own options are kept, and ours is added to them.
-    ("-c statement_timeout=12345", None, {"statement_timeout": "12345ms", "idle_in_transaction_session_timeout": "10s"}),
+    ("-c statement_timeout=12345", None,
+     {"statement_timeout": "12345ms", "idle_in_transaction_session_timeout": "10s"}),
     # Their idle-in-transaction timeout wins over ours (0: none), however they spell it.
     ("-c idle_in_transaction_session_timeout=4321", None, {"idle_in_transaction_session_timeout": "4321ms"}),
     ("--idle-in-transaction-session-timeout=0", None, {"idle_in_transaction_session_timeout": "0"}),

@@ -102,7 +102,8 @@ async def test_since_replays_exactly_the_missed_events(base: str) -> None:
     seqs = [int(f["id"]) for f in everything]
     assert seqs == sorted(set(seqs)) and seqs == [f["data"]["seq"] for f in everything]
     assert all(f["event"] == f["data"]["method"] for f in everything)
-    assert [f["data"]["params"]["data"]["payload"]["step"] for f in everything if f["event"] == "custom"] == [0, 1, 2, 3, 4]
+    steps = [f["data"]["params"]["data"]["payload"]["step"] for f in everything if f["event"] == "custom"]
+    assert steps == [0, 1, 2, 3, 4]
     assert everything[0]["data"]["params"]["data"] == {"event": "started", "graph_name": "counter"}
     cut = seqs[len(seqs) // 2]
     rest = await read_sse(base, tid, {"channels": ["values", "custom", "lifecycle"], "since": cut}, root_done)

@@ -26,7 +26,8 @@ def statuses(url: str, forwarded_for: list[str]) -> list[int]:
     # Loopback is a trusted proxy: each claimed address has its own budget.
     ("127.0.0.1", [200, 200, 200]),
 ])
-def test_serve_reads_x_forwarded_for_only_from_trusted_proxies(tmp_path: Path, trusted: str, expected: list[int]) -> None:
+def test_serve_reads_x_forwarded_for_only_from_trusted_proxies(tmp_path: Path, trusted: str,
+                                                               expected: list[int]) -> None:
     args = ["--config", str(PROJECT), "--database-url", f"sqlite:///{tmp_path / 'threadline.db'}",
             "--workers", "1", "--rate-limit-requests", "2/minute"]
     if trusted:

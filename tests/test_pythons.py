@@ -47,7 +47,7 @@ def test_gallery_on_another_python(version: str) -> None:
 
 
 def test_the_suite_runs_on_a_supported_python() -> None:
-    assert "%d.%d" % sys.version_info[:2] in SUPPORTED
+    assert "{}.{}".format(*sys.version_info[:2]) in SUPPORTED
 
 
 @pytest.mark.parametrize("ci", ["true", ""])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -131,10 +132,8 @@ def _assert_retried_and_usable(base: str, tid: str, run_id: str, tag: str) -> No
 
 
 def _ignore_errors(call: object) -> None:
-    try:
+    with contextlib.suppress(httpx.HTTPError):  # the server was killed under it
         call()  # type: ignore[operator]
-    except httpx.HTTPError:
-        pass  # the server was killed under it
 
 
 @pytest.mark.slow  # real server processes

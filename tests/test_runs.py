@@ -8,6 +8,8 @@ import httpx
 import pytest
 from langgraph_sdk.client import LangGraphClient
 
+from tests.waiting import wait_until
+
 
 async def test_background_run_join_get_list(sdk: LangGraphClient) -> None:
     tid = (await sdk.threads.create())["thread_id"]
@@ -169,8 +171,7 @@ async def test_cancel_really_stops_the_agent(sdk: LangGraphClient) -> None:
     tid = (await sdk.threads.create())["thread_id"]
     tag = uuid.uuid4().hex
     run = await sdk.runs.create(tid, "slow", input={"tag": tag, "steps": 100, "delay": 0.02})
-    while not any(w.startswith(tag) for w in WORK_LOG):
-        await asyncio.sleep(0.01)
+    await wait_until(lambda: any(w.startswith(tag) for w in WORK_LOG))
     await sdk.runs.cancel(tid, run["run_id"], wait=True)
     done_at_cancel = len([w for w in WORK_LOG if w.startswith(tag)])
     assert (await sdk.runs.get(tid, run["run_id"]))["status"] == "interrupted"
@@ -188,8 +189,7 @@ async def test_cancelling_a_synchronous_node_ends_the_run_when_the_node_returns(
     tid = (await sdk.threads.create())["thread_id"]
     tag, steps = uuid.uuid4().hex, 15
     run = await sdk.runs.create(tid, "slow_sync", input={"tag": tag, "steps": steps, "delay": 0.05})
-    while not any(w.startswith(tag) for w in WORK_LOG):
-        await asyncio.sleep(0.01)
+    await wait_until(lambda: any(w.startswith(tag) for w in WORK_LOG))
     await sdk.runs.cancel(tid, run["run_id"], wait=True)
     assert len([w for w in WORK_LOG if w.startswith(tag)]) == steps  # it had returned
     assert (await sdk.runs.get(tid, run["run_id"]))["status"] == "interrupted"
@@ -199,7 +199,8 @@ async def test_cancelling_a_synchronous_node_ends_the_run_when_the_node_returns(
     assert (await sdk.threads.get_state(tid))["values"]["done"] == ["next"]
 
 
-async def test_cancel_between_claim_and_start_stops_the_run_and_keeps_the_worker(runtime: Any, sdk: LangGraphClient) -> None:
+async def test_cancel_between_claim_and_start_stops_the_run_and_keeps_the_worker(runtime: Any,
+                                                                                sdk: LangGraphClient) -> None:
     """A cancel that reaches the worker after it created the run's task but before that task first ran."""
     from tests.project.agents import WORK_LOG
 

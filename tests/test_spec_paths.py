@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 
 import httpx
+
+from tests.waiting import wait_until
 
 
 async def _thread(http: httpx.AsyncClient) -> str:
@@ -54,9 +55,10 @@ async def test_cancel_and_stream_join(http: httpx.AsyncClient) -> None:
     # Long enough (20 s) to be still running when the cancel comes on a loaded machine: the cancel ends it.
     run = (await http.post("/runs", json={"thread_id": tid, "agent_id": "slow",
                                           "input": {"steps": 1000, "delay": 0.02}})).json()
-    async with asyncio.timeout(30):
-        while (await http.get(f"/runs/{run['run_id']}")).json()["status"] != "running":
-            await asyncio.sleep(0.01)
+    async def running() -> bool:
+        return (await http.get(f"/runs/{run['run_id']}")).json()["status"] == "running"
+
+    await wait_until(running)
     r = await http.post(f"/runs/{run['run_id']}/cancel", params={"wait": "true"})
     assert r.status_code == 204
     assert (await http.get(f"/runs/{run['run_id']}")).json()["status"] == "interrupted"

@@ -172,7 +172,7 @@ async def test_waits_on_one_thread_through_two_processes_run_one_at_a_time(backe
         clients = [httpx.AsyncClient(transport=httpx.ASGITransport(app=m.app), base_url="http://threadline",  # type: ignore[arg-type]
                                      timeout=60) for m in (a, b)]
         started_here: list[list[str]] = [[], []]
-        for pool, started in zip((a_app.state.runtime.workers, b_app.state.runtime.workers), started_here):
+        for pool, started in zip((a_app.state.runtime.workers, b_app.state.runtime.workers), started_here, strict=True):
             def adopt(run: Any, *args: Any, _adopt: Any = pool.adopt, _started: list[str] = started,
                       **kwargs: Any) -> Any:
                 _started.append(run["run_id"])

@@ -47,7 +47,8 @@ def _project(folder: Path, word: str = "hello") -> Path:
 
 
 def _fails(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(threadline_cmd("serve", "--port", "0", *args), cwd=folder, env=clean_env(), capture_output=True,
+    done = subprocess.run(threadline_cmd("serve", "--port", "0", *args), cwd=folder, env=clean_env(),
+                          capture_output=True,
                           text=True, timeout=60)
     assert done.returncode != 0, done
     assert "listening on" not in done.stdout  # the banner only once the server listens
@@ -71,7 +72,8 @@ def test_port_in_use_is_one_message_with_a_hint(tmp_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = subprocess.run(threadline_cmd("serve", "--port", str(port)), cwd=folder, env=clean_env(), capture_output=True,
+        done = subprocess.run(threadline_cmd("serve", "--port", str(port)), cwd=folder, env=clean_env(),
+                              capture_output=True,
                               text=True, timeout=60)
     assert done.returncode != 0 and "listening on" not in done.stdout
     assert done.stderr.strip().splitlines() == [
@@ -181,7 +183,8 @@ def test_the_readme_example_runs_as_written(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("command", ["serve", "dev"])
 def test_help_shows_defaults(command: str) -> None:
-    done = subprocess.run(threadline_cmd(command, "--help"), capture_output=True, text=True, timeout=60, env=clean_env())
+    done = subprocess.run(threadline_cmd(command, "--help"), capture_output=True, text=True, timeout=60,
+                          env=clean_env())
     text = " ".join(done.stdout.split())
     assert "(default: 8000)" in text and "(default: 127.0.0.1)" in text and "(default: info)" in text
     assert "{text,json}" in text

@@ -72,7 +72,8 @@ def keys(result: dict[str, Any]) -> list[str]:
 
 
 async def test_put_then_get_returns_the_item(sdk: LangGraphClient, http: httpx.AsyncClient) -> None:
-    resp = await http.put("/store/items", json={"namespace": ["users", "u1"], "key": "prefs", "value": {"theme": "dark"}})
+    resp = await http.put("/store/items",
+                          json={"namespace": ["users", "u1"], "key": "prefs", "value": {"theme": "dark"}})
     assert resp.status_code == 204
     assert resp.content == b""
 
@@ -491,7 +492,8 @@ async def test_semantic_query_respects_limit_filter_and_prefix(semantic_sdk: Lan
     await semantic_sdk.store.put_item(["other"], "zoo2", {"text": "zebra quiz"})
     top = await semantic_sdk.store.search_items(["docs"], query="zebra quiz", limit=1)
     assert keys(top) == ["zoo"]
-    filtered = await semantic_sdk.store.search_items(["docs"], query="zebra quiz", filter={"text": "python programming"})
+    filtered = await semantic_sdk.store.search_items(["docs"], query="zebra quiz",
+                                                     filter={"text": "python programming"})
     assert keys(filtered) == ["code"]
     everywhere = await semantic_sdk.store.search_items([], query="zebra quiz")
     assert set(keys(everywhere)[:2]) == {"zoo", "zoo2"}

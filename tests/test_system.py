@@ -62,7 +62,8 @@ async def test_invalid_json_body_names_line_and_column(http: httpx.AsyncClient) 
 
 
 @pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded"])
-async def test_a_body_not_labelled_json_is_a_415_that_says_so(http: httpx.AsyncClient, content_type: str | None) -> None:
+async def test_a_body_not_labelled_json_is_a_415_that_says_so(http: httpx.AsyncClient,
+                                                              content_type: str | None) -> None:
     """Not parsed anyway (a browser sends such a body cross-site without a preflight); said clearly. It was a
     422 "Input should be a valid dictionary"."""
     headers = {"content-type": content_type} if content_type else {}
@@ -116,7 +117,8 @@ async def test_oversized_chunked_body_is_413_too(http: httpx.AsyncClient, path: 
 
 
 async def test_cors_allows_browsers(http: httpx.AsyncClient) -> None:
-    r = await http.options("/threads", headers={"Origin": "https://studio.example", "Access-Control-Request-Method": "POST"})
+    r = await http.options("/threads",
+                           headers={"Origin": "https://studio.example", "Access-Control-Request-Method": "POST"})
     assert r.status_code == 200 and r.headers["access-control-allow-origin"] in ("*", "https://studio.example")
 
 

@@ -11,6 +11,7 @@ from langgraph_sdk.client import LangGraphClient
 from langgraph_sdk.schema import StreamPart
 
 from tests.test_streams import live  # noqa: F401  (the live-server fixture)
+from tests.waiting import wait_until
 from threadline.core.runtime import Runtime
 from threadline.core.thread_stream import follow_thread
 
@@ -74,8 +75,10 @@ async def test_joining_while_a_run_is_running_follows_it_then_the_next(live: Lan
     tid = (await live.threads.create())["thread_id"]
     first = await live.runs.create(tid, "slow", input={"tag": "a", "steps": 30, "delay": 0.02},
                                    stream_mode=["custom"])
-    while (await live.runs.get(tid, first["run_id"]))["status"] != "running":
-        await asyncio.sleep(0.01)
+    async def running() -> bool:
+        return (await live.runs.get(tid, first["run_id"]))["status"] == "running"
+
+    await wait_until(running)
     following = asyncio.create_task(_follow(live, tid, 2))
     await asyncio.sleep(0.2)
     second = await live.runs.create(tid, "slow", input={"tag": "b", "steps": 1, "delay": 0}, stream_mode=["custom"])

@@ -115,8 +115,9 @@ async def test_the_queue_page_shows_the_metrics_figures_and_recent_failures(http
     figures = (await http.get("/metrics", params={"format": "json"})).json()
     page = await http.get("/ui/queue")
     assert page.status_code == 200
-    assert re.search(r'id="fig-pending">\s*%d<' % figures["queue"]["n_pending"], page.text)
-    assert "Worker saturation" in page.text and f"{figures['workers']['active']} / {figures['workers']['max']}" in page.text
+    assert re.search(rf'id="fig-pending">\s*{figures["queue"]["n_pending"]:d}<', page.text)
+    saturation = f"{figures['workers']['active']} / {figures['workers']['max']}"
+    assert "Worker saturation" in page.text and saturation in page.text
     failures = page.text.split("Recent failures", 1)[1]
     assert f"/ui/threads/{thread}" in failures and "status-error" in failures
 

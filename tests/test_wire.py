@@ -55,7 +55,8 @@ async def test_store_refuses_bad_namespaces_and_keys_with_422(http: httpx.AsyncC
         r = await http.get(f"/store/items?{query}")
         assert r.status_code == 422 and r.json()["detail"], (query, r.text)
     for body in ({"namespace": ["a", ""], "key": "k", "value": {}}, {"namespace": ["a\x00"], "key": "k", "value": {}},
-                 {"namespace": ["a"], "key": "k\x00", "value": {}}, {"namespace": ["langgraph"], "key": "k", "value": {}}):
+                 {"namespace": ["a"], "key": "k\x00", "value": {}},
+                 {"namespace": ["langgraph"], "key": "k", "value": {}}):
         r = await http.put("/store/items", json=body)
         assert r.status_code == 422 and r.json()["detail"], (body, r.text)
     r = await http.request("DELETE", "/store/items", json={"namespace": ["a"], "key": "k\x00"})
@@ -129,7 +130,8 @@ async def test_state_and_history_name_their_checkpoints(sdk: LangGraphClient) ->
     assert [h["parent_checkpoint_id"] for h in history[:-1]] == [h["checkpoint_id"] for h in history[1:]]
     assert history[-1]["parent_checkpoint_id"] is None
     updated = await sdk.threads.update_state(tid, {"count": 1})
-    assert updated["checkpoint_id"] == updated["checkpoint"]["checkpoint_id"] == updated["configurable"]["checkpoint_id"]
+    assert (updated["checkpoint_id"] == updated["checkpoint"]["checkpoint_id"]
+            == updated["configurable"]["checkpoint_id"])
     assert (await sdk.threads.get_state(tid))["checkpoint_id"] == updated["checkpoint_id"]
 
 

@@ -198,7 +198,8 @@ def banner(settings: Settings, project: Any, url: str) -> str:
         f"  data:     {redact_url(settings.database_url or default_database_url())}",
         f"  broker:   {_broker_line(settings)}",
         f"  workers:  {settings.workers}",
-        f"  listening on {url}{prefix}" + ("" if "meta" in project.http.disabled else f"  (docs at {url}{prefix}/docs)"),
+        f"  listening on {url}{prefix}"
+        + ("" if "meta" in project.http.disabled else f"  (docs at {url}{prefix}/docs)"),
     ])
 
 

@@ -28,8 +28,8 @@ _CORS_KEYS = {
     "allow_origin_regex": str, "expose_headers": list, "max_age": int,
 }
 # `webhooks.url`: LangGraph's webhook URL policy, plus ours (`allow_private_networks`).
-_WEBHOOK_URL_KEYS: dict[str, type] = {"require_https": bool, "allowed_domains": list, "allowed_ports": list, "max_url_length": int,
-                     "disable_loopback": bool, "allow_private_networks": bool}
+_WEBHOOK_URL_KEYS: dict[str, type] = {"require_https": bool, "allowed_domains": list, "allowed_ports": list,
+                                      "max_url_length": int, "disable_loopback": bool, "allow_private_networks": bool}
 
 
 @dataclass(frozen=True)
@@ -225,7 +225,8 @@ class WebhookPolicy:
                                                           for v in value):
                     raise ConfigError(f"{where} must be a list of {item.__name__}s, got {value!r}")
                 given[key] = tuple(v.lower() if isinstance(v, str) else v for v in value)
-            elif not isinstance(value, kind) or (kind is int and (isinstance(value, bool) or (isinstance(value, int) and value <= 0))):
+            elif not isinstance(value, kind) or (kind is int and (isinstance(value, bool)
+                                                                  or (isinstance(value, int) and value <= 0))):
                 raise ConfigError(f"{where} must be a {'positive int' if kind is int else 'true or false'}, "
                                   f"got {value!r}")
             else:

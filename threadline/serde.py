@@ -20,7 +20,7 @@ def to_jsonable(obj: Any) -> Any:
     if isinstance(obj, pydantic.BaseModel):  # messages, most often: converted by pydantic itself, 4x faster
         try:
             return obj.model_dump(mode="json", fallback=to_jsonable)
-        except Exception:  # a model whose JSON mode fails (its own serializer, say): its Python dump, converted here
+        except Exception:  # noqa: BLE001 - a model whose JSON mode fails (its own serializer, say): its Python dump, converted here
             return to_jsonable(obj.model_dump())
     if isinstance(obj, Mapping):
         return {str(k): to_jsonable(v) for k, v in obj.items()}

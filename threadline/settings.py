@@ -61,7 +61,8 @@ class Settings:
         30.0, "How long a worker's claim on a run lasts without a heartbeat (heartbeats every third of it). "
         "A run whose worker stopped heartbeating is retried or failed once its lease expires."
     )
-    workers: int = _setting(10, "How many runs this process executes at once (in-process workers). 0 serves the API only.")
+    workers: int = _setting(
+        10, "How many runs this process executes at once (in-process workers). 0 serves the API only.")
     run_retries: int = _setting(
         1, "How many times a run that was running when its process died is retried before it ends as error."
     )

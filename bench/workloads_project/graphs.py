@@ -30,7 +30,8 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from typing_extensions import TypedDict
 
-WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog", "while", "agents", "stream", "their", "long", "answers"]
+WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog", "while", "agents", "stream",
+         "their", "long", "answers"]
 
 
 def reply_text(tokens: int) -> str:
@@ -62,7 +63,8 @@ chat.name = "chat"
 class ToolCallingFakeModel(GenericFakeChatModel):
     """GenericFakeChatModel streams only text; a provider's model streams its tool calls too (last chunk)."""
 
-    def _stream(self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
+    def _stream(self, messages: Any, stop: Any = None, run_manager: Any = None,
+                **kwargs: Any) -> Iterator[ChatGenerationChunk]:
         result = self._generate(messages, stop=stop, run_manager=None, **kwargs)
         message = result.generations[0].message
         for token in re.split(r"(\s)", str(message.content)):
@@ -91,7 +93,8 @@ async def model(state: MessagesState, config: RunnableConfig) -> dict[str, Any]:
     done = sum(isinstance(m, AIMessage) for m in state["messages"])
     if done + 1 < steps:
         answer = AIMessage(content=f"Step {done + 1}: I need to look this up.",
-                           tool_calls=[{"name": "search", "args": {"query": f"topic {done + 1}"}, "id": f"call_{done + 1}"}])
+                           tool_calls=[{"name": "search", "args": {"query": f"topic {done + 1}"},
+                                        "id": f"call_{done + 1}"}])
     else:
         answer = AIMessage(content=f"Done after {done} searches.")
     llm = ToolCallingFakeModel(messages=iter([answer]))
@@ -140,5 +143,6 @@ def again(state: TickState) -> str:
     return "tick" if state["count"] < state["target"] else END
 
 
-ticker = StateGraph(TickState).add_node("tick", tick).add_edge(START, "tick").add_conditional_edges("tick", again).compile()
+ticker = (StateGraph(TickState).add_node("tick", tick).add_edge(START, "tick")
+          .add_conditional_edges("tick", again).compile())
 ticker.name = "ticker"

@@ -22,7 +22,7 @@ async def look_around(state: State) -> dict[str, Any]:
     try:
         await client.threads.get(state["other_thread"])
         other = "found"
-    except Exception as exc:  # langgraph_sdk raises on a 404
+    except Exception as exc:  # noqa: BLE001 - langgraph_sdk raises on a 404
         other = type(exc).__name__
     # Credentials an agent puts on its in-process client change nothing: it is its run's caller.
     posing = get_client(headers={"Authorization": "Bearer user-b"})

@@ -60,7 +60,8 @@ _ERR = r"body\.(code|message|errors|metadata)"  # our error body's extra keys (t
 
 ACCEPTED: list[Accepted] = [
     # --- real differences nobody is fixing yet ---------------------------------------------------------------
-    Accepted("run-kwargs-config", "open", r"/runs", r"body(\[\])?\.kwargs\.config\.(configurable\.graph_id|metadata\.(run_id|thread_id))",
+    Accepted("run-kwargs-config", "open", r"/runs",
+             r"body(\[\])?\.kwargs\.config\.(configurable\.graph_id|metadata\.(run_id|thread_id))",
              "A run's `kwargs.config` (Threadline renders it from the stored request and the run's ids): no "
              "`graph_id` in `configurable` for a run that created its thread (its metadata has none to take it "
              "from), and for a graph factory the reference's `metadata` also has `run_id`/`thread_id`."),
@@ -80,7 +81,8 @@ ACCEPTED: list[Accepted] = [
              "A thread whose run was cancelled: the error message names the run (`interrupt requested for run "
              "<id>`); the reference's is the route's template with its placeholders left in (`… via POST "
              "/threads/{thread_id}/runs/{run_id}/cancel`)."),
-    Accepted("schema-titles", "open", r"/schemas$|/subgraphs", r"body(\.\w+)?\.(state|input|output|config)_schema\.title",
+    Accepted("schema-titles", "open", r"/schemas$|/subgraphs",
+             r"body(\.\w+)?\.(state|input|output|config)_schema\.title",
              "Schema titles: the reference names them after the graph (`typed_ext_state`, `functional_input`, "
              "`Context`); Threadline keeps the class's name (`ExtState`, `LangGraphInput`, `LangGraphConfig`)."),
     Accepted("schema-state-defaults", "open", r"/schemas$|/subgraphs",
@@ -114,7 +116,8 @@ ACCEPTED: list[Accepted] = [
     Accepted("protocol-seq", "deliberate", r"/stream/events$", r"sse\[[^\]]+\]\.data\.(seq|event_id)",
              "Protocol v2 `seq` is per thread and persisted, `event_id` `<run_id>:<seq>` (the reference: per "
              "connection): docs/compatibility.md, Protocol v2."),
-    Accepted("protocol-input-value", "deliberate", r"/stream/events$", r"sse\[input\.requested\]\.data\.params\.data\.value",
+    Accepted("protocol-input-value", "deliberate", r"/stream/events$",
+             r"sse\[input\.requested\]\.data\.params\.data\.value",
              "`input.requested` carries `value` besides `payload` (langgraph-sdk reads `value`): docs, Protocol v2."),
     Accepted("protocol-event-sequence", "open", r"/stream/events$", r"sse\[[^\]]+\](\.data\.params.*)?",
              "Protocol v2 events of a run stopping at `interrupt()`: the reference's root lifecycle starts with "
@@ -155,13 +158,14 @@ ACCEPTED: list[Accepted] = [
              "the reference: `Not Found`), an invalid schedule's 422 gives the parser's reason (`Bad minute`; the "
              "reference repeats `Invalid cron schedule`), a missing thread's 404 is Threadline's usual one: "
              "docs/compatibility.md, Crons.", sessions=r"^crons$"),
-    # --- the acceptance audit (session accept:requests, tests/differential/variants.py): statuses only ------------------
+    # --- the acceptance audit (session accept:requests, tests/differential/variants.py): statuses only ---------
     Accepted("null-as-absent", "deliberate", r".", r"status",
              "A `null` beside an optional request field: Threadline takes it as absent; the reference refuses it (422) "
              "on most fields (its schemas have no null there) and takes it as absent on a few (`input`, `command`, "
              "`checkpoint_id`, `on_completion`, `on_disconnect`, `if_exists`, `graph_id` on thread create, a cron's "
              "`end_time`, the store's optional fields). langgraph-sdk never sends null (it drops None): "
-             "docs/compatibility.md, Requests.", sessions=r"^accept:requests$", steps=r": \w+ null$", answers=(422, 200)),
+             "docs/compatibility.md, Requests.", sessions=r"^accept:requests$", steps=r": \w+ null$",
+             answers=(422, 200)),
     Accepted("unsupported-fields", "deliberate", r".", r"status",
              "Fields the reference honours and Threadline cannot are refused (422 naming them) rather than silently "
              "ignored: thread search's `extract`: docs/compatibility.md, Requests.",
@@ -195,7 +199,8 @@ END = "<!-- end of accepted differences -->"
 def table() -> str:
     rows = ["| key | status | where | reason |", "|---|---|---|---|"]
     for e in ACCEPTED:
-        status = ("being fixed in issue 13" if e.status == "issue13" else e.status) + (" (sometimes)" if e.sometimes else "")
+        status = (("being fixed in issue 13" if e.status == "issue13" else e.status)
+                  + (" (sometimes)" if e.sometimes else ""))
         where = f"`{e.where}` `{e.field}`" + (f" (sessions `{e.sessions}`)" if e.sessions != "." else "") \
             + (f" (steps `{e.steps}`)" if e.steps != "." else "")
         rows.append(f"| `{e.key}` | {status} | {where.replace('|', chr(92) + '|')} | {e.reason} |")

@@ -145,7 +145,7 @@ class _Walker:
         elif isinstance(ref, list) and isinstance(tl, list):
             if len(ref) != len(tl):
                 self.add(f"{path}.length", f"{indexed}.length", len(ref), len(tl))
-            for i, (a, b) in enumerate(zip(ref, tl)):
+            for i, (a, b) in enumerate(zip(ref, tl, strict=False)):
                 self.walk(a, b, f"{path}[]", f"{indexed}[{i}]")
         elif ref != tl or type(ref) is not type(tl):
             self.add(path, indexed, ref, tl)
@@ -155,7 +155,7 @@ class _Walker:
         names = difflib.SequenceMatcher(a=[e["event"] for e in ref], b=[e["event"] for e in tl], autojunk=False)
         for op, a0, a1, b0, b1 in names.get_opcodes():
             if op == "equal":
-                for i, j in zip(range(a0, a1), range(b0, b1)):
+                for i, j in zip(range(a0, a1), range(b0, b1), strict=True):
                     name = ref[i]["event"]
                     self.walk(ref[i]["data"], tl[j]["data"], f"sse[{name}].data", f"sse[{i}:{name}].data")
                 continue
@@ -176,7 +176,7 @@ def compare(session: str, reference: list[Exchange], threadline: list[Exchange])
                                    autojunk=False)
     for op, a0, a1, b0, b1 in keys.get_opcodes():
         if op == "equal":
-            for a, b in zip(ref[a0:a1], tl[b0:b1]):
+            for a, b in zip(ref[a0:a1], tl[b0:b1], strict=True):
                 out.extend(_exchange(session, a, b))
             continue
         for a in ref[a0:a1]:

@@ -1,7 +1,8 @@
 """The two servers as real processes on loopback, and a recording langgraph-sdk client for scripted sessions.
 
 The reference is LangGraph's own server (`langgraph dev` from `langgraph-cli[inmem]`), installed by
-`scripts/test` into its own venv (`.venv-ref`, or `THREADLINE_REF_VENV`; tests/environments.py). It is used only as a test oracle:
+`scripts/test` into its own venv (`.venv-ref`, or `THREADLINE_REF_VENV`; tests/environments.py). It is used
+only as a test oracle:
 nothing of it is imported here, it is run as a separate program.
 """
 
@@ -166,7 +167,8 @@ class _Recording(httpx.AsyncBaseTransport):
         if _status_only.get():
             exchange.headers, exchange.body, exchange.sse = {}, None, False
         self._exchanges.append(exchange)
-        headers = [(k, v) for k, v in response.headers.items() if k.lower() not in ("content-encoding", "content-length",
+        headers = [(k, v) for k, v in response.headers.items()
+                   if k.lower() not in ("content-encoding", "content-length",
                                                                                        "transfer-encoding")]
         return httpx.Response(response.status_code, headers=headers, content=content, request=request)
 

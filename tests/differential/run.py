@@ -29,7 +29,7 @@ async def record_all(names: list[str], reference: str, threadline: str) -> dict[
     async def both(name: str) -> tuple:
         return await asyncio.gather(run_session(name, reference), run_session(name, threadline))
     results = await asyncio.gather(*(both(n) for n in names))
-    return dict(zip(names, results))
+    return dict(zip(names, results, strict=True))
 
 
 def repeat(names: list[str], rounds: int, show: bool = False) -> int:
@@ -52,7 +52,8 @@ def repeat(names: list[str], rounds: int, show: bool = False) -> int:
             for diff in new:
                 print(f"round {round_}: NEW {diff}")
             for label, recorded in (("reference", r), ("threadline", t)) if new and show else ():
-                print(f"round {round_}: == {name} on {label}" + (f" (error: {recorded.error})" if recorded.error else ""))
+                print(f"round {round_}: == {name} on {label}"
+                      + (f" (error: {recorded.error})" if recorded.error else ""))
                 for e in recorded.exchanges:
                     print(f"round {round_}:    {e.step}: {e.where} {e.status} {e.body}")
             if new:

@@ -56,7 +56,8 @@ def session(name: str) -> Callable[[SessionScript], SessionScript]:
 
 
 async def _system_assistant(s: Session, graph_id: str) -> str:
-    found = await s.do(f"find {graph_id}", s.client.assistants.search(graph_id=graph_id, metadata={"created_by": "system"}))
+    found = await s.do(f"find {graph_id}",
+                       s.client.assistants.search(graph_id=graph_id, metadata={"created_by": "system"}))
     return found[0]["assistant_id"] if found else graph_id
 
 
@@ -411,7 +412,8 @@ async def mcp(s: Session) -> None:
         return r
     await rpc("initialize", "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
                                            "clientInfo": {"name": "differential", "version": "1"}}, 1)
-    await s.raw("initialized", "POST", "/mcp", headers=_MCP, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+    await s.raw("initialized", "POST", "/mcp", headers=_MCP,
+                json={"jsonrpc": "2.0", "method": "notifications/initialized"})
     await rpc("call typed_ext", "tools/call", {"name": "typed_ext", "arguments": {"topic": "owls"}}, 2)
     await rpc("call unknown", "tools/call", {"name": "no_such_tool", "arguments": {}}, 3)
 
@@ -437,7 +439,8 @@ async def protocol(s: Session) -> None:
     await s.raw("run.start", "POST", f"/threads/{tid}/commands", json={
         "id": 1, "method": "run.start", "params": {"assistant_id": "dynamic_interrupt", "input": {"task": "ship"}}})
     await events
-    await s.raw("unknown command", "POST", f"/threads/{tid}/commands", json={"id": 2, "method": "no.such", "params": {}})
+    await s.raw("unknown command", "POST", f"/threads/{tid}/commands",
+                json={"id": 2, "method": "no.such", "params": {}})
 
 
 # --- crons ------------------------------------------------------------------------------------------------------
@@ -499,7 +502,8 @@ async def accept_requests(s: Session) -> None:
     thread = await s.do("thread", c.threads.create(metadata={"session": s.name, "graph_id": "typed"}))
     assistant = await s.do("assistant", c.assistants.create("typed", metadata={"session": s.name}))
     ids = {"tid": thread["thread_id"] if thread else "-", "aid": assistant["assistant_id"] if assistant else "-"}
-    cron = await s.do("cron", c.crons.create("typed", schedule="0 0 1 1 *", enabled=False, metadata={"session": s.name}))
+    cron = await s.do("cron", c.crons.create("typed", schedule="0 0 1 1 *", enabled=False,
+                                             metadata={"session": s.name}))
     ids["cron"] = cron["cron_id"] if cron else "-"
     for group in OPERATIONS.values():
         for op in group:
@@ -542,7 +546,7 @@ async def run_session(name: str, url: str) -> Session:
     s = Session(name, url)
     try:
         await asyncio.wait_for(SESSIONS[name](s), 240)  # a loaded machine: see test_differential's bound
-    except Exception as exc:  # the recording so far still compares; the error is reported with it
+    except Exception as exc:  # noqa: BLE001 - the recording so far still compares; the error is reported with it
         s.error = f"{type(exc).__name__}: {exc}"
     finally:
         await s.close()

@@ -44,7 +44,7 @@ def test_status_header_and_missing_keys_are_reported() -> None:
 
 
 def test_event_streams_are_aligned_and_an_extra_event_is_one_difference() -> None:
-    ref = "event: metadata\ndata: {\"run_id\": \"%s\"}\n\nevent: values\ndata: {\"n\": 1}\n\n" % TID
+    ref = "event: metadata\ndata: {\"run_id\": \"" + TID + "\"}\n\nevent: values\ndata: {\"n\": 1}\n\n"
     tl = ref.replace("event: values", "event: custom\ndata: {\"p\": 0}\n\nevent: values")
     diffs = compare("t", [exchange(sse=ref)], [exchange(sse=tl.replace('"n": 1', '"n": 1'))])
     assert [(d.field, d.reference, d.threadline) for d in diffs] == [("sse[custom]", "<absent>", {"p": 0})]
@@ -66,5 +66,6 @@ def test_an_accepted_entry_accepts_only_its_field_where_it_happens(monkeypatch: 
     monkeypatch.setattr(accepted, "ACCEPTED", [entry])  # type: ignore[attr-defined]
     diff = compare("t", [exchange(body={"status": "idle", "n": 1})], [exchange(body={"status": "busy", "n": 2})])
     assert [classify(d) for d in diff] == [None, entry]  # body.n is not excused by the body.status entry
-    elsewhere = compare("t", [exchange(body={"status": "a"}, path="/runs")], [exchange(body={"status": "b"}, path="/runs")])
+    elsewhere = compare("t", [exchange(body={"status": "a"}, path="/runs")],
+                        [exchange(body={"status": "b"}, path="/runs")])
     assert classify(elsewhere[0]) is None

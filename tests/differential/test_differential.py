@@ -34,7 +34,7 @@ async def _record(reference: str, threadline: str) -> dict[str, list[Difference]
         ref, tl = await asyncio.gather(run_session(name, reference), run_session(name, threadline))
         return differences(name, ref, tl)
     found = await asyncio.gather(*(both(name) for name in SESSIONS))
-    return dict(zip(SESSIONS, found))
+    return dict(zip(SESSIONS, found, strict=True))
 
 
 @pytest.fixture(scope="module")

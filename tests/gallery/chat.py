@@ -48,7 +48,8 @@ class WeatherModel(BaseChatModel):
             reply = AIMessage(content=f"The weather: {last.content}.")
         else:
             city = next(str(m.content) for m in reversed(messages) if isinstance(m, HumanMessage))
-            reply = AIMessage(content="", tool_calls=[{"name": "get_weather", "args": {"city": city}, "id": "call_weather"}])
+            reply = AIMessage(content="", tool_calls=[{"name": "get_weather", "args": {"city": city},
+                                                       "id": "call_weather"}])
         return ChatResult(generations=[ChatGeneration(message=reply)])
 
 

@@ -66,7 +66,8 @@ def main() -> None:
         form.get_by_label("Input (JSON)").fill(f'{{"messages": [{{"role": "user", "content": "{words}"}}]}}')
         form.get_by_role("button", name="Start run").click()
         page.wait_for_url("**/runs/**")
-        page.locator("#live-messages .msg-ai .text").last.filter(has_text="echoed back one word at a time while the run streams; a long").wait_for()
+        page.locator("#live-messages .msg-ai .text").last.filter(
+            has_text="echoed back one word at a time while the run streams; a long").wait_for()
         page.screenshot(path=str(OUT / "run.png"))
         print("wrote", OUT / "run.png")
         page.get_by_role("button", name="Cancel run").click()

@@ -228,7 +228,7 @@ def _sse(rt: Runtime, req_id: jsonrpc.RequestId, version: str,
         try:
             async for frame in frames:
                 yield ServerSentEvent(data=dumps(jsonrpc.result(req_id, _render(frame, version))).decode())
-        except Exception as exc:  # after the 200 is sent, an error is the stream's last frame
+        except Exception as exc:  # noqa: BLE001 - after the 200 is sent, an error is the stream's last frame
             yield ServerSentEvent(data=dumps(_error(req_id, exc)).decode())
 
     # A client that leaves does not cancel the task: it can read it later (GetTask) or cancel it (CancelTask).
@@ -262,7 +262,7 @@ async def a2a_rpc(request: Request, assistant_id: str) -> Response:
             raise errors.InvalidInput("params must be an object")
         tasks = A2ATasks(rt, await _assistant(rt, assistant_id), identity_of(request))
         outcome = await handler(tasks, params, version)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - every error is a JSON-RPC error answer (api/errors.py)
         return JSON(_error(call.id, exc))
     if handler in STREAMING:
         return _sse(rt, call.id, version, outcome)

@@ -74,16 +74,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[Any]:
-        async with user_app.lifespan(project_app) if project_app is not None else contextlib.nullcontext() as state:
-            async with contextlib.AsyncExitStack() as stack:
-                def prepare(runtime: Runtime) -> None:  # before its workers start: relative webhooks reach the app
-                    client, runtime.webhooks.local = user_app.local_webhooks(app, http)
-                    stack.push_async_callback(client.aclose)
+        async with (user_app.lifespan(project_app) if project_app is not None else contextlib.nullcontext() as state,
+                    contextlib.AsyncExitStack() as stack):
+            def prepare(runtime: Runtime) -> None:  # before its workers start: relative webhooks reach the app
+                client, runtime.webhooks.local = user_app.local_webhooks(app, http)
+                stack.push_async_callback(client.aclose)
 
-                app.state.runtime = await _start(app, settings, project, graphs, prepare, access)
-                stack.push_async_callback(app.state.runtime.close)
-                with serving_loopback(app):  # `langgraph_sdk.get_client()` in an agent reaches this app
-                    yield state
+            app.state.runtime = await _start(app, settings, project, graphs, prepare, access)
+            stack.push_async_callback(app.state.runtime.close)
+            with serving_loopback(app):  # `langgraph_sdk.get_client()` in an agent reaches this app
+                yield state
 
     app = App(
         title="Threadline", version=__version__, lifespan=lifespan,

@@ -51,7 +51,8 @@ def problem(value: Any) -> tuple[tuple[str | int, ...], str] | None:
                     if isinstance(key, str) and not _encodable(key):
                         return (*path, key), "Keys must be valid Unicode (this one has a lone surrogate)"
                     if isinstance(key, str) and "\x00" in key:
-                        return (*path, key), "Keys may not hold the NUL character (\\u0000), which PostgreSQL cannot store"
+                        return (*path, key), ("Keys may not hold the NUL character (\\u0000), "
+                                              "which PostgreSQL cannot store")
                     stack.append((child, (*path, key)))
             else:
                 stack.extend((child, (*path, i)) for i, child in enumerate(item))

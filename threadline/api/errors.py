@@ -270,7 +270,8 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         if isinstance(exc.__cause__, RecursionError):  # FastAPI's "error parsing the body": nested too deep
-            return error_body(422, f"body: Objects and arrays may nest at most {bounds.MAX_DEPTH} deep", "invalid_input")
+            return error_body(422, f"body: Objects and arrays may nest at most {bounds.MAX_DEPTH} deep",
+                              "invalid_input")
         code = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}.get(exc.status_code, "error")
         message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         response = error_body(exc.status_code, message, code)

@@ -71,12 +71,12 @@ def _pattern(text: str) -> re.Pattern[str]:
     return re.compile(".*".join(re.escape(part) for part in text.split("*")))
 
 
-_run_headers: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("threadline_run_headers", default={})
+_run_headers: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("threadline_run_headers")
 
 
 def run_headers() -> dict[str, str]:
     """The current request's headers chosen by `http.configurable_headers` (empty without it)."""
-    return _run_headers.get()
+    return _run_headers.get({})
 
 
 def with_run_headers(body: dict[str, Any]) -> dict[str, Any]:

@@ -46,7 +46,7 @@ def _run_caller() -> AuthUser | None:
         from langgraph.config import get_config
 
         stored = (get_config().get("configurable") or {}).get("langgraph_auth_user")
-    except Exception:  # not inside a run (LangGraph raises outside a runnable context)
+    except Exception:  # noqa: BLE001 - not inside a run (LangGraph raises outside a runnable context)
         return None
     return AuthUser(stored) if isinstance(stored, dict) and stored.get("identity") else None
 

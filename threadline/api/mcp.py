@@ -94,7 +94,7 @@ async def _dispatch(request: Request, message: jsonrpc.Incoming, version: str) -
         return mcp_methods.serialize_server_result(message.method, version, value)
     except jsonrpc.RpcError:
         raise
-    except Exception as exc:  # the code and message as every JSON-RPC endpoint answers them (api/errors.py)
+    except Exception as exc:  # noqa: BLE001 - the code and message as every JSON-RPC endpoint answers them (api/errors.py)
         raise jsonrpc.RpcError(*rpc_error(exc)) from None
 
 

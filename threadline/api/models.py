@@ -96,7 +96,8 @@ MAX_MINUTES = MAX_SECONDS / 60
 def _runnable_config(config: dict[str, Any]) -> dict[str, Any]:
     configurable = config.get("configurable")
     if configurable is not None and not isinstance(configurable, dict):
-        raise invalid_at(("configurable",), "dict_type", f"Input should be an object, not {type(configurable).__name__}")
+        raise invalid_at(("configurable",), "dict_type",
+                         f"Input should be an object, not {type(configurable).__name__}")
     return config
 
 
@@ -213,7 +214,8 @@ class ThreadTTL(Body):
 
 
 #: `ttl` on thread create and update: the object, or just the minutes (an error names which it was taken for).
-TTLField = Annotated[Annotated[ThreadTTL, Tag("object")] | Annotated[float, Field(gt=0, le=MAX_MINUTES), Tag("minutes")],
+TTLField = Annotated[Annotated[ThreadTTL, Tag("object")]
+                     | Annotated[float, Field(gt=0, le=MAX_MINUTES), Tag("minutes")],
                      Discriminator(lambda v: "object" if isinstance(v, (dict, ThreadTTL)) else "minutes")] | None
 
 

@@ -144,7 +144,7 @@ async def wait_thread_run(request: Request, thread_id: UUID, body: RunCreate) ->
 @router.get("/threads/{thread_id}/runs")
 async def list_thread_runs(request: Request, thread_id: UUID, limit: int = Query(10, ge=1, le=1000),
                            offset: int = Query(0, ge=0, le=INT_MAX), status: RunStatus | None = None,
-                           select_: list[str] | None = Query(None, alias="select")) -> JSON:
+                           select_: list[str] | None = Query(None, alias="select")) -> JSON:  # noqa: B008
     rt = runtime(request)
     await rt.threads.get(str(thread_id))
     rows = await rt.runs.search(thread_id=str(thread_id), assistant_id=None, status=status, metadata=None,

@@ -107,10 +107,11 @@ def event_response(
                     left = False
                     break
                 yield b"".join(map(frame_bytes, batch))  # whatever is ready: one send, one socket write
-        except Exception as exc:  # our side failed (the broker, say): tell the client; the run goes on
+        except Exception as exc:  # noqa: BLE001 - our side failed (the broker, say): tell the client; the run goes on
             left = False
             log.warning("event stream failed: %s: %s", type(exc).__name__, exc)
-            yield ServerSentEvent(event="error", data=dumps({"error": type(exc).__name__, "message": str(exc)}).decode())
+            yield ServerSentEvent(event="error",
+                                  data=dumps({"error": type(exc).__name__, "message": str(exc)}).decode())
         finally:
             pump.close()
             if unwatch is not None:
@@ -154,7 +155,7 @@ class Pump:
                 if self._bytes >= self.max_bytes:
                     self._room.clear()
                     await self._room.wait()
-        except Exception as exc:  # given to the response, which tells the client
+        except Exception as exc:  # noqa: BLE001 - given to the response, which tells the client
             self._error = exc
         finally:
             self._ended = True

@@ -31,7 +31,8 @@ router = Router(prefix="/threads", tags=["Threads"])
 @router.post("")
 async def create_thread(request: Request, body: ThreadCreate) -> JSON:
     row = await runtime(request).threads.create(
-        thread_id=str(body.thread_id) if body.thread_id else None, metadata=body.metadata, if_exists=body.if_exists, graph_id=body.graph_id,
+        thread_id=str(body.thread_id) if body.thread_id else None, metadata=body.metadata, if_exists=body.if_exists,
+        graph_id=body.graph_id,
         supersteps=[s.model_dump() for s in body.supersteps] if body.supersteps else None,
         ttl=ttl_minutes(body.ttl),
     )

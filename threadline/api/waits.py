@@ -63,6 +63,6 @@ class KeptAliveJSON(Response):
             body = dumps(task.result())
         except ClientGone:
             body = b""  # nobody is there to read it
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the run's failure, sent as the late error body
             body = dumps(late_error(exc))
         await send({"type": "http.response.body", "body": body, "more_body": False})

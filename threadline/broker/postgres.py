@@ -157,7 +157,8 @@ class PostgresBroker(Broker):
         in the next. Whoever waits for an item (`publish`, `end_stream`) gets its outcome."""
         while self._outbox:
             batch = [self._outbox.popleft() for _ in range(min(len(self._outbox), self.batch_items))]
-            waiting: list[tuple[_Ids | asyncio.Future[Any], Any]] = []  # (waiter, cursor whose rows say its id, or None)
+            # (waiter, cursor whose rows say its id, or None)
+            waiting: list[tuple[_Ids | asyncio.Future[Any], Any]] = []
             touched: set[str] = set()
             try:
                 async with self._exchange(), self._pool.connection() as conn, conn.transaction():
@@ -427,6 +428,6 @@ class _Ids:
                 f.set_exception(exc)
 
     def set_result(self, rows: Any) -> None:
-        for f, (ms, seq) in zip(self._futures, sorted(rows, key=lambda row: row[1])):
+        for f, (ms, seq) in zip(self._futures, sorted(rows, key=lambda row: row[1]), strict=False):
             if f is not None and not f.done():
                 f.set_result(f"{ms}-{seq}")

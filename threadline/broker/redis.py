@@ -1,7 +1,8 @@
 """The Redis broker: the semantics of `MemoryBroker`, shared by every process of a deployment.
 
 Redis holds each run's events (a Redis Stream trimmed to exactly `buffer_events`, and by the publishing
-process to its byte budgets, `threadline.broker.budget`), a flag once the stream has ended, and a cancel sent before the worker registered. They expire: `retain_seconds` after the run's
+process to its byte budgets, `threadline.broker.budget`), a flag once the stream has ended, and a cancel sent
+before the worker registered. They expire: `retain_seconds` after the run's
 end, `live_seconds` after the last event of a run that never ends (its process died).
 
 Wake-ups, run-done and cancel signals are pub/sub messages: each process listens with one connection and

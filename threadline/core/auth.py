@@ -330,7 +330,8 @@ class Authorizer:
             result = await handler(ctx=ctx, value=value)
         except HTTPException as exc:
             raise Unauthorized(exc.detail, status=exc.status_code, headers=dict(exc.headers or {})) from None
-        except AssertionError as exc:  # LangGraph's documented `assert ..., "Not authorized"`: its message is for the caller
+        # LangGraph's documented `assert ..., "Not authorized"`: its message is for the caller
+        except AssertionError as exc:
             raise Unauthorized(str(exc) or "Forbidden", status=403) from None
         except Exception:
             log.exception("@auth.on handler for %s.%s raised; the request is refused with 403", resource, action)

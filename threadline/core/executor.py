@@ -232,7 +232,7 @@ class Executor:
                 thread_changes.update(status="error", error=error)
                 output = thread_changes.get("values")
                 log.warning("run %s passed its timeout and was cancelled", run_id, extra=fields)
-        except Exception as exc:  # the agent's own failure: recorded on the run, shown to the client
+        except Exception as exc:  # noqa: BLE001 - the agent's own failure: recorded on the run, shown to the client
             _disarm(deadline)
             if isinstance(exc, LeaseLost) or not lease.valid():
                 log.warning("run %s: lease lost (%s); leaving it to the worker that holds it now", run_id, exc)

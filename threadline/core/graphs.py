@@ -232,7 +232,7 @@ def pydantic_compatible(tp: Any, _seen: dict[Any, Any] | None = None) -> Any:
     if not args:
         return tp
     new_args = tuple(pydantic_compatible(a, seen) for a in args)
-    if all(n is a for n, a in zip(new_args, args)):
+    if all(n is a for n, a in zip(new_args, args, strict=True)):
         return tp
     origin = typing.get_origin(tp)
     if origin is typing.Annotated:

@@ -109,7 +109,8 @@ class Metrics:
             "Resumes (Last-Event-ID) some of whose events were no longer buffered: the client missed them.",
             registry=self.registry)
         self.rate_limited_requests = Counter(
-            PREFIX + "rate_limited_requests", "Requests refused with 429 by a rate limit, by route template and budget.",
+            PREFIX + "rate_limited_requests",
+            "Requests refused with 429 by a rate limit, by route template and budget.",
             ["path", "budget"], registry=self.registry)
         self.cron_runs = Counter(PREFIX + "cron_runs_created", "Runs this process's cron scheduler created, by "
                                  "kind (thread: on the cron's thread; stateless: on a new thread).", ["kind"],

@@ -82,7 +82,8 @@ def _prefix(namespace: list[str], prefix: tuple[str, ...]) -> bool:
     """`prefix` starts `namespace`; a prefix segment without `:` also matches `<segment>:<task id>`."""
     if len(prefix) > len(namespace):
         return False
-    return all(seg == got or (":" not in seg and got.partition(":")[0] == seg) for seg, got in zip(prefix, namespace))
+    return all(seg == got or (":" not in seg and got.partition(":")[0] == seg)
+               for seg, got in zip(prefix, namespace, strict=False))
 
 
 async def follow_events(runs: Runs, thread_id: str, flt: EventFilter, since: int | None) -> AsyncIterator[Row]:
@@ -227,7 +228,8 @@ class Commands:
             if len(rows) < READ_BATCH:
                 break
         assistant = await self.storage.get_assistant(run["assistant_id"])
-        root: dict[str, Any] = {"namespace": [], "status": _tree_status(run, states.get(()), await self._waiting_for_input(thread_id)),
+        root: dict[str, Any] = {"namespace": [],
+                                "status": _tree_status(run, states.get(()), await self._waiting_for_input(thread_id)),
                 "graph_name": (assistant or {}).get("graph_id", run["assistant_id"])}
         return {"tree": _tree(root, states)}
 
@@ -261,7 +263,8 @@ class Commands:
                                                metadata=None, limit=1, offset=0)
         run = found[0] if found else None
         if run is None or not (run["status"] == "running" or (
-                run["status"] == "success" and isinstance(run.get("output"), dict) and run["output"].get("__interrupt__"))):
+                run["status"] == "success" and isinstance(run.get("output"), dict)
+                and run["output"].get("__interrupt__"))):
             return {}
         rows = await self.storage.read_thread_events(thread_id, run_id=run["run_id"], method="input.requested",
                                                      limit=READ_BATCH)

@@ -137,9 +137,9 @@ class Runs:
             kwargs["temporary"] = kwargs["on_completion"] == "delete"
         else:
             await self._check_thread(thread_id, filters, may_create=create_thread)
-            if body.get("strict_resume") and (body.get("command") or {}).get("resume") is not None:
-                if not (await self.threads.get(thread_id)).get("interrupts"):
-                    raise InvalidInput("strict_resume: the thread has no interrupt waiting for an answer")
+            if (body.get("strict_resume") and (body.get("command") or {}).get("resume") is not None
+                    and not (await self.threads.get(thread_id)).get("interrupts")):
+                raise InvalidInput("strict_resume: the thread has no interrupt waiting for an answer")
         # LangGraph's server defaults to enqueue; clients written against it rely on that.
         strategy: MultitaskStrategy = body.get("multitask_strategy") or "enqueue"
         if strategy in ("interrupt", "rollback"):

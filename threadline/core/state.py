@@ -113,7 +113,7 @@ def response_schema(interrupt: Any) -> Any:
         return schema
     try:
         return TypeAdapter(pydantic_compatible(schema)).json_schema()
-    except Exception:  # a type pydantic cannot describe: the interrupt is still answered, without a schema
+    except Exception:  # noqa: BLE001 - a type pydantic cannot describe: the interrupt is still answered, without a schema
         return None
 
 

@@ -59,9 +59,8 @@ async def _follow(runs: Runs, thread_id: str, wanted: set[str],
             if _wanted(ev.event, wanted):
                 yield StreamEvent(f"{run_id}/{ev.id}", ev.event, ev.data)
         final = await storage.get_run(run_id)
-        if final is None or final["status"] in TERMINAL:
-            if _wanted("metadata", wanted):
-                yield StreamEvent(f"{run_id}/done", "metadata", dumps({"status": "run_done", "run_id": run_id}))
+        if (final is None or final["status"] in TERMINAL) and _wanted("metadata", wanted):
+            yield StreamEvent(f"{run_id}/done", "metadata", dumps({"status": "run_done", "run_id": run_id}))
         cursor, run, after, live = run["seq"], None, None, False
 
 

@@ -63,7 +63,7 @@ class Webhooks:
                     tracer().annotate({"http.response.status_code": status})
             if status >= 400:
                 log.warning("webhook %s answered %d", url, status)
-        except Exception as exc:  # a webhook failure never fails the run
+        except Exception as exc:  # noqa: BLE001 - a webhook failure never fails the run
             log.warning("webhook %s failed: %s", url, exc)
 
     async def close(self) -> None:

@@ -110,7 +110,8 @@ class Storage(abc.ABC):
         part of the query: a thread it excludes is None, as a missing one."""
 
     @abc.abstractmethod
-    async def update_thread(self, thread_id: str, changes: Row, *, merge_metadata: dict[str, Any] | None = None) -> Row | None:
+    async def update_thread(self, thread_id: str, changes: Row, *,
+                            merge_metadata: dict[str, Any] | None = None) -> Row | None:
         """Set columns in `changes` and shallow-merge `merge_metadata` into metadata."""
 
     @abc.abstractmethod

@@ -153,7 +153,8 @@ class PostgresStorage(SQLStorage):
 
         def new_pool(size: int) -> _Pool:
             return _Pool(url, min_size=1, max_size=size, open=False, check=_check, timeout=cls.checkout_seconds,
-                         configure=_configure, kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row,
+                         configure=_configure,
+                         kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row,
                                  "options": session_options(url, cls.idle_in_transaction_ms)})
 
         pool, reads = new_pool(pool_size), new_pool(cls.read_pool_size)
@@ -184,7 +185,8 @@ class PostgresStorage(SQLStorage):
             # Try, don't wait, for the lock: a session blocked in pg_advisory_lock() is an open
             # transaction, and the CREATE INDEX CONCURRENTLY in LangGraph's setup waits for every open
             # transaction, so the holder and the waiter would wait for each other.
-            while not await _fetch_ok(conn, "SELECT pg_try_advisory_lock(%s) AS ok", _MIGRATION_LOCK):
+            # ASYNC110 does not apply: another process holds the lock, so there is no event here to wait on.
+            while not await _fetch_ok(conn, "SELECT pg_try_advisory_lock(%s) AS ok", _MIGRATION_LOCK):  # noqa: ASYNC110
                 await asyncio.sleep(0.1)
             try:
                 applied = await _apply_migrations(conn)
@@ -275,7 +277,7 @@ async def _execute(conn: _Conn, qs: Sequence[Q]) -> list[list[Row] | None]:
         else:
             sent.append(await conn.execute(q.sql, POSTGRES.params(q.params)))
     return [[_row(r) for r in await cur.fetchall()] if q.wait and cur is not None else None
-            for q, cur in zip(qs, sent)]
+            for q, cur in zip(qs, sent, strict=True)]
 
 
 async def _fetch_ok(conn: _Conn, sql: str, *params: Any) -> bool:

@@ -66,7 +66,8 @@ def create_thread(d: Dialect, row: Row, if_exists: str) -> Script[Row]:
     return found[0]
 
 
-def update_thread(d: Dialect, thread_id: str, changes: Row, merge_metadata: dict[str, Any] | None) -> Script[Row | None]:
+def update_thread(d: Dialect, thread_id: str, changes: Row,
+                  merge_metadata: dict[str, Any] | None) -> Script[Row | None]:
     changes = dict(changes)
     if merge_metadata:
         locked = yield q(d, "lock_thread", thread_id=thread_id)
@@ -203,7 +204,8 @@ def cancel_pending_runs(d: Dialect, run_ids: list[str], status: str) -> Script[l
     if not run_ids:
         return []
     rows = yield q(d, "cancel_pending_runs", run_ids=list(run_ids), status=status)
-    steps = [step for thread_id in sorted({r["thread_id"] for r in rows}) for step in reconcile(d, {}, thread_id=thread_id)]
+    steps = [step for thread_id in sorted({r["thread_id"] for r in rows})
+             for step in reconcile(d, {}, thread_id=thread_id)]
     if steps:
         yield tuple(steps)
     return [r["run_id"] for r in rows]

@@ -5,15 +5,15 @@ and the few true differences between the dialects are slots, which `Dialect.sql`
 
 | slot | SQLite | PostgreSQL |
 |---|---|---|
-| `{now}` | `:now`, the transaction's one timestamp from the app clock | `now()`, the transaction's start on the database clock |
+| `{now}` | `:now`, the transaction's one timestamp (app clock) | `now()`, the transaction's start (database clock) |
 | `{lease}` | `:lease_at` (now + `:lease_seconds`) | `now() + make_interval(secs => :lease_seconds)` |
 | `{deadline}` | `:deadline_at` (now + `:deadline_seconds`) | `now() + make_interval(secs => :deadline_seconds)` |
-| `{for_update}`, `{skip_locked}` | nothing (the one writer holds the file's lock) | `FOR UPDATE`, `FOR UPDATE SKIP LOCKED` |
+| `{for_update}`, `{skip_locked}` | nothing (the one writer holds the lock) | `FOR UPDATE`, `FOR UPDATE SKIP LOCKED` |
 | `{json:p}` | `:p` (JSON text) | `CAST(:p AS jsonb)` |
 | `{ts:p}` | `:p` | `CAST(:p AS timestamptz)` |
 | `{in:p}` (p a list) | `IN (SELECT value FROM json_each(:p))` | `= ANY(:p)` |
-| `{pairs:p}` (p a JSON object of text to int) | `json_each(:p)`: `key`, `value` | `jsonb_each_text(...)`, `value` cast to int |
-| `{ilike:col:p}` | `lower(col) LIKE lower(:p) ESCAPE '\\'` (`lower` is Python's, on every connection) | `col ILIKE :p` |
+| `{pairs:p}` (p: JSON, text to int) | `json_each(:p)`: `key`, `value` | `jsonb_each_text(...)`, `value` as int |
+| `{ilike:col:p}` | `lower(col) LIKE lower(:p) ESCAPE '\\'` (Python's `lower`) | `col ILIKE :p` |
 
 Where a statement genuinely differs (LangGraph's checkpoint tables have other names on each), each dialect
 states it under the same name in `DIALECT_STATEMENTS`. `tests/test_statements.py` checks that both dialects
