@@ -253,6 +253,7 @@ def test_stalled_worker_past_its_lease_writes_nothing(cluster: Cluster) -> None:
     assert state_before["values"]["done"] == ["stalled"]
 
 
+@pytest.mark.timeout(300)  # 500 runs through two workers: ~20 s on a quiet 2-core machine, >120 s on a loaded one
 def test_burst_of_500_runs_on_50_threads_each_runs_once_in_order(cluster: Cluster) -> None:
     apis = cluster.apis
 
