@@ -129,7 +129,7 @@ class Runtime:
         threads = Threads(storage, graphs, project.checkpointer_ttl, access)
         metrics = Metrics()
         metrics.queue_cap.set(settings.max_active_runs)  # beside num_pending/num_running_runs: depth vs its cap
-        guard = WebhookGuard(project.webhooks, authenticated=auth_configured(project, settings))
+        guard = WebhookGuard(project.webhooks.url, authenticated=auth_configured(project, settings))
         webhooks = Webhooks(enabled="webhooks" not in project.http.disabled, guard=guard)
         workers = None
         if settings.workers > 0:
