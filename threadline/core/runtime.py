@@ -32,6 +32,7 @@ from threadline.loader import resolve_store_index
 from threadline.settings import Settings
 from threadline.storage import open_storage
 from threadline.storage.base import Storage
+from threadline.storage.checkpoint_serde import checkpoint_serializer
 
 log = logging.getLogger("threadline")
 
@@ -116,7 +117,8 @@ class Runtime:
             log.warning("langgraph.json key %r is not supported by Threadline yet and has no effect", key)
         url = settings.database_url or default_database_url(create=True)
         store_index = resolve_store_index(project.store_index, project.root)
-        storage = await open_storage(url, store_index=store_index, store_ttl=project.store_ttl)
+        serde = None if project.serde is None else checkpoint_serializer(project.serde.given())
+        storage = await open_storage(url, store_index=store_index, store_ttl=project.store_ttl, serde=serde)
         chosen = broker_url(url, settings.redis_url)
         broker = open_broker(chosen, buffer_events=settings.stream_buffer_events,
                              buffer_bytes=settings.stream_buffer_bytes, total_bytes=settings.stream_memory_bytes,
