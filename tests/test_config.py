@@ -117,6 +117,10 @@ def test_an_image_built_by_langgraph_build_is_served_from_its_environment(tmp_pa
     assert find_config(None, cwd=tmp_path, environ={}) == EXAMPLE_CONFIG
     path = find_config(None, cwd=tmp_path, environ=environ)
     assert path == (tmp_path / "langgraph.json").resolve() and not path.exists()
+    # `threadline dev` hands its child the path it found: it stays valid while the environment holds the graphs.
+    assert find_config(str(path), environ=environ) == path
+    with pytest.raises(ConfigError, match="config file not found"):
+        find_config(str(path), environ={})
     cfg = load_config(path, environ=environ)
     assert cfg.graphs == {"agent": "./agent.py:graph"} and cfg.root == tmp_path.resolve()
     assert cfg.http.disabled == {"store"} and cfg.http.mount_prefix == "/api"
@@ -124,6 +128,21 @@ def test_an_image_built_by_langgraph_build_is_served_from_its_environment(tmp_pa
     assert cfg.store_ttl == {"default_ttl": 10} and cfg.serde is not None and cfg.serde.pickle_fallback is False
     assert cfg.webhooks.url.require_https is True
     assert cfg.encryption is not None and cfg.ui == {"agent": "./ui.tsx"}
+
+
+async def test_a_server_starts_from_the_environment_alone(tmp_path: Path, backend: Backend,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from threadline.api.app import create_app
+
+    monkeypatch.chdir(tmp_path)  # no langgraph.json here
+    monkeypatch.setenv("LANGSERVE_GRAPHS", json.dumps(GRAPHS))
+    monkeypatch.setenv("LANGGRAPH_HTTP", json.dumps({"disable_store": True}))
+    app = create_app(Settings(workers=0, **backend.settings()))
+    async with LifespanManager(app, startup_timeout=30, shutdown_timeout=30) as manager:
+        transport = httpx.ASGITransport(app=manager.app)  # type: ignore[arg-type]
+        async with httpx.AsyncClient(transport=transport, base_url="http://t", timeout=30) as client:
+            assert [a["graph_id"] for a in (await client.post("/assistants/search", json={})).json()] == ["agent"]
+            assert (await client.post("/store/items/search", json={})).status_code == 404
 
 
 def test_the_environment_wins_over_the_file_section_by_section(tmp_path: Path) -> None:

@@ -462,13 +462,14 @@ def find_config(explicit: str | None, cwd: Path | None = None, environ: Mapping[
     """The config to serve: the one given, ./langgraph.json, or the bundled example. With no file and
     `LANGSERVE_GRAPHS` set (an image built by `langgraph build`), ./langgraph.json though it does not exist:
     the environment holds the configuration, relative paths are read from the working directory."""
+    from_env = bool((os.environ if environ is None else environ).get("LANGSERVE_GRAPHS"))
     if explicit:
         path = Path(explicit)
-        if not path.is_file():
+        if not path.is_file() and not from_env:
             raise ConfigError(f"config file not found: {explicit}")
         return path.resolve()
     local = ((cwd or Path.cwd()) / "langgraph.json").resolve()
-    if local.is_file() or (os.environ if environ is None else environ).get("LANGSERVE_GRAPHS"):
+    if local.is_file() or from_env:
         return local
     return EXAMPLE_CONFIG
 
