@@ -91,6 +91,8 @@ class Section(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _an_object(cls, raw: Any) -> Any:
+        if isinstance(raw, cls):  # built in Python (`WebhooksConfig(url=WebhookPolicy(...))`): already checked
+            return raw
         if not isinstance(raw, dict):
             raise ValueError(f"must be an object, got {raw!r}")
         return raw if cls.keeps_null else {k: v for k, v in raw.items() if v is not None}
