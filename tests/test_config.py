@@ -36,13 +36,13 @@ def test_every_unknown_key_is_reported_by_its_path_and_build_keys_are_ignored(tm
         "python_version": "3.12", "dockerfile_lines": ["RUN true"], "image_distro": "wolfi", "pip_config_file": "p",
         "future_key": 1, "store": {"index": None, "shards": 2}, "checkpointer": {"ttl": {"later": True}},
         "http": {"cors": {"allow_private_network": True}, "streaming": {}},
-        "webhooks": {"url": {"ipv6_only": True}, "allowed_fields": ["run_id"]},
+        "webhooks": {"url": {"ipv6_only": True}, "allowed_fields": ["run_id"]},  # allowed_fields is known
         "auth": {"path": "./auth.py:auth", "cache": {"cache_keys": ["x-user"], "shards": 1}},
         "threadline": {"default_agent": "agent", "colour": "blue"},
     })
     assert cfg.unsupported == ["auth.cache.shards", "checkpointer.ttl.later", "future_key",
                                "http.cors.allow_private_network", "http.streaming", "store.shards", "threadline.colour",
-                               "webhooks.allowed_fields", "webhooks.url.ipv6_only"]
+                               "webhooks.url.ipv6_only"]
     assert cfg.ignored == ["dockerfile_lines", "image_distro", "pip_config_file", "python_version"]
 
 
@@ -78,6 +78,7 @@ def test_null_means_absent(tmp_path: Path) -> None:
     ({"auth": {"path": "./a.py:auth", "cache": {"cache_keys": "x-user"}}}, "cache_keys must be a list of str"),
     ({"webhooks": {"url": {"allowed_ports": ["443"]}}}, "webhooks.url.allowed_ports must be a list of ints"),
     ({"webhooks": {"env_prefix": None}}, "webhooks.env_prefix must be a string, got None"),
+    ({"webhooks": {"allowed_fields": ["run_id", "secret"]}}, "allowed_fields must be null or a list of run_id"),
     ({"webhooks": {"headers": {"x-n": 1}}}, "webhooks.headers must be an object of header names to strings"),
     ({"checkpointer": {"serde": {"pickle_fallback": "no"}}}, "serde.pickle_fallback must be true or false"),
     ({"checkpointer": {"serde": {"allowed_json_modules": ["my_agent"]}}}, "checkpointer.serde.allowed_json_modules"),
@@ -240,6 +241,27 @@ async def test_webhook_headers_go_with_every_webhook(tmp_path: Path, backend: Ba
             [delivered] = await wait_received(local["run_id"])
     assert (sent["x-token"], sent["x-from"], sent["content-type"]) == ("s3cret", "tl", "application/json")
     assert (delivered["headers"]["x-token"], delivered["headers"]["x-from"]) == ("s3cret", "tl")
+
+
+async def test_allowed_fields_keep_only_those_keys_of_the_webhook_payload(tmp_path: Path) -> None:
+    from threadline.core.webhooks import Webhooks
+
+    cfg = load(tmp_path, {"webhooks": {"allowed_fields": ["run_id", "status"], "headers": {"x-a": "1"}}})
+    assert cfg.webhooks.allowed_fields == ("run_id", "status")
+    sent: list[tuple[str, bytes, dict[str, str]]] = []
+
+    async def local(path: str, body: bytes, headers: dict[str, str]) -> int:
+        sent.append((path, body, headers))
+        return 200
+
+    for fields, expected in ((cfg.webhooks.allowed_fields, {"run_id": "r", "status": "success"}),
+                             (None, {"run_id": "r", "status": "success", "values": {"x": 1}, "kwargs": {}})):
+        webhooks = Webhooks(headers=cfg.webhooks.headers, fields=fields)
+        webhooks.local = local
+        webhooks.send("/hook", {"run_id": "r", "status": "success", "values": {"x": 1}, "kwargs": {}})
+        await webhooks.close()
+        path, body, headers = sent.pop()
+        assert (path, json.loads(body), headers) == ("/hook", expected, {"x-a": "1"})
 
 
 # --- auth.cache ------------------------------------------------------------------------------------------

@@ -49,6 +49,10 @@ ENV_SECTIONS = {
     "LANGGRAPH_CHECKPOINTER": "checkpointer", "LANGGRAPH_UI": "ui", "LANGGRAPH_UI_CONFIG": "ui_config",
     "LANGGRAPH_ENCRYPTION": "encryption", "LANGGRAPH_WEBHOOKS": "webhooks",
 }
+# `webhooks.allowed_fields`: the webhook payload's keys a project may keep (as LangGraph's server lists them).
+WEBHOOK_FIELDS = ("run_id", "thread_id", "assistant_id", "created_at", "updated_at", "metadata", "kwargs",
+                  "multitask_strategy", "status", "run_started_at", "run_ended_at", "webhook_sent_at", "values",
+                  "error")
 # `${{ env.VAR }}` in `webhooks.headers`: resolved once, at startup.
 _TEMPLATE = re.compile(r"\$\{\{\s*([^}]+?)\s*\}\}")
 
@@ -323,13 +327,17 @@ class WebhookPolicy(Section):
 class WebhooksConfig(Section):
     """The `webhooks` section: the URL policy, and the headers every webhook POST carries. A header value may
     hold `${{ env.VAR }}`, filled in at startup from the environment; `VAR` must start with `env_prefix`
-    (LangGraph's default `LG_WEBHOOK_`; empty: any variable), so a header cannot leak other secrets."""
+    (LangGraph's default `LG_WEBHOOK_`; empty: any variable), so a header cannot leak other secrets.
+    `allowed_fields`: the payload keeps only these keys (absent or empty: all of them)."""
 
     keeps_null: ClassVar[bool] = True
     url: WebhookPolicy = Field(default_factory=WebhookPolicy)
     env_prefix: Text = "LG_WEBHOOK_"
     headers: Annotated[dict[str, str], _expect("an object of header names to strings",
                                                lambda v: isinstance(v, dict) and _strings(list(v.values())))] = {}
+    allowed_fields: Annotated[tuple[str, ...] | None, _expect(
+        f"null or a list of {', '.join(WEBHOOK_FIELDS)}",
+        lambda v: v is None or (_strings(v) and set(v) <= set(WEBHOOK_FIELDS)))] = None
 
     @model_validator(mode="before")
     @classmethod

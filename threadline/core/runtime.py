@@ -133,7 +133,7 @@ class Runtime:
         metrics.queue_cap.set(settings.max_active_runs)  # beside num_pending/num_running_runs: depth vs its cap
         guard = WebhookGuard(project.webhooks.url, authenticated=auth_configured(project, settings))
         webhooks = Webhooks(enabled="webhooks" not in project.http.disabled, guard=guard,
-                            headers=project.webhooks.headers)
+                            headers=project.webhooks.headers, fields=project.webhooks.allowed_fields)
         workers = None
         if settings.workers > 0:
             executor = Executor(storage, broker, graphs, threads, metrics, webhooks,

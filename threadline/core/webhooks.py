@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from threadline.core.webhook_policy import WebhookGuard
@@ -25,13 +25,15 @@ class Webhooks:
     without a network hop; `local` is that app, set by the API layer when the server starts (until then, or
     in a worker-only process, relative webhooks are logged and dropped). `enabled=False` is langgraph.json's
     `http.disable_webhooks`: runs still run, no webhook is sent. `headers` (langgraph.json `webhooks.headers`,
-    its `${{ env.VAR }}` already filled in) go with every POST, relative or absolute, as on LangGraph's server.
+    its `${{ env.VAR }}` already filled in) go with every POST, relative or absolute, as on LangGraph's server;
+    with `fields` (`webhooks.allowed_fields`) the payload keeps only those keys.
     """
 
     def __init__(self, *, enabled: bool = True, timeout: float = 10.0, guard: WebhookGuard | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None, fields: Iterable[str] | None = None) -> None:
         self.enabled = enabled
         self.headers = dict(headers or {})
+        self.fields = frozenset(fields or ())  # `webhooks.allowed_fields`: the payload's keys kept (empty: all)
         self.guard = guard  # langgraph.json `webhooks.url`: checked at run creation and again before a POST
         self.timeout = timeout
         self.local: LocalPost | None = None
@@ -41,6 +43,8 @@ class Webhooks:
         """Send in the background (a slow receiver must not hold the worker slot)."""
         if not self.enabled:
             return
+        if self.fields and isinstance(payload, dict):
+            payload = {key: value for key, value in payload.items() if key in self.fields}
         task = asyncio.create_task(self._post(url, dumps(payload)), name="threadline-webhook")
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
