@@ -162,7 +162,8 @@ def test_http_keys_are_parsed_and_unknown_ones_reported(tmp_path: Path) -> None:
     assert cfg.http.mount_prefix == "/api" and cfg.http.disabled == {"store"}
     assert cfg.http.configurable_headers is not None
     assert (cfg.http.configurable_headers.includes, cfg.http.configurable_headers.excludes) == (("x-*",), ("x-secret",))
-    assert cfg.http.cors == {"allow_origins": ["https://a.example"], "max_age": 60}
+    assert cfg.http.cors is not None
+    assert cfg.http.cors.options() == {"allow_origins": ["https://a.example"], "max_age": 60}
     assert sorted(k for k in cfg.unsupported if k.startswith("http")) == ["http.cors.allow_private_network",
                                                                           "http.streaming"]
 

@@ -204,9 +204,11 @@ def test_checkpointer_ttl_config(tmp_path: Path) -> None:
         path.write_text(json.dumps({"graphs": {"a": "./a.py:g"}, "checkpointer": {"ttl": ttl}}))
         return load_config(path)
 
-    assert load({}).checkpointer_ttl == CheckpointerTTL("delete", 5.0, None, 1000)
+    assert load({}).checkpointer_ttl == CheckpointerTTL(
+        strategy="delete", sweep_interval_minutes=5.0, default_ttl=None, sweep_limit=1000)
     cfg = load({"strategy": "delete", "sweep_interval_minutes": 60, "default_ttl": 43200, "sweep_limit": 50})
-    assert cfg.checkpointer_ttl == CheckpointerTTL("delete", 60.0, 43200.0, 50)
+    assert cfg.checkpointer_ttl == CheckpointerTTL(
+        strategy="delete", sweep_interval_minutes=60.0, default_ttl=43200.0, sweep_limit=50)
     assert load({"default_ttl": 1, "later": True}).unsupported == ["checkpointer.ttl.later"]
     for bad in ({"strategy": "keep_latest"}, {"default_ttl": 0}, {"sweep_interval_minutes": "hourly"},
                 {"sweep_limit": 2.5}, "43200"):

@@ -1,12 +1,34 @@
-"""The project configuration, in LangGraph's `langgraph.json` format."""
+"""The project configuration, in LangGraph's `langgraph.json` format.
+
+Each section is a pydantic model mirroring LangGraph's CLI schema (`langgraph_cli.schemas.Config`): a field per
+key, typed as LangGraph's server reads it. A wrong value stops startup with one message naming the key; a key
+Threadline does not know is kept (`extra="allow"`) and reported at startup as having no effect; a key that only
+matters to `langgraph build` is accepted and reported as ignored. `null` means absent, except where LangGraph
+gives it a meaning of its own (`checkpointer.serde`). Images built by `langgraph build` carry the sections in
+environment variables (`LANGSERVE_GRAPHS`, `LANGGRAPH_HTTP`, ...: `ENV_SECTIONS`); they win over the file.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import re
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar
+
+from pydantic import (
+    AfterValidator,
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from threadline.errors import ConfigError
 
@@ -15,223 +37,381 @@ log = logging.getLogger("threadline.config")
 EXAMPLE_CONFIG = Path(__file__).parent / "example" / "langgraph.json"
 
 # Keys that only matter when building a container image: accepted and reported as ignored.
-_BUILD_ONLY = {
-    "python_version", "node_version", "pip_config_file", "pip_installer", "dockerfile_lines",
-    "image_distro", "base_image", "keep_pkg_tools", "api_version", "_INTERNAL_docker_tag",
-}
-_SUPPORTED = {"graphs", "env", "dependencies", "store", "checkpointer", "http", "threadline", "auth", "webhooks"}
-_TTL_KEYS = {"strategy", "sweep_interval_minutes", "default_ttl", "sweep_limit"}
+BUILD_ONLY = ("python_version", "node_version", "pip_config_file", "pip_installer", "dockerfile_lines",
+              "image_distro", "base_image", "keep_pkg_tools", "api_version", "source", "_INTERNAL_docker_tag")
+# Keys parsed into typed settings whose behaviour is not in Threadline yet: still reported at startup.
+NOT_YET_HONOURED = ("checkpointer.path", "encryption", "priority", "ui", "ui_config")
 # `http.disable_<family>`: the route families LangGraph's server lets a project turn off.
 ROUTE_FAMILIES = ("assistants", "threads", "runs", "store", "meta", "mcp", "a2a", "webhooks", "ui")
-_CORS_KEYS = {
-    "allow_origins": list, "allow_methods": list, "allow_headers": list, "allow_credentials": bool,
-    "allow_origin_regex": str, "expose_headers": list, "max_age": int,
+# The environment variables LangGraph's server reads its configuration from, and the section each replaces.
+ENV_SECTIONS = {
+    "LANGSERVE_GRAPHS": "graphs", "LANGGRAPH_AUTH": "auth", "LANGGRAPH_HTTP": "http", "LANGGRAPH_STORE": "store",
+    "LANGGRAPH_CHECKPOINTER": "checkpointer", "LANGGRAPH_UI": "ui", "LANGGRAPH_UI_CONFIG": "ui_config",
+    "LANGGRAPH_ENCRYPTION": "encryption", "LANGGRAPH_WEBHOOKS": "webhooks",
 }
-# `webhooks.url`: LangGraph's webhook URL policy, plus ours (`allow_private_networks`).
-_WEBHOOK_URL_KEYS: dict[str, type] = {"require_https": bool, "allowed_domains": list, "allowed_ports": list,
-                                      "max_url_length": int, "disable_loopback": bool, "allow_private_networks": bool}
+# `webhooks.allowed_fields`: the webhook payload's keys a project may keep (as LangGraph's server lists them).
+WEBHOOK_FIELDS = ("run_id", "thread_id", "assistant_id", "created_at", "updated_at", "metadata", "kwargs",
+                  "multitask_strategy", "status", "run_started_at", "run_ended_at", "webhook_sent_at", "values",
+                  "error")
+# `${{ env.VAR }}` in `webhooks.headers`: resolved once, at startup.
+_TEMPLATE = re.compile(r"\$\{\{\s*([^}]+?)\s*\}\}")
 
 
-@dataclass(frozen=True)
-class CheckpointerTTL:
+class _Said(ValueError):
+    """A message that names its key itself (it is not prefixed with the key's path)."""
+
+
+def _expect(phrase: str, ok: Callable[[Any], bool]) -> BeforeValidator:
+    def check(value: Any) -> Any:
+        if not ok(value):
+            raise ValueError(f"must be {phrase}, got {value!r}")
+        return value
+    return BeforeValidator(check)
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+Flag = Annotated[bool, _expect("true or false", lambda v: isinstance(v, bool))]
+Text = Annotated[str, _expect("a string", lambda v: isinstance(v, str))]
+Strings = Annotated[tuple[str, ...], _expect("a list of strings", _strings)]
+Int = Annotated[int, _expect("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool))]
+PositiveInt = Annotated[int, _expect("a positive int", lambda v: _number(v) and float(v).is_integer() and v > 0)]
+PositiveNumber = Annotated[float, _expect("a positive number", lambda v: _number(v) and v > 0)]
+ImportPath = Annotated[str, _expect("'path.py:attr' or 'module:attr'", lambda v: isinstance(v, str) and ":" in v)]
+
+
+class Section(BaseModel):
+    """An object of langgraph.json. Unknown keys are kept in `model_extra` (reported, never an error)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    keeps_null: ClassVar[bool] = False  # else a `null` value means the key is absent
+
+    @model_validator(mode="before")
+    @classmethod
+    def _an_object(cls, raw: Any) -> Any:
+        if isinstance(raw, cls):  # built in Python (`WebhooksConfig(url=WebhookPolicy(...))`): already checked
+            return raw
+        if not isinstance(raw, dict):
+            raise ValueError(f"must be an object, got {raw!r}")
+        return raw if cls.keeps_null else {k: v for k, v in raw.items() if v is not None}
+
+    def declared(self) -> dict[str, Any]:
+        """The declared keys and their values (unknown keys left out), as plain data."""
+        return self.model_dump(include=set(type(self).model_fields))
+
+
+def unknown_keys(section: BaseModel, prefix: str = "") -> Iterator[str]:
+    """The keys of `section` (and of the sections inside it) that no field declares, as dotted paths."""
+    for key in section.model_extra or {}:
+        yield f"{prefix}{key}"
+    for name in type(section).model_fields:
+        value = getattr(section, name)
+        if isinstance(value, BaseModel):
+            yield from unknown_keys(value, f"{prefix}{name}.")
+
+
+# --- checkpointer ----------------------------------------------------------------------------------------
+
+
+def _delete_only(value: Any) -> Any:
+    if value != "delete":
+        raise _Said(f"checkpointer.ttl.strategy {value!r} is not supported; use 'delete'")
+    return value
+
+
+class CheckpointerTTL(Section):
     """`checkpointer.ttl`: expired threads are deleted with their checkpoints and runs.
 
     A thread expires `ttl` minutes after its last update; `default_ttl` is stamped on threads created
     while it is configured (a thread's own `ttl` from the API wins), so threads created before keep none.
     """
 
-    strategy: str = "delete"
-    sweep_interval_minutes: float = 5.0
-    default_ttl: float | None = None
-    sweep_limit: int = 1000
-
-    @classmethod
-    def parse(cls, raw: Any, path: Path) -> CheckpointerTTL:
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{path}: checkpointer.ttl must be an object")
-        if raw.get("strategy", "delete") != "delete":
-            raise ConfigError(f"{path}: checkpointer.ttl.strategy {raw['strategy']!r} is not supported; "
-                              "use 'delete'")
-        given: dict[str, Any] = {}
-        for key, kind in (("sweep_interval_minutes", float), ("default_ttl", float), ("sweep_limit", int)):
-            value = raw.get(key)
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0 or (
-                    kind is int and value != int(value)):
-                raise ConfigError(f"{path}: checkpointer.ttl.{key} must be a positive number, got {value!r}")
-            given[key] = kind(value)
-        return cls(**given)
+    strategy: Annotated[str, BeforeValidator(_delete_only)] = "delete"
+    sweep_interval_minutes: PositiveNumber = 5.0
+    default_ttl: PositiveNumber | None = None
+    sweep_limit: PositiveInt = 1000
 
 
-@dataclass(frozen=True)
-class HeaderPatterns:
+ModulePaths = Annotated[
+    tuple[tuple[str, ...], ...] | bool | None,
+    _expect("true, null or a list of module paths ([\"my_agent.models\", \"MyState\"])",
+            lambda v: v is None or isinstance(v, bool) or (isinstance(v, list) and all(_strings(p) for p in v))),
+]
+
+
+class SerdeConfig(Section):
+    """`checkpointer.serde`: how LangGraph's serializer reads checkpoints back, as LangGraph's server sets it.
+
+    `allowed_json_modules`: the modules custom objects may be rebuilt from out of JSON (true: any; absent or
+    null: none). `allowed_msgpack_modules`: the types beyond LangGraph's safe ones that msgpack may rebuild
+    (absent or true: any, with a warning; null: only the safe ones). `pickle_fallback`: values msgpack cannot
+    encode are pickled, and pickled values are read back (LangGraph's server: on unless set false).
+    """
+
+    keeps_null: ClassVar[bool] = True
+    allowed_json_modules: ModulePaths = None
+    allowed_msgpack_modules: ModulePaths = True
+    pickle_fallback: Flag = True
+
+    def given(self) -> dict[str, Any]:
+        """The settings for LangGraph's serializer: those given, and `pickle_fallback` (on unless set false)."""
+        return {name: getattr(self, name) for name in type(self).model_fields
+                if name in self.model_fields_set or name == "pickle_fallback"}
+
+
+class CheckpointerConfig(Section):
+    """`checkpointer`. `path` is a project's own saver factory (an async context manager yielding a
+    `BaseCheckpointSaver`), parsed here; `NOT_YET_HONOURED` says whether the storage layer uses it."""
+
+    path: ImportPath | None = None
+    ttl: CheckpointerTTL | None = None
+    serde: SerdeConfig | None = None
+
+
+class StoreConfig(Section):
+    """`store`: `index` (semantic search) and `ttl`, passed on to LangGraph's store as LangGraph reads them."""
+
+    index: dict[str, Any] | None = None
+    ttl: dict[str, Any] | None = None
+
+
+# --- http ------------------------------------------------------------------------------------------------
+
+
+class HeaderPatterns(Section):
     """`http.configurable_headers` (or `logging_headers`): header names, `*` as a wildcard. An excluded
-    header is never taken, even if included; with no `includes`, nothing is."""
+    header is never taken, even if included; with no `includes`, nothing is. LangGraph's docs say
+    `include`/`exclude`, its schema `includes`/`excludes`: both work there, and here."""
 
-    includes: tuple[str, ...] = ()
-    excludes: tuple[str, ...] = ()
+    includes: Annotated[tuple[str, ...], _expect("a list of header names or patterns", _strings)] = Field(
+        default=(), validation_alias=AliasChoices("includes", "include"))
+    excludes: Annotated[tuple[str, ...], _expect("a list of header names or patterns", _strings)] = Field(
+        default=(), validation_alias=AliasChoices("excludes", "exclude"))
 
+    @model_validator(mode="before")
     @classmethod
-    def parse(cls, raw: Any, where: str) -> HeaderPatterns:
+    def _known_keys(cls, raw: Any) -> Any:
         if not isinstance(raw, dict):
-            raise ConfigError(f"{where} must be an object with 'includes' and/or 'excludes'")
-        lists: dict[str, tuple[str, ...]] = {}
+            raise ValueError("must be an object with 'includes' and/or 'excludes'")
         for key in raw:
             if key not in ("includes", "include", "excludes", "exclude"):
-                raise ConfigError(f"{where}.{key} is not a known key; use 'includes' and 'excludes'")
-            value = raw[key] or []
-            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise ConfigError(f"{where}.{key} must be a list of header names or patterns")
-            # LangGraph's docs say `include`/`exclude`, its schema `includes`/`excludes`: both work there.
-            lists[key.rstrip("s") + "s"] = tuple(value)
-        return cls(**lists)
+                raise ValueError(f"has {key!r}, not a known key; use 'includes' and 'excludes'")
+        return {k: [] if v is None else v for k, v in raw.items()}
 
 
-@dataclass(frozen=True)
-class HttpConfig:
+class CorsConfig(Section):
+    """`http.cors`: keyword arguments of Starlette's CORSMiddleware (which LangGraph's server uses too)."""
+
+    allow_origins: Strings | None = None
+    allow_methods: Strings | None = None
+    allow_headers: Strings | None = None
+    allow_credentials: Flag | None = None
+    allow_origin_regex: Text | None = None
+    expose_headers: Strings | None = None
+    max_age: Int | None = None
+
+    def options(self) -> dict[str, Any]:
+        """The keys given, as CORSMiddleware takes them."""
+        return {name: list(value) if isinstance(value, tuple) else value
+                for name in type(self).model_fields if (value := getattr(self, name)) is not None}
+
+
+def _mount_prefix(value: Any) -> Any:
+    if not isinstance(value, str) or (value and not value.startswith("/")):
+        raise ValueError(f"must be a path starting with '/', got {value!r}")
+    return value.rstrip("/")
+
+
+def _middleware_order(value: Any) -> Any:
+    if value not in ("auth_first", "middleware_first"):
+        raise ValueError(f"must be 'auth_first' or 'middleware_first', got {value!r}")
+    return value
+
+
+class HttpConfig(Section):
     """The `http` section: the project's own app, CORS, run headers, route families and the URL prefix."""
 
-    app: str | None = None
-    cors: dict[str, Any] | None = None
+    app: ImportPath | None = None
+    cors: CorsConfig | None = None
     configurable_headers: HeaderPatterns | None = None
     logging_headers: HeaderPatterns | None = None
-    disabled: frozenset[str] = frozenset()
-    mount_prefix: str = ""
-    enable_custom_route_auth: bool = False
-    middleware_order: str = "middleware_first"
+    mount_prefix: Annotated[str, BeforeValidator(_mount_prefix)] = ""
+    enable_custom_route_auth: Flag = False
+    middleware_order: Annotated[str, BeforeValidator(_middleware_order)] = "middleware_first"
+    disable_assistants: Flag = False
+    disable_threads: Flag = False
+    disable_runs: Flag = False
+    disable_store: Flag = False
+    disable_meta: Flag = False
+    disable_mcp: Flag = False
+    disable_a2a: Flag = False
+    disable_webhooks: Flag = False
+    disable_ui: Flag = False
 
-    @classmethod
-    def parse(cls, raw: Any, path: Path, unsupported: list[str]) -> HttpConfig:
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{path}: 'http' must be an object")
-        given: dict[str, Any] = {}
-        disabled = set()
-        for key, value in raw.items():
-            where = f"{path}: http.{key}"
-            if key.startswith("disable_") and key[len("disable_"):] in ROUTE_FAMILIES:
-                if not isinstance(value, bool):
-                    raise ConfigError(f"{where} must be true or false, got {value!r}")
-                if value:
-                    disabled.add(key[len("disable_"):])
-            elif key == "app":
-                if not isinstance(value, str) or ":" not in value:
-                    raise ConfigError(f"{where} must be 'path.py:attr' or 'module:attr', got {value!r}")
-                given["app"] = value
-            elif key == "cors":
-                given["cors"] = None if value is None else _cors(value, where, unsupported)
-            elif key in ("configurable_headers", "logging_headers"):
-                given[key] = None if value is None else HeaderPatterns.parse(value, where)
-            elif key == "mount_prefix":
-                if not isinstance(value, str) or (value and not value.startswith("/")):
-                    raise ConfigError(f"{where} must be a path starting with '/', got {value!r}")
-                given["mount_prefix"] = value.rstrip("/")
-            elif key == "enable_custom_route_auth":
-                if not isinstance(value, bool):
-                    raise ConfigError(f"{where} must be true or false, got {value!r}")
-                given[key] = value
-            elif key == "middleware_order":
-                if value not in ("auth_first", "middleware_first"):
-                    raise ConfigError(f"{where} must be 'auth_first' or 'middleware_first', got {value!r}")
-                given[key] = value
-            else:
-                unsupported.append(f"http.{key}")
-        return cls(disabled=frozenset(disabled), **given)
+    @property
+    def disabled(self) -> frozenset[str]:
+        """The route families turned off (`disable_<family>: true`)."""
+        return frozenset(f for f in ROUTE_FAMILIES if getattr(self, f"disable_{f}"))
 
 
-def _cors(raw: Any, where: str, unsupported: list[str]) -> dict[str, Any]:
-    """`http.cors`, as keyword arguments of Starlette's CORSMiddleware (which LangGraph's server uses too)."""
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where} must be an object")
-    cors: dict[str, Any] = {}
-    for key, value in raw.items():
-        kind = _CORS_KEYS.get(key)
-        if kind is None:
-            unsupported.append(f"http.cors.{key}")
-        elif value is None:
-            continue
-        elif kind is list and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
-            raise ConfigError(f"{where}.{key} must be a list of strings, got {value!r}")
-        elif kind is not list and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
-            raise ConfigError(f"{where}.{key} must be a {kind.__name__}, got {value!r}")
-        else:
-            cors[key] = value
-    return cors
+# --- auth, encryption ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class AuthConfig:
+def _security(value: Any) -> Any:
+    if not (isinstance(value, dict) and set(value) <= {"securitySchemes", "security", "paths"}
+            and isinstance(value.get("securitySchemes", {}), dict) and isinstance(value.get("security", []), list)):
+        raise ValueError("must be an object with 'securitySchemes' (an object) and/or 'security' (a list)")
+    return value
+
+
+class AuthCache(Section):
+    """`auth.cache`: the `@auth.authenticate` handler's answers kept per value of the `cache_keys` headers, for
+    `ttl_seconds`, at most `max_size` of them (least recently used go first); LangGraph's defaults 60 s, 1000.
+    A request that shows none of the headers is never answered from the cache."""
+
+    cache_keys: Strings = ()
+    ttl_seconds: PositiveNumber = 60.0
+    max_size: PositiveInt = 1000
+
+
+class AuthConfig(Section):
     """The `auth` section: the project's `langgraph_sdk.Auth` (`path`), and the security schemes
     `/openapi.json` and `/docs` show (`openapi`). `disable_studio_auth` is accepted: Threadline has no
     Studio bypass, so every request goes through the project's handler either way."""
 
-    path: str
-    openapi: dict[str, Any] | None = None
-    disable_studio_auth: bool = False
-
-    @classmethod
-    def parse(cls, raw: Any, path: Path, unsupported: list[str]) -> AuthConfig | None:
-        if raw is None:
-            return None
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{path}: 'auth' must be an object with 'path'")
-        spec = raw.get("path")
-        if not isinstance(spec, str) or ":" not in spec:
-            raise ConfigError(f"{path}: auth.path must be 'path.py:attr' or 'module:attr', got {spec!r}")
-        openapi = raw.get("openapi")
-        if openapi is not None and not (isinstance(openapi, dict) and set(openapi) <= {"securitySchemes", "security"}
-                                        and isinstance(openapi.get("securitySchemes", {}), dict)
-                                        and isinstance(openapi.get("security", []), list)):
-            raise ConfigError(f"{path}: auth.openapi must be an object with 'securitySchemes' (an object) "
-                              "and/or 'security' (a list)")
-        studio = raw.get("disable_studio_auth", False)
-        if not isinstance(studio, bool):
-            raise ConfigError(f"{path}: auth.disable_studio_auth must be true or false, got {studio!r}")
-        unsupported += [f"auth.{k}" for k in raw if k not in ("path", "openapi", "disable_studio_auth")]
-        return cls(path=spec, openapi=openapi, disable_studio_auth=studio)
+    path: ImportPath
+    openapi: Annotated[dict[str, Any], BeforeValidator(_security)] | None = None
+    disable_studio_auth: Flag = False
+    cache: AuthCache | None = None
 
 
-@dataclass(frozen=True)
-class WebhookPolicy:
+class EncryptionConfig(Section):
+    """`encryption`: `path` names the project's `langgraph_sdk.encryption.Encryption` instance (checked when
+    the storage layer loads it)."""
+
+    path: Text
+
+
+class PriorityConfig(Section):
+    """`priority`: `path` names the project's `Priority` instance (parsed; not honoured yet)."""
+
+    path: Text
+
+
+# --- webhooks --------------------------------------------------------------------------------------------
+
+
+def _ports(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+
+
+class WebhookPolicy(Section):
     """`webhooks.url`: which webhook URLs a run may give. `allow_private_networks` None means: refused once
     authentication is on (a client must not make the server call into its own network), allowed without."""
 
-    require_https: bool = False
-    allowed_domains: tuple[str, ...] = ()
-    allowed_ports: tuple[int, ...] = ()
-    max_url_length: int = 2048
-    disable_loopback: bool = False
-    allow_private_networks: bool | None = None
+    require_https: Flag = False
+    allowed_domains: Annotated[tuple[str, ...], _expect("a list of strs", _strings),
+                               AfterValidator(lambda v: tuple(d.lower() for d in v))] = ()
+    allowed_ports: Annotated[tuple[int, ...], _expect("a list of ints", _ports)] = ()
+    max_url_length: PositiveInt = 2048
+    disable_loopback: Flag = False
+    allow_private_networks: Flag | None = None
 
+
+class WebhooksConfig(Section):
+    """The `webhooks` section: the URL policy, and the headers every webhook POST carries. A header value may
+    hold `${{ env.VAR }}`, filled in at startup from the environment; `VAR` must start with `env_prefix`
+    (LangGraph's default `LG_WEBHOOK_`; empty: any variable), so a header cannot leak other secrets.
+    `allowed_fields`: the payload keeps only these keys (absent or empty: all of them)."""
+
+    keeps_null: ClassVar[bool] = True
+    url: WebhookPolicy = Field(default_factory=WebhookPolicy)
+    env_prefix: Text = "LG_WEBHOOK_"
+    headers: Annotated[dict[str, str], _expect("an object of header names to strings",
+                                               lambda v: isinstance(v, dict) and _strings(list(v.values())))] = {}
+    allowed_fields: Annotated[tuple[str, ...] | None, _expect(
+        f"null or a list of {', '.join(WEBHOOK_FIELDS)}",
+        lambda v: v is None or (_strings(v) and set(v) <= set(WEBHOOK_FIELDS)))] = None
+
+    @model_validator(mode="before")
     @classmethod
-    def parse(cls, raw: Any, path: Path, unsupported: list[str]) -> WebhookPolicy:
-        if raw is None:
-            return cls()
+    def _nulls(cls, raw: Any) -> Any:
         if not isinstance(raw, dict):
-            raise ConfigError(f"{path}: 'webhooks' must be an object")
-        unsupported += [f"webhooks.{k}" for k in raw if k != "url"]
-        url = raw.get("url") or {}
-        if not isinstance(url, dict):
-            raise ConfigError(f"{path}: webhooks.url must be an object")
-        given: dict[str, Any] = {}
-        for key, value in url.items():
-            kind = _WEBHOOK_URL_KEYS.get(key)
-            where = f"{path}: webhooks.url.{key}"
-            if kind is None:
-                unsupported.append(f"webhooks.url.{key}")
-            elif kind is list:
-                item = int if key == "allowed_ports" else str
-                if not isinstance(value, list) or not all(isinstance(v, item) and not isinstance(v, bool)
-                                                          for v in value):
-                    raise ConfigError(f"{where} must be a list of {item.__name__}s, got {value!r}")
-                given[key] = tuple(v.lower() if isinstance(v, str) else v for v in value)
-            elif not isinstance(value, kind) or (kind is int and (isinstance(value, bool)
-                                                                  or (isinstance(value, int) and value <= 0))):
-                raise ConfigError(f"{where} must be a {'positive int' if kind is int else 'true or false'}, "
-                                  f"got {value!r}")
-            else:
-                given[key] = value
-        return cls(**given)
+            return raw
+        return {**raw, **{k: {} for k in ("url", "headers") if k in raw and raw[k] is None}}
+
+    def resolved(self, environ: Mapping[str, str]) -> WebhooksConfig:
+        """These settings with every `${{ env.VAR }}` in `headers` replaced by its value."""
+        def value(match: re.Match[str]) -> str:
+            expression = match.group(1)
+            name = expression.removeprefix("env.")
+            if not expression.startswith("env.") or not name or "." in name:
+                raise ConfigError(f"webhooks.headers: {match.group(0)!r} is not an environment reference; "
+                                  f"write ${{{{ env.{self.env_prefix}NAME }}}}")
+            if not name.startswith(self.env_prefix):
+                raise ConfigError(f"webhooks.headers: the environment variable {name} does not start with "
+                                  f"webhooks.env_prefix {self.env_prefix!r}")
+            if name not in environ:
+                raise ConfigError(f"webhooks.headers: the environment variable {name} is not set")
+            return environ[name]
+
+        return self.model_copy(update={"headers": {k: _TEMPLATE.sub(value, v) for k, v in self.headers.items()}})
+
+
+# --- the whole file --------------------------------------------------------------------------------------
+
+
+def _graphs(value: Any) -> Any:
+    if not isinstance(value, dict) or not value:
+        raise _Said("'graphs' must map graph ids to 'path.py:attr' or 'module:attr'")
+    graphs = {}
+    for graph_id, spec in value.items():
+        if isinstance(spec, dict):  # {"path": ..., "description": ...}
+            spec = spec.get("path")
+        if not isinstance(spec, str) or ":" not in spec:
+            raise _Said(f"graph {graph_id!r} must be 'path.py:attr' or 'module:attr', got {spec!r}")
+        graphs[graph_id] = spec
+    return graphs
+
+
+class ThreadlineSection(Section):
+    """The `threadline` section: settings of ours that belong to the project (`default_agent`)."""
+
+    default_agent: Text | None = None
+
+
+class LanggraphJson(Section):
+    """The whole of a langgraph.json, as LangGraph's CLI schema declares it."""
+
+    graphs: Annotated[dict[str, str], BeforeValidator(_graphs)]
+    env: Annotated[dict[str, Any] | str, _expect("a path to a .env file or a mapping",
+                                                 lambda v: isinstance(v, (dict, str)))] | None = None
+    dependencies: Annotated[list[str], _expect("a list of folders ('.', './lib') or package names", _strings)] = []
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    checkpointer: CheckpointerConfig = Field(default_factory=CheckpointerConfig)
+    http: HttpConfig = Field(default_factory=HttpConfig)
+    auth: AuthConfig | None = None
+    encryption: EncryptionConfig | None = None
+    priority: PriorityConfig | None = None
+    webhooks: WebhooksConfig = Field(default_factory=WebhooksConfig)
+    ui: dict[str, str] | None = None
+    ui_config: dict[str, Any] | None = None
+    threadline: ThreadlineSection = Field(default_factory=ThreadlineSection)
+    build: dict[str, Any] = {}  # the BUILD_ONLY keys given, moved here by `_build_keys`
+
+    @model_validator(mode="before")
+    @classmethod
+    def _build_keys(cls, raw: Any) -> Any:
+        if not isinstance(raw, dict):
+            return raw
+        kept = {k: v for k, v in raw.items() if k not in BUILD_ONLY and k != "build"}
+        return {**kept, "graphs": raw.get("graphs") or {}, "build": {k: v for k, v in raw.items() if k in BUILD_ONLY}}
 
 
 @dataclass(frozen=True)
@@ -244,12 +424,16 @@ class ProjectConfig:
     dependencies: list[Path] = field(default_factory=list)
     #: `dependencies` entries that name packages (`"langchain-openai"`, `"humanize>=4"`) rather than folders.
     requirements: list[str] = field(default_factory=list)
-    store_index: dict[str, Any] | None = None
-    store_ttl: dict[str, Any] | None = None
-    checkpointer_ttl: CheckpointerTTL | None = None
+    store: StoreConfig = field(default_factory=StoreConfig)
+    checkpointer: CheckpointerConfig = field(default_factory=CheckpointerConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
     auth: AuthConfig | None = None
-    webhooks: WebhookPolicy = field(default_factory=WebhookPolicy)
+    #: `encryption.path`: the project's `Encryption` instance, for the storage layer to apply.
+    encryption: EncryptionConfig | None = None
+    webhooks: WebhooksConfig = field(default_factory=WebhooksConfig)
+    #: `ui` (component name to its JS/TS file) and `ui_config`: generative UI, for the layer that bundles it.
+    ui: dict[str, str] | None = None
+    ui_config: dict[str, Any] | None = None
     default_agent: str | None = None
     unsupported: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
@@ -262,65 +446,133 @@ class ProjectConfig:
     def http_app(self) -> str | None:
         return self.http.app
 
+    @property
+    def store_index(self) -> dict[str, Any] | None:
+        return self.store.index
 
-def find_config(explicit: str | None, cwd: Path | None = None) -> Path:
-    """The config to serve: the one given, ./langgraph.json, or the bundled example."""
+    @property
+    def store_ttl(self) -> dict[str, Any] | None:
+        return self.store.ttl
+
+    @property
+    def checkpointer_ttl(self) -> CheckpointerTTL | None:
+        return self.checkpointer.ttl
+
+    @property
+    def checkpointer_path(self) -> str | None:
+        """`checkpointer.path`: the project's saver factory (`module:attr`), for the storage layer to open."""
+        return self.checkpointer.path
+
+    @property
+    def serde(self) -> SerdeConfig | None:
+        return self.checkpointer.serde
+
+
+def find_config(explicit: str | None, cwd: Path | None = None, environ: Mapping[str, str] | None = None) -> Path:
+    """The config to serve: the one given, ./langgraph.json, or the bundled example. With no file and
+    `LANGSERVE_GRAPHS` set (an image built by `langgraph build`), ./langgraph.json though it does not exist:
+    the environment holds the configuration, relative paths are read from the working directory."""
+    from_env = bool((os.environ if environ is None else environ).get("LANGSERVE_GRAPHS"))
     if explicit:
         path = Path(explicit)
-        if not path.is_file():
+        if not path.is_file() and not from_env:
             raise ConfigError(f"config file not found: {explicit}")
         return path.resolve()
-    local = (cwd or Path.cwd()) / "langgraph.json"
-    return local.resolve() if local.is_file() else EXAMPLE_CONFIG
+    local = ((cwd or Path.cwd()) / "langgraph.json").resolve()
+    if local.is_file() or from_env:
+        return local
+    return EXAMPLE_CONFIG
 
 
-def load_config(path: Path) -> ProjectConfig:
+def load_config(path: Path, environ: Mapping[str, str] | None = None) -> ProjectConfig:
+    """`path`, with the sections the environment gives (`ENV_SECTIONS`) in place of the file's."""
+    environ = os.environ if environ is None else environ
+    raw = _read(path, environ)
     try:
-        raw = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"cannot read {path}: {exc}") from exc
-    if not isinstance(raw, dict) or not isinstance(raw.get("graphs"), dict) or not raw["graphs"]:
-        raise ConfigError(f"{path}: 'graphs' must map graph ids to 'path.py:attr' or 'module:attr'")
-    unsupported = sorted(k for k in raw if k not in _SUPPORTED and k not in _BUILD_ONLY)
-    ignored = sorted(k for k in raw if k in _BUILD_ONLY)
-    store = raw.get("store") or {}
-    checkpointer = raw.get("checkpointer") or {}
-    for section, keys, allowed in (
-        ("store", store, {"index", "ttl"}),
-        ("checkpointer", checkpointer, {"ttl"}),
-    ):
-        unsupported += [f"{section}.{k}" for k in keys if k not in allowed]
-    if isinstance(checkpointer.get("ttl"), dict):
-        unsupported += [f"checkpointer.ttl.{k}" for k in checkpointer["ttl"] if k not in _TTL_KEYS]
-    graphs = {}
-    for graph_id, spec in raw["graphs"].items():
-        if isinstance(spec, dict):  # {"path": ..., "description": ...}
-            spec = spec.get("path")
-        if not isinstance(spec, str) or ":" not in spec:
-            raise ConfigError(f"{path}: graph {graph_id!r} must be 'path.py:attr' or 'module:attr', got {spec!r}")
-        graphs[graph_id] = spec
-    deps = raw.get("dependencies") or []
-    if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
-        raise ConfigError(f"{path}: 'dependencies' must be a list of folders ('.', './lib') or package names")
-    default = (raw.get("threadline") or {}).get("default_agent")
-    if default is not None and default not in graphs:
-        raise ConfigError(f"{path}: threadline.default_agent {default!r} is not one of the graphs {sorted(graphs)}")
+        parsed = LanggraphJson.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(f"{path}: {_message(exc)}") from None
+    if parsed.threadline.default_agent not in (None, *parsed.graphs):
+        raise ConfigError(f"{path}: threadline.default_agent {parsed.threadline.default_agent!r} is not one of "
+                          f"the graphs {sorted(parsed.graphs)}")
+    env = _load_env(parsed.env, path.parent)
+    try:  # the project's env holds a webhook secret too, as it does in LangGraph's image
+        webhooks = parsed.webhooks.resolved({**env, **environ})
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc.message}") from None
+    deps = parsed.dependencies
     return ProjectConfig(
         path=path,
-        graphs=graphs,
-        env=_load_env(raw.get("env"), path.parent),
+        graphs=parsed.graphs,
+        env=env,
         dependencies=[(path.parent / d).resolve() for d in deps if _is_path(d, path.parent)],
         requirements=[d for d in deps if not _is_path(d, path.parent)],
-        store_index=store.get("index"),
-        store_ttl=store.get("ttl"),
-        checkpointer_ttl=None if checkpointer.get("ttl") is None else CheckpointerTTL.parse(checkpointer["ttl"], path),
-        http=HttpConfig.parse(raw.get("http") or {}, path, unsupported),
-        auth=AuthConfig.parse(raw.get("auth"), path, unsupported),
-        webhooks=WebhookPolicy.parse(raw.get("webhooks"), path, unsupported),
-        default_agent=default,
-        unsupported=unsupported,
-        ignored=ignored,
+        store=parsed.store,
+        checkpointer=parsed.checkpointer,
+        http=parsed.http,
+        auth=parsed.auth,
+        encryption=parsed.encryption,
+        webhooks=webhooks,
+        ui=parsed.ui,
+        ui_config=parsed.ui_config,
+        default_agent=parsed.threadline.default_agent,
+        unsupported=_unsupported(parsed, raw),
+        ignored=sorted(parsed.build),
     )
+
+
+def _read(path: Path, environ: Mapping[str, str]) -> dict[str, Any]:
+    from_env = {name: value for name, value in environ.items() if name in ENV_SECTIONS and value}
+    if path.is_file() or "LANGSERVE_GRAPHS" not in from_env:
+        try:
+            raw = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ConfigError(f"cannot read {path}: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: 'graphs' must map graph ids to 'path.py:attr' or 'module:attr'")
+    else:
+        raw = {}
+    for name, value in from_env.items():
+        try:
+            raw[ENV_SECTIONS[name]] = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{name} must hold JSON (its langgraph.json section): {exc}") from None
+    ttl = environ.get("LANGGRAPH_THREAD_TTL")
+    if ttl:  # LangGraph's server: minutes, or a `checkpointer.ttl` object; it wins over checkpointer.ttl
+        try:
+            parsed = json.loads(ttl) if ttl.strip().startswith("{") else {"default_ttl": float(ttl)}
+        except ValueError as exc:
+            raise ConfigError(f"LANGGRAPH_THREAD_TTL must be minutes or a JSON object: {exc}") from None
+        raw["checkpointer"] = {**(raw.get("checkpointer") or {}), "ttl": parsed}
+    if environ.get("MOUNT_PREFIX"):  # LangGraph's server reads the prefix from here too, over http.mount_prefix
+        raw["http"] = {**(raw.get("http") or {}), "mount_prefix": environ["MOUNT_PREFIX"]}
+    return raw
+
+
+def _message(exc: ValidationError) -> str:
+    """The first error, as `<key> <what it must be>, got <value>`: the key dotted, quoted at the top level."""
+    error = exc.errors()[0]
+    cause = (error.get("ctx") or {}).get("error")
+    if isinstance(cause, _Said):
+        return str(cause)
+    keys = [str(part) for part in error["loc"] if isinstance(part, str)]
+    where = f"'{keys[0]}'" if len(keys) == 1 else ".".join(keys)
+    if cause is not None:
+        return f"{where} {cause}"
+    if error["type"] == "missing":
+        return f"{where} is required"
+    return f"{where}: {error['msg']}, got {error.get('input')!r}"
+
+
+def _unsupported(parsed: LanggraphJson, raw: dict[str, Any]) -> list[str]:
+    """Keys given that have no effect: the unknown ones, and the known ones not honoured yet."""
+    given = list(unknown_keys(parsed))
+    for dotted in NOT_YET_HONOURED:
+        section, _, key = dotted.partition(".")
+        value = raw.get(section)
+        if value is not None and (not key or (isinstance(value, dict) and value.get(key) is not None)):
+            given.append(dotted)
+    return sorted(given)
 
 
 def _is_path(dependency: str, root: Path) -> bool:
@@ -343,17 +595,15 @@ def missing_requirements(requirements: list[str]) -> list[str]:
     return missing
 
 
-def _load_env(env: Any, root: Path) -> dict[str, str]:
+def _load_env(env: dict[str, Any] | str | None, root: Path) -> dict[str, str]:
     if env is None:
         return {}
     if isinstance(env, dict):
         return {str(k): str(v) for k, v in env.items()}
-    if isinstance(env, str):
-        from dotenv import dotenv_values
+    from dotenv import dotenv_values
 
-        env_path = root / env
-        if not env_path.is_file():
-            log.warning("env file %s not found; continuing without it", env_path)
-            return {}
-        return {k: v for k, v in dotenv_values(env_path).items() if v is not None}
-    raise ConfigError("'env' must be a path to a .env file or a mapping")
+    env_path = root / env
+    if not env_path.is_file():
+        log.warning("env file %s not found; continuing without it", env_path)
+        return {}
+    return {k: v for k, v in dotenv_values(env_path).items() if v is not None}

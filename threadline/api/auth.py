@@ -28,6 +28,7 @@ from threadline.core.auth import (
     reset_current_user,
     set_current_user,
 )
+from threadline.core.auth_cache import AuthCache
 from threadline.errors import AmbiguousCredentials, ConfigError, ThreadlineError, Unauthorized
 from threadline.settings import Settings
 
@@ -49,7 +50,9 @@ def load_authenticator(project: ProjectConfig, settings: Settings) -> Authentica
     if auth is not None and project.auth is not None:
         if settings.api_keys or settings.api_keys_file:
             log.warning("langgraph.json has 'auth': THREADLINE_API_KEYS / api_keys_file are ignored")
-        return CustomAuth(auth, project.auth.path)
+        cache = project.auth.cache
+        return CustomAuth(auth, project.auth.path, None if cache is None or not cache.cache_keys else AuthCache(
+            cache.cache_keys, ttl=cache.ttl_seconds, max_size=cache.max_size))
     return ApiKeys.from_settings(settings.api_keys, settings.api_keys_file)
 
 

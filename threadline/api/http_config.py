@@ -46,7 +46,7 @@ def fastapi_urls(http: HttpConfig) -> dict[str, Any]:
 
 def cors_middleware(app: Any, http: HttpConfig) -> Any:
     """Starlette's CORSMiddleware (LangGraph's server uses it too) with `http.cors`, or our defaults."""
-    return CORSMiddleware(app, **(http.cors if http.cors is not None else DEFAULT_CORS))
+    return CORSMiddleware(app, **(http.cors.options() if http.cors is not None else DEFAULT_CORS))
 
 
 class HeaderRules:

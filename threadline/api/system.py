@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 from fastapi import Request
 
 from threadline import __version__
@@ -43,7 +41,7 @@ async def info(request: Request) -> JSON:
                   **dict.fromkeys(SURFACES, True)},
         "storage": {"backend": rt.storage.url.split(":", 1)[0], **rt.storage.capabilities,
                     # langgraph.json checkpointer.ttl; null: only threads given a `ttl` expire.
-                    "thread_ttl": asdict(rt.threads.ttl) if rt.threads.ttl else None},
+                    "thread_ttl": rt.threads.ttl.declared() if rt.threads.ttl else None},
         "broker": broker_kind(broker_url(rt.settings.database_url or "", rt.settings.redis_url)),
         "graphs": rt.graphs.ids(),
         "default_agent": rt.graphs.default_agent,

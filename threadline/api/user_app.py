@@ -128,16 +128,17 @@ def merge_openapi(ours: dict[str, Any], theirs: dict[str, Any] | None) -> dict[s
     return merged
 
 
-def local_webhooks(app: Any, http: HttpConfig) -> tuple[httpx.AsyncClient, Callable[[str, bytes], Awaitable[int]]]:
+def local_webhooks(app: Any, http: HttpConfig,
+                   ) -> tuple[httpx.AsyncClient, Callable[[str, bytes, dict[str, str]], Awaitable[int]]]:
     """A client that POSTs to this server's own app in-process (a relative `webhook`), and the poster.
 
     The request enters at the top, as any request: the project's middleware and routes see it, under
     `http.mount_prefix` (a relative webhook is relative to the API, as in LangGraph's server)."""
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api")
 
-    async def post(path: str, body: bytes) -> int:
+    async def post(path: str, body: bytes, headers: dict[str, str]) -> int:
         response = await client.post(http.mount_prefix + path, content=body,
-                                     headers={"content-type": "application/json"})
+                                     headers={**headers, "content-type": "application/json"})
         return response.status_code
 
     return client, post

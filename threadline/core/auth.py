@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from threadline.core.auth_cache import AuthCache
 from threadline.errors import ConfigError, Unauthorized
 from threadline.loader import load_object
 from threadline.storage.sql import filter_terms
@@ -153,9 +154,10 @@ class CustomAuth(Authenticator):
     """langgraph.json's `auth.path`: a `langgraph_sdk.Auth` whose `@auth.authenticate` handler is called with
     the parameters it names (`request`, `headers`, `authorization`, …). `Auth.exceptions.HTTPException` is
     answered with its status, detail and headers; any other exception is logged with its traceback and
-    answered 401 `Unauthorized`, saying nothing of the handler."""
+    answered 401 `Unauthorized`, saying nothing of the handler. With `cache` (langgraph.json `auth.cache`), an
+    accepted caller is kept and given again to requests showing the same `cache_keys` headers."""
 
-    def __init__(self, auth: Any, spec: str) -> None:
+    def __init__(self, auth: Any, spec: str, cache: AuthCache | None = None) -> None:
         handler = getattr(auth, "_authenticate_handler", None)
         if handler is None:
             raise ConfigError(f"auth.path '{spec}': the Auth object has no @auth.authenticate handler")
@@ -169,19 +171,27 @@ class CustomAuth(Authenticator):
                               f"it may take {', '.join(sorted(HANDLER_PARAMETERS))}")
         self.auth = auth
         self.handler: Callable[..., Awaitable[Any]] = handler
-        self.wants = frozenset(n for n in params if n in HANDLER_PARAMETERS)
+        self.params = frozenset(n for n in params if n in HANDLER_PARAMETERS)
+        self.cache = cache
+        self.wants = self.params | {"headers"} if cache is not None else self.params
 
     async def authenticate(self, facts: dict[str, Any]) -> AuthUser:
         from langgraph_sdk.auth.exceptions import HTTPException
 
+        key = self.cache.key(facts["headers"]) if self.cache is not None else None
+        if key is not None and self.cache is not None and (kept := self.cache.get(key)) is not None:
+            return kept
         try:
-            returned = await self.handler(**{name: facts[name] for name in self.wants})
+            returned = await self.handler(**{name: facts[name] for name in self.params})
         except HTTPException as exc:
             raise Unauthorized(exc.detail, status=exc.status_code, headers=dict(exc.headers or {})) from None
         except Exception:
             log.exception("the @auth.authenticate handler raised; the request is refused with 401")
             raise Unauthorized() from None
-        return as_user(returned)
+        user = as_user(returned)
+        if key is not None and self.cache is not None:
+            self.cache.put(key, user)
+        return user
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from threadline.loader import resolve_store_index
 from threadline.settings import Settings
 from threadline.storage import open_storage
 from threadline.storage.base import Storage
+from threadline.storage.checkpoint_serde import checkpoint_serializer
 
 log = logging.getLogger("threadline")
 
@@ -116,7 +117,8 @@ class Runtime:
             log.warning("langgraph.json key %r is not supported by Threadline yet and has no effect", key)
         url = settings.database_url or default_database_url(create=True)
         store_index = resolve_store_index(project.store_index, project.root)
-        storage = await open_storage(url, store_index=store_index, store_ttl=project.store_ttl)
+        serde = None if project.serde is None else checkpoint_serializer(project.serde.given())
+        storage = await open_storage(url, store_index=store_index, store_ttl=project.store_ttl, serde=serde)
         chosen = broker_url(url, settings.redis_url)
         broker = open_broker(chosen, buffer_events=settings.stream_buffer_events,
                              buffer_bytes=settings.stream_buffer_bytes, total_bytes=settings.stream_memory_bytes,
@@ -129,8 +131,9 @@ class Runtime:
         threads = Threads(storage, graphs, project.checkpointer_ttl, access)
         metrics = Metrics()
         metrics.queue_cap.set(settings.max_active_runs)  # beside num_pending/num_running_runs: depth vs its cap
-        guard = WebhookGuard(project.webhooks, authenticated=auth_configured(project, settings))
-        webhooks = Webhooks(enabled="webhooks" not in project.http.disabled, guard=guard)
+        guard = WebhookGuard(project.webhooks.url, authenticated=auth_configured(project, settings))
+        webhooks = Webhooks(enabled="webhooks" not in project.http.disabled, guard=guard,
+                            headers=project.webhooks.headers, fields=project.webhooks.allowed_fields)
         workers = None
         if settings.workers > 0:
             executor = Executor(storage, broker, graphs, threads, metrics, webhooks,

@@ -113,7 +113,7 @@ class Threads:
 
         Threads with an active run are kept. `now` (ISO-8601) defaults to the database's clock.
         """
-        limit = self.ttl.sweep_limit if self.ttl else CheckpointerTTL.sweep_limit
+        limit = (self.ttl or CheckpointerTTL()).sweep_limit
         return await self.storage.delete_expired_threads(limit=limit, now=now)
 
     async def search(self, **query: Any) -> list[Row]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from threadline.core.webhook_policy import WebhookGuard
@@ -13,8 +13,8 @@ from threadline.tracing import tracer
 
 log = logging.getLogger("threadline.webhooks")
 
-# POSTs a JSON body to a path of this server's own app (the API layer wires it at startup); the status.
-LocalPost = Callable[[str, bytes], Awaitable[int]]
+# POSTs a JSON body, with headers, to a path of this server's own app (the API layer wires it at startup).
+LocalPost = Callable[[str, bytes, dict[str, str]], Awaitable[int]]
 
 
 class Webhooks:
@@ -24,11 +24,16 @@ class Webhooks:
     in-process to this server's app, as LangGraph's server does, so a project's `http.app` route receives it
     without a network hop; `local` is that app, set by the API layer when the server starts (until then, or
     in a worker-only process, relative webhooks are logged and dropped). `enabled=False` is langgraph.json's
-    `http.disable_webhooks`: runs still run, no webhook is sent.
+    `http.disable_webhooks`: runs still run, no webhook is sent. `headers` (langgraph.json `webhooks.headers`,
+    its `${{ env.VAR }}` already filled in) go with every POST, relative or absolute, as on LangGraph's server;
+    with `fields` (`webhooks.allowed_fields`) the payload keeps only those keys.
     """
 
-    def __init__(self, *, enabled: bool = True, timeout: float = 10.0, guard: WebhookGuard | None = None) -> None:
+    def __init__(self, *, enabled: bool = True, timeout: float = 10.0, guard: WebhookGuard | None = None,
+                 headers: dict[str, str] | None = None, fields: Iterable[str] | None = None) -> None:
         self.enabled = enabled
+        self.headers = dict(headers or {})
+        self.fields = frozenset(fields or ())  # `webhooks.allowed_fields`: the payload's keys kept (empty: all)
         self.guard = guard  # langgraph.json `webhooks.url`: checked at run creation and again before a POST
         self.timeout = timeout
         self.local: LocalPost | None = None
@@ -38,6 +43,8 @@ class Webhooks:
         """Send in the background (a slow receiver must not hold the worker slot)."""
         if not self.enabled:
             return
+        if self.fields and isinstance(payload, dict):
+            payload = {key: value for key, value in payload.items() if key in self.fields}
         task = asyncio.create_task(self._post(url, dumps(payload)), name="threadline-webhook")
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
@@ -48,7 +55,7 @@ class Webhooks:
                 if self.local is None:
                     raise RuntimeError("relative webhook, but no app serves this process")
                 async with asyncio.timeout(self.timeout):
-                    status = await self.local(url, body)
+                    status = await self.local(url, body, self.headers)
             else:
                 import httpx
 
@@ -56,7 +63,7 @@ class Webhooks:
                     await self.guard.check(url)  # the name may resolve elsewhere now than at creation
                 with tracer().span("threadline.webhook", {"url.full": url, "http.request.method": "POST"},
                                    client=True):
-                    headers = {"content-type": "application/json"}
+                    headers = {**self.headers, "content-type": "application/json"}
                     tracer().inject(headers)  # the receiver continues the run's trace
                     async with httpx.AsyncClient(timeout=self.timeout) as client:
                         status = (await client.post(url, content=body, headers=headers)).status_code

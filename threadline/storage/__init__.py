@@ -10,17 +10,21 @@ from typing import TYPE_CHECKING
 from threadline.errors import ConfigError
 
 if TYPE_CHECKING:
+    from langgraph.checkpoint.serde.base import SerializerProtocol
+
     from threadline.storage.base import Storage
 
 
-async def open_storage(url: str, *, store_index: dict | None = None, store_ttl: dict | None = None) -> Storage:
-    """Open the backend `url` names (sqlite:///path or postgresql://…), applying its migrations."""
+async def open_storage(url: str, *, store_index: dict | None = None, store_ttl: dict | None = None,
+                       serde: SerializerProtocol | None = None) -> Storage:
+    """Open the backend `url` names (sqlite:///path or postgresql://…), applying its migrations. `serde`: the
+    checkpointer's serializer (`checkpoint_serde.py`); None, LangGraph's default."""
     if url.startswith("sqlite:"):
         from threadline.storage.sqlite import SQLiteStorage
 
-        return await SQLiteStorage.open(url, store_index=store_index, store_ttl=store_ttl)
+        return await SQLiteStorage.open(url, store_index=store_index, store_ttl=store_ttl, serde=serde)
     if url.startswith(("postgresql:", "postgres:")):
         from threadline.storage.postgres import PostgresStorage
 
-        return await PostgresStorage.open(url, store_index=store_index, store_ttl=store_ttl)
+        return await PostgresStorage.open(url, store_index=store_index, store_ttl=store_ttl, serde=serde)
     raise ConfigError(f"unsupported database URL {url!r}: use sqlite:///path or postgresql://user@host:port/db")

@@ -39,6 +39,7 @@ from threadline.storage.sqlstorage import SQLStorage
 from threadline.storage.statements import POSTGRES
 
 if TYPE_CHECKING:
+    from langgraph.checkpoint.serde.base import SerializerProtocol
     from langgraph.store.postgres import AsyncPostgresStore
 
     from threadline.storage.postgres_saver import InlinePostgresSaver
@@ -147,7 +148,7 @@ class PostgresStorage(SQLStorage):
 
     @classmethod
     async def open(cls, url: str, *, store_index: dict | None = None, store_ttl: dict | None = None,
-                   pool_size: int = 10) -> PostgresStorage:
+                   pool_size: int = 10, serde: SerializerProtocol | None = None) -> PostgresStorage:
         from threadline.storage.postgres_saver import InlinePostgresSaver
         from threadline.storage.vectors import postgres_store
 
@@ -167,7 +168,7 @@ class PostgresStorage(SQLStorage):
             raise ConfigError(f"cannot connect to PostgreSQL at {redact_url(url)}: {exc}") from exc
         try:
             vector = await _has_pgvector(pool)
-            saver = InlinePostgresSaver(pool)
+            saver = InlinePostgresSaver(pool, serde=serde)
             store, vector_index = postgres_store(pool, index=store_index, ttl=store_ttl, pgvector=vector)
             self = cls(url, pool, saver, store, vector_index, reads)
             self.applied_migrations = await self.migrate()

@@ -21,6 +21,7 @@ from typing import IO, Any, Literal
 
 import aiosqlite
 import orjson
+from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.store.base import Op, Result, SearchOp
 from langgraph.store.sqlite.aio import AsyncSqliteStore
 
@@ -44,7 +45,7 @@ class SQLiteStorage(SQLStorage):
 
     def __init__(self, url: str, conn: aiosqlite.Connection, read_conn: aiosqlite.Connection,
                  store_conn: aiosqlite.Connection, wal_conn: aiosqlite.Connection, store: AsyncSqliteStore,
-                 file_lock: IO[bytes]) -> None:
+                 file_lock: IO[bytes], serde: SerializerProtocol | None = None) -> None:
         self.url = url
         self._conn = conn
         # Reads use their own connection: on the writer's connection they would see another task's
@@ -57,13 +58,14 @@ class SQLiteStorage(SQLStorage):
         # Every writer of this process (our tables, LangGraph's checkpointer) uses one connection, mostly
         # from the event loop (sqlite_writer.py says why); the store keeps its own.
         self.writer = Writer(conn, wal_conn)
-        self.checkpointer: WriterSqliteSaver = WriterSqliteSaver(self.writer)
+        self.checkpointer: WriterSqliteSaver = WriterSqliteSaver(self.writer, serde=serde)
         # One read at a time on the read connection: overlapping statements there would share one
         # snapshot, and a read could miss a write committed just before it.
         self._read_lock = asyncio.Lock()
 
     @classmethod
-    async def open(cls, url: str, *, store_index: dict | None = None, store_ttl: dict | None = None) -> SQLiteStorage:
+    async def open(cls, url: str, *, store_index: dict | None = None, store_ttl: dict | None = None,
+                   serde: SerializerProtocol | None = None) -> SQLiteStorage:
         path = url.removeprefix("sqlite:").removeprefix("///")
         if not path or ":memory:" in path:
             # Several connections (writer, reads, the store, WAL checkpoints) must share one file.
@@ -94,7 +96,7 @@ class SQLiteStorage(SQLStorage):
                     f"lacks ({exc}); use a Python built with loadable extensions, or remove store.index"
                 ) from exc
             applied = await apply_migrations(conn, "sqlite")
-            self = cls(url, conn, read_conn, store_conn, wal_conn, store, lock)
+            self = cls(url, conn, read_conn, store_conn, wal_conn, store, lock, serde)
             self.applied_migrations = applied
             self.capabilities = {**cls.capabilities, "vector_index": "sqlite-vec" if store_index else None}
             await self.checkpointer.setup()

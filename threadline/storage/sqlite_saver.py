@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from langgraph.checkpoint.base import WRITES_IDX_MAP, CheckpointTuple
+from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
@@ -40,8 +41,8 @@ class WriterSqliteSaver(AsyncSqliteSaver):
     """See the module docstring. LangGraph's other async methods (list, delta history, setup) run as they
     are, on the connection's thread, under the same lock."""
 
-    def __init__(self, writer: Writer, *, group: bool = False) -> None:
-        super().__init__(writer.conn)
+    def __init__(self, writer: Writer, *, group: bool = False, serde: SerializerProtocol | None = None) -> None:
+        super().__init__(writer.conn, serde=serde)
         self.writer = writer
         self.lock = writer.lock  # LangGraph's own methods take it
         # LangGraph's sync saver on the same sqlite3 connection, called only under the writer's lock.
@@ -54,7 +55,7 @@ class WriterSqliteSaver(AsyncSqliteSaver):
         """This saver, its checkpoint writes committed in groups (`sqlite_writer.py`, "Group commit"): for runs
         whose durability is `async` or `exit`."""
         if self._grouped is None:
-            self._grouped = WriterSqliteSaver(self.writer, group=True)
+            self._grouped = WriterSqliteSaver(self.writer, group=True, serde=self.serde)
             self._grouped.is_setup = True
         return self._grouped
 

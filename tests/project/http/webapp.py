@@ -39,7 +39,7 @@ async def greeting(request: Request) -> dict[str, str]:
 
 @app.post("/custom/webhook")
 async def webhook(request: Request) -> dict[str, bool]:
-    RECEIVED.append({"path": request.url.path, "body": await request.json()})
+    RECEIVED.append({"path": request.url.path, "body": await request.json(), "headers": dict(request.headers)})
     return {"ok": True}
 
 
