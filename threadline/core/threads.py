@@ -79,7 +79,9 @@ class Threads:
                 except Exception as exc:  # LangGraph's InvalidUpdateError/ValueError for a bad update
                     await self.storage.delete_thread(thread["thread_id"])
                     raise BadRequest(f"supersteps: {type(exc).__name__}: {exc}") from exc
-            thread = await self.refresh(thread["thread_id"])
+            # A TTL shorter than the request may have swept it already: then it is returned as it was created.
+            with contextlib.suppress(NotFound):
+                thread = await self.refresh(thread["thread_id"])
         return thread
 
     async def get(self, thread_id: str, *, action: str = "read", value: dict[str, Any] | None = None) -> Row:
@@ -250,5 +252,6 @@ class Threads:
         if thread["status"] == "busy":
             del changes["status"]
         found = await self.storage.update_thread(thread_id, changes)
-        assert found is not None
+        if found is None:  # deleted between the two statements (the TTL sweeper, a concurrent DELETE)
+            raise NotFound(f"Thread with ID {thread_id} not found")
         return found
