@@ -57,6 +57,17 @@ async def test_create_unknown_graph_404(http: httpx.AsyncClient) -> None:
     assert r.status_code == 404 and "nope" in r.json()["detail"]
 
 
+async def test_search_and_count_for_a_graph_the_server_does_not_have_are_404(http: httpx.AsyncClient) -> None:
+    """As LangGraph's server: a `graph_id` no graph has is a 404 naming the graphs, not an empty page."""
+    for graph_id in ("nope", ""):
+        for path in ("/assistants/search", "/assistants/count"):
+            r = await http.post(path, json={"graph_id": graph_id})
+            assert r.status_code == 404, (path, graph_id, r.status_code, r.text)
+            assert r.json()["detail"].startswith(f"Graph '{graph_id}' not found. Expected one of: ["), r.text
+    r = await http.post("/assistants/search", json={"graph_id": "echo"})
+    assert r.status_code == 200 and [a["graph_id"] for a in r.json()] == ["echo"]
+
+
 async def test_search_filters_sort_select_count(sdk: LangGraphClient) -> None:
     for i in range(3):
         await sdk.assistants.create("counter", metadata={"group": "g", "i": i}, name=f"c{i}")
