@@ -136,6 +136,8 @@ class A2ATasks:
             if not found and request is not None:
                 found = [request]
             task.history.extend(found[-history_length:] if history_length else found)
+            for message in task.history:  # each message of a task's history is the task's (as LangGraph's server)
+                message.task_id = task_id
         return task
 
     async def get(self, task_id: str, *, context_id: str | None = None, history_length: int | None = None) -> pb.Task:
