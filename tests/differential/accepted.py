@@ -97,17 +97,16 @@ ACCEPTED: list[Accepted] = [
              "`deprecated`, the description) and an `@entrypoint`'s (the reference lists `__end__`)."),
     Accepted("graph-node-data", "open", r"/graph", r"body\.nodes\[\]\.data\.id",
              "Drawn graphs: node `data.id` of function nodes (Threadline names the runnable's class path)."),
-    Accepted("store-search-order", "open", r"POST /store/items/search$",
+    Accepted("store-search-order", "deliberate", r"POST /store/items/search$",
              r"body\.items\[\]\.(key|namespace\.length|value\.\w+)",
-             "Store search without a query: the reference lists items in insertion order; Threadline's "
-             "(LangGraph's SQLite store, no ORDER BY) order is not defined and differs on some runs.",
+             "Store search without a query: the reference lists items in its in-memory store's insertion order; "
+             "Threadline serves the store with LangGraph's own SQLite and PostgreSQL store classes, which define "
+             "no order for it (the SQLite one has no ORDER BY): docs/compatibility.md, Store.",
              sometimes=True),
     Accepted("ok-services", "deliberate", r"GET /(ok)?$", r"body\.services",
              "`GET /ok` and `GET /`: the reference adds `services: {}` (its deployment's services, none under "
              "`langgraph dev`); Threadline answers `{\"ok\": true}` and checks its database and broker with "
              "`check_db=1`."),
-    Accepted("a2a-history-task-id", "open", r"POST /a2a/", r"body\.result\.history\[\]\.taskId",
-             "A2A `message/send` (0.3): the reference puts `taskId` on every history message; Threadline on none."),
     Accepted("a2a-agent-message-id", "open", r"POST /a2a/", r"body\.result\.history\[\]\.messageId",
              "A2A history: the agent message's `messageId` is the AI message id without its `-0` suffix on "
              "Threadline (the state's message id on the reference)."),
@@ -166,12 +165,10 @@ ACCEPTED: list[Accepted] = [
              "Fields the reference honours and Threadline cannot are refused (422 naming them) rather than silently "
              "ignored: thread search's `extract`: docs/compatibility.md, Requests.",
              sessions=r"^accept:requests$", steps=r": extract$", answers=(200, 422)),
-    Accepted("assistant-search-unknown-graph", "open", r"POST /assistants/search$", r"status",
-             "Assistant search for a `graph_id` no graph has (here `\"\"`): the reference answers 404 `Graph '' not "
-             "found`, Threadline 200 with no assistants.", sessions=r"^accept:requests$", answers=(404, 200)),
-    Accepted("cron-empty-timezone", "open", r"POST /runs/crons$", r"status",
-             "A cron with `timezone: \"\"`: Threadline takes it as no timezone (UTC); the reference fails in its zone "
-             "parser (400).", sessions=r"^accept:requests$", steps=r'timezone ""$', answers=(400, 200)),
+    Accepted("cron-empty-timezone", "deliberate", r"POST /runs/crons$", r"status",
+             "A cron with `timezone: \"\"`: Threadline takes it as no timezone (UTC), as when the field is absent; the "
+             "reference's 400 is its zone parser failing on the empty name: docs/compatibility.md, Requests.",
+             sessions=r"^accept:requests$", steps=r'timezone ""$', answers=(400, 200)),
     Accepted("error-body", "deliberate", r".", _ERR,
              "Threadline's error bodies are always `{detail, code, message}` (+ `errors`, `metadata`): "
              "docs/compatibility.md, Conventions.", extra_only=True),
