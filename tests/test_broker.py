@@ -596,6 +596,27 @@ async def test_posts_redis_cannot_store_are_logged_and_the_end_fails(
     assert await _collect(broker, "r", replay=True) == _numbers(0, 2)
 
 
+async def test_a_stream_end_lost_in_an_outage_is_sent_once_redis_is_back(redis_deployment: Deployment) -> None:
+    """A run that ends while Redis is away: its end is not sent, and Redis (not restarted: a partition) still
+    holds its events. Once Redis answers again the end is sent by itself, so a client resuming the stream gets
+    what was kept and the stream ends, instead of waiting for an end that never comes."""
+    broker = await redis_deployment.open()
+    assert isinstance(broker, RedisBroker)
+    await broker.post("r", "values", b"0")
+    await broker.end_stream("r0")  # once it returns, r's post is stored
+    healthy = broker._redis
+    broker._redis = aioredis.Redis.from_url("redis://127.0.0.1:1/0")  # Redis is gone
+    try:
+        with pytest.raises(Unavailable):
+            await broker.end_stream("r")
+    finally:
+        await broker._redis.aclose()
+        broker._redis = healthy
+    assert not await broker._redis.exists(redis_deployment.keys.end("r"))
+    await broker.ping()  # the first exchange that succeeds ends the outage
+    assert await asyncio.wait_for(_collect(broker, "r", after="0-0"), 30) == _numbers(0)
+
+
 def test_byte_budget_says_how_many_newest_events_to_keep() -> None:
     """The Redis broker's account (pure): per run by bytes and count, then the process's total, finished
     runs first and whole, then the largest running run; finished runs are forgotten once expired."""

@@ -18,8 +18,9 @@ class Outage:
     module docstring). Not thread-safe: one per broker, used from its event loop."""
 
     def __init__(self, service: str, log: logging.Logger, *, report_seconds: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, on_end: Callable[[], None] | None = None) -> None:
         self.service = service
+        self.on_end = on_end  # called once an outage is over (the broker re-sends what must not stay lost)
         self.report_seconds = report_seconds
         self._log = log
         self._clock = clock
@@ -62,6 +63,8 @@ class Outage:
                           self._unsent)
         self.since = None
         self._unsent = 0
+        if self.on_end is not None:
+            self.on_end()
 
     def _report(self, now: float) -> None:
         if now - self._reported < self.report_seconds:

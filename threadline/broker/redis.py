@@ -114,7 +114,10 @@ class RedisBroker(Broker):
         self._outbox: deque[tuple[str, str, Any]] = deque()
         self._sending: asyncio.Task[None] | None = None
         # One warning when Redis goes away, a count while it stays away, one when it is back (broker/outage.py).
-        self.outage = Outage("Redis", log, report_seconds=self.outage_report_seconds)
+        self.outage = Outage("Redis", log, report_seconds=self.outage_report_seconds, on_end=self._resend_ends)
+        # Runs whose stream end was not sent during an outage: sent again when it is over, so a stream resumed
+        # afterwards on a Redis that kept the run's events ends instead of waiting for an end that never comes.
+        self._lost_ends: set[str] = set()
 
     # Lifecycle.
 
@@ -158,6 +161,15 @@ class RedisBroker(Broker):
         ended = asyncio.get_running_loop().create_future()
         self._queue(("end", run_id, ended))
         await asyncio.shield(ended)
+
+    def _resend_ends(self) -> None:
+        """Queue again the stream ends an outage lost (ending twice only renews the retention); nobody waits
+        for them, so a second failure only puts them back in `_lost_ends`."""
+        lost, self._lost_ends = self._lost_ends, set()
+        for run_id in lost:
+            resent = asyncio.get_running_loop().create_future()
+            resent.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no "never retrieved"
+            self._queue(("end", run_id, resent))
 
     def _queue(self, item: tuple[str, str, Any]) -> None:
         self._outbox.append(item)
@@ -211,6 +223,7 @@ class RedisBroker(Broker):
                     raise
                 # Idle workers poll and waiters re-check storage; the outage's lines count what was lost.
                 self.outage.unsent(len(batch))
+                self._lost_ends.update(name for kind, name, _ in batch if kind == "end")
             else:
                 for index, waiter in waiting:
                     if not waiter.done():
