@@ -65,8 +65,8 @@ ACCEPTED: list[Accepted] = [
              "`graph_id` in `configurable` for a run that created its thread (its metadata has none to take it "
              "from), and for a graph factory the reference's `metadata` also has `run_id`/`thread_id`."),
     Accepted("events-mode", "open", r"/stream", r"sse\[events\](\.data.*)?",
-             "`events` mode: the root run is named `LangGraph` on Threadline and after the graph (`typed`) on the "
-             "reference, node runs' order and metadata (`checkpoint_ns`, `langgraph_*` on the root) differ."),
+             "`events` mode: node runs' events come in another order (the reference starts a node's run before "
+             "the root's stream event for it), and their metadata differ (`checkpoint_ns` on the root)."),
     Accepted("thread-interrupts-error", "deliberate", r"/threads", r"body(\[\])?\.(interrupts|error)",
              "Thread objects: Threadline always has `interrupts` and `error`, so a client reading them never "
              "gets a KeyError; the reference leaves them out of a new, copied or patched thread: "
@@ -80,9 +80,6 @@ ACCEPTED: list[Accepted] = [
              "A thread whose run was cancelled: the error message names the run (`interrupt requested for run "
              "<id>`); the reference's is the route's template with its placeholders left in (`… via POST "
              "/threads/{thread_id}/runs/{run_id}/cancel`)."),
-    Accepted("schema-titles", "open", r"/schemas$|/subgraphs", r"body(\.\w+)?\.(state|input|output|config)_schema\.title",
-             "Schema titles: the reference names them after the graph (`typed_ext_state`, `functional_input`, "
-             "`Context`); Threadline keeps the class's name (`ExtState`, `LangGraphInput`, `LangGraphConfig`)."),
     Accepted("schema-state-defaults", "open", r"/schemas$|/subgraphs",
              r"body(\.\w+)?\.state_schema\.(properties\.\w+\.default|required)",
              "State schemas: the reference gives every field `default: null` and no `required`; Threadline the "
