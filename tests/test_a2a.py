@@ -281,6 +281,9 @@ async def test_v03_send_and_get(http: httpx.AsyncClient) -> None:
     assert task["artifacts"][0]["parts"] == [{"kind": "text", "text": "You said: hi"}]
     assert [(m["kind"], m["role"]) for m in task["history"]] == [("message", "user"), ("message", "agent")]
     assert [m["taskId"] for m in task["history"]] == [task["id"]] * 2  # as LangGraph's server
+    # A blocking send only waits for the end: its run streams no message deltas (as LangGraph's server runs it).
+    (run,) = (await http.get(f"/threads/{task['contextId']}/runs")).json()
+    assert "messages-tuple" not in (run["kwargs"].get("stream_mode") or []), run["kwargs"]
     got = (await rpc(http, "tasks/get", {"id": task["id"], "historyLength": 1})).json()["result"]
     assert got["status"]["state"] == "completed" and len(got["history"]) == 1
     assert "history" not in (await rpc(http, "tasks/get", {"id": task["id"], "historyLength": 0})).json()["result"]

@@ -104,9 +104,6 @@ ACCEPTED: list[Accepted] = [
              "`GET /ok` and `GET /`: the reference adds `services: {}` (its deployment's services, none under "
              "`langgraph dev`); Threadline answers `{\"ok\": true}` and checks its database and broker with "
              "`check_db=1`."),
-    Accepted("a2a-agent-message-id", "open", r"POST /a2a/", r"body\.result\.history\[\]\.messageId",
-             "A2A history: the agent message's `messageId` is the AI message id without its `-0` suffix on "
-             "Threadline (the state's message id on the reference)."),
     Accepted("protocol-seq", "deliberate", r"/stream/events$", r"sse\[[^\]]+\]\.data\.(seq|event_id)",
              "Protocol v2 `seq` is per thread and persisted, `event_id` `<run_id>:<seq>` (the reference: per "
              "connection): docs/compatibility.md, Protocol v2."),
