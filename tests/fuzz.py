@@ -2,7 +2,8 @@
 of `/openapi.json` and sends them to the app in-process (ASGI, its lifespan started once); any 5xx is a
 finding. `tests/test_fuzz.py` runs a short pass; a longer one, by hand:
 
-    .venv/bin/python -m tests.fuzz --seconds 600 --database-url postgresql://postgres@127.0.0.1:5432/fuzz
+    .venv/bin/python -m tests.fuzz --seconds 600 --database-url postgresql://postgres@127.0.0.1:5432/fuzz \
+        --redis-url redis://127.0.0.1:6379/0
 
 (a database of its own: the run fills it with whatever it generated).
 """
@@ -90,10 +91,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=300)
     parser.add_argument("--database-url", default="sqlite:///.threadline/fuzz.db")
     parser.add_argument("--redis-url", default=None)
+    parser.add_argument("--redis-key-prefix", default="threadline-fuzz",
+                        help="keys of its own on a Redis that other servers may share")
     args = parser.parse_args()
     from tests.conftest import PROJECT
 
-    settings = Settings(config=str(PROJECT), workers=2, database_url=args.database_url, redis_url=args.redis_url)
+    settings = Settings(config=str(PROJECT), workers=2, database_url=args.database_url, redis_url=args.redis_url,
+                        redis_key_prefix=args.redis_key_prefix)
     figures = fuzz(settings, args.seconds)
     print(figures.summary())
     raise SystemExit(1 if figures.server_errors else 0)

@@ -82,6 +82,7 @@ async def test_v1_send_get_and_cancel_a_finished_task(live_url: str, client_http
     assert task.artifacts[0].parts[0].text == "You said: hello"
     assert [(m.role, m.parts[0].text) for m in task.history] == [
         (Role.ROLE_USER, "hello"), (Role.ROLE_AGENT, "You said: hello")]
+    assert [m.task_id for m in task.history] == [task.id] * 2
     got = await client.get_task(GetTaskRequest(id=task.id))
     assert got.status.state == TaskState.TASK_STATE_COMPLETED and got.artifacts[0].parts[0].text == "You said: hello"
     with pytest.raises(TaskNotCancelableError):
@@ -279,6 +280,10 @@ async def test_v03_send_and_get(http: httpx.AsyncClient) -> None:
     assert task["kind"] == "task" and task["status"]["state"] == "completed"
     assert task["artifacts"][0]["parts"] == [{"kind": "text", "text": "You said: hi"}]
     assert [(m["kind"], m["role"]) for m in task["history"]] == [("message", "user"), ("message", "agent")]
+    assert [m["taskId"] for m in task["history"]] == [task["id"]] * 2  # as LangGraph's server
+    # A blocking send only waits for the end: its run streams no message deltas (as LangGraph's server runs it).
+    (run,) = (await http.get(f"/threads/{task['contextId']}/runs")).json()
+    assert "messages-tuple" not in (run["kwargs"].get("stream_mode") or []), run["kwargs"]
     got = (await rpc(http, "tasks/get", {"id": task["id"], "historyLength": 1})).json()["result"]
     assert got["status"]["state"] == "completed" and len(got["history"]) == 1
     assert "history" not in (await rpc(http, "tasks/get", {"id": task["id"], "historyLength": 0})).json()["result"]

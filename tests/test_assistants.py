@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import uuid
 
 import httpx
@@ -55,6 +56,33 @@ async def test_create_if_exists(sdk: LangGraphClient) -> None:
 async def test_create_unknown_graph_404(http: httpx.AsyncClient) -> None:
     r = await http.post("/assistants", json={"graph_id": "nope"})
     assert r.status_code == 404 and "nope" in r.json()["detail"]
+
+
+async def test_search_and_count_for_a_graph_the_server_does_not_have_are_404(http: httpx.AsyncClient) -> None:
+    """As LangGraph's server: a `graph_id` no graph has is a 404 naming the graphs, not an empty page."""
+    for graph_id in ("nope", ""):
+        for path in ("/assistants/search", "/assistants/count"):
+            r = await http.post(path, json={"graph_id": graph_id})
+            assert r.status_code == 404, (path, graph_id, r.status_code, r.text)
+            assert r.json()["detail"].startswith(f"Graph '{graph_id}' not found. Expected one of: ["), r.text
+    r = await http.post("/assistants/search", json={"graph_id": "echo"})
+    assert r.status_code == 200 and [a["graph_id"] for a in r.json()] == ["echo"]
+
+
+async def test_a_graph_with_langgraphs_default_name_is_named_after_its_id(http: httpx.AsyncClient) -> None:
+    """As LangGraph's server: a compiled graph left named `LangGraph` takes its graph id (a factory's too), so
+    schema titles and the root run of `events` mode are called after it; a graph given a name keeps it."""
+    from tests.project import agents
+
+    for graph_id, title in (("slow", "slow_state"), ("factory", "factory_state"), ("echo", "echo_state")):
+        schemas = (await http.get(f"/assistants/{system_id(graph_id)}/schemas")).json()
+        assert schemas["state_schema"]["title"] == title, (graph_id, schemas["state_schema"])
+    assert agents.slow.name == "LangGraph"  # the project's own object is left as it is
+    r = await http.post("/runs/stream", json={"assistant_id": "slow", "input": {"steps": 1, "delay": 0.01},
+                                             "stream_mode": "events"})
+    names = [json.loads(line[5:])["name"] for line in r.text.splitlines() if line.startswith("data:")
+             and '"on_chain_start"' in line]
+    assert names[0] == "slow", names
 
 
 async def test_search_filters_sort_select_count(sdk: LangGraphClient) -> None:

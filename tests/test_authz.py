@@ -34,6 +34,7 @@ from tests.services import Backend
 from tests.test_auth import our_routes
 from tests.test_crons import START, Clock
 from threadline.api.app import create_app
+from threadline.api.mcp import tool_name
 from threadline.core.runtime import Runtime
 from threadline.settings import Settings
 
@@ -718,6 +719,34 @@ async def test_mcp_tools_are_the_callers_own_assistants(a: User, b: User, world:
     assert world.assistant_id  # the tool is A's assistant of the world
 
 
+async def test_mcp_applies_the_rest_routes_owner_filters(a: User, b: User, world: World) -> None:
+    """MCP reaches assistants, runs and threads through the same core, so the same filters: each user's tools
+    are exactly the assistants `POST /assistants/search` gives that user (as on LangGraph's server, which lists
+    them through that search with the caller's credentials), and a run `tools/call` starts is the caller's. So a
+    graph's own assistant, which has no owner, is nobody's tool under an owner filter, though REST runs it by
+    its graph id: the same on LangGraph's server (docs/security.md, MCP under authorization)."""
+    await b.ok("POST", "/assistants", {"graph_id": "caller", "name": "b caller"})
+    for user in (a, b):
+        searched = {tool_name(x["name"]) for x in await user.ok("POST", "/assistants/search", {"limit": 100})}
+        listed = {t["name"] for t in (await mcp(user, "tools/list", {}))["result"]["tools"]}
+        assert listed == searched, (user.name, listed, searched)
+    assert {t["name"] for t in (await mcp(b, "tools/list", {}))["result"]["tools"]} == {"b_caller"}
+    # A graph id: REST runs its assistant, MCP has no such tool.
+    assert (await b.ok("POST", "/runs/wait", {"assistant_id": "whoami", "input": {}}))["seen"]["user_id"] == "b"
+    unknown = await mcp(b, "tools/call", {"name": "whoami", "arguments": {}})
+    assert unknown["error"] == {"code": -32602, "message": "Unknown tool: whoami"}, unknown
+    # B's tool runs as B: its graph's own client sees B's threads only, and A's thread is not found.
+    called = await mcp(b, "tools/call", {"name": "b_caller", "arguments": {"other_thread": world.thread_id}})
+    seen = called["result"]["structuredContent"]["seen"]
+    assert seen == {"owners": ["b"], "made_owner": "b", "nested_user": "b", "other_thread": "NotFoundError",
+                    "posing_owners": ["b"]}, called
+    assert SECRET not in json.dumps(called)
+    assert await a.ok("POST", "/threads/search", {"metadata": {"made_by": "caller"}}) == []
+    assert len(await b.ok("POST", "/threads/search", {"metadata": {"made_by": "caller"}})) == 1
+    # A cannot call B's tool.
+    assert (await mcp(a, "tools/call", {"name": "b_caller", "arguments": {}}))["error"]["code"] == -32602
+
+
 # --- Protocol v2 ------------------------------------------------------------------------------------------------------
 
 
@@ -859,7 +888,8 @@ COVERED: dict[tuple[str, str], str] = {
                     "test_store_items_are_the_callers_own"),
     **dict.fromkeys([("POST", "/a2a/{assistant_id}"), ("POST", "/a2a/{assistant_id}/")],
                     "test_a2a_tasks_and_contexts_are_the_callers_own"),
-    **dict.fromkeys([("POST", "/mcp"), ("POST", "/mcp/")], "test_mcp_tools_are_the_callers_own_assistants"),
+    ("POST", "/mcp"): "test_mcp_applies_the_rest_routes_owner_filters",
+    ("POST", "/mcp/"): "test_mcp_tools_are_the_callers_own_assistants",
     **dict.fromkeys([("POST", "/threads/{thread_id}/commands"), ("POST", "/threads/{thread_id}/stream/events"),
                      ("WEBSOCKET", "/threads/{thread_id}/stream/events")],
                     "test_protocol_commands_and_events_are_the_callers_own"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import shutil
 import socket
 import subprocess
@@ -269,6 +270,87 @@ async def test_redis_down_answers_503_and_service_resumes(scaleout_services: Sca
         for proc in procs:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server to start a throwaway Redis")
+async def test_a_redis_outage_is_logged_once_counted_and_ended(scaleout_services: ScaleOut, caplog: Any,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under load (runs created throughout, a client streaming), a Redis outage writes one line when it starts,
+    a count at most once per `outage_report_seconds` while it lasts, one line when it ends, and no traceback;
+    the streaming client gets an `error` event, and every accepted run still succeeds."""
+    from threadline.broker.redis import RedisBroker
+
+    interval = 1.0
+    monkeypatch.setattr(RedisBroker, "outage_report_seconds", interval)
+    backend = scaleout_services.fresh()
+    port = _free_port()
+    settings = Settings(config=str(PROJECT), workers=2, heartbeat_seconds=5.0, database_url=backend.database_url,
+                        redis_url=f"redis://127.0.0.1:{port}/0", redis_key_prefix="flood")
+    procs = [_start_redis(port)]
+
+    def lines(text: str) -> list[logging.LogRecord]:
+        return [r for r in caplog.records if text in r.getMessage()]
+
+    try:
+        app = create_app(settings)
+        async with LifespanManager(app, startup_timeout=30, shutdown_timeout=30) as manager, \
+                httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app), base_url="http://t",
+                                  timeout=60) as http:
+            await _eventually_ok(http, 1)
+            tid = (await http.post("/threads", json={})).json()["thread_id"]
+            long = (await http.post(f"/threads/{tid}/runs", json={
+                "assistant_id": "slow", "input": {"tag": "long", "steps": 200, "delay": 0.05}})).json()
+            stream = asyncio.ensure_future(http.get(f"/threads/{tid}/runs/{long['run_id']}/stream"))
+            caplog.clear()
+            caplog.set_level(logging.DEBUG, logger="threadline")
+
+            procs[0].kill()
+            procs[0].wait()
+            started = time.monotonic()
+            accepted: list[tuple[str, str]] = []
+            deadline = started + 60
+            # Load until the outage has been counted twice (a line per `interval`, so some seconds).
+            while len(lines("Redis still unavailable")) < 2:
+                assert time.monotonic() < deadline, caplog.text[-2000:]
+                other = (await http.post("/threads", json={})).json()["thread_id"]
+                r = await http.post(f"/threads/{other}/runs", json={"assistant_id": "slow",
+                                                                    "input": {"tag": "during", "steps": 2}})
+                if r.status_code == 200:
+                    accepted.append((other, r.json()["run_id"]))
+                else:
+                    assert_unavailable(r)
+                assert_unavailable(await http.get("/ok", params={"check_db": 1}))
+                await asyncio.sleep(0.05)
+            streamed = await asyncio.wait_for(stream, 30)
+            procs.append(_start_redis(port))
+            await _eventually_ok(http)
+            lasted = time.monotonic() - started
+            for other, rid in accepted:
+                joined = await http.get(f"/threads/{other}/runs/{rid}/join")
+                assert joined.status_code == 200 and joined.json()["done"] == ["during"], joined.text
+            back = time.monotonic() + 30
+            while not lines("Redis is back"):  # logged by the first exchange that succeeds
+                assert time.monotonic() < back
+                await asyncio.sleep(0.05)
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+    assert "event: error" in streamed.text and "Redis is unavailable" in streamed.text, streamed.text[-500:]
+    assert accepted, "no run was accepted during the outage"
+    assert len(lines("Redis unavailable:")) == 1, [r.getMessage() for r in lines("Redis unavailable:")]
+    assert len(lines("Redis is back after")) == 1
+    counts = lines("Redis still unavailable")
+    assert 2 <= len(counts) <= lasted / interval + 1, (lasted, [r.getMessage() for r in counts])
+    warned = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("threadline")]
+    assert not [r for r in warned if r.exc_info], [r.getMessage() for r in warned if r.exc_info]
+    assert "Traceback" not in caplog.text
+    # What the server handled is not a warning per event: the outage's lines and a few of the runs' own.
+    broker_lines = [r for r in warned if r.name == "threadline.broker"]
+    assert len(broker_lines) == 2 + len(counts), [r.getMessage() for r in broker_lines]
 
 
 # --- a run whose storage fails under it (both backends; the failures injected at the storage edge) ---------

@@ -66,8 +66,8 @@ ACCEPTED: list[Accepted] = [
              "`graph_id` in `configurable` for a run that created its thread (its metadata has none to take it "
              "from), and for a graph factory the reference's `metadata` also has `run_id`/`thread_id`."),
     Accepted("events-mode", "open", r"/stream", r"sse\[events\](\.data.*)?",
-             "`events` mode: the root run is named `LangGraph` on Threadline and after the graph (`typed`) on the "
-             "reference, node runs' order and metadata (`checkpoint_ns`, `langgraph_*` on the root) differ."),
+             "`events` mode: node runs' events come in another order (the reference starts a node's run before "
+             "the root's stream event for it), and their metadata differ (`checkpoint_ns` on the root)."),
     Accepted("thread-interrupts-error", "deliberate", r"/threads", r"body(\[\])?\.(interrupts|error)",
              "Thread objects: Threadline always has `interrupts` and `error`, so a client reading them never "
              "gets a KeyError; the reference leaves them out of a new, copied or patched thread: "
@@ -81,10 +81,6 @@ ACCEPTED: list[Accepted] = [
              "A thread whose run was cancelled: the error message names the run (`interrupt requested for run "
              "<id>`); the reference's is the route's template with its placeholders left in (`… via POST "
              "/threads/{thread_id}/runs/{run_id}/cancel`)."),
-    Accepted("schema-titles", "open", r"/schemas$|/subgraphs",
-             r"body(\.\w+)?\.(state|input|output|config)_schema\.title",
-             "Schema titles: the reference names them after the graph (`typed_ext_state`, `functional_input`, "
-             "`Context`); Threadline keeps the class's name (`ExtState`, `LangGraphInput`, `LangGraphConfig`)."),
     Accepted("schema-state-defaults", "open", r"/schemas$|/subgraphs",
              r"body(\.\w+)?\.state_schema\.(properties\.\w+\.default|required)",
              "State schemas: the reference gives every field `default: null` and no `required`; Threadline the "
@@ -99,20 +95,16 @@ ACCEPTED: list[Accepted] = [
              "`deprecated`, the description) and an `@entrypoint`'s (the reference lists `__end__`)."),
     Accepted("graph-node-data", "open", r"/graph", r"body\.nodes\[\]\.data\.id",
              "Drawn graphs: node `data.id` of function nodes (Threadline names the runnable's class path)."),
-    Accepted("store-search-order", "open", r"POST /store/items/search$",
+    Accepted("store-search-order", "deliberate", r"POST /store/items/search$",
              r"body\.items\[\]\.(key|namespace\.length|value\.\w+)",
-             "Store search without a query: the reference lists items in insertion order; Threadline's "
-             "(LangGraph's SQLite store, no ORDER BY) order is not defined and differs on some runs.",
+             "Store search without a query: the reference lists items in its in-memory store's insertion order; "
+             "Threadline serves the store with LangGraph's own SQLite and PostgreSQL store classes, which define "
+             "no order for it (the SQLite one has no ORDER BY): docs/compatibility.md, Store.",
              sometimes=True),
     Accepted("ok-services", "deliberate", r"GET /(ok)?$", r"body\.services",
              "`GET /ok` and `GET /`: the reference adds `services: {}` (its deployment's services, none under "
              "`langgraph dev`); Threadline answers `{\"ok\": true}` and checks its database and broker with "
              "`check_db=1`."),
-    Accepted("a2a-history-task-id", "open", r"POST /a2a/", r"body\.result\.history\[\]\.taskId",
-             "A2A `message/send` (0.3): the reference puts `taskId` on every history message; Threadline on none."),
-    Accepted("a2a-agent-message-id", "open", r"POST /a2a/", r"body\.result\.history\[\]\.messageId",
-             "A2A history: the agent message's `messageId` is the AI message id without its `-0` suffix on "
-             "Threadline (the state's message id on the reference)."),
     Accepted("protocol-seq", "deliberate", r"/stream/events$", r"sse\[[^\]]+\]\.data\.(seq|event_id)",
              "Protocol v2 `seq` is per thread and persisted, `event_id` `<run_id>:<seq>` (the reference: per "
              "connection): docs/compatibility.md, Protocol v2."),
@@ -170,12 +162,10 @@ ACCEPTED: list[Accepted] = [
              "Fields the reference honours and Threadline cannot are refused (422 naming them) rather than silently "
              "ignored: thread search's `extract`: docs/compatibility.md, Requests.",
              sessions=r"^accept:requests$", steps=r": extract$", answers=(200, 422)),
-    Accepted("assistant-search-unknown-graph", "open", r"POST /assistants/search$", r"status",
-             "Assistant search for a `graph_id` no graph has (here `\"\"`): the reference answers 404 `Graph '' not "
-             "found`, Threadline 200 with no assistants.", sessions=r"^accept:requests$", answers=(404, 200)),
-    Accepted("cron-empty-timezone", "open", r"POST /runs/crons$", r"status",
-             "A cron with `timezone: \"\"`: Threadline takes it as no timezone (UTC); the reference fails in its zone "
-             "parser (400).", sessions=r"^accept:requests$", steps=r'timezone ""$', answers=(400, 200)),
+    Accepted("cron-empty-timezone", "deliberate", r"POST /runs/crons$", r"status",
+             "A cron with `timezone: \"\"`: Threadline takes it as no timezone (UTC), as when the field is absent; the "
+             "reference's 400 is its zone parser failing on the empty name: docs/compatibility.md, Requests.",
+             sessions=r"^accept:requests$", steps=r'timezone ""$', answers=(400, 200)),
     Accepted("error-body", "deliberate", r".", _ERR,
              "Threadline's error bodies are always `{detail, code, message}` (+ `errors`, `metadata`): "
              "docs/compatibility.md, Conventions.", extra_only=True),

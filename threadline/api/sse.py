@@ -16,7 +16,7 @@ from threadline.api.errors import error_response
 from threadline.api.metrics import metrics_of
 from threadline.broker.base import StreamEvent
 from threadline.core.runtime import Draining
-from threadline.errors import TooManyStreams
+from threadline.errors import TooManyStreams, Unavailable
 from threadline.serde import dumps
 
 log = logging.getLogger("threadline.api")
@@ -109,7 +109,9 @@ def event_response(
                 yield b"".join(map(frame_bytes, batch))  # whatever is ready: one send, one socket write
         except Exception as exc:  # noqa: BLE001 - our side failed (the broker, say): tell the client; the run goes on
             left = False
-            log.warning("event stream failed: %s: %s", type(exc).__name__, exc)
+            # A broker outage is logged once by the broker (broker/outage.py), not once per stream.
+            log.log(logging.DEBUG if isinstance(exc, Unavailable) else logging.WARNING,
+                    "event stream failed: %s: %s", type(exc).__name__, exc)
             yield ServerSentEvent(event="error",
                                   data=dumps({"error": type(exc).__name__, "message": str(exc)}).decode())
         finally:

@@ -31,6 +31,7 @@ from threadline.broker.base import Broker, StreamEvent, event_bytes
 from threadline.broker.budget import ByteBudget
 from threadline.broker.keys import Keys
 from threadline.broker.local import LocalSignals
+from threadline.broker.outage import Outage
 from threadline.errors import BrokerUnavailable, Unavailable
 
 log = logging.getLogger("threadline.broker")
@@ -39,16 +40,17 @@ _ERRORS = (RedisError, OSError)  # OSError includes TimeoutError
 
 
 @contextlib.asynccontextmanager
-async def _exchange(seconds: float) -> AsyncIterator[None]:
+async def _exchange(outage: Outage, seconds: float) -> AsyncIterator[None]:
     """One exchange with Redis, bounded in time; driver errors become `BrokerUnavailable` at the backend edge,
-    whose message names no driver (the log line keeps its words for the operator)."""
+    whose message names no driver (the outage's log lines keep its words for the operator)."""
     try:
         async with asyncio.timeout(seconds):
             yield
     except _ERRORS as exc:
-        log.warning("Redis unavailable: %s: %s", type(exc).__name__, exc)
+        outage.failed(exc)
         reason = "no answer in time" if isinstance(exc, TimeoutError) else "connection lost"
         raise BrokerUnavailable(f"Redis is unavailable ({reason}). Retry shortly.") from exc
+    outage.recovered()
 
 
 def _after_id(event_id: str) -> str:
@@ -80,6 +82,8 @@ class RedisBroker(Broker):
     batch_events = 500
     #: About the most bytes of events a subscriber reads from Redis at once (fewer events when they are large).
     batch_bytes = 256 * 1024
+    #: During an outage, at most one log line (a count of what failed) per this many seconds.
+    outage_report_seconds = 30.0
 
     def __init__(self, url: str, *, buffer_events: int = 10_000, buffer_bytes: int = 8 << 20,
                  total_bytes: int = 256 << 20, key_prefix: str = "threadline", max_connections: int = 64,
@@ -110,12 +114,17 @@ class RedisBroker(Broker):
         # None)), ("end", run_id, future), ("signal", channel, payload).
         self._outbox: deque[tuple[str, str, Any]] = deque()
         self._sending: asyncio.Task[None] | None = None
+        # One warning when Redis goes away, a count while it stays away, one when it is back (broker/outage.py).
+        self.outage = Outage("Redis", log, report_seconds=self.outage_report_seconds, on_end=self._resend_ends)
+        # Runs whose stream end was not sent during an outage: sent again when it is over, so a stream resumed
+        # afterwards on a Redis that kept the run's events ends instead of waiting for an end that never comes.
+        self._lost_ends: set[str] = set()
 
     # Lifecycle.
 
     async def start(self) -> None:
         await self.ping()
-        async with _exchange(2 * self.command_seconds):
+        async with self._exchange(self.command_seconds):
             self._pubsub = await self._subscribe()
         self._listening = asyncio.create_task(self._listen(), name="threadline-redis-broker")
 
@@ -153,6 +162,15 @@ class RedisBroker(Broker):
         ended = asyncio.get_running_loop().create_future()
         self._queue(("end", run_id, ended))
         await asyncio.shield(ended)
+
+    def _resend_ends(self) -> None:
+        """Queue again the stream ends an outage lost (ending twice only renews the retention); nobody waits
+        for them, so a second failure only puts them back in `_lost_ends`."""
+        lost, self._lost_ends = self._lost_ends, set()
+        for run_id in lost:
+            resent = asyncio.get_running_loop().create_future()
+            resent.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no "never retrieved"
+            self._queue(("end", run_id, resent))
 
     def _queue(self, item: tuple[str, str, Any]) -> None:
         self._outbox.append(item)
@@ -204,8 +222,9 @@ class RedisBroker(Broker):
                         waiter.set_exception(failure)
                 if not isinstance(exc, Unavailable):
                     raise
-                log.warning("Redis broker: %d stream events, ends and signals were not sent (%s); idle "
-                            "workers poll and waiters re-check", len(batch), exc)
+                # Idle workers poll and waiters re-check storage; the outage's lines count what was lost.
+                self.outage.unsent(len(batch))
+                self._lost_ends.update(name for kind, name, _ in batch if kind == "end")
             else:
                 for index, waiter in waiting:
                     if not waiter.done():
@@ -336,8 +355,7 @@ class RedisBroker(Broker):
         try:
             async with self._exchange():
                 early: Any = await self._redis.getdel(self._keys.early_cancel(run_id))
-        except Unavailable as exc:
-            log.warning("Redis broker: could not read an early cancel of %s (%s); the listener retries", run_id, exc)
+        except Unavailable:  # counted by the outage; the listener retries once it has resubscribed
             self._unchecked.add(run_id)
         else:
             if early is not None:
@@ -347,7 +365,7 @@ class RedisBroker(Broker):
     # The listener.
 
     def _exchange(self, extra_seconds: float = 0.0) -> contextlib.AbstractAsyncContextManager[None]:
-        return _exchange(self.command_seconds + extra_seconds)
+        return _exchange(self.outage, self.command_seconds + extra_seconds)
 
     def _signal(self, channel: str, payload: str = "") -> None:
         """Queued with the posts, not waited for: a lost signal costs latency, never a stuck run."""
@@ -386,7 +404,8 @@ class RedisBroker(Broker):
             try:
                 if self._pubsub is None:
                     self._pubsub = await self._subscribe()
-                    log.warning("Redis broker: subscribed again; re-checking what may have been missed")
+                    self.outage.recovered()
+                    log.info("Redis broker: subscribed again; re-checking what may have been missed")
                     # Each of these is safe to repeat: a worker slot claims nothing, a waiter re-checks
                     # storage, a cancel applied twice is one cancel.
                     await self._signals.wake()
@@ -405,7 +424,9 @@ class RedisBroker(Broker):
                 if message is not None:
                     await self._dispatch(message)
             except (*_ERRORS, Unavailable) as exc:
-                log.warning("Redis broker: listening failed (%s); subscribing again in %.1f s", exc, backoff)
+                if not isinstance(exc, Unavailable):  # an Unavailable was counted by its exchange
+                    self.outage.failed(exc)
+                log.debug("Redis broker: listening failed (%s); subscribing again in %.1f s", exc, backoff)
                 await self._drop_subscription()
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)

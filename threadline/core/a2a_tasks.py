@@ -136,6 +136,8 @@ class A2ATasks:
             if not found and request is not None:
                 found = [request]
             task.history.extend(found[-history_length:] if history_length else found)
+            for message in task.history:  # each message of a task's history is the task's (as LangGraph's server)
+                message.task_id = task_id
         return task
 
     async def get(self, task_id: str, *, context_id: str | None = None, history_length: int | None = None) -> pb.Task:
@@ -170,8 +172,11 @@ class A2ATasks:
         return response
 
     # --- messages ------------------------------------------------------------------------------
-    async def start(self, message: pb.Message) -> Started:
+    async def start(self, message: pb.Message, *, streamed: bool = True) -> Started:
         """Enqueue the run a message asks for: a new task, or the answer to the interrupt its task waits on.
+        `streamed`: its events may be followed (a streaming message, a task sent without blocking, which may be
+        subscribed to), so the run streams message deltas; a blocking send only waits for the end, as LangGraph's
+        server runs it (and the chat model then answers in one piece: its message ids are the same as there).
 
         A message answers an interrupt when its `taskId` names an input-required task, or when it has no
         `taskId` and the newest task on its context is input-required (the next message on the context).
@@ -201,7 +206,7 @@ class A2ATasks:
                     and await self.state_of(newest) == S.TASK_STATE_INPUT_REQUIRED:
                 task_id = (newest.get("metadata") or {}).get(TASK_KEY) or f"{context_id}:{newest['run_id']}"
         body: dict[str, Any] = {"assistant_id": self.assistant_id, "if_not_exists": "create",
-                                "stream_mode": ["messages-tuple"]}
+                                **({"stream_mode": ["messages-tuple"]} if streamed else {})}
         if task_id:
             body.update(command={"resume": resume_value(message)}, metadata={TASK_KEY: task_id})
         else:
@@ -216,7 +221,7 @@ class A2ATasks:
     async def send(self, message: pb.Message, *, blocking: bool = True,
                    history_length: int | None = None) -> pb.Task:
         """`SendMessage`: the task once its run ends (or at once, submitted, when not `blocking`)."""
-        started = await self.start(message)
+        started = await self.start(message, streamed=not blocking)
         run = started.run
         if blocking:
             run = await self.rt.runs.wait(run["run_id"]) or run

@@ -113,6 +113,8 @@ class Assistants:
 
     async def _search_filters(self, graph_id: str | None, name: str | None, metadata: dict | None,
                               limit: int = 0, offset: int = 0) -> dict[str, Any] | None:
+        if graph_id is not None:
+            self.graphs.entry(graph_id)  # 404 for a graph the server does not have, as LangGraph's server answers
         return await self.access.filters("assistants", "search", {
             "graph_id": graph_id, "name": name, "metadata": metadata, "limit": limit, "offset": offset})
 

@@ -339,14 +339,21 @@ class Executor:
         message = f"{error['error']}: {error['message']}".rstrip(": ") if error else None
         try:
             await protocol.end("failed" if status in ("error", "timeout") else "interrupted", message)
+        except Unavailable:  # the broker's outage is logged, and counted, by the broker
+            log.debug("run %s: its terminal lifecycle event was not written (the broker is unavailable)", run_id)
         except Exception:
             log.exception("could not write the terminal lifecycle event of run %s", run_id)
 
     async def _announce_end(self, run_id: str) -> None:
         # Waiters first: they read the run from storage, where it has ended; the stream's end follows, and
         # the Redis broker sends both in one round trip.
-        await self.broker.notify_run_done(run_id)
-        await self.broker.end_stream(run_id)
+        try:
+            await self.broker.notify_run_done(run_id)
+            await self.broker.end_stream(run_id)
+        except Unavailable:
+            # The run's end is stored: waiters re-check storage, and the broker logs (and counts) its outage;
+            # a traceback per run would say nothing more.
+            log.debug("run %s: its end was not announced (the broker is unavailable)", run_id)
 
     async def _publish(self, lease: Lease, event: str, data: Any) -> None:
         lease.check()  # a worker that lost the run must not write into the stream its successor owns

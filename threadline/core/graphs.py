@@ -50,7 +50,8 @@ class GraphRegistry:
         for dep in [config.root, *config.dependencies]:
             if str(dep) not in sys.path:
                 sys.path.insert(0, str(dep))
-        entries = {gid: GraphEntry(gid, spec, _import(spec, config)) for gid, spec in config.graphs.items()}
+        entries = {gid: GraphEntry(gid, spec, _named(_import(spec, config), gid))
+                   for gid, spec in config.graphs.items()}
         return cls(entries, config.default_agent)
 
     def ids(self) -> list[str]:
@@ -131,10 +132,19 @@ def _is_runtime_param(param: inspect.Parameter) -> bool:
 
 def _compiled(obj: Any, graph_id: str) -> Pregel:
     if isinstance(obj, StateGraph):
-        return obj.compile()
+        return _named(obj.compile(), graph_id)
     if isinstance(obj, Pregel):
-        return obj
+        return _named(obj, graph_id)
     raise ConfigError(f"graph {graph_id!r} factory returned {type(obj).__name__}, not a graph")
+
+
+def _named(graph: Any, graph_id: str) -> Any:
+    """A compiled graph left with LangGraph's default name takes its graph id, as LangGraph's server names it:
+    the root run of `events` mode and traces is called after it, and schema titles are built from it
+    (`<graph_id>_input`, `<graph_id>_state`). A copy: the project's own object is left as it is."""
+    if isinstance(graph, Pregel) and graph.name == "LangGraph":
+        return graph.copy(update={"name": graph_id})
+    return graph
 
 
 def _import(spec: str, config: ProjectConfig) -> Any:
@@ -205,13 +215,19 @@ def _configurable_schema(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _state_schema(graph: Pregel) -> Any:
+    """The state's schema, titled after the graph as LangGraph's server titles it (`<name>_state`, or
+    `<Name>State` for a name that starts upper-case: langchain's `get_name`)."""
     builder = getattr(graph, "builder", None)
     state = getattr(builder, "state_schema", None)
     if state is None:
-        return graph.get_output_jsonschema()
-    from pydantic import TypeAdapter
+        schema = graph.get_output_jsonschema()
+    else:
+        from pydantic import TypeAdapter
 
-    return TypeAdapter(pydantic_compatible(state)).json_schema()
+        schema = TypeAdapter(pydantic_compatible(state)).json_schema()
+    if isinstance(schema, dict):
+        schema["title"] = graph.get_name("State")
+    return schema
 
 
 def pydantic_compatible(tp: Any, _seen: dict[Any, Any] | None = None) -> Any:
