@@ -19,7 +19,8 @@ _BUILD_ONLY = {
     "python_version", "node_version", "pip_config_file", "pip_installer", "dockerfile_lines",
     "image_distro", "base_image", "keep_pkg_tools", "api_version", "_INTERNAL_docker_tag",
 }
-_SUPPORTED = {"graphs", "env", "dependencies", "store", "checkpointer", "http", "threadline", "auth", "webhooks"}
+_SUPPORTED = {"graphs", "env", "dependencies", "store", "checkpointer", "http", "threadline", "auth", "webhooks",
+              "encryption"}
 _TTL_KEYS = {"strategy", "sweep_interval_minutes", "default_ttl", "sweep_limit"}
 # `http.disable_<family>`: the route families LangGraph's server lets a project turn off.
 ROUTE_FAMILIES = ("assistants", "threads", "runs", "store", "meta", "mcp", "a2a", "webhooks", "ui")
@@ -250,6 +251,10 @@ class ProjectConfig:
     auth: AuthConfig | None = None
     webhooks: WebhookPolicy = field(default_factory=WebhookPolicy)
     default_agent: str | None = None
+    #: `encryption.path`: the project's `langgraph_sdk.Encryption` ('path.py:attr' or 'module:attr').
+    encryption: str | None = None
+    #: `checkpointer.path`: the project's checkpointer (an async context manager yielding a saver).
+    checkpointer_path: str | None = None
     unsupported: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
 
@@ -286,7 +291,7 @@ def load_config(path: Path) -> ProjectConfig:
     checkpointer = raw.get("checkpointer") or {}
     for section, keys, allowed in (
         ("store", store, {"index", "ttl"}),
-        ("checkpointer", checkpointer, {"ttl"}),
+        ("checkpointer", checkpointer, {"ttl", "path"}),
     ):
         unsupported += [f"{section}.{k}" for k in keys if k not in allowed]
     if isinstance(checkpointer.get("ttl"), dict):
@@ -317,9 +322,27 @@ def load_config(path: Path) -> ProjectConfig:
         auth=AuthConfig.parse(raw.get("auth"), path, unsupported),
         webhooks=WebhookPolicy.parse(raw.get("webhooks"), path, unsupported),
         default_agent=default,
+        encryption=_object_path(raw, "encryption", path, unsupported),
+        checkpointer_path=_object_path({"checkpointer": checkpointer}, "checkpointer", path, []),
         unsupported=unsupported,
         ignored=ignored,
     )
+
+
+def _object_path(raw: dict[str, Any], section: str, path: Path, unsupported: list[str]) -> str | None:
+    """`<section>.path` ('path.py:attr' or 'module:attr'), None when the section or its `path` is absent."""
+    given = raw.get(section)
+    if given is None:
+        return None
+    if not isinstance(given, dict):
+        raise ConfigError(f"{path}: '{section}' must be an object")
+    spec = given.get("path")
+    if spec is None:
+        return None
+    if not isinstance(spec, str) or ":" not in spec:
+        raise ConfigError(f"{path}: {section}.path must be 'path.py:attr' or 'module:attr', got {spec!r}")
+    unsupported += [f"{section}.{k}" for k in given if k != "path"]
+    return spec
 
 
 def _is_path(dependency: str, root: Path) -> bool:
