@@ -28,13 +28,14 @@ _WRAPPED = "threadline/encrypted_value"
 #: The start of an encrypted blob: the magic, then the context's JSON length (4 bytes) and the context.
 BLOB_MAGIC = b"\x00threadline-enc1\x00"
 
-#: Keys LangGraph documents as never encrypted, at the top level of every JSON field.
+#: Keys LangGraph documents as never encrypted (and Threadline's own ids), at the top level of every JSON field.
 SYSTEM_KEYS = frozenset({
     "thread_id", "run_id", "assistant_id", "graph_id", "checkpoint_id", "task_id", "cron_id",
     "langgraph_version", "langgraph_api_version", "langgraph_plan", "langgraph_host", "langgraph_api_url",
     "langgraph_request_id", "langgraph_auth_user", "langgraph_auth_user_id", "langgraph_auth_permissions",
     "source", "step", "parents", "run_attempt", "checkpoint_ns",
     "__after_seconds__", "__request_start_time_ms__", "max_concurrency", "recursion_limit",
+    "a2a_task_id",  # ours: the A2A task a run belongs to, which runs are searched by
 })
 
 _context: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("threadline_encryption_context",

@@ -103,16 +103,15 @@ class EncryptedStore(BaseStore):
     and a semantic index would embed ciphertext, so a project that encrypts its store values should leave
     `store.index` off or keep the indexed fields out of its encryptor's reach."""
 
+    #: TTLs are the wrapped store's to honour or refuse: they pass through with each operation.
+    supports_ttl = True
+
     def __init__(self, inner: BaseStore, codec: Codec) -> None:
         self.inner = inner
         self.codec = codec
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
-
-    @property
-    def supports_ttl(self) -> bool:  # type: ignore[override]
-        return self.inner.supports_ttl
 
     @property
     def ttl_config(self) -> Any:  # type: ignore[override]
