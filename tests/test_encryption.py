@@ -8,6 +8,7 @@ import base64
 import contextlib
 import json
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,7 @@ async def test_a_marker_in_every_record_is_stored_encrypted_and_read_back(tmp_pa
         cron = await sdk.crons.create_for_thread(tid, assistant["assistant_id"], schedule="0 0 1 1 *",
                                                  input=message, metadata=secret)
         await sdk.store.put_item(["notes"], "n1", {"secret": MARKER})
+        await sdk.store.put_item(["notes"], "n2", {"secret": MARKER}, ttl=5)  # TTLs are the store's, as without
 
         assert not found_in(stored_text(backend))
         # Every read through the API gives the plaintext back.
@@ -94,6 +96,7 @@ async def test_a_marker_in_every_record_is_stored_encrypted_and_read_back(tmp_pa
         assert [c["payload"]["input"] for c in await sdk.crons.search(thread_id=tid)] == [message]
         assert cron["metadata"]["secret"] == MARKER
         assert (await sdk.store.get_item(["notes"], "n1"))["value"] == {"secret": MARKER}
+        assert [i["value"] for i in (await sdk.store.search_items(["notes"]))["items"]] == [secret, secret]
         assert [t["metadata"]["secret"] for t in await sdk.threads.search(metadata={"graph_id": "echo"})] == [MARKER]
         # A filter on an encrypted value matches nothing (as LangGraph documents); on a plain key it works.
         assert await sdk.threads.search(metadata=secret) == []
@@ -129,3 +132,25 @@ def test_encryption_must_name_an_encryption_instance(tmp_path: Path) -> None:
     path.write_text(json.dumps({"graphs": {"echo": "threadline.example.agents:echo"}, "encryption": {"path": 3}}))
     with pytest.raises(ConfigError, match=r"encryption.path must be"):
         load_config(path)
+
+
+async def test_a_cron_fires_its_runs_with_the_context_it_was_created_with(tmp_path: Path, backend: Backend) -> None:
+    async with serve(tmp_path, backend, encryption={"path": ENCRYPTION}) as (app, http):
+        sdk = LangGraphClient(http)
+        tid = (await sdk.threads.create())["thread_id"]
+        cron = await sdk.crons.create_for_thread(tid, "echo", schedule="* * * * *",
+                                                 input={"messages": [{"role": "user", "content": MARKER}]})
+        crons = app.state.runtime.crons
+        later = datetime.now(UTC) + timedelta(minutes=2)
+        crons.clock = lambda: later
+        project_encryption.TENANTS.clear()
+        assert await crons.run_due() == 1  # on the scheduler's task: no request, no header
+        [fired] = await sdk.runs.list(tid)
+        assert fired["metadata"]["cron_id"] == cron["cron_id"]
+        await sdk.runs.join(tid, fired["run_id"])
+        assert (await sdk.threads.get_state(tid))["values"]["messages"][-1]["content"] == f"You said: {MARKER}"
+        assert not found_in(stored_text(backend))
+    # Only the system assistant the cron names (made at startup, outside any request) was stored with no context.
+    assert {(tenant, call) for tenant, call in project_encryption.TENANTS if tenant != "acme"} == {
+        (None, ("decrypt", "assistant", "metadata"))}
+    assert ("acme", ("encrypt", "checkpoint", "blob")) in project_encryption.TENANTS

@@ -97,7 +97,7 @@ def test_a_path_that_names_no_saver_stops_startup(tmp_path: Path, backend: Backe
 
     import asyncio
 
-    with pytest.raises(Exception) as caught:  # noqa: PT011 - startup fails; its cause is what we check
+    with pytest.raises(Exception) as caught:
         asyncio.run(start())
     cause: BaseException | None = caught.value
     while cause is not None and not isinstance(cause, ConfigError):

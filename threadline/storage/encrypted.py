@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from threadline.storage.base import Row, Storage
-from threadline.storage.encryption import Codec, use_context
+from threadline.storage.encryption import Codec, stored_context, use_context
 from threadline.storage.encryption_savers import EncryptedSaver, EncryptedStore
 
 FIELDS: dict[str, tuple[str, ...]] = {
@@ -37,6 +37,7 @@ class EncryptedStorage:
         self.checkpointer = EncryptedSaver(inner.checkpointer, codec)
         self.store = EncryptedStore(inner.store, codec)
         self._run_savers: dict[int, EncryptedSaver] = {}
+        self._cron_contexts: dict[str, dict[str, Any]] = {}  # of the crons `due_crons` last gave
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -131,7 +132,7 @@ class EncryptedStorage:
         claimed = await self.inner.claim_run(worker_id, lease_seconds)
         if claimed is not None:
             # The run executes in a task started from here: its checkpoints take the context it was stored with.
-            use_context(_stored_context(claimed.get("kwargs")))
+            use_context(stored_context(claimed.get("kwargs")))
         return await self._open("run", claimed)
 
     async def finish_run(self, run_id: str, status: str, *, error: Any = None, output: Any = None,
@@ -176,10 +177,11 @@ class EncryptedStorage:
         return await self._open_all("cron", await self.inner.search_crons(**kwargs))
 
     async def due_crons(self, now: str, limit: int) -> list[Row]:
-        return await self._open_all("cron", await self.inner.due_crons(now, limit))
+        due = await self.inner.due_crons(now, limit)
+        self._cron_contexts = {row["cron_id"]: stored_context(row.get("payload")) for row in due}
+        return await self._open_all("cron", due)
 
-
-def _stored_context(kwargs: Any) -> dict[str, Any]:
-    from threadline.storage.encryption import CONTEXT_KEY, _loads_context
-
-    return _loads_context(kwargs.get(CONTEXT_KEY)) if isinstance(kwargs, dict) and CONTEXT_KEY in kwargs else {}
+    async def claim_cron_tick(self, cron_id: str, tick: str, *, now: str, until: str) -> bool:
+        # The scheduler fires the tick it claims next, on this task: its run is stored with the cron's context.
+        use_context(self._cron_contexts.pop(cron_id, {}))
+        return await self.inner.claim_cron_tick(cron_id, tick, now=now, until=until)

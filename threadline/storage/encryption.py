@@ -144,6 +144,11 @@ def _plaintext(result: Any) -> Any:
     return getattr(result, "plaintext", result) if type(result).__name__ == "DecryptResult" else result
 
 
+def stored_context(sealed: Any) -> dict[str, Any]:
+    """The encryption context a sealed field was stored with ({} for one stored in plain text)."""
+    return _loads_context(sealed[CONTEXT_KEY]) if isinstance(sealed, dict) and CONTEXT_KEY in sealed else {}
+
+
 def _loads_context(raw: Any) -> dict[str, Any]:
     try:
         loaded = orjson.loads(raw) if isinstance(raw, (str, bytes)) else raw
