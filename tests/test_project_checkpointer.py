@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import pickle
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -103,3 +104,15 @@ def test_a_path_that_names_no_saver_stops_startup(tmp_path: Path, backend: Backe
     while cause is not None and not isinstance(cause, ConfigError):
         cause = cause.__cause__ or cause.__context__
     assert cause is not None and "BaseCheckpointSaver" in str(cause)
+
+
+async def test_with_encryption_the_project_saver_gets_only_ciphertext(tmp_path: Path, backend: Backend) -> None:
+    marker = "okapi-marker-5d21"
+    async with serve(tmp_path, backend, checkpointer={"path": SAVER},
+                     encryption={"path": "tests.encryption_project.encryption:encryption"}) as sdk:
+        tid = (await sdk.threads.create())["thread_id"]
+        await sdk.runs.wait(tid, "echo", input={"messages": [{"role": "user", "content": marker}]})
+        assert said((await sdk.threads.get_state(tid))["values"]) == [marker, f"You said: {marker}"]
+        saver = project_saver.SAVERS[-1]
+        held = pickle.dumps((dict(saver.storage), dict(saver.writes), dict(saver.blobs)))
+        assert saver.storage and marker.encode() not in held

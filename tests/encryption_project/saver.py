@@ -12,6 +12,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 CALLS: Counter[str] = Counter()
 LIFECYCLE: list[str] = []
+SAVERS: list[InMemorySaver] = []  # each one made, newest last
 
 
 class CountingSaver(InMemorySaver):
@@ -36,6 +37,8 @@ class CountingSaver(InMemorySaver):
 async def checkpointer() -> AsyncIterator[CountingSaver]:
     LIFECYCLE.append("enter")
     try:
-        yield CountingSaver()
+        saver = CountingSaver()
+        SAVERS.append(saver)
+        yield saver
     finally:
         LIFECYCLE.append("exit")
