@@ -154,3 +154,32 @@ async def test_a_cron_fires_its_runs_with_the_context_it_was_created_with(tmp_pa
     assert {(tenant, call) for tenant, call in project_encryption.TENANTS if tenant != "acme"} == {
         (None, ("decrypt", "assistant", "metadata"))}
     assert ("acme", ("encrypt", "checkpoint", "blob")) in project_encryption.TENANTS
+
+
+async def test_the_codec_keeps_keys_and_shapes() -> None:
+    from langgraph_sdk import Encryption
+    from langgraph_sdk.encryption.types import DecryptResult
+
+    from threadline.storage.encryption import CONTEXT_KEY, Codec, EncryptionFailed
+
+    codec = Codec(project_encryption.encryption)
+    for value in ([MARKER, 1], MARKER, {"a": {"b": MARKER}}, {"thread_id": "t", "x": MARKER}):
+        sealed = await codec.seal("thread", "values", value)
+        assert MARKER not in json.dumps(sealed) and CONTEXT_KEY in sealed
+        assert await codec.open("thread", "values", sealed) == value
+    assert (await codec.seal("thread", "metadata", {"thread_id": "t"})) == {"thread_id": "t"}  # ids stay plain
+    assert await codec.open("thread", "metadata", {"plain": MARKER}) == {"plain": MARKER}  # written before
+
+    merging = Encryption()
+
+    @merging.encrypt.json
+    async def consolidate(ctx: Any, data: dict[str, Any]) -> dict[str, Any]:
+        return {"__encrypted__": json.dumps(data)}
+
+    @merging.decrypt.json
+    async def rotate(ctx: Any, data: dict[str, Any]) -> Any:
+        return DecryptResult(plaintext={"k": "v"}, replacement=data)
+
+    with pytest.raises(EncryptionFailed, match="must keep the keys"):
+        await Codec(merging).seal("run", "metadata", {"k": "v"})
+    assert await Codec(merging).open("run", "metadata", {"k": "x", CONTEXT_KEY: "{}"}) == {"k": "v"}

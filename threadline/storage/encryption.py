@@ -85,7 +85,9 @@ class Codec:
         metadata = current_context()
         kept = {k: v for k, v in data.items() if k in SYSTEM_KEYS}
         given = {k: v for k, v in data.items() if k not in SYSTEM_KEYS and k != CONTEXT_KEY}
-        sealed = await self._json_enc(self._ctx(model, field, metadata), given) if given else {}
+        if not given:  # nothing to encrypt: no context either (a merge of it leaves the stored one)
+            return kept
+        sealed = await self._json_enc(self._ctx(model, field, metadata), given)
         if not isinstance(sealed, dict) or set(sealed) != set(given):
             raise EncryptionFailed(f"the encryption handler must keep the keys of the {model} {field} it encrypts "
                                    "and change only their values")
