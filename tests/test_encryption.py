@@ -18,8 +18,10 @@ import pytest
 from asgi_lifespan import LifespanManager
 from langgraph_sdk.client import LangGraphClient
 
+from tests.conftest import serving_asgi
 from tests.encryption_project import encryption as project_encryption
 from tests.services import Backend
+from tests.test_protocol import command, read_sse, root_done
 from threadline.api.app import create_app
 from threadline.config import load_config
 from threadline.errors import ConfigError
@@ -183,3 +185,19 @@ async def test_the_codec_keeps_keys_and_shapes() -> None:
     with pytest.raises(EncryptionFailed, match="must keep the keys"):
         await Codec(merging).seal("run", "metadata", {"k": "v"})
     assert await Codec(merging).open("run", "metadata", {"k": "x", CONTEXT_KEY: "{}"}) == {"k": "v"}
+
+
+async def test_protocol_v2_events_are_stored_encrypted(tmp_path: Path, backend: Backend) -> None:
+    path = tmp_path / "langgraph.json"
+    path.write_text(json.dumps({"graphs": {"echo": "threadline.example.agents:echo"},
+                                "encryption": {"path": ENCRYPTION}}))
+    async with serving_asgi(create_app(Settings(config=str(path), workers=2, **backend.settings()))) as url:
+        async with httpx.AsyncClient(base_url=url, headers=HEADERS, timeout=30) as client:
+            tid = (await LangGraphClient(client).threads.create())["thread_id"]
+        started = await command(url, tid, "run.start", {"assistant_id": "echo", "input": {
+            "messages": [{"role": "user", "content": MARKER}]}})
+        assert started["type"] == "success"
+        frames = await read_sse(url, tid, {"channels": ["values", "lifecycle"]}, root_done)
+        # Replayed from the stored log, decrypted: the run's values carry the marker.
+        assert any(MARKER in json.dumps(f["data"]["params"]) for f in frames if f["event"] == "values")
+        assert not found_in(stored_text(backend))

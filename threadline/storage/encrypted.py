@@ -3,8 +3,8 @@
 It wraps the backend (SQLite or PostgreSQL alike): the JSON fields LangGraph encrypts are sealed before a
 row goes down and opened when it comes back (assistants' `config`, `context`, `metadata`; threads'
 `metadata`, `values`, `config`, `interrupts`, `error`; runs' `metadata`, `kwargs`, `output`, `error`; crons'
-`payload`, `metadata`), the checkpointer's blobs and metadata (`EncryptedSaver`) and the store's values
-(`EncryptedStore`). Everything else passes through to the backend.
+`payload`, `metadata`; Protocol v2's events' `params`), the checkpointer's blobs and metadata
+(`EncryptedSaver`) and the store's values (`EncryptedStore`). Everything else passes through to the backend.
 
 Two of the backend's transactions take a function that computes, inside the transaction, from the stored
 row (a run's metadata from its thread's; a cron's change): with encryption the row is read and opened
@@ -16,8 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
-from threadline.storage.base import Row, Storage
-from threadline.storage.encryption import Codec, stored_context, use_context
+import orjson
+
+from threadline.storage.base import NewThreadEvent, Row, Storage
+from threadline.storage.encryption import CONTEXT_KEY, Codec, stored_context, use_context
 from threadline.storage.encryption_savers import EncryptedSaver, EncryptedStore
 
 FIELDS: dict[str, tuple[str, ...]] = {
@@ -158,6 +160,19 @@ class EncryptedStorage:
     async def recover_runs(self, max_attempts: int, *, expired_only: bool) -> tuple[list[Row], list[Row]]:
         requeued, failed = await self.inner.recover_runs(max_attempts, expired_only=expired_only)
         return await self._open_all("run", requeued), await self._open_all("run", failed)
+
+    # --- protocol events (Threadline's own: LangGraph's server keeps no such log) -----------------------
+    async def append_thread_events(self, thread_id: str, run_id: str | None,
+                                   events: list[NewThreadEvent]) -> list[int]:
+        sealed = [event._replace(params=orjson.dumps(await self.codec.seal(
+            "thread_event", "params", orjson.loads(event.params))).decode()) for event in events]
+        return await self.inner.append_thread_events(thread_id, run_id, sealed)
+
+    async def read_thread_events(self, thread_id: str, **kwargs: Any) -> list[Row]:
+        rows = await self.inner.read_thread_events(thread_id, **kwargs)
+        return [{**row, "params": orjson.dumps(await self.codec.open("thread_event", "params",
+                                                                      orjson.loads(row["params"]))).decode()}
+                if CONTEXT_KEY in row["params"] else row for row in rows]
 
     # --- crons ----------------------------------------------------------------------------------
     async def create_cron(self, row: Row) -> Row:
