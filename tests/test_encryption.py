@@ -201,3 +201,22 @@ async def test_protocol_v2_events_are_stored_encrypted(tmp_path: Path, backend: 
         # Replayed from the stored log, decrypted: the run's values carry the marker.
         assert any(MARKER in json.dumps(f["data"]["params"]) for f in frames if f["event"] == "values")
         assert not found_in(stored_text(backend))
+
+
+async def test_an_agents_calls_to_its_own_server_take_its_runs_context(tmp_path: Path, backend: Backend) -> None:
+    """A node's `get_client()` (in-process) creates a thread and a run: stored with the calling run's context."""
+    path = tmp_path / "langgraph.json"
+    path.write_text(json.dumps({"graphs": {"echo": "threadline.example.agents:echo",
+                                           "caller": "tests.project.userstyle:caller"},
+                                "encryption": {"path": ENCRYPTION}}))
+    app = create_app(Settings(config=str(path), workers=2, **backend.settings()))
+    async with serving_asgi(app) as url, httpx.AsyncClient(base_url=url, headers=HEADERS, timeout=30) as client:
+        sdk = LangGraphClient(client)
+        tid = (await sdk.threads.create())["thread_id"]
+        project_encryption.TENANTS.clear()
+        out = await sdk.runs.wait(tid, "caller", input={"text": MARKER})
+        assert out["answer"]["messages"][-1]["content"] == f"You said: {MARKER}"
+        assert not found_in(stored_text(backend))
+    assert {(tenant, call) for tenant, call in project_encryption.TENANTS if tenant != "acme"} <= {
+        (None, ("decrypt", "assistant", "metadata"))}  # the system assistants, made at startup
+    assert ("acme", ("encrypt", "thread", "values")) in project_encryption.TENANTS

@@ -32,6 +32,9 @@ class EncryptionContext:
             else:
                 await deny_handshake(scope, send, exc, response)
             return
+        if metadata is None:  # nothing given: the context the request is served in stays
+            await self.app(scope, receive, send)
+            return
         token = use_context(metadata)
         try:
             await self.app(scope, receive, send)

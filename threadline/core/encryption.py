@@ -16,9 +16,9 @@ import orjson
 from threadline.core.auth import current_user
 from threadline.errors import ConfigError, InvalidInput
 from threadline.loader import load_object
-from threadline.storage.encryption import reset_context, use_context
+from threadline.storage.encryption import current_context, reset_context, use_context
 
-__all__ = ["load_encryption", "request_context", "reset_context", "use_context"]
+__all__ = ["current_context", "load_encryption", "request_context", "reset_context", "use_context"]
 
 
 def load_encryption(project: Any) -> Any | None:
@@ -49,12 +49,16 @@ def decode_header(value: str | None) -> dict[str, Any]:
     return decoded
 
 
-async def request_context(encryption: Any, header: str | None) -> dict[str, Any]:
+async def request_context(encryption: Any, header: str | None) -> dict[str, Any] | None:
     """The request's encryption context: the header's, then what the project's context handler makes of it
-    for the authenticated caller (LangGraph's server calls it only for an authenticated request)."""
+    for the authenticated caller (LangGraph's server calls it only for an authenticated request). None when
+    the request gives neither: the context it is served in stays (an agent's in-process call to this server,
+    `langgraph_sdk.get_client()`, writes with its run's)."""
     metadata = decode_header(header)
     handler = encryption._context_handler
     user = current_user()
+    if header is None and (handler is None or user is None):
+        return None
     if handler is not None and user is not None:
         from langgraph_sdk.encryption.types import EncryptionContext
 
