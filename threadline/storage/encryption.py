@@ -19,7 +19,10 @@ from typing import Any
 
 import orjson
 
-from threadline.errors import InvalidInput
+from threadline.errors import EncryptionFailed
+
+__all__ = ["CONTEXT_KEY", "Codec", "EncryptionFailed", "current_context", "reset_context", "stored_context",
+           "use_context"]
 
 #: Where a JSON field keeps its encryption context (the name LangGraph's server uses, so the two read each other's).
 CONTEXT_KEY = "langchain.dev/encryption_context/v1"
@@ -53,10 +56,6 @@ def reset_context(token: contextvars.Token[dict[str, Any] | None]) -> None:
 
 def current_context() -> dict[str, Any]:
     return _context.get() or {}
-
-
-class EncryptionFailed(InvalidInput):
-    """The project's encryption handler returned something the server cannot store."""
 
 
 class Codec:
