@@ -40,7 +40,7 @@ EXAMPLE_CONFIG = Path(__file__).parent / "example" / "langgraph.json"
 BUILD_ONLY = ("python_version", "node_version", "pip_config_file", "pip_installer", "dockerfile_lines",
               "image_distro", "base_image", "keep_pkg_tools", "api_version", "source", "_INTERNAL_docker_tag")
 # Keys parsed into typed settings whose behaviour is not in Threadline yet: still reported at startup.
-NOT_YET_HONOURED = ("checkpointer.path", "encryption", "priority", "ui", "ui_config")
+NOT_YET_HONOURED = ("priority", "ui", "ui_config")
 # `http.disable_<family>`: the route families LangGraph's server lets a project turn off.
 ROUTE_FAMILIES = ("assistants", "threads", "runs", "store", "meta", "mcp", "a2a", "webhooks", "ui")
 # The environment variables LangGraph's server reads its configuration from, and the section each replaces.

@@ -38,6 +38,10 @@ class InvalidInput(ThreadlineError):
     code = "invalid_input"
 
 
+class EncryptionFailed(InvalidInput):
+    """The project's encryption handler returned something that cannot be stored (langgraph.json `encryption`)."""
+
+
 class BadRequest(ThreadlineError):
     """Bad request."""
 

@@ -28,6 +28,7 @@ from threadline.api import (
     threads,
     user_app,
 )
+from threadline.api.encryption import EncryptionContext
 from threadline.api.limits import BodyLimit
 from threadline.api.loopback import serving_loopback
 from threadline.api.ratelimit import AuthFailures, RateLimit, RateLimiter
@@ -36,6 +37,7 @@ from threadline.api.sse import StreamSlots
 from threadline.config import HttpConfig, ProjectConfig
 from threadline.core.access import Access
 from threadline.core.auth import CustomAuth
+from threadline.core.encryption import load_encryption
 from threadline.core.runtime import Runtime
 from threadline.errors import ConfigError
 from threadline.loader import load_object, missing_package
@@ -101,6 +103,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Added first, so innermost: rate limits by the authenticated identity (`identity_of`), before any route
     # reads the body; requests that fail authentication are counted by address outside it (`AuthFailures`).
     app.add_middleware(RateLimit, limiter=limiter)
+    encryption = load_encryption(project)
+    if encryption is not None:  # inside authentication: `@encryption.context` sees the caller
+        app.add_middleware(EncryptionContext, encryption=encryption)
     if authenticator is not None:  # inside CORS and the body limit
         app.add_middleware(auth.Authenticate, authenticator=authenticator, open_paths=auth.open_paths(settings),
                            router=app.router)

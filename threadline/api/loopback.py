@@ -21,6 +21,7 @@ from typing import Any
 
 from threadline.api.auth import AUTHENTICATED, LOOPBACK
 from threadline.core.auth import AuthUser, set_current_user
+from threadline.core.encryption import current_context, use_context
 
 log = logging.getLogger("threadline.loopback")
 
@@ -64,6 +65,7 @@ def isolated(app: Any) -> Any:
         caller = _run_caller()
         scope = {**scope, LOOPBACK: True}
         context = contextvars.Context()
+        context.run(use_context, current_context())  # what it stores is encrypted with its run's context
         if caller is not None:
             scope[AUTHENTICATED] = caller  # who rate limits count, and what the middleware takes as done
             context.run(set_current_user, caller)

@@ -20,6 +20,7 @@ from threadline.core.access import Access
 from threadline.core.assistants import Assistants
 from threadline.core.auth import auth_configured, load_auth
 from threadline.core.crons import Crons
+from threadline.core.encryption import load_encryption
 from threadline.core.executor import Executor
 from threadline.core.graphs import GraphRegistry
 from threadline.core.metrics import Metrics
@@ -28,7 +29,7 @@ from threadline.core.threads import Threads
 from threadline.core.webhook_policy import WebhookGuard
 from threadline.core.webhooks import Webhooks
 from threadline.core.worker import WorkerPool, recover
-from threadline.loader import resolve_store_index
+from threadline.loader import load_object, resolve_store_index
 from threadline.settings import Settings
 from threadline.storage import open_storage
 from threadline.storage.base import Storage
@@ -118,7 +119,10 @@ class Runtime:
         url = settings.database_url or default_database_url(create=True)
         store_index = resolve_store_index(project.store_index, project.root)
         serde = None if project.serde is None else checkpoint_serializer(project.serde.given())
-        storage = await open_storage(url, store_index=store_index, store_ttl=project.store_ttl, serde=serde)
+        checkpointer = None if project.checkpointer_path is None else load_object(
+            project.checkpointer_path, project.root, what="checkpointer.path")
+        storage = await open_storage(url, store_index=store_index, store_ttl=project.store_ttl, serde=serde,
+                                     encryption=load_encryption(project), checkpointer=checkpointer)
         chosen = broker_url(url, settings.redis_url)
         broker = open_broker(chosen, buffer_events=settings.stream_buffer_events,
                              buffer_bytes=settings.stream_buffer_bytes, total_bytes=settings.stream_memory_bytes,

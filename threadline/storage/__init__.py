@@ -5,7 +5,7 @@ Backends are chosen by URL and imported lazily. Storage never imports core or ap
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from threadline.errors import ConfigError
 
@@ -16,9 +16,35 @@ if TYPE_CHECKING:
 
 
 async def open_storage(url: str, *, store_index: dict | None = None, store_ttl: dict | None = None,
-                       serde: SerializerProtocol | None = None) -> Storage:
-    """Open the backend `url` names (sqlite:///path or postgresql://…), applying its migrations. `serde`: the
+                       serde: SerializerProtocol | None = None, encryption: Any = None,
+                       checkpointer: Any = None) -> Storage:
+    """Open the backend `url` names (sqlite:///path or postgresql://…), applying its migrations; with the
+    project's `checkpointer` (langgraph.json `checkpointer.path`: `project_saver.py`) in place of ours, and its
+    `encryption` (a `langgraph_sdk.Encryption`: `encrypted.py`) applied to what is stored. `serde`: the
     checkpointer's serializer (`checkpoint_serde.py`); None, LangGraph's default."""
+    storage = await _open_backend(url, store_index=store_index, store_ttl=store_ttl, serde=serde)
+    if checkpointer is not None:
+        import contextlib
+
+        from threadline.storage.project_saver import ProjectSaverStorage, enter_saver
+
+        stack = contextlib.AsyncExitStack()
+        try:
+            saver = await enter_saver(checkpointer, stack)
+        except BaseException:
+            await storage.close()
+            raise
+        storage = cast("Storage", ProjectSaverStorage(storage, saver, stack))
+    if encryption is not None:
+        from threadline.storage.encrypted import EncryptedStorage
+        from threadline.storage.encryption import Codec
+
+        storage = cast("Storage", EncryptedStorage(storage, Codec(encryption)))
+    return storage
+
+
+async def _open_backend(url: str, *, store_index: dict | None, store_ttl: dict | None,
+                        serde: SerializerProtocol | None) -> Storage:
     if url.startswith("sqlite:"):
         from threadline.storage.sqlite import SQLiteStorage
 

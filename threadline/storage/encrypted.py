@@ -1,0 +1,202 @@
+"""`EncryptedStorage`: any `Storage`, with the project's encryption applied to what it stores (`encryption.py`).
+
+It wraps the backend (SQLite or PostgreSQL alike): the JSON fields LangGraph encrypts are sealed before a
+row goes down and opened when it comes back (assistants' `config`, `context`, `metadata`; threads'
+`metadata`, `values`, `config`, `interrupts`, `error`; runs' `metadata`, `kwargs`, `output`, `error`; crons'
+`payload`, `metadata`; Protocol v2's events' `params`), the checkpointer's blobs and metadata
+(`EncryptedSaver`) and the store's values (`EncryptedStore`). Everything else passes through to the backend.
+
+Two of the backend's transactions take a function that computes, inside the transaction, from the stored
+row (a run's metadata from its thread's; a cron's change): with encryption the row is read and opened
+first, the function runs on the plaintext, and the transaction is given the sealed result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+import orjson
+
+from threadline.storage.base import NewThreadEvent, Row, Storage
+from threadline.storage.encryption import CONTEXT_KEY, Codec, stored_context, use_context
+from threadline.storage.encryption_savers import EncryptedSaver, EncryptedStore
+
+FIELDS: dict[str, tuple[str, ...]] = {
+    "assistant": ("config", "context", "metadata"),
+    "thread": ("metadata", "values", "config", "interrupts", "error"),
+    "run": ("metadata", "output", "error"),  # and `kwargs`, by `Codec.seal_kwargs`
+    "cron": ("payload", "metadata"),
+}
+
+
+class EncryptedStorage:
+    """See the module docstring. Not a `Storage` subclass: every method it does not define is the backend's."""
+
+    def __init__(self, inner: Storage, codec: Codec) -> None:
+        self.inner = inner
+        self.codec = codec
+        self.checkpointer = EncryptedSaver(inner.checkpointer, codec)
+        self.store = EncryptedStore(inner.store, codec)
+        self._run_savers: dict[int, EncryptedSaver] = {}
+        self._cron_contexts: dict[str, dict[str, Any]] = {}  # of the crons `due_crons` last gave
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    # --- the codec over rows --------------------------------------------------------------------
+    async def _seal(self, model: str, row: Row) -> Row:
+        out = dict(row)
+        for field in FIELDS[model]:
+            if field in out:
+                out[field] = await self.codec.seal(model, field, out[field])
+        if model == "run" and "kwargs" in out:
+            out["kwargs"] = await self.codec.seal_kwargs(out["kwargs"])
+        return out
+
+    async def _open(self, model: str, row: Row | None) -> Row | None:
+        if row is None:
+            return None
+        out = dict(row)
+        for field in FIELDS[model]:
+            if field in out:
+                out[field] = await self.codec.open(model, field, out[field])
+        if model == "run" and "kwargs" in out:
+            out["kwargs"] = await self.codec.open_kwargs(out["kwargs"])
+        return out
+
+    async def _open_all(self, model: str, rows: list[Row]) -> list[Row]:
+        return [r for r in [await self._open(model, row) for row in rows] if r is not None]
+
+    def run_checkpointer(self, durability: str) -> Any:
+        inner = self.inner.run_checkpointer(durability)
+        if inner is self.inner.checkpointer:
+            return self.checkpointer
+        if id(inner) not in self._run_savers:
+            self._run_savers[id(inner)] = EncryptedSaver(inner, self.codec)
+        return self._run_savers[id(inner)]
+
+    # --- assistants -----------------------------------------------------------------------------
+    async def create_assistant(self, row: Row, *, if_exists: Literal["raise", "do_nothing"]) -> Row:
+        return await self._open("assistant", await self.inner.create_assistant(await self._seal("assistant", row),
+                                                                              if_exists=if_exists))  # type: ignore[return-value]
+
+    async def get_assistant(self, assistant_id: str, *, filters: dict[str, Any] | None = None) -> Row | None:
+        return await self._open("assistant", await self.inner.get_assistant(assistant_id, filters=filters))
+
+    async def search_assistants(self, **kwargs: Any) -> list[Row]:
+        return await self._open_all("assistant", await self.inner.search_assistants(**kwargs))
+
+    async def update_assistant(self, assistant_id: str, changes: Row) -> Row:
+        updated = await self.inner.update_assistant(assistant_id, await self._seal("assistant", changes))
+        return await self._open("assistant", updated)  # type: ignore[return-value]
+
+    async def list_assistant_versions(self, assistant_id: str, **kwargs: Any) -> list[Row]:
+        return await self._open_all("assistant", await self.inner.list_assistant_versions(assistant_id, **kwargs))
+
+    async def set_assistant_version(self, assistant_id: str, version: int) -> Row | None:
+        return await self._open("assistant", await self.inner.set_assistant_version(assistant_id, version))
+
+    # --- threads --------------------------------------------------------------------------------
+    async def create_thread(self, row: Row, *, if_exists: Literal["raise", "do_nothing"]) -> Row:
+        created = await self.inner.create_thread(await self._seal("thread", row), if_exists=if_exists)
+        return await self._open("thread", created)  # type: ignore[return-value]
+
+    async def get_thread(self, thread_id: str, *, filters: dict[str, Any] | None = None) -> Row | None:
+        return await self._open("thread", await self.inner.get_thread(thread_id, filters=filters))
+
+    async def update_thread(self, thread_id: str, changes: Row, *,
+                            merge_metadata: dict[str, Any] | None = None) -> Row | None:
+        merge = None if merge_metadata is None else await self.codec.seal("thread", "metadata", merge_metadata)
+        updated = await self.inner.update_thread(thread_id, await self._seal("thread", changes), merge_metadata=merge)
+        return await self._open("thread", updated)
+
+    async def search_threads(self, **kwargs: Any) -> list[Row]:
+        return await self._open_all("thread", await self.inner.search_threads(**kwargs))
+
+    # --- runs -----------------------------------------------------------------------------------
+    async def enqueue_run(self, run: Row, *, run_metadata: Callable[[Row | None], Row] | None = None,
+                          new_thread_metadata: Row | None = None, **kwargs: Any) -> Row:
+        sealed = await self._seal("run", run)
+        made = None
+        if run_metadata is not None:
+            # The run's metadata is made from its thread's as it is now (None: this run creates the thread).
+            thread = await self.get_thread(run["thread_id"])
+            plain = run_metadata(thread["metadata"] if thread is not None else None)
+            made = await self.codec.seal("run", "metadata", plain)
+        new_meta = await self.codec.seal("thread", "metadata", new_thread_metadata or {})
+        created = await self.inner.enqueue_run(
+            sealed, run_metadata=None if made is None else (lambda _stored: made), new_thread_metadata=new_meta,
+            **kwargs)
+        return await self._open("run", created)  # type: ignore[return-value]
+
+    async def claim_run(self, worker_id: str, lease_seconds: float) -> Row | None:
+        claimed = await self.inner.claim_run(worker_id, lease_seconds)
+        if claimed is not None:
+            # The run executes in a task started from here: its checkpoints take the context it was stored with.
+            use_context(stored_context(claimed.get("kwargs")))
+        return await self._open("run", claimed)
+
+    async def finish_run(self, run_id: str, status: str, *, error: Any = None, output: Any = None,
+                         thread_changes: Row | None = None, **kwargs: Any) -> Row | None:
+        finished = await self.inner.finish_run(
+            run_id, status, error=await self.codec.seal("run", "error", error),
+            output=await self.codec.seal("run", "output", output),
+            thread_changes=None if thread_changes is None else await self._seal("thread", thread_changes), **kwargs)
+        return await self._open("run", finished)
+
+    async def get_run(self, run_id: str) -> Row | None:
+        return await self._open("run", await self.inner.get_run(run_id))
+
+    async def search_runs(self, **kwargs: Any) -> list[Row]:
+        return await self._open_all("run", await self.inner.search_runs(**kwargs))
+
+    async def active_runs(self, thread_id: str) -> list[Row]:
+        return await self._open_all("run", await self.inner.active_runs(thread_id))
+
+    async def next_run(self, thread_id: str, after_seq: int) -> Row | None:
+        return await self._open("run", await self.inner.next_run(thread_id, after_seq))
+
+    async def recover_runs(self, max_attempts: int, *, expired_only: bool) -> tuple[list[Row], list[Row]]:
+        requeued, failed = await self.inner.recover_runs(max_attempts, expired_only=expired_only)
+        return await self._open_all("run", requeued), await self._open_all("run", failed)
+
+    # --- protocol events (Threadline's own: LangGraph's server keeps no such log) -----------------------
+    async def append_thread_events(self, thread_id: str, run_id: str | None,
+                                   events: list[NewThreadEvent]) -> list[int]:
+        sealed = [event._replace(params=orjson.dumps(await self.codec.seal(
+            "thread_event", "params", orjson.loads(event.params))).decode()) for event in events]
+        return await self.inner.append_thread_events(thread_id, run_id, sealed)
+
+    async def read_thread_events(self, thread_id: str, **kwargs: Any) -> list[Row]:
+        rows = await self.inner.read_thread_events(thread_id, **kwargs)
+        return [{**row, "params": orjson.dumps(await self.codec.open("thread_event", "params",
+                                                                      orjson.loads(row["params"]))).decode()}
+                if CONTEXT_KEY in row["params"] else row for row in rows]
+
+    # --- crons ----------------------------------------------------------------------------------
+    async def create_cron(self, row: Row) -> Row:
+        return await self._open("cron", await self.inner.create_cron(await self._seal("cron", row)))  # type: ignore[return-value]
+
+    async def get_cron(self, cron_id: str, *, filters: dict[str, Any] | None = None) -> Row | None:
+        return await self._open("cron", await self.inner.get_cron(cron_id, filters=filters))
+
+    async def update_cron(self, cron_id: str, change: Callable[[Row], Row]) -> Row | None:
+        current = await self.get_cron(cron_id)
+        if current is None:
+            return None
+        columns = await self._seal("cron", change(current))
+        return await self._open("cron", await self.inner.update_cron(cron_id, lambda _stored: columns))
+
+    async def search_crons(self, **kwargs: Any) -> list[Row]:
+        return await self._open_all("cron", await self.inner.search_crons(**kwargs))
+
+    async def due_crons(self, now: str, limit: int) -> list[Row]:
+        due = await self.inner.due_crons(now, limit)
+        self._cron_contexts = {row["cron_id"]: stored_context(row.get("payload")) for row in due}
+        return await self._open_all("cron", due)
+
+    async def claim_cron_tick(self, cron_id: str, tick: str, *, now: str, until: str) -> bool:
+        # The scheduler fires the tick it claims next, on this task: its run is stored with the cron's context.
+        use_context(self._cron_contexts.pop(cron_id, {}))
+        return await self.inner.claim_cron_tick(cron_id, tick, now=now, until=until)
