@@ -5,7 +5,7 @@ Backends are chosen by URL and imported lazily. Storage never imports core or ap
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from threadline.errors import ConfigError
 
@@ -13,7 +13,8 @@ if TYPE_CHECKING:
     from threadline.storage.base import Storage
 
 
-async def open_storage(url: str, *, store_index: dict | None = None, store_ttl: dict | None = None) -> Storage:
+async def open_storage(url: str, *, store_index: dict[str, Any] | None = None,
+                       store_ttl: dict[str, Any] | None = None) -> Storage:
     """Open the backend `url` names (sqlite:///path or postgresql://…), applying its migrations."""
     if url.startswith("sqlite:"):
         from threadline.storage.sqlite import SQLiteStorage
