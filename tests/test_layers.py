@@ -18,6 +18,8 @@ FORBIDDEN = {
     "core": ("threadline.api", *WEB, *DRIVERS),
     "storage": ("threadline.api", "threadline.core", *WEB),
     "broker": ("threadline.api", "threadline.core", "threadline.storage", *WEB),
+    # The web console reads only through the HTTP API, called in-process (`ui/client.py`).
+    "ui": ("threadline.core", "threadline.storage", "threadline.broker", *DRIVERS),
 }
 JSON_RPC_CODE = re.compile(r"-32[0-7]\d\d\b")
 

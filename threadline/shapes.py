@@ -7,7 +7,7 @@ A leaf: it imports nothing of Threadline's, so any layer may import it.
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
 # --- closed sets ------------------------------------------------------------------------------------------------
 # The order of each is the order pydantic names them in a 422 ("Input should be 'raise' or 'do_nothing'").
@@ -46,6 +46,21 @@ RUN_KWARGS_DEFAULTS: dict[str, Any] = {
 }
 
 
+# --- the rules a run's request is read by, the same for what the worker runs and what clients are shown ----------
+def requested_modes(kwargs: dict[str, Any]) -> list[StreamMode]:
+    """The stream modes a run asked for: its `stream_mode`, one or a list; `["values"]` when it named none."""
+    modes = kwargs.get("stream_mode") or ["values"]
+    return cast("list[StreamMode]", [modes] if isinstance(modes, str) else list(modes))
+
+
+def run_durability(kwargs: dict[str, Any]) -> Durability:
+    """The run's `durability`, else the legacy `checkpoint_during` (false: "exit"), else LangGraph's default,
+    "async"."""
+    if kwargs.get("durability"):
+        return kwargs["durability"]
+    return "exit" if kwargs.get("checkpoint_during") is False else "async"
+
+
 def assistant_out(row: dict[str, Any]) -> dict[str, Any]:
     return {k: row.get(k) for k in ASSISTANT_FIELDS}
 
@@ -77,15 +92,11 @@ def run_kwargs_out(row: dict[str, Any]) -> dict[str, Any]:
     out = {key: kwargs.get(key, default) for key, default in RUN_KWARGS_DEFAULTS.items()}
     if out["context"] is None:
         out["context"] = {}
-    modes = kwargs.get("stream_mode") or ["values"]
-    out["stream_mode"] = [modes] if isinstance(modes, str) else list(modes)
+    out["stream_mode"] = requested_modes(kwargs)
     out["subgraphs"] = bool(kwargs.get("stream_subgraphs"))
     out["resumable"] = bool(kwargs.get("stream_resumable"))
     out["temporary"] = bool(kwargs.get("temporary"))
-    if kwargs.get("durability"):
-        out["durability"] = kwargs["durability"]
-    else:
-        out["durability"] = "exit" if kwargs.get("checkpoint_during") is False else "async"
+    out["durability"] = run_durability(kwargs)
     for key in ("checkpoint", "checkpoint_id"):
         if kwargs.get(key) is not None:
             out[key] = kwargs[key]

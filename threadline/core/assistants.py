@@ -8,10 +8,8 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from langgraph.pregel import Pregel
-
 from threadline.core.access import Access
-from threadline.core.graphs import GraphRegistry, describe_schemas, draw, subgraph_schemas
+from threadline.core.graphs import CompiledGraph, GraphRegistry, describe_schemas, draw, subgraph_schemas
 from threadline.errors import BadRequest, Conflict, InvalidInput, NotFound
 from threadline.ids import is_uuid
 from threadline.shapes import AssistantSortBy, IfExists, SortOrder
@@ -50,7 +48,8 @@ class Assistants:
         return made
 
     def _new_row(self, assistant_id: str, graph_id: str, *, name: str | None = None, description: str | None = None,
-                 config: dict | None = None, context: dict | None = None, metadata: dict | None = None) -> Row:
+                 config: dict[str, Any] | None = None, context: dict[str, Any] | None = None,
+                 metadata: dict[str, Any] | None = None) -> Row:
         now = now_iso()
         return {
             "assistant_id": assistant_id, "graph_id": graph_id, "name": name or "Untitled",
@@ -58,9 +57,10 @@ class Assistants:
             "metadata": metadata or {}, "version": 1, "created_at": now, "updated_at": now,
         }
 
-    async def create(self, *, graph_id: str, assistant_id: str | None = None, config: dict | None = None,
-                     context: dict | None = None, metadata: dict | None = None, name: str | None = None,
-                     description: str | None = None, if_exists: IfExists = "raise") -> Row:
+    async def create(self, *, graph_id: str, assistant_id: str | None = None, config: dict[str, Any] | None = None,
+                     context: dict[str, Any] | None = None, metadata: dict[str, Any] | None = None,
+                     name: str | None = None, description: str | None = None,
+                     if_exists: IfExists = "raise") -> Row:
         self.graphs.entry(graph_id)  # 404 for an unknown graph
         value: dict[str, Any] = {"assistant_id": assistant_id, "graph_id": graph_id, "config": config,
                                  "context": context, "metadata": dict(metadata or {}), "name": name,
@@ -111,7 +111,7 @@ class Assistants:
             await self.get(found["assistant_id"])
         return found
 
-    async def _search_filters(self, graph_id: str | None, name: str | None, metadata: dict | None,
+    async def _search_filters(self, graph_id: str | None, name: str | None, metadata: dict[str, Any] | None,
                               limit: int = 0, offset: int = 0) -> dict[str, Any] | None:
         if graph_id is not None:
             self.graphs.entry(graph_id)  # 404 for a graph the server does not have, as LangGraph's server answers
@@ -119,20 +119,21 @@ class Assistants:
             "graph_id": graph_id, "name": name, "metadata": metadata, "limit": limit, "offset": offset})
 
     async def search(self, *, graph_id: str | None = None, name: str | None = None,
-                     metadata: dict | None = None, limit: int = 10, offset: int = 0,
+                     metadata: dict[str, Any] | None = None, limit: int = 10, offset: int = 0,
                      sort_by: AssistantSortBy = "created_at", sort_order: SortOrder = "desc") -> list[Row]:
         filters = await self._search_filters(graph_id, name, metadata, limit, offset)
         return await self.storage.search_assistants(graph_id=graph_id, name=name, metadata=metadata, limit=limit,
                                                     offset=offset, sort_by=sort_by, sort_order=sort_order,
                                                     filters=filters)
 
-    async def count(self, *, graph_id: str | None = None, name: str | None = None, metadata: dict | None = None) -> int:
+    async def count(self, *, graph_id: str | None = None, name: str | None = None,
+                    metadata: dict[str, Any] | None = None) -> int:
         filters = await self._search_filters(graph_id, name, metadata)
         return await self.storage.count_assistants(graph_id=graph_id, name=name, metadata=metadata, filters=filters)
 
-    async def patch(self, assistant_id: str, *, graph_id: str | None = None, config: dict | None = None,
-                    context: dict | None = None, metadata: dict | None = None, name: str | None = None,
-                    description: str | None = None) -> Row:
+    async def patch(self, assistant_id: str, *, graph_id: str | None = None, config: dict[str, Any] | None = None,
+                    context: dict[str, Any] | None = None, metadata: dict[str, Any] | None = None,
+                    name: str | None = None, description: str | None = None) -> Row:
         value: dict[str, Any] = {"assistant_id": assistant_id, "graph_id": graph_id, "config": config,
                                  "context": context, "metadata": metadata, "name": name, "description": description}
         current = await self.get(assistant_id, action="update", value=value)
@@ -157,7 +158,7 @@ class Assistants:
         current = await self.get(assistant_id, action="delete")
         await self.storage.delete_assistant(current["assistant_id"])
 
-    async def versions(self, assistant_id: str, *, metadata: dict | None = None, limit: int = 10,
+    async def versions(self, assistant_id: str, *, metadata: dict[str, Any] | None = None, limit: int = 10,
                        offset: int = 0) -> list[Row]:
         current = await self.get(assistant_id)
         return await self.storage.list_assistant_versions(current["assistant_id"], metadata=metadata,
@@ -172,7 +173,7 @@ class Assistants:
         return found
 
     @contextlib.asynccontextmanager
-    async def _graph(self, assistant_id: str | Row) -> AsyncIterator[tuple[Row, Pregel]]:
+    async def _graph(self, assistant_id: str | Row) -> AsyncIterator[tuple[Row, CompiledGraph]]:
         """The assistant (by id, which the caller must be allowed to read, or as a row already authorized) and
         its graph (a factory gets the assistant's config, as it would in a run)."""
         assistant = await self.get(assistant_id) if isinstance(assistant_id, str) else assistant_id
@@ -200,7 +201,8 @@ def factory_config(assistant: Row, thread_id: str | None = None) -> dict[str, An
     return {**(assistant.get("config") or {}), "configurable": configurable}
 
 
-def _mirror_context(config: dict | None, context: dict | None) -> tuple[dict, dict]:
+def _mirror_context(config: dict[str, Any] | None,
+                    context: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """LangGraph keeps `context` and `config.configurable` as mirrors of each other; giving both is an error."""
     config = dict(config or {})
     configurable = config.get("configurable")

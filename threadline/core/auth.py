@@ -17,7 +17,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from threadline.core.auth_cache import AuthCache
 from threadline.errors import ConfigError, Unauthorized
@@ -180,7 +180,7 @@ class CustomAuth(Authenticator):
 
         key = self.cache.key(facts["headers"]) if self.cache is not None else None
         if key is not None and self.cache is not None and (kept := self.cache.get(key)) is not None:
-            return kept
+            return cast(AuthUser, kept)
         try:
             returned = await self.handler(**{name: facts[name] for name in self.params})
         except HTTPException as exc:

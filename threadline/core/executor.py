@@ -9,7 +9,8 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextvars import ContextVar
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast
 
 from langgraph.types import Command
 
@@ -26,7 +27,7 @@ from threadline.core.threads import Threads
 from threadline.core.webhooks import Webhooks
 from threadline.errors import Unavailable
 from threadline.serde import dumps
-from threadline.shapes import run_out
+from threadline.shapes import FinalRunStatus, StreamMode, requested_modes, run_durability, run_out
 from threadline.storage.base import Row, Storage
 from threadline.storage.rules import timed_out
 
@@ -35,8 +36,8 @@ log = logging.getLogger("threadline.executor")
 INFRA_RETRY_FIRST = 0.2  # seconds before a run goes on after the database or broker failed under it
 INFRA_RETRY_MAX = 5.0
 
-# Stream modes a client may ask for, and the LangGraph stream mode that feeds each.
-STREAM_MODES = {
+# Stream modes a client may ask for (`shapes.StreamMode`), and the LangGraph stream mode that feeds each.
+STREAM_MODES: dict[StreamMode, str | None] = {
     "values": "values", "updates": "updates", "custom": "custom", "debug": "debug", "tasks": "tasks",
     "checkpoints": "checkpoints", "messages": "messages", "messages-tuple": "messages", "events": None,
 }
@@ -50,11 +51,6 @@ class StopSignal:
         # Set by the run's task when it starts: a task cancelled before its first step never runs its own
         # handlers, so until then a cancel only sets `action` and the task applies it when it starts.
         self.started = False
-
-
-def requested_modes(kwargs: dict[str, Any]) -> list[str]:
-    modes = kwargs.get("stream_mode") or ["values"]
-    return [modes] if isinstance(modes, str) else list(modes)
 
 
 def build_config(run: Row, assistant: Row, thread_id: str) -> dict[str, Any]:
@@ -92,14 +88,6 @@ def run_context(run: Row, assistant: Row) -> dict[str, Any]:
     return {**(assistant.get("context") or {}), **((run["kwargs"] or {}).get("context") or {})}
 
 
-def run_durability(kwargs: dict[str, Any]) -> str:
-    """The run's `durability`, else the legacy `checkpoint_during` (false: "exit"), else LangGraph's default,
-    "async"."""
-    if kwargs.get("durability"):
-        return kwargs["durability"]
-    return "exit" if kwargs.get("checkpoint_during") is False else "async"
-
-
 def graph_input(kwargs: dict[str, Any]) -> Any:
     command = kwargs.get("command")
     if command:
@@ -111,6 +99,86 @@ def graph_input(kwargs: dict[str, Any]) -> Any:
             goto = [Send(s["node"], s.get("input")) if isinstance(s, dict) else s for s in sends]
         return Command(resume=command.get("resume"), update=command.get("update"), goto=goto or ())
     return kwargs.get("input")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a run ended, as this worker records it: the run's status, error and output, what its thread becomes,
+    and the stop that ended it (`StopSignal.action`: "interrupt", "rollback", "timeout"; None when the graph
+    ran to its end or failed)."""
+
+    status: FinalRunStatus
+    thread_changes: dict[str, Any]
+    output: Any = None
+    error: dict[str, Any] | None = None
+    action: str | None = None
+    failure: BaseException | None = None  # the agent's own exception: logged with its traceback
+
+
+def succeeded(state: dict[str, Any]) -> Outcome:
+    """A graph that ran to its end (or to an interrupt): its output, and its thread's state after it."""
+    return Outcome("success", {**thread_fields(state), "error": None}, output=run_output(state))
+
+
+def stopped(action: str, run_id: str, thread_now: dict[str, Any]) -> Outcome:
+    """A run cancelled by `action`; `thread_now`: its thread's fields at its last checkpoint."""
+    changes = dict(thread_now)
+    if action == "timeout":
+        # As LangGraph's server: the run `timeout`, its thread `error` at its last checkpoint, and waiters
+        # answered with the thread's values; the stream just ends (no `error` event).
+        error = timed_out()
+        changes.update(status="error", error=error)
+        return Outcome("timeout", changes, output=changes.get("values"), error=error, action=action)
+    if action == "interrupt":
+        # As LangGraph's server does: the thread shows it was stopped by the user.
+        changes.update(status="interrupted", error={
+            "error": "UserInterrupt", "message": f"interrupt requested for run {run_id}"})
+    return Outcome("interrupted", changes, action=action)
+
+
+#: Whose failure an exception out of a run is: `lease` (another worker holds the run now: nothing to record),
+#: `infrastructure` (the database or broker failed, not the agent: the run goes back to the queue), `agent`.
+FailureKind = Literal["lease", "infrastructure", "agent"]
+
+
+def failure_kind(exc: Exception, lease_valid: bool) -> FailureKind:
+    if isinstance(exc, LeaseLost) or not lease_valid:
+        return "lease"
+    return "infrastructure" if isinstance(exc, Unavailable) else "agent"
+
+
+def error_of(exc: BaseException) -> dict[str, Any]:
+    """The error a failed run records and streams: the exception's type and message."""
+    return {"error": type(exc).__name__, "message": str(exc)}
+
+
+def failed(exc: Exception, thread_now: dict[str, Any] | None) -> Outcome:
+    """A run whose agent raised `exc`; `thread_now`: its thread's fields, None when they could not be read."""
+    error = error_of(exc)
+    return Outcome("error", {"error": error, **(thread_now or {}), "status": "error"}, error=error, failure=exc)
+
+
+def rolled_back(thread_now: dict[str, Any], run_id: str) -> dict[str, Any]:
+    """The thread after a rollback deleted the run's checkpoints: its fields now, and why."""
+    return {**thread_now, "error": {"error": "UserRollback", "message": f"rollback requested for run {run_id}"}}
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One run as a worker holds it while executing it."""
+
+    run: Row
+    worker_id: str
+    stop: StopSignal
+    lease: Lease
+    #: The run's log fields; `graph_id` joins them once the assistant is read.
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, run: Row, worker_id: str, stop: StopSignal, lease: Lease) -> Claim:
+        return cls(run, worker_id, stop, lease, {"run_id": run["run_id"], "thread_id": run["thread_id"],
+                                                 "assistant_id": run["assistant_id"],
+                                                 "attempt": run.get("attempt", 1)})
 
 
 _RUN: ContextVar[str | None] = ContextVar("threadline_run", default=None)  # the run this task executes
@@ -179,101 +247,99 @@ class Executor:
         # caller, and the server's bookkeeping must not be authorized as that caller (`core/access.py`). The
         # agent still runs as the caller: its identity travels in the run's `config["configurable"]`.
         set_current_user(None)
-        run_id, thread_id = run["run_id"], run["thread_id"]
-        status, error, output, action, failure = "success", None, None, None, None
-        started = time.monotonic()
-        deadline: list[asyncio.TimerHandle] = []  # the run's timeout, armed once its config is known
-        fields = {"run_id": run_id, "thread_id": thread_id, "assistant_id": run["assistant_id"],
-                  "attempt": run.get("attempt", 1)}
-        _RUN.set(run_id)  # this task's own context: the node threads it starts are counted as the run's
+        _RUN.set(run["run_id"])  # this task's own context: the node threads it starts are counted as the run's
+        claim, started = Claim.of(run, worker_id, stop, lease), time.monotonic()
         protocol = ProtocolRun(self.storage, self.broker, run, lease, run["assistant_id"]) \
             if (run["kwargs"] or {}).get("protocol") else None  # started through /commands
-        try:
-            # First, even when a cancel is already waiting: a claimed run's stream always starts with it.
-            await self._publish(lease, "metadata", {"run_id": run_id, "attempt": run.get("attempt", 1)})
-            stop.started = True
-            if stop.action is not None:
-                raise asyncio.CancelledError
-            if assistant is None:
-                assistant = await self.storage.get_assistant(run["assistant_id"])
-            if assistant is None:
-                raise LookupError(f"Assistant {run['assistant_id']} no longer exists")
-            fields["graph_id"] = assistant["graph_id"]
-            log.info("run started", extra=fields)
-            if protocol is not None:
-                protocol.named(assistant["graph_id"])
-            config = build_config(run, assistant, thread_id)
-            await self._arm_deadline(run_id, config, stop, deadline)
-            state = await self._run_graph(run, config, assistant, lease, protocol)
-            _disarm(deadline)
-            output = run_output(state)
-            thread_changes: dict[str, Any] = {**thread_fields(state), "error": None}
-        except asyncio.CancelledError:
-            _disarm(deadline)
-            action = stop.action
-            if action is None:
-                raise
-            current = asyncio.current_task()
-            if current is not None:
-                current.uncancel()
-            # A synchronous node goes on in its thread: the run is not over until it returns (another
-            # cancel, a shutdown, stops this wait; the run then goes back to the queue as usual).
-            await self.node_threads.settled(run_id)
-            status = "interrupted"
-            thread_changes = await self.threads.current_fields(thread_id)
-            if action == "interrupt":
-                # As LangGraph's server does: the thread shows it was stopped by the user.
-                thread_changes.update(status="interrupted", error={
-                    "error": "UserInterrupt", "message": f"interrupt requested for run {run_id}"})
-            elif action == "timeout":
-                # As LangGraph's server: the run `timeout`, its thread `error` at its last checkpoint, and
-                # waiters answered with the thread's values; the stream just ends (no `error` event).
-                status, error = "timeout", timed_out()
-                thread_changes.update(status="error", error=error)
-                output = thread_changes.get("values")
-                log.warning("run %s passed its timeout and was cancelled", run_id, extra=fields)
-        except Exception as exc:  # noqa: BLE001 - the agent's own failure: recorded on the run, shown to the client
-            _disarm(deadline)
-            if isinstance(exc, LeaseLost) or not lease.valid():
-                log.warning("run %s: lease lost (%s); leaving it to the worker that holds it now", run_id, exc)
-                return None
-            if isinstance(exc, Unavailable):  # the database or broker failed, not the agent: another go later
-                await self._release(run, worker_id, exc)
-                return None
-            status, failure = "error", exc
-            error = {"error": type(exc).__name__, "message": str(exc)}
-            await self._publish(lease, "error", error)
-            thread_changes = {"error": error}
-            try:
-                thread_changes.update(await self.threads.current_fields(thread_id))
-            except Exception:
-                log.exception("could not read state of thread %s after a failed run", thread_id)
-            thread_changes["status"] = "error"
-        if not lease.valid():
-            log.warning("run %s ended after its lease lapsed; its result is discarded", run_id)
+        outcome = await self._outcome(claim, assistant, protocol)
+        if outcome is None:
             return None
-        if protocol is not None and status != "success":
-            await self._protocol_end(protocol, run_id, status, error)
+        if not lease.valid():
+            log.warning("run %s ended after its lease lapsed; its result is discarded", run["run_id"])
+            return None
+        if protocol is not None and outcome.status != "success":
+            await self._protocol_end(protocol, run["run_id"], outcome.status, outcome.error)
         lease.finishing = True
-
-        def ended() -> None:
-            # A failed run's line carries its traceback: the one place a person sees where the agent broke.
-            log.info("run ended" if failure is None else f"run ended: {type(failure).__name__}: {failure}",
-                     exc_info=failure, extra={**fields, "status": status, **({"action": action} if action else {}),
-                                              "duration_ms": round((time.monotonic() - started) * 1000, 1)})
-
-        finished = await self._finish(run, lease, worker_id, status, error, output, thread_changes, action, ended)
-        self.metrics.run_finished(status, time.monotonic() - started)
+        finished = await self._finish(claim, outcome, lambda: _log_end(claim, outcome, started))
+        self.metrics.run_finished(outcome.status, time.monotonic() - started)
         return finished
 
-    async def _arm_deadline(self, run_id: str, config: dict[str, Any], stop: StopSignal,
-                            armed: list[asyncio.TimerHandle]) -> None:
-        """Cancel this run's task, as a cancel does (`stop.action = "timeout"`), once its deadline passes. The
-        deadline is stored on the run when it first starts and kept when it is retried, so the time a run
-        spent on a worker that died counts too (and the sweeper ends it if no worker holds it then)."""
+    async def _outcome(self, claim: Claim, assistant: Row | None, protocol: ProtocolRun | None) -> Outcome | None:
+        """Run the graph and say how the run ended; None when this worker has nothing to record."""
+        try:
+            return succeeded(await self._run(claim, assistant, protocol))
+        except asyncio.CancelledError:
+            if claim.stop.action is None:
+                raise
+            return await self._stopped(claim, claim.stop.action)
+        except Exception as exc:  # noqa: BLE001 - the agent's own failure: recorded on the run, shown to the client
+            return await self._failed(claim, exc)
+
+    async def _run(self, claim: Claim, assistant: Row | None, protocol: ProtocolRun | None) -> dict[str, Any]:
+        """Start the run (its stream's first event, its assistant, its deadline) and run its graph; the thread's
+        state after it."""
+        run, stop = claim.run, claim.stop
+        # First, even when a cancel is already waiting: a claimed run's stream always starts with it.
+        await self._publish(claim.lease, "metadata", {"run_id": run["run_id"], "attempt": run.get("attempt", 1)})
+        stop.started = True
+        if stop.action is not None:
+            raise asyncio.CancelledError
+        if assistant is None:
+            assistant = await self.storage.get_assistant(run["assistant_id"])
+        if assistant is None:
+            raise LookupError(f"Assistant {run['assistant_id']} no longer exists")
+        claim.fields["graph_id"] = assistant["graph_id"]
+        log.info("run started", extra=claim.fields)
+        if protocol is not None:
+            protocol.named(assistant["graph_id"])
+        config = build_config(run, assistant, run["thread_id"])
+        deadline = await self._arm_deadline(run["run_id"], config, stop)
+        try:
+            return await self._run_graph(run, config, assistant, claim.lease, protocol)
+        finally:
+            if deadline is not None:
+                deadline.cancel()
+
+    async def _stopped(self, claim: Claim, action: str) -> Outcome:
+        """A run cancelled by a user (or its deadline): once its synchronous nodes have returned."""
+        run_id = claim.run["run_id"]
+        current = asyncio.current_task()
+        if current is not None:
+            current.uncancel()
+        # A synchronous node goes on in its thread: the run is not over until it returns (another
+        # cancel, a shutdown, stops this wait; the run then goes back to the queue as usual).
+        await self.node_threads.settled(run_id)
+        outcome = stopped(action, run_id, await self.threads.current_fields(claim.run["thread_id"]))
+        if outcome.status == "timeout":
+            log.warning("run %s passed its timeout and was cancelled", run_id, extra=claim.fields)
+        return outcome
+
+    async def _failed(self, claim: Claim, exc: Exception) -> Outcome | None:
+        """A run that raised: the agent's failure, recorded; None when it is not this worker's to record."""
+        run, kind = claim.run, failure_kind(exc, claim.lease.valid())
+        if kind == "lease":
+            log.warning("run %s: lease lost (%s); leaving it to the worker that holds it now", run["run_id"], exc)
+            return None
+        if kind == "infrastructure":  # the database or broker failed, not the agent: another go later
+            await self._release(run, claim.worker_id, cast(Unavailable, exc))
+            return None
+        await self._publish(claim.lease, "error", error_of(exc))
+        try:
+            thread_now: dict[str, Any] | None = await self.threads.current_fields(run["thread_id"])
+        except Exception:
+            log.exception("could not read state of thread %s after a failed run", run["thread_id"])
+            thread_now = None
+        return failed(exc, thread_now)
+
+    async def _arm_deadline(self, run_id: str, config: dict[str, Any],
+                            stop: StopSignal) -> asyncio.TimerHandle | None:
+        """Cancel this run's task, as a cancel does (`stop.action = "timeout"`), once its deadline passes; the
+        timer (None without a deadline). The deadline is stored on the run when it first starts and kept when
+        it is retried, so the time a run spent on a worker that died counts too (and the sweeper ends it if no
+        worker holds it then)."""
         seconds = run_timeout(config, self.run_timeout)
         if not seconds:
-            return
+            return None
         # Written again at the storage edge if the connection is lost under it (the write is idempotent).
         remaining = await self.storage.set_run_deadline(run_id, seconds)
         task = asyncio.current_task()
@@ -283,7 +349,7 @@ class Executor:
                 stop.action = "timeout"
                 task.cancel()
 
-        armed.append(asyncio.get_running_loop().call_later(max(remaining, 0.0), expire))
+        return asyncio.get_running_loop().call_later(max(remaining, 0.0), expire)
 
     async def _run_graph(self, run: Row, config: dict[str, Any], assistant: Row, lease: Lease,
                          protocol: ProtocolRun | None) -> dict[str, Any]:
@@ -382,27 +448,27 @@ class Executor:
                     return found
             return finished
 
-    async def _finish(self, run: Row, lease: Lease, worker_id: str, status: str, error: Any, output: Any,
-                      thread_changes: dict[str, Any], action: str | None, ended: Callable[[], None]) -> Row | None:
+    async def _finish(self, claim: Claim, outcome: Outcome, ended: Callable[[], None]) -> Row | None:
         """Write the outcome, call `ended` (it logs), and announce the end, so the log says a run ended before its
         waiters hear it; the finished run (None if it was not ours, or rolled back)."""
+        run, worker_id = claim.run, claim.worker_id
         run_id, thread_id = run["run_id"], run["thread_id"]
         finished = None
         try:
-            if action == "rollback":
+            thread_changes = outcome.thread_changes
+            if outcome.action == "rollback":
                 await self.storage.delete_checkpoints_for_run(thread_id, run_id)
-                thread_changes = {**await self.threads.current_fields(thread_id), "error": {
-                    "error": "UserRollback", "message": f"rollback requested for run {run_id}"}}
+                thread_changes = rolled_back(await self.threads.current_fields(thread_id), run_id)
             # A stateless run's temporary thread goes with the run's end (not when another worker holds it).
-            finished = await self._finish_run(run, lease, status, error=error, output=output,
-                                              thread_changes=thread_changes, worker_id=worker_id,
-                                              attempt=run["attempt"],
+            finished = await self._finish_run(run, claim.lease, outcome.status, error=outcome.error,
+                                              output=outcome.output, thread_changes=thread_changes,
+                                              worker_id=worker_id, attempt=run["attempt"],
                                               delete_thread=bool((run["kwargs"] or {}).get("temporary")))
             if finished is None:
                 log.warning("run %s was no longer held by %s; its result was discarded", run_id, worker_id)
             else:
                 ended()
-            if action == "rollback":
+            if outcome.action == "rollback":
                 await self.storage.delete_run(run_id)
         finally:
             # Whatever failed above (or cancelled us), nobody is left waiting on this run.
@@ -410,7 +476,7 @@ class Executor:
         if finished is not None and run["kwargs"].get("webhook"):
             payload = {**run_out(finished), "values": finished.get("output"), "error": finished.get("error")}
             self.webhooks.send(run["kwargs"]["webhook"], payload)
-        return None if action == "rollback" else finished
+        return None if outcome.action == "rollback" else finished
 
     async def _stream(self, graph: Any, run: Row, config: dict[str, Any], assistant: Row, lease: Lease,
                       protocol: ProtocolRun | None, given: Any) -> None:
@@ -474,9 +540,13 @@ def run_timeout(config: dict[str, Any], default: float) -> float:
     return seconds if seconds > 0 else max(default, 0.0)
 
 
-def _disarm(armed: list[asyncio.TimerHandle]) -> None:
-    for handle in armed:
-        handle.cancel()
+def _log_end(claim: Claim, outcome: Outcome, started: float) -> None:
+    # A failed run's line carries its traceback: the one place a person sees where the agent broke.
+    failure = outcome.failure
+    log.info("run ended" if failure is None else f"run ended: {type(failure).__name__}: {failure}",
+             exc_info=failure, extra={**claim.fields, "status": outcome.status,
+                                      **({"action": outcome.action} if outcome.action else {}),
+                                      "duration_ms": round((time.monotonic() - started) * 1000, 1)})
 
 
 def _is_checkpoint(chunk: Any) -> bool:

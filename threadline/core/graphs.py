@@ -26,6 +26,9 @@ from threadline.loader import load_object
 
 log = logging.getLogger("threadline.graphs")
 
+#: A compiled graph, whatever its state, context, input and output types.
+CompiledGraph = Pregel[Any, Any, Any, Any]
+
 
 @dataclass
 class GraphEntry:
@@ -66,7 +69,7 @@ class GraphRegistry:
     @contextlib.asynccontextmanager
     async def graph(self, graph_id: str, config: Mapping[str, Any] | None = None, *,
                     access: AccessContext = "assistants.read", store: Any = None,
-                    context: Any = None) -> AsyncIterator[Pregel]:
+                    context: Any = None) -> AsyncIterator[CompiledGraph]:
         """Yield the compiled graph for one use.
 
         A factory is called as LangGraph's server calls it: with the config (the assistant's, merged with the
@@ -130,7 +133,7 @@ def _is_runtime_param(param: inspect.Parameter) -> bool:
     return param.name == "runtime" or "ServerRuntime" in str(param.annotation)
 
 
-def _compiled(obj: Any, graph_id: str) -> Pregel:
+def _compiled(obj: Any, graph_id: str) -> CompiledGraph:
     if isinstance(obj, StateGraph):
         return _named(obj.compile(), graph_id)
     if isinstance(obj, Pregel):
@@ -138,12 +141,13 @@ def _compiled(obj: Any, graph_id: str) -> Pregel:
     raise ConfigError(f"graph {graph_id!r} factory returned {type(obj).__name__}, not a graph")
 
 
-def _named(graph: Any, graph_id: str) -> Any:
+def _named(graph: CompiledGraph, graph_id: str) -> CompiledGraph:
     """A compiled graph left with LangGraph's default name takes its graph id, as LangGraph's server names it:
     the root run of `events` mode and traces is called after it, and schema titles are built from it
     (`<graph_id>_input`, `<graph_id>_state`). A copy: the project's own object is left as it is."""
-    if isinstance(graph, Pregel) and graph.name == "LangGraph":
-        return graph.copy(update={"name": graph_id})
+    if graph.name == "LangGraph":
+        renamed: CompiledGraph = graph.copy(update={"name": graph_id})
+        return renamed
     return graph
 
 
@@ -159,7 +163,7 @@ def _import(spec: str, config: ProjectConfig) -> Any:
     raise ConfigError(f"{config.path}: '{spec}' is a {type(target).__name__}, not a graph or a graph factory")
 
 
-def describe_schemas(graph: PregelProtocol, graph_id: str) -> dict[str, Any]:
+def describe_schemas(graph: PregelProtocol[Any, Any, Any, Any], graph_id: str) -> dict[str, Any]:
     """The graph's input/output/state/config/context schemas as JSON Schema; all null for a graph that is not a
     local `Pregel` (a `RemoteGraph` subgraph node describes no schemas of its own)."""
     if not isinstance(graph, Pregel):
@@ -185,7 +189,7 @@ def describe_schemas(graph: PregelProtocol, graph_id: str) -> dict[str, Any]:
     }
 
 
-def _io_schema(graph: Pregel, which: Literal["input", "output"]) -> Any:
+def _io_schema(graph: CompiledGraph, which: Literal["input", "output"]) -> Any:
     """LangGraph's own input or output schema, except for a `typing.TypedDict` on Python < 3.12, which
     pydantic refuses: it is described as its `typing_extensions` twin (LangGraph's server answers null)."""
     typ = getattr(getattr(graph, "builder", None), f"{which}_schema", None)
@@ -214,7 +218,7 @@ def _configurable_schema(config: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-def _state_schema(graph: Pregel) -> Any:
+def _state_schema(graph: CompiledGraph) -> Any:
     """The state's schema, titled after the graph as LangGraph's server titles it (`<name>_state`, or
     `<Name>State` for a name that starts upper-case: langchain's `get_name`)."""
     builder = getattr(graph, "builder", None)
@@ -285,12 +289,12 @@ def _typed_dict_twin(tp: Any, seen: dict[Any, Any]) -> Any:
     return twin
 
 
-def draw(graph: Pregel, xray: int | bool = False) -> dict[str, Any]:
+def draw(graph: CompiledGraph, xray: int | bool = False) -> dict[str, Any]:
     drawn = graph.get_graph(xray=xray).to_json()
     return dict(drawn)
 
 
-def subgraph_schemas(graph: Pregel, namespace: str | None, recurse: bool) -> dict[str, Any]:
+def subgraph_schemas(graph: CompiledGraph, namespace: str | None, recurse: bool) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for ns, sub in graph.get_subgraphs(namespace=namespace, recurse=recurse):
         out[ns] = describe_schemas(sub, ns)

@@ -56,7 +56,7 @@ class Lease:
             raise LeaseLost(f"lease on run {self.run_id} (attempt {self.attempt}) is no longer held")
 
 
-class FencedCheckpointer(BaseCheckpointSaver):
+class FencedCheckpointer(BaseCheckpointSaver[Any]):
     """The thread's checkpointer for one run: reads pass through; writes first check the run's lease.
 
     It also remembers the last checkpoint the run saved at the root of the thread, as long as no task has
@@ -67,7 +67,7 @@ class FencedCheckpointer(BaseCheckpointSaver):
     against, and either order drops the remembered checkpoint.
     """
 
-    def __init__(self, inner: BaseCheckpointSaver, lease: Lease) -> None:
+    def __init__(self, inner: BaseCheckpointSaver[Any], lease: Lease) -> None:
         self.serde = inner.serde  # already a typed serializer: the base class's check of it costs µs per run
         self.inner = inner
         self.lease = lease

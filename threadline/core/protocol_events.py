@@ -190,7 +190,8 @@ def _checkpoint(data: dict[str, Any]) -> dict[str, Any]:
     out = {"id": conf.get("checkpoint_id"), "step": meta.get("step"), "source": meta.get("source")}
     if parent:
         out["parent_id"] = parent
-    return to_jsonable(out)
+    jsonable: dict[str, Any] = to_jsonable(out)
+    return jsonable
 
 
 class EventWriter:

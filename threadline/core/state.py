@@ -7,15 +7,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.pregel import Pregel
 from langgraph.types import StateSnapshot
 from pydantic import TypeAdapter
 
-from threadline.core.graphs import pydantic_compatible
+from threadline.core.graphs import CompiledGraph, pydantic_compatible
 from threadline.serde import to_jsonable
 
 
-def bind(graph: Pregel, checkpointer: Any, store: Any) -> Pregel:
+def bind(graph: CompiledGraph, checkpointer: Any, store: Any) -> CompiledGraph:
     """The graph wired to our checkpointer and store: a shallow copy with those two attributes replaced.
     `graph.copy(update=...)` would build the graph anew and validate it again, once per run."""
     bound = copy.copy(graph)
@@ -45,7 +44,8 @@ def checkpoint_ref(config: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 
 def _checkpoint_id(config: Mapping[str, Any] | None) -> str | None:
-    return (config or {}).get("configurable", {}).get("checkpoint_id")
+    found: str | None = (config or {}).get("configurable", {}).get("checkpoint_id")
+    return found
 
 
 def snapshot_json(snap: StateSnapshot) -> dict[str, Any]:

@@ -8,13 +8,12 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from langgraph.pregel import Pregel
 from langgraph.types import StateUpdate
 
 from threadline.config import CheckpointerTTL
 from threadline.core.access import Access
 from threadline.core.assistants import factory_config, system_assistant_id
-from threadline.core.graphs import AccessContext, GraphRegistry
+from threadline.core.graphs import AccessContext, CompiledGraph, GraphRegistry
 from threadline.core.state import bind, checkpoint_ref, empty_state, snapshot_json, thread_config, thread_fields
 from threadline.errors import BadRequest, Conflict, NotFound
 from threadline.ids import is_uuid
@@ -43,7 +42,7 @@ class Threads:
         """Minutes a new thread lives after its last update (`checkpointer.ttl.default_ttl`), None: forever."""
         return self.ttl.default_ttl if self.ttl else None
 
-    async def create(self, *, thread_id: str | None = None, metadata: dict | None = None,
+    async def create(self, *, thread_id: str | None = None, metadata: dict[str, Any] | None = None,
                      if_exists: IfExists = "raise",
                      supersteps: list[dict[str, Any]] | None = None, graph_id: str | None = None,
                      ttl: float | None = None) -> Row:
@@ -101,7 +100,7 @@ class Threads:
             return False
         return True
 
-    async def patch(self, thread_id: str, *, metadata: dict | None = None, ttl: float | None = None) -> Row:
+    async def patch(self, thread_id: str, *, metadata: dict[str, Any] | None = None, ttl: float | None = None) -> Row:
         """Merge `metadata`; a `ttl` (minutes) replaces the thread's. Either way its TTL counts from now."""
         value: dict[str, Any] = {"thread_id": thread_id, "metadata": metadata}
         await self.get(thread_id, action="update", value=value)
@@ -148,7 +147,7 @@ class Threads:
 
     # --- state -------------------------------------------------------------------
     @contextlib.asynccontextmanager
-    async def _graph(self, thread: Row, access: AccessContext = "threads.read") -> AsyncIterator[Pregel | None]:
+    async def _graph(self, thread: Row, access: AccessContext = "threads.read") -> AsyncIterator[CompiledGraph | None]:
         """The thread's graph (from `metadata.graph_id`) bound to our checkpointer and store; None if it has none.
 
         A factory is called with the config of the assistant that last ran on the thread (its
@@ -212,7 +211,8 @@ class Threads:
         return {"checkpoint": ref, "configurable": ref, "checkpoint_id": (ref or {}).get("checkpoint_id")}
 
     async def history(self, thread_id: str, *, limit: int = 10, before: dict[str, Any] | str | None = None,
-                      metadata: dict | None = None, checkpoint: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+                      metadata: dict[str, Any] | None = None,
+                      checkpoint: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         start: dict[str, Any] | None
         if isinstance(before, str):
             start = {"checkpoint_id": before}

@@ -185,7 +185,8 @@ class WorkerPool:
         self._running[run["run_id"]] = (task, lease)
         self._reserved -= 1  # the slot is now counted in `_running`
         try:
-            return await task
+            finished: Row | None = await task
+            return finished
         except asyncio.CancelledError:
             if not task.done():
                 task.cancel()

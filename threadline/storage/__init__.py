@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from threadline.storage.base import Storage
 
 
-async def open_storage(url: str, *, store_index: dict | None = None, store_ttl: dict | None = None,
+async def open_storage(url: str, *, store_index: dict[str, Any] | None = None,
+                       store_ttl: dict[str, Any] | None = None,
                        serde: SerializerProtocol | None = None, encryption: Any = None,
                        checkpointer: Any = None) -> Storage:
     """Open the backend `url` names (sqlite:///path or postgresql://…), applying its migrations; with the
@@ -43,7 +44,7 @@ async def open_storage(url: str, *, store_index: dict | None = None, store_ttl: 
     return storage
 
 
-async def _open_backend(url: str, *, store_index: dict | None, store_ttl: dict | None,
+async def _open_backend(url: str, *, store_index: dict[str, Any] | None, store_ttl: dict[str, Any] | None,
                         serde: SerializerProtocol | None) -> Storage:
     if url.startswith("sqlite:"):
         from threadline.storage.sqlite import SQLiteStorage

@@ -48,7 +48,7 @@ class Quota(NamedTuple):
 class Storage(abc.ABC):
     """Durable state for one deployment: assistants, threads, runs, checkpoints and the store."""
 
-    checkpointer: BaseCheckpointSaver
+    checkpointer: BaseCheckpointSaver[Any]
     store: BaseStore
     #: What this backend can do, declared up front (shown in /info).
     capabilities: dict[str, bool | str | None] = {}

@@ -19,10 +19,10 @@ from langgraph.store.base import BaseStore, Item, Op, PutOp, Result, SearchItem
 from threadline.storage.encryption import BLOB_MAGIC, Codec
 
 
-class EncryptedSaver(BaseCheckpointSaver):
+class EncryptedSaver(BaseCheckpointSaver[Any]):
     """See the module docstring. Deletes, copies and versions are the wrapped saver's."""
 
-    def __init__(self, inner: BaseCheckpointSaver, codec: Codec) -> None:
+    def __init__(self, inner: BaseCheckpointSaver[Any], codec: Codec) -> None:
         super().__init__(serde=inner.serde)
         self.inner = inner
         self.codec = codec
@@ -31,7 +31,7 @@ class EncryptedSaver(BaseCheckpointSaver):
         return getattr(self.inner, name)
 
     @property
-    def config_specs(self) -> list:
+    def config_specs(self) -> list[Any]:
         return self.inner.config_specs
 
     def get_next_version(self, current: Any, channel: None = None) -> Any:

@@ -22,7 +22,7 @@ import re
 import select
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import psycopg
 import psycopg.types.json
@@ -147,7 +147,7 @@ class PostgresStorage(SQLStorage):
     read_pool_size = 4
 
     @classmethod
-    async def open(cls, url: str, *, store_index: dict | None = None, store_ttl: dict | None = None,
+    async def open(cls, url: str, *, store_index: dict[str, Any] | None = None, store_ttl: dict[str, Any] | None = None,
                    pool_size: int = 10, serde: SerializerProtocol | None = None) -> PostgresStorage:
         from threadline.storage.postgres_saver import InlinePostgresSaver
         from threadline.storage.vectors import postgres_store
@@ -233,9 +233,9 @@ class PostgresStorage(SQLStorage):
                         else:
                             step = steps.send(await _execute(conn, step))
                 except StopIteration as stop:
-                    return stop.value
+                    return cast(T, stop.value)
         except Undo as undo:
-            return undo.value
+            return cast(T, undo.value)
 
     async def _read(self, sql: str, params: dict[str, Any], *, point: bool = False) -> list[Row]:
         """A read; one whose connection was lost under it is read again, once, on a fresh connection (the

@@ -27,7 +27,7 @@ from threadline.storage.base import Row, Storage
 log = logging.getLogger("threadline.storage")
 
 
-async def enter_saver(given: Any, stack: contextlib.AsyncExitStack) -> BaseCheckpointSaver:
+async def enter_saver(given: Any, stack: contextlib.AsyncExitStack) -> BaseCheckpointSaver[Any]:
     """The saver `checkpointer.path` names, entered on `stack` when it is a context manager."""
     found = given() if callable(given) and not isinstance(given, BaseCheckpointSaver) else given
     if hasattr(found, "__aenter__"):
@@ -45,7 +45,7 @@ async def enter_saver(given: Any, stack: contextlib.AsyncExitStack) -> BaseCheck
 class ProjectSaverStorage:
     """The backend, with the project's checkpointer (see the module docstring)."""
 
-    def __init__(self, inner: Storage, saver: BaseCheckpointSaver, stack: contextlib.AsyncExitStack) -> None:
+    def __init__(self, inner: Storage, saver: BaseCheckpointSaver[Any], stack: contextlib.AsyncExitStack) -> None:
         self.inner = inner
         self.checkpointer = saver
         self._stack = stack
@@ -110,7 +110,7 @@ class ProjectSaverStorage:
             raise UnsupportedOperation("the project's checkpointer cannot prune checkpoints (aprune)") from exc
 
 
-async def copy_through_api(saver: BaseCheckpointSaver, source: str, target: str) -> None:
+async def copy_through_api(saver: BaseCheckpointSaver[Any], source: str, target: str) -> None:
     """A thread's checkpoints and pending writes, oldest first, written again under `target`."""
     found = [t async for t in saver.alist({"configurable": {"thread_id": source}})]
     for item in reversed(found):
@@ -118,7 +118,7 @@ async def copy_through_api(saver: BaseCheckpointSaver, source: str, target: str)
         parent = (item.parent_config or {}).get("configurable", {}).get("checkpoint_id")
         at = {"configurable": {**configurable, "checkpoint_id": parent} if parent else
               {k: v for k, v in configurable.items() if k != "checkpoint_id"}}
-        saved = await saver.aput(at, item.checkpoint, {**item.metadata, "thread_id": target},  # type: ignore[arg-type,typeddict-unknown-key]
+        saved = await saver.aput(at, item.checkpoint, {**item.metadata, "thread_id": target},  # type: ignore[arg-type,typeddict-unknown-key,typeddict-item]
                                  dict(item.checkpoint["channel_versions"]))
         by_task: dict[str, list[tuple[str, Any]]] = {}
         for task_id, channel, value in item.pending_writes or []:

@@ -34,7 +34,7 @@ def dumps(value: Any) -> str:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
-def filter_terms(filters: dict | None) -> list[tuple[str, str, Any]]:
+def filter_terms(filters: dict[str, Any] | None) -> list[tuple[str, str, Any]]:
     """An authorization filter (`langgraph_sdk.Auth.types.FilterType`, what an `@auth.on` handler returns) as
     (metadata key, `$eq` | `$contains`, value) terms, ANDed: `{"owner": "a"}` and `{"owner": {"$eq": "a"}}`
     are equality; `{"tags": {"$contains": "x"}}` and `{"tags": {"$contains": ["x", "y"]}}` need the key's list

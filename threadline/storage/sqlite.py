@@ -17,7 +17,7 @@ import sqlite3
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Any, Literal, cast
 
 import aiosqlite
 import orjson
@@ -64,8 +64,8 @@ class SQLiteStorage(SQLStorage):
         self._read_lock = asyncio.Lock()
 
     @classmethod
-    async def open(cls, url: str, *, store_index: dict | None = None, store_ttl: dict | None = None,
-                   serde: SerializerProtocol | None = None) -> SQLiteStorage:
+    async def open(cls, url: str, *, store_index: dict[str, Any] | None = None,
+                   store_ttl: dict[str, Any] | None = None, serde: SerializerProtocol | None = None) -> SQLiteStorage:
         path = url.removeprefix("sqlite:").removeprefix("///")
         if not path or ":memory:" in path:
             # Several connections (writer, reads, the store, WAL checkpoints) must share one file.
@@ -136,7 +136,7 @@ class SQLiteStorage(SQLStorage):
         try:
             result: T = await self.writer.run(in_transaction, _stepped, script, args, inline=not heavy)
         except Undo as undo:
-            return undo.value
+            return cast(T, undo.value)
         return result
 
     async def _read(self, sql: str, params: dict[str, Any], *, point: bool = False) -> list[Row]:
@@ -157,7 +157,8 @@ class SQLiteStorage(SQLStorage):
         return self.checkpointer if durability == "sync" else self.checkpointer.grouped()
 
     async def claim_run(self, worker_id: str, lease_seconds: float) -> Row | None:
-        return await self.writer.run(_claim, worker_id, lease_seconds)
+        claimed: Row | None = await self.writer.run(_claim, worker_id, lease_seconds)
+        return claimed
 
     async def prune_checkpoints(self, thread_id: str, strategy: Literal["delete", "keep_latest"]) -> None:
         if strategy == "delete":
@@ -176,7 +177,7 @@ def _stepped(db: sqlite3.Connection, script: Callable[..., Script[T]], args: tup
             result = _execute(db, step, now) if isinstance(step, Q) else [_execute(db, s, now) for s in step]
             step = steps.send(result)
     except StopIteration as stop:
-        return stop.value
+        return cast(T, stop.value)
 
 
 def _execute(db: sqlite3.Connection, q: Q, now: str) -> list[Row] | None:

@@ -79,7 +79,8 @@ class WriterSqliteSaver(AsyncSqliteSaver):
         await self.writer.run(_insert, sql, rows, group=self._group)
 
     async def aget_tuple(self, config: Any) -> CheckpointTuple | None:
-        return await self.writer.run(_get_tuple, self._reader, config)
+        found: CheckpointTuple | None = await self.writer.run(_get_tuple, self._reader, config)
+        return found
 
     async def alist(self, config: Any, **kwargs: Any) -> AsyncIterator[CheckpointTuple]:
         # LangGraph's own, read whole before the first is handed out: it holds the writer's lock while it

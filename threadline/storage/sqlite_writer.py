@@ -111,7 +111,7 @@ class Writer:
                     if not group:
                         self._wrote(db.total_changes != changes)
                     return result
-            work = asyncio.ensure_future(self.conn._execute(retrying, fn, db, *args))
+            work = asyncio.ensure_future(self.conn._execute(retrying, fn, db, *args))  # type: ignore[no-untyped-call]
             try:
                 result = await asyncio.shield(work)
             except asyncio.CancelledError:
