@@ -13,7 +13,7 @@ import typing
 import warnings
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import typing_extensions
 from langgraph.graph import StateGraph
@@ -135,19 +135,18 @@ def _is_runtime_param(param: inspect.Parameter) -> bool:
 
 def _compiled(obj: Any, graph_id: str) -> CompiledGraph:
     if isinstance(obj, StateGraph):
-        return _named(obj.compile(), graph_id)
+        return cast(CompiledGraph, _named(obj.compile(), graph_id))
     if isinstance(obj, Pregel):
-        return _named(obj, graph_id)
+        return cast(CompiledGraph, _named(obj, graph_id))
     raise ConfigError(f"graph {graph_id!r} factory returned {type(obj).__name__}, not a graph")
 
 
-def _named(graph: CompiledGraph, graph_id: str) -> CompiledGraph:
+def _named(graph: Any, graph_id: str) -> Any:
     """A compiled graph left with LangGraph's default name takes its graph id, as LangGraph's server names it:
     the root run of `events` mode and traces is called after it, and schema titles are built from it
     (`<graph_id>_input`, `<graph_id>_state`). A copy: the project's own object is left as it is."""
-    if graph.name == "LangGraph":
-        renamed: CompiledGraph = graph.copy(update={"name": graph_id})
-        return renamed
+    if isinstance(graph, Pregel) and graph.name == "LangGraph":
+        return graph.copy(update={"name": graph_id})
     return graph
 
 
