@@ -120,7 +120,7 @@ class Settings:
     trusted_proxies: str = _setting(
         "", "Comma-separated addresses or CIDR blocks of reverse proxies whose X-Forwarded-For names the client."
     )
-    ui: str = _setting("on", "The web console at /ui (on), or none (off).", choices=("on", "off"))
+    ui: str = _setting("on", "The web console at /console (on), or none (off).", choices=("on", "off"))
     api_keys: str | None = _setting(
         None, "Built-in API keys, for a project without an auth.py: comma-separated 'identity=key' entries. A "
         "request then needs one in x-api-key or Authorization: Bearer. Ignored when langgraph.json has 'auth'.",

@@ -37,7 +37,7 @@ ALWAYS_OPEN = frozenset({"/ok"})
 # The console's pages and files (threadline/ui) hold no data of their own: every page reads through this API
 # in-process, passing on the browser's credentials, so each read meets this middleware again. Left open here,
 # a page asked for without credentials answers with the API's 401 as a sign-in page instead of bare JSON.
-CONSOLE = "/ui"
+CONSOLE = "/console"
 AUTHENTICATED = "threadline.auth_user"  # scope key: the caller, once a layer has authenticated the request
 REFUSED = "threadline.auth_refused"  # scope key: set when a layer refused the request's credentials
 LOOPBACK = "threadline.loopback"  # scope key: a request of this process's own `get_client()` (api/loopback.py)
