@@ -887,6 +887,8 @@ NO_USER_RESOURCE: dict[tuple[str, str], str] = {
     ("GET", "/console"): "a redirect to /console/threads",
     ("GET", "/console/login"): "the console's sign-in page",
     ("GET", "/console/static/x"): "the console's static files",
+    ("POST", "/ui/{graph_id}"): "the tags that load a graph's generative UI bundle: the project's code, no one's data",
+    ("GET", "/ui/{graph_id}/{asset}"): "a graph's generative UI bundle: the project's component code",
 }
 
 

@@ -19,7 +19,8 @@ _BUILD_ONLY = {
     "python_version", "node_version", "pip_config_file", "pip_installer", "dockerfile_lines",
     "image_distro", "base_image", "keep_pkg_tools", "api_version", "_INTERNAL_docker_tag",
 }
-_SUPPORTED = {"graphs", "env", "dependencies", "store", "checkpointer", "http", "threadline", "auth", "webhooks"}
+_SUPPORTED = {"graphs", "env", "dependencies", "store", "checkpointer", "http", "threadline", "auth", "webhooks", "ui",
+              "ui_config"}
 _TTL_KEYS = {"strategy", "sweep_interval_minutes", "default_ttl", "sweep_limit"}
 # `http.disable_<family>`: the route families LangGraph's server lets a project turn off.
 ROUTE_FAMILIES = ("assistants", "threads", "runs", "store", "meta", "mcp", "a2a", "webhooks", "ui")
@@ -250,6 +251,10 @@ class ProjectConfig:
     auth: AuthConfig | None = None
     webhooks: WebhookPolicy = field(default_factory=WebhookPolicy)
     default_agent: str | None = None
+    #: `ui`: generative UI components, a graph id → its .tsx/.jsx file (relative to the config's folder).
+    ui: dict[str, str] = field(default_factory=dict)
+    #: `ui_config`: the bundler's options (`shared`: packages the page provides, left out of the bundle).
+    ui_config: dict[str, Any] = field(default_factory=dict)
     unsupported: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
 
@@ -317,9 +322,28 @@ def load_config(path: Path) -> ProjectConfig:
         auth=AuthConfig.parse(raw.get("auth"), path, unsupported),
         webhooks=WebhookPolicy.parse(raw.get("webhooks"), path, unsupported),
         default_agent=default,
+        ui=_ui(raw.get("ui"), path),
+        ui_config=_ui_config(raw.get("ui_config"), path),
         unsupported=unsupported,
         ignored=ignored,
     )
+
+
+def _ui(raw: Any, path: Path) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
+        raise ConfigError(f"{path}: 'ui' must map graph ids to component files ('./ui.tsx'), got {raw!r}")
+    return dict(raw)
+
+
+def _ui_config(raw: Any, path: Path) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    shared = raw.get("shared", []) if isinstance(raw, dict) else None
+    if not isinstance(shared, list) or not all(isinstance(s, str) for s in shared):
+        raise ConfigError(f"{path}: 'ui_config' must be {{\"shared\": [package names]}}, got {raw!r}")
+    return dict(raw)
 
 
 def _is_path(dependency: str, root: Path) -> bool:
