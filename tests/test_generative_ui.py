@@ -123,3 +123,20 @@ async def test_with_the_bundler_off_there_is_no_bundle(backend: Backend) -> None
             transport=httpx.ASGITransport(manager.app), base_url="http://t") as http:
         missing = await http.post("/ui/agent", json={"name": "weather"})
         assert missing.status_code == 404 and "no generative UI" in missing.json()["detail"]
+
+
+async def test_disable_ui_serves_no_generative_ui_and_bundles_nothing(backend: Backend, tmp_path: Path) -> None:
+    from asgi_lifespan import LifespanManager
+
+    from threadline.api.app import create_app
+
+    config = tmp_path / "langgraph.json"
+    config.write_text(json.dumps({"graphs": {"agent": f"{PROJECT.parent / 'agent.py'}:graph"},
+                                  "ui": {"agent": str(PROJECT.parent / "ui.tsx")}, "http": {"disable_ui": True}}))
+    # A bundler that would fail: startup succeeds only because it is never run.
+    app = create_app(Settings(config=str(config), workers=1, ui_bundler="false", **backend.settings()))
+    async with LifespanManager(app, startup_timeout=30) as manager, httpx.AsyncClient(
+            transport=httpx.ASGITransport(manager.app), base_url="http://t") as http:
+        assert (await http.post("/ui/agent", json={"name": "weather"})).status_code == 404
+        assert (await http.get("/ui/agent/entrypoint.js")).status_code == 404
+        assert (await http.get("/console")).status_code == 307  # the console is another thing
