@@ -50,6 +50,7 @@ async def test_the_bundle_is_served_where_langgraph_serves_it(http: httpx.AsyncC
     assert bundle.status_code == 200
     assert bundle.headers["content-type"].split(";")[0] in ("text/javascript", "application/javascript")
     assert "var __LGUI_agent =" in bundle.text and "Weather card: " in bundle.text
+    assert (await http.head(f"{http.base_url.scheme}:{script.group(1)}")).status_code == 200
     # React is the page's, not the bundle's: the bundler leaves it out and reads the page's through this symbol.
     assert 'Symbol.for("LGUI_REQUIRE")' in bundle.text and "react-dom.production" not in bundle.text
 
