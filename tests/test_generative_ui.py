@@ -6,7 +6,6 @@ the values). Bundling needs the front-end build (tests/environments.py); the sta
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,8 @@ def settings(backend: Backend) -> Settings:
         if in_ci():
             pytest.fail(WHY)
         pytest.skip(WHY)
-    return Settings(config=str(PROJECT), workers=2, ui_bundler=str(BUNDLER), **backend.settings())
+    return Settings(config=str(PROJECT), workers=2, ui_bundler=str(BUNDLER), trusted_proxies="127.0.0.1",
+                    **backend.settings())
 
 
 async def test_the_bundle_is_served_where_langgraph_serves_it(http: httpx.AsyncClient) -> None:
@@ -41,16 +41,20 @@ async def test_the_bundle_is_served_where_langgraph_serves_it(http: httpx.AsyncC
     assert tags.status_code == 200, tags.text
     assert tags.headers["content-type"].startswith("text/html")
     # What the SDK's LoadExternalComponent does with it: replace the placeholder, then add the tags to a shadow root.
-    script = re.fullmatch(r'<script src="([^"]+)" onload="([^"]+)"></script>', tags.text)
-    assert script, tags.text
-    # On this server whatever the page's origin: a front-end is usually served from another one.
-    assert script.group(1) == f"//{http.base_url.netloc.decode()}/ui/agent/entrypoint.js"
-    assert script.group(2) == "__LGUI_agent.render(&quot;weather&quot;, &quot;{{shadowRootId}}&quot;)"
-    bundle = await http.get(f"{http.base_url.scheme}:{script.group(1)}")  # no credentials: a <script src> sends none
+    # As LangGraph.js's server writes it (its API suite expects this): this server's absolute URL, whatever the
+    # page's origin (a front-end is usually served from another one), and the component's name as JSON.
+    assert tags.text == ('<script src="http://threadline/ui/agent/entrypoint.js" '
+                         """onload='__LGUI_agent.render("weather", "{{shadowRootId}}")'></script>""")
+    bundle = await http.get("http://threadline/ui/agent/entrypoint.js")  # no credentials: a <script src> sends none
     assert bundle.status_code == 200
     assert bundle.headers["content-type"].split(";")[0] in ("text/javascript", "application/javascript")
     assert "var __LGUI_agent =" in bundle.text and "Weather card: " in bundle.text
-    assert (await http.head(f"{http.base_url.scheme}:{script.group(1)}")).status_code == 200
+    assert (await http.head("http://threadline/ui/agent/entrypoint.js")).status_code == 200
+    # Behind a proxy that terminated TLS (a trusted one: the test client's address is in `trusted_proxies`).
+    proxied = await http.post("/ui/agent", json={"name": "weather"}, headers={"x-forwarded-proto": "https"})
+    assert '<script src="https://threadline/ui/agent/entrypoint.js"' in proxied.text
+    quoted = await http.post("/ui/agent", json={"name": "it's <b>"})  # a name that could break out: escaped
+    assert """render("it&#x27;s &lt;b&gt;", """ in quoted.text
     # React is the page's, not the bundle's: the bundler leaves it out and reads the page's through this symbol.
     assert 'Symbol.for("LGUI_REQUIRE")' in bundle.text and "react-dom.production" not in bundle.text
 

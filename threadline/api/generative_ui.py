@@ -21,6 +21,7 @@ from fastapi import Request
 from fastapi.responses import FileResponse, Response
 
 from threadline.api.common import Router
+from threadline.api.ratelimit import from_trusted_proxy
 from threadline.bundler import Bundle
 from threadline.errors import InvalidInput, NotFound
 
@@ -44,22 +45,27 @@ async def component_tags(request: Request, graph_id: str) -> Response:
     if not isinstance(body, dict) or not isinstance(body.get("name"), str):
         raise InvalidInput('the body must be {"name": <the component\'s name>}')
     bundle = _bundle(request, graph_id)
-    # Where the browser finds the files: this server, whatever the page's origin (LangGraph's server answers a
-    # path alone, `/ui/…`, which a page served from another origin resolves against its own). Scheme-relative,
-    # so a page behind TLS asks over TLS when a proxy in front of us terminated it.
+    # Where the browser finds the files: this server, by its absolute URL, as LangGraph.js's server answers (and its
+    # API suite expects), so a page served from another origin loads them from here. (LangGraph's Python server
+    # answers a path alone, `/ui/…`, which such a page resolves against its own origin.)
     host = request.headers.get("host") or request.url.netloc
-    prefix = f"//{host}{request.scope.get('root_path', '')}/ui/{quote(graph_id, safe='')}/"
+    scheme = request.url.scheme
+    forwarded = request.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
+    if forwarded in ("http", "https") and from_trusted_proxy(request, request.app.state.settings.trusted_proxies):
+        scheme = forwarded  # a proxy in front terminated TLS: the page asks over https
+    prefix = f"{scheme}://{host}{request.scope.get('root_path', '')}/ui/{quote(graph_id, safe='')}/"
     # The global the bundler names the bundle by: the graph id with every other character an underscore.
     global_name = "__LGUI_" + re.sub(r"[^a-zA-Z0-9]", "_", graph_id)
+    # In a single-quoted attribute, as LangGraph's servers write it: the name's JSON keeps its double quotes.
+    name = html.escape(json.dumps(body["name"]), quote=False).replace("'", "&#x27;")
     tags = []
     for asset in bundle.assets[graph_id]:
         url = html.escape(prefix + quote(asset, safe=""), quote=True)
         if asset.endswith(".css"):
             tags.append(f'<link rel="stylesheet" href="{url}" />')
         elif asset.endswith(".js"):
-            render = html.escape(f'{global_name}.render({json.dumps(body["name"])}, "{{{{shadowRootId}}}}")',
-                                 quote=True)
-            tags.append(f'<script src="{url}" onload="{render}"></script>')
+            render = f'{global_name}.render({name}, "{{{{shadowRootId}}}}")'
+            tags.append(f"""<script src="{url}" onload='{render}'></script>""")
     return Response("\n".join(tags), media_type="text/html")
 
 
