@@ -82,17 +82,17 @@ async def seed(session: aiohttp.ClientSession, url: str, count: int) -> dict[str
 
 def pages(ids: dict[str, str]) -> list[tuple[str, str]]:
     return [
-        ("threads (first page)", "/ui/threads"),
-        ("threads (page 200)", "/ui/threads?page=200"),
-        ("threads by metadata", '/ui/threads?metadata={"user": "u7"}'),
-        ("threads by status", "/ui/threads?status=interrupted"),
-        ("thread (chat)", f"/ui/threads/{ids['chat']}"),
-        ("thread (interrupt)", f"/ui/threads/{ids['waiting']}"),
-        ("run", f"/ui/threads/{ids['chat']}/runs/{ids['run']}"),
-        ("assistants", "/ui/assistants"),
-        ("assistant (graph)", f"/ui/assistants/{ids['assistant']}"),
-        ("store", "/ui/store?ns=users"),
-        ("queue", "/ui/queue"),
+        ("threads (first page)", "/console/threads"),
+        ("threads (page 200)", "/console/threads?page=200"),
+        ("threads by metadata", '/console/threads?metadata={"user": "u7"}'),
+        ("threads by status", "/console/threads?status=interrupted"),
+        ("thread (chat)", f"/console/threads/{ids['chat']}"),
+        ("thread (interrupt)", f"/console/threads/{ids['waiting']}"),
+        ("run", f"/console/threads/{ids['chat']}/runs/{ids['run']}"),
+        ("assistants", "/console/assistants"),
+        ("assistant (graph)", f"/console/assistants/{ids['assistant']}"),
+        ("store", "/console/store?ns=users"),
+        ("queue", "/console/queue"),
     ]
 
 

@@ -4,6 +4,8 @@
 
 - LangGraph's own server, the differential suite's oracle (`tests/differential/`), pinned in
   `tests/differential/reference.txt`;
+- the front-end tests' page and tools (`tests/frontend/`): its npm packages as `package-lock.json` pins them
+  (`npm ci`: `useStream`, React, esbuild, and LangGraph's generative UI bundler), and the page built with esbuild;
 - a venv per other supported Python this machine has (`python3.12` on PATH or in pyenv), for
   `tests/test_pythons.py`, with Threadline's dependencies (the test extras included) but not Threadline: the test
   runs the checkout itself through PYTHONPATH, so a change to the code needs no reinstall.
@@ -11,8 +13,9 @@
 Each lives in a cache outside the checkout (`$THREADLINE_ENV_CACHE`, else `$XDG_CACHE_HOME/threadline`, else
 `~/.cache/threadline`), in a folder named for what it holds (the Python's version and a hash of the pins), so a
 fresh clone on a machine that built it before finds it at once, and a change of pins builds a new one beside it.
-`./.venv-ref` and `./.venv-py3.X` are links to them. A build is bounded (`BUILD_SECONDS`); one that fails or
-overruns is reported and left out, and the tests that need it skip with that reason (fail under CI=true).
+`./.venv-ref` and `./.venv-py3.X` are links to them (the front-end's folder is found by `frontend_build()`). A
+build is bounded (`BUILD_SECONDS`); one that fails or overruns is reported and left out, and the tests that need
+it skip with that reason (fail under CI=true).
 
 Nothing here is built inside a test: a test bounded at 120 s cannot also wait for pip.
 """
@@ -165,8 +168,75 @@ def build_other_python(version: str) -> str | None:
     return _build(python_venv(version), f"deps-py{version}-{_key(python, *requirements)}", python, requirements)
 
 
+FRONTEND = ROOT / "tests" / "frontend"
+NPM_FILES = ("package.json", "package-lock.json")
+
+
+def frontend_build() -> Path:
+    """The front-end's cached folder for the current pins (built or not): `node_modules/`, and `dist/` with the
+    page (`index.html`, `app.js`)."""
+    key = _key(*((FRONTEND / name).read_text() for name in NPM_FILES))
+    return cache_root() / f"frontend-{key}"
+
+
+def _page_sources() -> list[Path]:
+    return sorted(p for p in (FRONTEND / "src").iterdir() if p.is_file())
+
+
+def frontend_missing() -> str | None:
+    """Why the front-end tests cannot run here, or None."""
+    folder = frontend_build()
+    if not (folder / COMPLETE).exists():
+        return f"the front-end build {folder} is missing (scripts/test builds it: python -m tests.environments)"
+    stamp = folder / "dist" / COMPLETE
+    if not stamp.exists() or stamp.read_text() != _key(*(p.read_text() for p in _page_sources())):
+        return f"the page in {folder / 'dist'} is older than tests/frontend/src (python -m tests.environments)"
+    return None
+
+
+def build_frontend() -> str | None:
+    """`npm ci` into the cached folder once per pins; the page rebuilt (esbuild, about a second) when its sources
+    change. An error, or None (the front-end tests then skip with the reason, and fail under CI=true)."""
+    npm = shutil.which("npm")
+    if npm is None:
+        return "npm is not installed (Debian: apt-get install npm)"
+    target = frontend_build()
+    try:
+        if not (target / COMPLETE).exists():
+            shutil.rmtree(target, ignore_errors=True)
+            target.mkdir(parents=True)
+            print(f"tests.environments: building {target} (once; cached for later runs)", flush=True)
+            for name in NPM_FILES:
+                shutil.copy(FRONTEND / name, target / name)
+            subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=target, check=True,
+                           timeout=BUILD_SECONDS, capture_output=True)
+            (target / COMPLETE).write_text(target.name)
+        sources = _page_sources()
+        stamp = _key(*(p.read_text() for p in sources))
+        dist = target / "dist"
+        if not (dist / COMPLETE).exists() or (dist / COMPLETE).read_text() != stamp:
+            shutil.rmtree(target / "src", ignore_errors=True)
+            shutil.rmtree(dist, ignore_errors=True)
+            (target / "src").mkdir()
+            for source in sources:  # built inside the folder, so esbuild finds node_modules beside it
+                shutil.copy(source, target / "src" / source.name)
+            subprocess.run([str(target / "node_modules" / ".bin" / "esbuild"), "src/main.tsx", "--bundle",
+                            "--outfile=dist/app.js", "--format=iife", "--target=es2020", "--jsx=automatic",
+                            "--define:process.env.NODE_ENV=\"production\"", "--log-level=warning"],
+                           cwd=target, check=True, timeout=300, capture_output=True)
+            shutil.copy(target / "src" / "index.html", dist / "index.html")
+            (dist / COMPLETE).write_text(stamp)
+    except subprocess.TimeoutExpired as exc:
+        return f"building {target} took longer than {exc.timeout:.0f} s"
+    except subprocess.CalledProcessError as exc:
+        detail = ((exc.stderr or b"") + (exc.stdout or b"")).decode(errors="replace")[-3000:]
+        return f"building {target} failed ({' '.join(map(str, exc.cmd[:3]))}…):\n{detail}"
+    return None
+
+
 def main() -> int:
     for label, build in [("the reference server", lambda: build_reference(base_python())),
+                         ("the front-end tests' page", build_frontend),
                          *((f"Python {v}", lambda v=v: build_other_python(v)) for v in other_versions())]:
         error = build()
         if error:

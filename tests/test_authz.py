@@ -824,12 +824,13 @@ async def test_protocol_commands_and_events_are_the_callers_own(a: User, b: User
 
 async def test_the_console_shows_the_callers_own(a: User, b: User, world: World) -> None:
     t, r, x = world.thread_id, world.run_id, world.assistant_id
-    for path in (f"/ui/threads/{t}", f"/ui/threads/{t}/runs/{r}", f"/ui/runs/{r}", f"/ui/assistants/{x}"):
+    for path in (f"/console/threads/{t}", f"/console/threads/{t}/runs/{r}", f"/console/runs/{r}",
+                 f"/console/assistants/{x}"):
         page = await b.request("GET", path)
         assert page.status_code == 404 and SECRET not in page.text, (path, page.status_code)
         assert (await a.request("GET", path)).status_code == 200, path
-    for path, shown in (("/ui/threads", t), ("/ui/assistants", x), ("/ui/queue", world.pending_run_ids[0]),
-                        ("/ui/store", SECRET)):
+    for path, shown in (("/console/threads", t), ("/console/assistants", x),
+                        ("/console/queue", world.pending_run_ids[0]), ("/console/store", SECRET)):
         page = await b.request("GET", path)
         assert page.status_code == 200 and shown not in page.text and SECRET not in page.text, path
         assert shown in (await a.request("GET", path)).text, path
@@ -893,10 +894,10 @@ COVERED: dict[tuple[str, str], str] = {
     **dict.fromkeys([("POST", "/threads/{thread_id}/commands"), ("POST", "/threads/{thread_id}/stream/events"),
                      ("WEBSOCKET", "/threads/{thread_id}/stream/events")],
                     "test_protocol_commands_and_events_are_the_callers_own"),
-    **dict.fromkeys([("GET", "/ui/threads"), ("GET", "/ui/threads/{thread_id}"),
-                     ("GET", "/ui/threads/{thread_id}/runs/{run_id}"), ("GET", "/ui/runs/{run_id}"),
-                     ("GET", "/ui/assistants"), ("GET", "/ui/assistants/{assistant_id}"), ("GET", "/ui/store"),
-                     ("GET", "/ui/queue")],
+    **dict.fromkeys([("GET", "/console/threads"), ("GET", "/console/threads/{thread_id}"),
+                     ("GET", "/console/threads/{thread_id}/runs/{run_id}"), ("GET", "/console/runs/{run_id}"),
+                     ("GET", "/console/assistants"), ("GET", "/console/assistants/{assistant_id}"),
+                     ("GET", "/console/store"), ("GET", "/console/queue")],
                     "test_the_console_shows_the_callers_own"),
 }
 
@@ -913,9 +914,11 @@ NO_USER_RESOURCE: dict[tuple[str, str], str] = {
     ("GET", "/docs/assets/x"): "the API reference's static files",
     ("DELETE", "/mcp"): "ends an MCP session, a no-op (none is kept)",
     ("DELETE", "/mcp/"): "ends an MCP session, a no-op (none is kept)",
-    ("GET", "/ui"): "a redirect to /ui/threads",
-    ("GET", "/ui/login"): "the console's sign-in page",
-    ("GET", "/ui/static/x"): "the console's static files",
+    ("GET", "/console"): "a redirect to /console/threads",
+    ("GET", "/console/login"): "the console's sign-in page",
+    ("GET", "/console/static/x"): "the console's static files",
+    ("POST", "/ui/{graph_id}"): "the tags that load a graph's generative UI bundle: the project's code, no one's data",
+    ("GET", "/ui/{graph_id}/{asset}"): "a graph's generative UI bundle: the project's component code",
 }
 
 

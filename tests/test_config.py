@@ -47,14 +47,14 @@ def test_every_unknown_key_is_reported_by_its_path_and_build_keys_are_ignored(tm
 
 
 def test_keys_parsed_for_other_layers_are_still_reported_until_they_act(tmp_path: Path) -> None:
-    """`checkpointer.path` and `encryption` are typed settings the storage layer uses (not reported); `ui` and
-    `ui_config` are parsed for the layer that bundles them, and reported until it acts."""
+    """`checkpointer.path`, `encryption`, `ui` and `ui_config` are typed settings the layers below use: not
+    reported as having no effect."""
     cfg = load(tmp_path, {"checkpointer": {"path": "./saver.py:make_saver"}, "encryption": {"path": "./enc.py:enc"},
                           "ui": {"agent": "./ui.tsx"}, "ui_config": {"shared": ["react"]}})
     assert cfg.checkpointer_path == "./saver.py:make_saver"
     assert cfg.encryption is not None and cfg.encryption.path == "./enc.py:enc"
     assert cfg.ui == {"agent": "./ui.tsx"} and cfg.ui_config == {"shared": ["react"]}
-    assert cfg.unsupported == ["ui", "ui_config"]
+    assert cfg.unsupported == []
     assert load(tmp_path, {}).unsupported == [] and load(tmp_path, {}).encryption is None
 
 

@@ -219,7 +219,7 @@ async def test_a_console_page_costs_its_caller_one_request(backend: Backend) -> 
     async for http in _client(backend, rate_limit_requests="2/minute", trusted_proxies="127.0.0.1"):
         setup, browser = {"X-Forwarded-For": "10.0.0.1"}, {"X-Forwarded-For": "10.0.0.9"}
         tid = (await http.post("/threads", json={}, headers=setup)).json()["thread_id"]
-        pages = [await http.get(f"/ui/threads/{tid}", headers=browser) for _ in range(3)]
+        pages = [await http.get(f"/console/threads/{tid}", headers=browser) for _ in range(3)]
         assert [p.status_code for p in pages] == [200, 200, 429]
         assert all(tid in p.text and "Rate limit" not in p.text for p in pages[:2])
         # Another client still has its own budget.

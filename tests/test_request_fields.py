@@ -135,11 +135,13 @@ async def _interrupted(http: httpx.AsyncClient) -> str:
     return tid
 
 
-async def test_agent_chat_ui_resume_streams_and_resumes(http: httpx.AsyncClient) -> None:
-    """Agent Chat UI, approving an interrupt: `POST /threads/{id}/runs/stream` with `input: {}` and the command."""
+@pytest.mark.parametrize("given", [{}, None], ids=["input empty", "input null"])
+async def test_agent_chat_ui_resume_streams_and_resumes(http: httpx.AsyncClient, given: Any) -> None:
+    """Agent Chat UI, approving an interrupt: `POST /threads/{id}/runs/stream` with `input: {}` (or null, as
+    other versions of `useStream` send it) and the command. In a browser: tests/test_frontend_browser.py."""
     tid = await _interrupted(http)
     async with http.stream("POST", f"/threads/{tid}/runs/stream", json={
-            "assistant_id": "approval", "input": {}, "command": {"resume": True},
+            "assistant_id": "approval", "input": given, "command": {"resume": True},
             "stream_mode": ["values"]}) as r:
         assert r.status_code == 200, await r.aread()
         text = (await r.aread()).decode()
@@ -148,7 +150,8 @@ async def test_agent_chat_ui_resume_streams_and_resumes(http: httpx.AsyncClient)
     assert thread["status"] == "idle" and thread["values"]["outcome"] == "done: deploy"
 
 
-@pytest.mark.parametrize("given", [None, {"request": "something else"}], ids=["input null", "input given"])
+@pytest.mark.parametrize("given", [{}, None, {"request": "something else"}],
+                         ids=["input empty", "input null", "input given"])
 async def test_a_command_wins_over_any_input(http: httpx.AsyncClient, given: Any) -> None:
     """As LangGraph's server: whatever the input beside it, the command is what the run does."""
     tid = await _interrupted(http)

@@ -40,55 +40,55 @@ async def thread_with(http: httpx.AsyncClient, graph: str, payload: dict[str, An
 async def test_threads_are_searched_by_status_and_metadata_and_paged(http: httpx.AsyncClient) -> None:
     for i in range(30):
         await http.post("/threads", json={"metadata": {"team": "a" if i < 27 else "b", "n": i}})
-    page = await http.get("/ui/threads", params={"metadata": '{"team": "a"}'})
+    page = await http.get("/console/threads", params={"metadata": '{"team": "a"}'})
     assert page.status_code == 200 and "27 threads · page 1 of 2" in text(page)
     assert text(page).count('"team": "a"') == 25
-    second = await http.get("/ui/threads", params={"metadata": '{"team": "a"}', "page": 2})
+    second = await http.get("/console/threads", params={"metadata": '{"team": "a"}', "page": 2})
     assert text(second).count('"team": "a"') == 2 and "Newer" in text(second) and "Older" not in text(second)
-    busy = await http.get("/ui/threads", params={"status": "busy"})
+    busy = await http.get("/console/threads", params={"status": "busy"})
     assert "0 threads" in text(busy) and "No threads match." in text(busy)
 
 
 async def test_a_bad_filter_or_an_unknown_thread_is_a_4xx_page(http: httpx.AsyncClient) -> None:
-    bad = await http.get("/ui/threads", params={"metadata": "{team"})
+    bad = await http.get("/console/threads", params={"metadata": "{team"})
     assert bad.status_code == 400 and "metadata is not valid JSON" in text(bad)
-    listed = await http.get("/ui/threads", params={"metadata": "[1]"})
+    listed = await http.get("/console/threads", params={"metadata": "[1]"})
     assert listed.status_code == 400 and "must be a JSON object" in text(listed)
-    missing = await http.get("/ui/threads/00000000-0000-0000-0000-000000000000")
+    missing = await http.get("/console/threads/00000000-0000-0000-0000-000000000000")
     assert missing.status_code == 404 and "The API answered 404" in text(missing)
 
 
 async def test_the_thread_page_shows_the_chat_state_history_and_runs(http: httpx.AsyncClient) -> None:
     thread = await thread_with(http, "echo", {"input": {"messages": [{"role": "user", "content": "hi there"}]}})
-    page = await http.get(f"/ui/threads/{thread}")
+    page = await http.get(f"/console/threads/{thread}")
     shown = text(page)
     assert page.status_code == 200
     assert re.search(r"You hi there .*AI You said: hi there", shown), shown
     assert 'class="msg msg-human"' in page.text and 'class="msg msg-ai"' in page.text
     runs = (await http.get(f"/threads/{thread}/runs")).json()
-    assert f"/ui/threads/{thread}/runs/{runs[0]['run_id']}" in page.text
+    assert f"/console/threads/{thread}/runs/{runs[0]['run_id']}" in page.text
     history = (await http.post(f"/threads/{thread}/history", json={})).json()
     oldest = history[-1]["checkpoint"]["checkpoint_id"]
     assert f"?checkpoint={oldest}" in page.text
-    then = await http.get(f"/ui/threads/{thread}", params={"checkpoint": oldest})
+    then = await http.get(f"/console/threads/{thread}", params={"checkpoint": oldest})
     assert "Showing the state at checkpoint" in text(then) and "You said" not in text(then)
-    run = await http.get(f"/ui/threads/{thread}/runs/{runs[0]['run_id']}")
+    run = await http.get(f"/console/threads/{thread}/runs/{runs[0]['run_id']}")
     assert run.status_code == 200 and f"/threads/{thread}/runs/{runs[0]['run_id']}/stream" in run.text
 
 
 async def test_a_pending_interrupt_gets_a_resume_form(http: httpx.AsyncClient) -> None:
     thread = await thread_with(http, "approval", {"input": {"request": "ship it"}})
-    shown = text(await http.get(f"/ui/threads/{thread}"))
+    shown = text(await http.get(f"/console/threads/{thread}"))
     assert "Waiting for you" in shown and "Approve 'ship it'?" in shown and "Resume with (JSON)" in shown
     await http.post(f"/threads/{thread}/runs/wait", json={"assistant_id": "approval", "command": {"resume": True}})
-    assert "Waiting for you" not in text(await http.get(f"/ui/threads/{thread}"))
+    assert "Waiting for you" not in text(await http.get(f"/console/threads/{thread}"))
 
 
 async def test_assistant_pages_show_versions_schemas_and_the_graph_with_subgraphs(http: httpx.AsyncClient) -> None:
-    listed = text(await http.get("/ui/assistants"))
+    listed = text(await http.get("/console/assistants"))
     assert "nested" in listed and "approval" in listed
     nested = (await http.post("/assistants/search", json={"graph_id": "nested"})).json()[0]
-    page = await http.get(f"/ui/assistants/{nested['assistant_id']}")
+    page = await http.get(f"/console/assistants/{nested['assistant_id']}")
     assert page.status_code == 200
     drawn = (await http.get(f"/assistants/{nested['assistant_id']}/graph", params={"xray": "true"})).json()
     for node in drawn["nodes"]:
@@ -101,10 +101,10 @@ async def test_assistant_pages_show_versions_schemas_and_the_graph_with_subgraph
 async def test_the_store_page_shows_the_namespace_tree_and_items(http: httpx.AsyncClient) -> None:
     for ns, key in ((["a", "b"], "k1"), (["a", "c"], "k2"), (["z"], "k3")):
         await http.put("/store/items", json={"namespace": ns, "key": key, "value": {"text": key}})
-    page = await http.get("/ui/store")
+    page = await http.get("/console/store")
     assert 'href="?ns=a"' in page.text and 'href="?ns=a&amp;ns=b"' in page.text and 'href="?ns=z"' in page.text
     assert all(k in text(page) for k in ("k1", "k2", "k3"))
-    under_a = text(await http.get("/ui/store", params=[("ns", "a")]))
+    under_a = text(await http.get("/console/store", params=[("ns", "a")]))
     assert "k1" in under_a and "k2" in under_a and "k3" not in under_a
     assert "Semantic search" not in under_a  # no store.index in this project
 
@@ -113,13 +113,13 @@ async def test_the_queue_page_shows_the_metrics_figures_and_recent_failures(http
     thread = (await http.post("/threads", json={})).json()["thread_id"]
     await http.post(f"/threads/{thread}/runs/wait", json={"assistant_id": "failing", "input": {"reason": "no"}})
     figures = (await http.get("/metrics", params={"format": "json"})).json()
-    page = await http.get("/ui/queue")
+    page = await http.get("/console/queue")
     assert page.status_code == 200
     assert re.search(rf'id="fig-pending">\s*{figures["queue"]["n_pending"]:d}<', page.text)
     saturation = f"{figures['workers']['active']} / {figures['workers']['max']}"
     assert "Worker saturation" in page.text and saturation in page.text
     failures = page.text.split("Recent failures", 1)[1]
-    assert f"/ui/threads/{thread}" in failures and "status-error" in failures
+    assert f"/console/threads/{thread}" in failures and "status-error" in failures
 
 
 async def test_the_console_can_be_turned_off(settings: Settings) -> None:
@@ -128,8 +128,8 @@ async def test_the_console_can_be_turned_off(settings: Settings) -> None:
         async with LifespanManager(app) as manager:
             transport = httpx.ASGITransport(app=manager.app)  # type: ignore[arg-type]
             async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
-                assert (await http.get("/ui/threads")).status_code == status
-                assert (await http.get("/ui/static/console.js")).status_code == status
+                assert (await http.get("/console/threads")).status_code == status
+                assert (await http.get("/console/static/console.js")).status_code == status
     assert Settings.resolve(environ={"THREADLINE_UI": "off"}).ui == "off"
     with pytest.raises(SystemExit):
         Settings.resolve(environ={"THREADLINE_UI": "maybe"})
@@ -144,7 +144,7 @@ async def test_store_search_is_semantic_with_a_store_index(settings: Settings, b
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
             for key, words in (("fruit", "banana apple"), ("car", "xyz quick vroom")):
                 await http.put("/store/items", json={"namespace": ["notes"], "key": key, "value": {"text": words}})
-            page = await http.get("/ui/store", params={"q": "bananas"})
+            page = await http.get("/console/store", params={"q": "bananas"})
             shown = text(page)
             assert "Semantic search" in shown and "score" in shown
             assert shown.index("fruit") < shown.index("car")
@@ -185,19 +185,19 @@ async def test_under_a_mount_prefix_the_console_and_its_links_carry_it(settings:
         transport = httpx.ASGITransport(app=manager.app)  # type: ignore[arg-type]
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
             thread = (await http.post("/api/threads", json={})).json()["thread_id"]
-            page = await http.get("/api/ui/threads")
-            assert page.status_code == 200 and f'href="/api/ui/threads/{thread}"' in page.text
-            assert 'href="/api/ui/static/console.css"' in page.text
-            assert (await http.get("/api/ui/static/console.css")).status_code == 200
-            assert (await http.get(f"/api/ui/threads/{thread}")).status_code == 200
-            assert (await http.get("/ui/threads")).status_code == 404
+            page = await http.get("/api/console/threads")
+            assert page.status_code == 200 and f'href="/api/console/threads/{thread}"' in page.text
+            assert 'href="/api/console/static/console.css"' in page.text
+            assert (await http.get("/api/console/static/console.css")).status_code == 200
+            assert (await http.get(f"/api/console/threads/{thread}")).status_code == 200
+            assert (await http.get("/console/threads")).status_code == 404
 
 
 async def test_every_console_answer_carries_security_headers_and_the_api_none(http: httpx.AsyncClient) -> None:
     """A content security policy allowing the console's own files only, no framing, no referrer to other
     origins, no sniffing: on pages, error pages, files and redirects; the API's JSON is left as it was."""
-    for path in ("/ui/threads", "/ui/threads/00000000-0000-0000-0000-000000000000", "/ui/static/console.js",
-                 "/ui/static/console.css", "/ui/login", "/ui"):
+    for path in ("/console/threads", "/console/threads/00000000-0000-0000-0000-000000000000",
+                 "/console/static/console.js", "/console/static/console.css", "/console/login", "/console"):
         page = await http.get(path, follow_redirects=False)
         policy = page.headers.get("content-security-policy", "")
         assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy, (path, page.headers)

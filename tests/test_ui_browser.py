@@ -72,7 +72,7 @@ def test_each_page_opens_and_shows_its_data(page: Page, api: httpx.Client) -> No
     thread = chat_thread(api, "hello there", user="ada")
     api.put("/store/items", json={"namespace": ["users", "ada"], "key": "prefs", "value": {"theme": "dark"}})
 
-    page.goto("/ui")
+    page.goto("/console")
     expect(page.get_by_role("heading", name="Threads", exact=True)).to_be_visible()
     expect(page.get_by_role("link", name=thread)).to_be_visible()
     page.get_by_label("Metadata (JSON)").fill('{"user": "ada"}')
@@ -92,7 +92,7 @@ def test_each_page_opens_and_shows_its_data(page: Page, api: httpx.Client) -> No
     page.get_by_text("Input schema", exact=True).click()
     expect(page.locator("details[open] pre")).to_contain_text("messages")
 
-    page.goto(f"/ui/threads/{thread}")
+    page.goto(f"/console/threads/{thread}")
     chat = page.locator("ol.chat")
     expect(chat.locator(".msg-human")).to_contain_text("hello there")
     expect(chat.locator(".msg-ai .tool-call")).to_contain_text("word_count")
@@ -108,7 +108,7 @@ def test_each_page_opens_and_shows_its_data(page: Page, api: httpx.Client) -> No
     expect(page.get_by_text("Worker saturation")).to_be_visible()
     expect(page.locator("#fig-pending")).to_have_text("0")
 
-    page.goto("/ui/login")
+    page.goto("/console/login")
     page.get_by_label("API key or token").fill("sk-test")
     page.get_by_role("button", name="Sign in").click()
     expect(page.get_by_role("status")).to_have_text("Signed in for this tab.")
@@ -116,7 +116,7 @@ def test_each_page_opens_and_shows_its_data(page: Page, api: httpx.Client) -> No
 
 
 def test_a_chat_turn_streams_its_tokens_into_the_page(page: Page, api: httpx.Client) -> None:
-    page.goto(f"/ui/assistants/{assistant_id(api, 'assistant')}")
+    page.goto(f"/console/assistants/{assistant_id(api, 'assistant')}")
     form = page.locator("[data-run-form]")
     form.get_by_label("Input (JSON)").fill('{"mesages": []}')  # a typo the input schema catches
     form.get_by_role("button", name="Start run").click()
@@ -153,7 +153,7 @@ def test_a_chat_turn_streams_its_tokens_into_the_page(page: Page, api: httpx.Cli
 def test_an_interrupt_is_resumed_from_its_form(page: Page, api: httpx.Client) -> None:
     thread = api.post("/threads", json={}).json()["thread_id"]
     api.post(f"/threads/{thread}/runs/wait", json={"assistant_id": "approval", "input": {"request": "deploy"}})
-    page.goto(f"/ui/threads/{thread}")
+    page.goto(f"/console/threads/{thread}")
     waiting = page.get_by_role("region", name="Waiting for you")
     expect(waiting).to_contain_text("Approve 'deploy'?")
     waiting.get_by_label("Resume with (JSON)").fill("tru")
@@ -163,14 +163,14 @@ def test_an_interrupt_is_resumed_from_its_form(page: Page, api: httpx.Client) ->
     waiting.get_by_role("button", name="Resume").click()
     page.wait_for_url("**/runs/**")
     expect(page.locator("#run-status")).to_have_text("success")
-    page.goto(f"/ui/threads/{thread}")
+    page.goto(f"/console/threads/{thread}")
     expect(page.get_by_role("region", name="Waiting for you")).to_have_count(0)
     expect(page.get_by_role("region", name="State values")).to_contain_text("done: deploy")
 
 
 def test_a_running_run_is_cancelled_from_its_page(page: Page, api: httpx.Client) -> None:
     thread = api.post("/threads", json={}).json()["thread_id"]
-    page.goto(f"/ui/threads/{thread}")
+    page.goto(f"/console/threads/{thread}")
     form = page.locator("[data-run-form]")
     form.get_by_label("Assistant").select_option(label="assistant (assistant)")
     words = " ".join(["word"] * 400)  # echoed back at a word per 50 ms: 20 s of streaming
@@ -190,7 +190,7 @@ def test_history_shows_the_state_at_an_older_checkpoint(page: Page, api: httpx.C
     thread = api.post("/threads", json={}).json()["thread_id"]
     for tag in ("first", "second"):
         api.post(f"/threads/{thread}/runs/wait", json={"assistant_id": "counter", "input": {"tag": tag}})
-    page.goto(f"/ui/threads/{thread}")
+    page.goto(f"/console/threads/{thread}")
     state = page.get_by_role("region", name="State values")
     expect(state).to_contain_text("second")
     history = page.get_by_role("region", name="History")
@@ -205,7 +205,7 @@ def test_history_shows_the_state_at_an_older_checkpoint(page: Page, api: httpx.C
 
 def test_the_store_is_browsed_searched_put_and_deleted(page: Page, api: httpx.Client) -> None:
     api.put("/store/items", json={"namespace": ["docs", "recipes"], "key": "soup", "value": {"text": "leek soup"}})
-    page.goto("/ui/store")
+    page.goto("/console/store")
     form = page.locator("[data-put-form]")
     form.get_by_label("Namespace (parts separated by /)").fill("docs/recipes")
     form.get_by_label("Key").fill("bread")
@@ -222,14 +222,14 @@ def test_the_store_is_browsed_searched_put_and_deleted(page: Page, api: httpx.Cl
     page.get_by_role("button", name="Search").click()
     expect(page.locator("[data-item]").first).to_contain_text("bread")
     page.on("dialog", lambda dialog: dialog.accept())
-    page.goto("/ui/store?ns=docs&ns=recipes")
+    page.goto("/console/store?ns=docs&ns=recipes")
     page.get_by_role("button", name="Delete soup").click()
     expect(page.locator("[data-item]")).to_have_count(1)
     assert api.get("/store/items", params={"namespace": "docs.recipes", "key": "soup"}).json() is None
 
 
 def test_a_stateless_run_streams_its_custom_events(page: Page, api: httpx.Client) -> None:
-    page.goto(f"/ui/assistants/{assistant_id(api, 'counter')}")
+    page.goto(f"/console/assistants/{assistant_id(api, 'counter')}")
     form = page.locator("[data-run-form]")
     form.get_by_label("stateless (no thread kept)").check()
     form.get_by_label("Input (JSON)").fill('{"steps": 3, "tag": "hello", "increment": "2"}')
@@ -237,7 +237,7 @@ def test_a_stateless_run_streams_its_custom_events(page: Page, api: httpx.Client
     expect(form.get_by_role("alert")).to_contain_text('"increment" must be integer, not string')
     form.get_by_label("Input (JSON)").fill('{"steps": 3, "tag": "hello", "increment": 2}')
     form.get_by_role("button", name="Start run").click()
-    page.wait_for_url("**/ui/runs/**")
+    page.wait_for_url("**/console/runs/**")
     expect(page.locator("#run-status")).to_have_text("success")
     expect(page.locator("#events li").filter(has_text="custom")).to_have_count(3)
     expect(page.locator("#events")).to_contain_text('"tag":"hello"')
@@ -253,11 +253,12 @@ def test_every_control_is_labelled_and_the_keyboard_reaches_the_content(page: Pa
     waiting = api.post("/threads", json={}).json()["thread_id"]
     api.post(f"/threads/{waiting}/runs/wait", json={"assistant_id": "approval", "input": {"request": "x"}})
     api.put("/store/items", json={"namespace": ["a11y"], "key": "k", "value": {"v": 1}})
-    for path in ("/ui/threads", f"/ui/threads/{thread}", f"/ui/threads/{waiting}", "/ui/assistants",
-                 f"/ui/assistants/{assistant_id(api, 'assistant')}", "/ui/store", "/ui/queue", "/ui/login"):
+    for path in ("/console/threads", f"/console/threads/{thread}", f"/console/threads/{waiting}",
+                 "/console/assistants", f"/console/assistants/{assistant_id(api, 'assistant')}", "/console/store",
+                 "/console/queue", "/console/login"):
         page.goto(path)
         assert page.evaluate(UNLABELLED) == [], path
-    page.goto("/ui/threads")
+    page.goto("/console/threads")
     page.keyboard.press("Tab")
     expect(page.get_by_role("link", name="Skip to content")).to_be_focused()
     page.keyboard.press("Enter")

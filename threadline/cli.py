@@ -23,7 +23,7 @@ from threadline.settings import Settings, redact_url
 from threadline.shutdown import GRACE_SECONDS, StoppableServer
 
 # Settings that only an HTTP server reads; `worker` and `migrate` do not take them.
-_HTTP_ONLY = {"host", "port", "max_body_bytes", "heartbeat_seconds", "ui"}
+_HTTP_ONLY = {"host", "port", "max_body_bytes", "heartbeat_seconds", "ui", "ui_bundler"}
 T = TypeVar("T")
 _COMMANDS = {
     "serve": ("Start the server: the HTTP API and (unless --workers 0) in-process workers.", None),

@@ -40,7 +40,7 @@ EXAMPLE_CONFIG = Path(__file__).parent / "example" / "langgraph.json"
 BUILD_ONLY = ("python_version", "node_version", "pip_config_file", "pip_installer", "dockerfile_lines",
               "image_distro", "base_image", "keep_pkg_tools", "api_version", "source", "_INTERNAL_docker_tag")
 # Keys parsed into typed settings whose behaviour is not in Threadline yet: still reported at startup.
-NOT_YET_HONOURED = ("priority", "ui", "ui_config")
+NOT_YET_HONOURED = ("priority",)
 # `http.disable_<family>`: the route families LangGraph's server lets a project turn off.
 ROUTE_FAMILIES = ("assistants", "threads", "runs", "store", "meta", "mcp", "a2a", "webhooks", "ui")
 # The environment variables LangGraph's server reads its configuration from, and the section each replaces.
@@ -431,10 +431,11 @@ class ProjectConfig:
     #: `encryption.path`: the project's `Encryption` instance, for the storage layer to apply.
     encryption: EncryptionConfig | None = None
     webhooks: WebhooksConfig = field(default_factory=WebhooksConfig)
-    #: `ui` (component name to its JS/TS file) and `ui_config`: generative UI, for the layer that bundles it.
-    ui: dict[str, str] | None = None
-    ui_config: dict[str, Any] | None = None
     default_agent: str | None = None
+    #: `ui`: generative UI components, a graph id → its .tsx/.jsx file (relative to the config's folder).
+    ui: dict[str, str] = field(default_factory=dict)
+    #: `ui_config`: the bundler's options (`shared`: packages the page provides, left out of the bundle).
+    ui_config: dict[str, Any] = field(default_factory=dict)
     unsupported: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
 
@@ -513,8 +514,8 @@ def load_config(path: Path, environ: Mapping[str, str] | None = None) -> Project
         auth=parsed.auth,
         encryption=parsed.encryption,
         webhooks=webhooks,
-        ui=parsed.ui,
-        ui_config=parsed.ui_config,
+        ui=dict(parsed.ui or {}),
+        ui_config=dict(parsed.ui_config or {}),
         default_agent=parsed.threadline.default_agent,
         unsupported=_unsupported(parsed, raw),
         ignored=sorted(parsed.build),

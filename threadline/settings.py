@@ -121,7 +121,12 @@ class Settings:
     trusted_proxies: str = _setting(
         "", "Comma-separated addresses or CIDR blocks of reverse proxies whose X-Forwarded-For names the client."
     )
-    ui: str = _setting("on", "The web console at /ui (on), or none (off).", choices=("on", "off"))
+    ui: str = _setting("on", "The web console at /console (on), or none (off).", choices=("on", "off"))
+    ui_bundler: str = _setting(
+        "npx -y @langchain/langgraph-ui@1.5.1", "The command that bundles langgraph.json's `ui` components at "
+        "startup (LangGraph's own bundler, on esbuild; it is given `build -o <folder>`), or off: no bundle, and "
+        "/ui/{graph} answers 404."
+    )
     api_keys: str | None = _setting(
         None, "Built-in API keys, for a project without an auth.py: comma-separated 'identity=key' entries. A "
         "request then needs one in x-api-key or Authorization: Bearer. Ignored when langgraph.json has 'auth'.",

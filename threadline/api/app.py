@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import tempfile
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
 
-from threadline import __version__
+from threadline import __version__, bundler
 from threadline.api import (
     a2a,
     agents,
@@ -18,6 +20,7 @@ from threadline.api import (
     crons,
     docs,
     errors,
+    generative_ui,
     http_config,
     mcp,
     metrics,
@@ -34,6 +37,7 @@ from threadline.api.loopback import serving_loopback
 from threadline.api.ratelimit import AuthFailures, RateLimit, RateLimiter
 from threadline.api.request_ids import RequestIds
 from threadline.api.sse import StreamSlots
+from threadline.bundler import Bundle
 from threadline.config import HttpConfig, ProjectConfig
 from threadline.core.access import Access
 from threadline.core.auth import CustomAuth
@@ -53,6 +57,7 @@ ROUTERS = (
     ("runs", crons.router), ("runs", runs.router), ("threads", threads.router), ("runs", protocol.router),
     ("assistants", assistants.router), ("store", store.router), (None, system.router), ("meta", metrics.router),
     ("assistants", agents.router), ("mcp", mcp.router), ("a2a", a2a.router), ("meta", docs.router),
+    ("ui", generative_ui.router),
 )
 
 
@@ -78,6 +83,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[Any]:
         async with (user_app.lifespan(project_app) if project_app is not None else contextlib.nullcontext() as state,
                     contextlib.AsyncExitStack() as stack):
+            if project.ui and "ui" not in http.disabled:  # before the first request: LangGraph's `/ui/{graph}`
+                folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="threadline-ui-"))
+                app.state.ui_bundle = await _bundle_ui(app, project, settings, Path(folder))
+
             def prepare(runtime: Runtime) -> None:  # before its workers start: relative webhooks reach the app
                 client, runtime.webhooks.local = user_app.local_webhooks(app, http)
                 stack.push_async_callback(client.aclose)
@@ -151,6 +160,16 @@ async def _start(app: FastAPI, settings: Settings, project: Any, graphs: Any,
                 await runtime.close()
         log.error("cannot start: %s", startup_message(exc, project.root))
         log.debug("the startup failure's traceback:", exc_info=exc)
+        app.state.startup_failure_logged = True
+        raise
+
+
+async def _bundle_ui(app: FastAPI, project: ProjectConfig, settings: Settings, folder: Path) -> Bundle | None:
+    """The project's generative UI bundled (`threadline.bundler`); a failure stops startup with its message."""
+    try:
+        return await bundler.bundle(project, settings.ui_bundler, folder)
+    except ConfigError as exc:
+        log.error("cannot start: %s", exc.message)
         app.state.startup_failure_logged = True
         raise
 

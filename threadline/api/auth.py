@@ -38,7 +38,10 @@ ALWAYS_OPEN = frozenset({"/ok"})
 # The console's pages and files (threadline/ui) hold no data of their own: every page reads through this API
 # in-process, passing on the browser's credentials, so each read meets this middleware again. Left open here,
 # a page asked for without credentials answers with the API's 401 as a sign-in page instead of bare JSON.
-CONSOLE = "/ui"
+CONSOLE = "/console"
+# Generative UI bundles' files (`api/generative_ui.py`): loaded by a `<script src>`, which sends no credentials, and
+# holding only the project's component code; open as on LangGraph's server. `POST /ui/{graph}` is authenticated.
+UI_ASSETS = "/ui/"
 AUTHENTICATED = "threadline.auth_user"  # scope key: the caller, once a layer has authenticated the request
 REFUSED = "threadline.auth_refused"  # scope key: set when a layer refused the request's credentials
 LOOPBACK = "threadline.loopback"  # scope key: a request of this process's own `get_client()` (api/loopback.py)
@@ -110,7 +113,8 @@ class Authenticate:
         path = _route_path(scope)
         if path in self.open or (self.docs_open and path.startswith("/docs/")):
             return True
-        if scope["type"] == "http" and scope["method"] == "GET" and (path == CONSOLE or path.startswith(CONSOLE + "/")):
+        if scope["type"] == "http" and scope["method"] == "GET" and (
+                path == CONSOLE or path.startswith((CONSOLE + "/", UI_ASSETS))):
             return True
         if self.unguarded is not None and any(r.matches(scope)[0] == Match.FULL for r in self.unguarded.routes):
             return True

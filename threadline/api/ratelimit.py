@@ -64,6 +64,12 @@ def _trusted(address: str, networks: tuple[Network, ...]) -> bool:
     return any(ip in net for net in networks)
 
 
+def from_trusted_proxy(request: HTTPConnection, trusted: str) -> bool:
+    """Whether the request's peer is one of `trusted_proxies`, whose forwarding headers may be believed."""
+    peer = request.client.host if request.client else ""
+    return bool(trusted) and _trusted(peer, trusted_networks(trusted))
+
+
 def client_address(request: HTTPConnection, trusted: str = "") -> str:
     """The client's address: the peer's, unless the peer is a trusted proxy; then the nearest address in
     `X-Forwarded-For` that is not a trusted proxy (read from the right, where trusted proxies append)."""

@@ -1,4 +1,4 @@
-"""The web console at `/ui`: server-rendered pages over the HTTP API, with their assets in the package."""
+"""The web console at `/console`: server-rendered pages over the HTTP API, with their assets in the package."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from fastapi import FastAPI
 from starlette.staticfiles import StaticFiles
 
 from threadline.api.user_app import _route_path
-from threadline.ui.pages import router
+from threadline.ui.pages import PATH, router
 
 STATIC = Path(__file__).parent / "static"
 
@@ -25,21 +25,21 @@ SECURITY_HEADERS = [
 
 
 def mount(app: FastAPI) -> None:
-    """Serve the console's pages at `/ui` and its files at `/ui/static`, each with `SECURITY_HEADERS`."""
+    """Serve the console's pages at `/console` and its files at `/console/static`, each with `SECURITY_HEADERS`."""
     app.include_router(router)
-    app.mount("/ui/static", StaticFiles(directory=STATIC), name="ui-static")
+    app.mount(PATH + "/static", StaticFiles(directory=STATIC), name="ui-static")
     app.add_middleware(ConsoleHeaders)
 
 
 class ConsoleHeaders:
-    """ASGI middleware: `SECURITY_HEADERS` on every answer under `/ui` (pages, files, redirects, errors)."""
+    """ASGI middleware: `SECURITY_HEADERS` on every answer under `/console` (pages, files, redirects, errors)."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         path = _route_path(scope) if scope["type"] == "http" else ""
-        if not (path == "/ui" or path.startswith("/ui/")):
+        if not (path == PATH or path.startswith(PATH + "/")):
             await self.app(scope, receive, send)
             return
 

@@ -22,6 +22,8 @@ from threadline.ui.client import Api, ApiError
 from threadline.ui.views import chat_messages, interrupts_of, namespace_tree
 
 HERE = Path(__file__).parent
+#: Where the console is served. Not `/ui`: that is LangGraph's path for generative UI bundles (`api/generative_ui.py`).
+PATH = "/console"
 PAGE_SIZE = 25
 STATUSES = ("idle", "busy", "interrupted", "error")
 
@@ -31,13 +33,13 @@ env.filters["tojson_pretty"] = lambda value: json.dumps(value, indent=2, ensure_
 env.filters["short"] = lambda value: str(value)[:8] if value else ""
 env.filters["when"] = lambda value: str(value or "").replace("T", " ")[:19]
 
-router = APIRouter(prefix="/ui", include_in_schema=False)
+router = APIRouter(prefix=PATH, include_in_schema=False)
 
 
 def render(request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:
     root = str(request.scope.get("root_path", ""))
     page = env.get_template(template).render(
-        **{"ui": root + "/ui", "api": root, "version": __version__, "path": request.url.path, "request": request,
+        **{"ui": root + PATH, "api": root, "version": __version__, "path": request.url.path, "request": request,
            **context})
     return HTMLResponse(page, status_code=status_code)
 
@@ -64,7 +66,7 @@ def _json_param(raw: str | None, what: str) -> dict[str, Any] | None:
 
 @router.get("", response_class=HTMLResponse)
 async def home(request: Request) -> Response:
-    return RedirectResponse(str(request.scope.get("root_path", "")) + "/ui/threads", status_code=307)
+    return RedirectResponse(str(request.scope.get("root_path", "")) + PATH + "/threads", status_code=307)
 
 
 @router.get("/login", response_class=HTMLResponse)

@@ -4,7 +4,7 @@
 (function () {
   const body = document.body;
   const API = body.dataset.api || "";
-  const UI = body.dataset.ui || "/ui";
+  const UI = body.dataset.ui || "/console";
   const KEY = "threadline.apiKey";
 
   function headers(extra) {
