@@ -31,10 +31,10 @@ def test_bad_env_value_is_reported() -> None:
 
 def test_unsupported_keys_are_reported(tmp_path: Path) -> None:
     path = tmp_path / "langgraph.json"
-    path.write_text(json.dumps({"graphs": {"a": "./a.py:g"}, "ui": {"x": "x"}, "python_version": "3.11",
+    path.write_text(json.dumps({"graphs": {"a": "./a.py:g"}, "frobnicate": {"x": "x"}, "python_version": "3.11",
                                 "checkpointer": {"ttl": {}}}))
     cfg = load_config(path)
-    assert "ui" in cfg.unsupported and "checkpointer.ttl" not in cfg.unsupported
+    assert "frobnicate" in cfg.unsupported and "checkpointer.ttl" not in cfg.unsupported
     assert cfg.ignored == ["python_version"]
 
 

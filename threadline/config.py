@@ -83,6 +83,9 @@ Strings = Annotated[tuple[str, ...], _expect("a list of strings", _strings)]
 Int = Annotated[int, _expect("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool))]
 PositiveInt = Annotated[int, _expect("a positive int", lambda v: _number(v) and float(v).is_integer() and v > 0)]
 PositiveNumber = Annotated[float, _expect("a positive number", lambda v: _number(v) and v > 0)]
+# `ui_config`: the bundler's options; `shared`, the packages the page provides (left out of the bundle).
+UiConfig = Annotated[dict[str, Any], _expect('{"shared": [package names]}',
+                                             lambda v: isinstance(v, dict) and _strings(v.get("shared", [])))]
 ImportPath = Annotated[str, _expect("'path.py:attr' or 'module:attr'", lambda v: isinstance(v, str) and ":" in v)]
 
 
@@ -401,7 +404,7 @@ class LanggraphJson(Section):
     priority: PriorityConfig | None = None
     webhooks: WebhooksConfig = Field(default_factory=WebhooksConfig)
     ui: dict[str, str] | None = None
-    ui_config: dict[str, Any] | None = None
+    ui_config: UiConfig | None = None
     threadline: ThreadlineSection = Field(default_factory=ThreadlineSection)
     build: dict[str, Any] = {}  # the BUILD_ONLY keys given, moved here by `_build_keys`
 
