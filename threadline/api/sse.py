@@ -15,6 +15,7 @@ from starlette.requests import Request
 from threadline.api.errors import error_response
 from threadline.api.metrics import metrics_of
 from threadline.broker.base import StreamEvent
+from threadline.core.metrics import Metrics
 from threadline.core.runtime import Draining
 from threadline.errors import TooManyStreams
 from threadline.serde import dumps
@@ -86,6 +87,8 @@ def event_response(
 
         unwatch = draining.watch(stop_waiting) if draining is not None else None
         pump = Pump(events)
+        if response.metrics is not None:
+            response.metrics.track_read_ahead(pump)
         try:
             while True:
                 if draining is not None and draining.is_set():
@@ -174,6 +177,11 @@ class Pump:
         self._room.set()
         return batch
 
+    @property
+    def held(self) -> int:
+        """Bytes of events read and not yet taken (under `max_bytes` and one event)."""
+        return self._bytes
+
     def close(self) -> None:
         """Stop reading: the events' generator is closed in the reading task, as it ends. Not awaited: the
         response closing this may itself be cancelled (its client left), and must still reach its own end."""
@@ -199,6 +207,7 @@ class CountedEventSource(EventSourceResponse):
     no frame taken for that long), so a slow reader holds at most its connection's buffers, never a backlog."""
 
     slot: Callable[[], None] | None = None
+    metrics: Metrics | None = None  # the app's, once served (its streams' read-ahead is counted there)
 
     async def _send_with_timeout(self, send: Any, message: Any) -> None:
         # sse-starlette opens an anyio cancel scope around every send to apply `send_timeout`; with none set
@@ -218,7 +227,7 @@ class CountedEventSource(EventSourceResponse):
             except TooManyStreams as exc:
                 await error_response(exc)(scope, receive, send)
                 return
-        metrics = metrics_of(scope)
+        metrics = self.metrics = metrics_of(scope)
         try:
             if metrics is None:
                 await super().__call__(scope, receive, send)
