@@ -43,12 +43,18 @@ class MessageStreamer:
         self.tuples = tuples
         self._seen: dict[str, BaseMessage | _Reply] = {}
         self._partials = PartialEncoder()
+        # The last metadata serialized, and its JSON: LangGraph passes the same dict with every chunk of a
+        # model call, and it is most of a `messages` tuple's bytes (held by reference: an id is not reused).
+        self._metadata: tuple[Any, bytes] = (None, b"null")
 
     def feed(self, chunk: tuple[Any, dict[str, Any]]) -> Iterator[tuple[str, Any]]:
         message, metadata = chunk
         if self.tuples:
             msg_id = getattr(message, "id", None) or ""
-            yield "messages", self._partials.encode(msg_id, dumps([message, metadata]))
+            if metadata is not self._metadata[0]:
+                self._metadata = (metadata, dumps(metadata))
+            # `[message, metadata]` as `dumps` writes it (no spaces), the metadata serialized once.
+            yield "messages", self._partials.encode(msg_id, b"[" + dumps(message) + b"," + self._metadata[1] + b"]")
         if not self.legacy:
             return
         msg_id = getattr(message, "id", None) or ""
