@@ -133,8 +133,9 @@ async def test_a_slow_reader_is_closed_while_its_run_completes_and_resumes(backe
 @pytest.mark.slow  # a real socket, read slowly
 async def test_a_slow_reader_of_a_long_stream_does_not_grow_what_the_server_holds(backend: Backend) -> None:
     """A client reads, over a real socket and a little at a time, a stream 48 times the run's byte budget
-    (and more than the kernel's socket buffers hold), whose run ended long before: what the server holds for it stays within its bounds the whole time (the
-    run's buffer, `stream_buffer_bytes`; the stream's read-ahead, as `/metrics` reports it), the stream is
+    (and more than the kernel's socket buffers hold), whose run ended long before: what the server holds for
+    it stays within its bounds the whole time (the run's buffer, `stream_buffer_bytes`; the stream's
+    read-ahead, as `/metrics` reports it), the stream is
     not closed (no send timeout), and what arrives is in order and ends with the run's last event."""
     budget, steps, size = 256 * 1024, 300, 40_000  # 12 MB of events
     app = create_app(_settings(backend, stream_buffer_bytes=budget, stream_send_timeout_seconds=0))
