@@ -5,6 +5,7 @@
     python bench/cpu.py --kind stream                    # 17-token messages-tuple streams instead
     python bench/cpu.py --against /tmp/old --pairs 3     # old checkout and this one, alternating processes
     python bench/cpu.py --profile /tmp/app.prof          # cProfile of the app's requests only
+    python bench/cpu.py --kind long --tokens 4000 --mode messages --runs 10   # long replies (workloads' `chat`)
 
 The app is `create_app` on the bench graph (`bench/project`) over a fresh SQLite file, called through ASGI
 directly: no sockets, no client. After each request the floor (the graph in-process, `InMemorySaver`) runs
@@ -13,7 +14,11 @@ LangGraph's executor threads count). The printed ratio, app CPU over floor CPU, 
 on both sides, which on a shared VM moves by 2-3x from one minute to the next; compare ratios, not
 milliseconds. `--against PATH` runs PATH's code (a checkout, e.g. `git archive <commit> | tar -x -C PATH`)
 and this one in alternating processes, `--pairs` times. A change of about 0.1 ms per run shows; smaller
-ones need more runs or pairs. No timing assertions anywhere: a measuring tool, not a test.
+ones need more runs or pairs. `--kind long` streams `bench/workloads_project`'s `chat` graph (a reply of
+`--tokens` chunks) in `--mode` (`messages-tuple`, `messages`, `values`, `updates`), read whole, against the
+same graph's `astream(stream_mode="messages")` in process: the per-token cost of the server's stream path
+without sockets (`bench/workloads.py` measures it over HTTP). No timing assertions anywhere: a measuring tool,
+not a test.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 PROJECT = HERE / "project"
+WORKLOADS = HERE / "workloads_project"
 INPUT = {"messages": [{"role": "user", "content": "hi"}]}
 
 
@@ -68,7 +74,8 @@ async def _call(app: Any, path: str, body: bytes) -> tuple[int, bytes]:
     return status, b"".join(chunks)
 
 
-async def measure(runs: int, kind: str, profile: str | None) -> dict[str, float]:
+async def measure(runs: int, kind: str, profile: str | None, tokens: int = 4000,
+                  mode: str = "messages-tuple") -> dict[str, float]:
     import cProfile
 
     import orjson
@@ -78,27 +85,35 @@ async def measure(runs: int, kind: str, profile: str | None) -> dict[str, float]
     from threadline.api.app import create_app
     from threadline.settings import Settings
 
-    sys.path.insert(0, str(PROJECT))  # the bench graph, imported as `bench/run.py` imports it for its floor
-    from graph import build
+    project = WORKLOADS if kind == "long" else PROJECT
+    sys.path.insert(0, str(project))  # the graph, imported as the benches import it for their floor
+    if kind == "long":
+        from graphs import chat as floor  # type: ignore[import-not-found]
+        floor_config: dict[str, Any] = {"configurable": {"reply_tokens": tokens}}
+        body = {"assistant_id": "chat", "input": INPUT, "stream_mode": [mode], "config": floor_config}
+    else:
+        from graph import build
 
-    floor = build().compile(checkpointer=InMemorySaver())
-    body = {"assistant_id": "bench", "input": INPUT}
-    if kind == "stream":
-        body["stream_mode"] = ["messages-tuple"]
+        floor = build().compile(checkpointer=InMemorySaver())
+        floor_config = {}
+        body = {"assistant_id": "bench", "input": INPUT}
+        if kind == "stream":
+            body["stream_mode"] = ["messages-tuple"]
     request = orjson.dumps(body)
     with tempfile.TemporaryDirectory() as tmp:
-        app = create_app(Settings(config=str(PROJECT / "langgraph.json"), database_url=f"sqlite:///{tmp}/bench.db",
+        app = create_app(Settings(config=str(project / "langgraph.json"), database_url=f"sqlite:///{tmp}/bench.db",
                                   log_level="warning"))
         async with LifespanManager(app):
             threads = []
             if kind == "thread":
                 for _ in range(runs + 20):
                     threads.append(orjson.loads((await _call(app, "/threads", b"{}"))[1])["thread_id"])
-            path = {"thread": None, "stateless": "/runs/wait", "stream": "/runs/stream"}[kind]
+            path = {"thread": None, "stateless": "/runs/wait", "stream": "/runs/stream", "long": "/runs/stream"}[kind]
             profiler = cProfile.Profile() if profile else None
             app_cpu = floor_cpu = 0.0
-            for i in range(runs + 20):  # the first 20 warm up
-                timed = i >= 20
+            warmup = 2 if kind == "long" else 20
+            for i in range(runs + warmup):  # the first ones warm up
+                timed = i >= warmup
                 started = time.process_time()
                 if profiler is not None and timed:
                     profiler.enable()
@@ -106,10 +121,11 @@ async def measure(runs: int, kind: str, profile: str | None) -> dict[str, float]
                 if profiler is not None and timed:
                     profiler.disable()
                 between = time.process_time()
-                if status != 200 or (kind == "stream" and b"event: messages" not in answer):
+                if status != 200 or (kind == "stream" and b"event: messages" not in answer) or (
+                        kind == "long" and b"event: error" in answer):
                     raise SystemExit(f"request failed: {status} {answer[:200]!r}")
-                config = {"configurable": {"thread_id": str(uuid.uuid4())}}
-                if kind == "stream":
+                config = {"configurable": {"thread_id": str(uuid.uuid4()), **floor_config.get("configurable", {})}}
+                if kind in ("stream", "long"):
                     async for _ in floor.astream(INPUT, config, stream_mode="messages"):
                         pass
                 else:
@@ -122,12 +138,13 @@ async def measure(runs: int, kind: str, profile: str | None) -> dict[str, float]
     return {"app_ms": app_cpu / runs * 1000, "floor_ms": floor_cpu / runs * 1000, "ratio": app_cpu / floor_cpu}
 
 
-def _against(old: str, runs: int, kind: str, pairs: int) -> None:
+def _against(old: str, runs: int, kind: str, pairs: int, extra: list[str]) -> None:
     results: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
     for _ in range(pairs):
         for name, path in (("old", old), ("new", str(HERE.parent))):
             env = {**os.environ, "PYTHONPATH": path}
-            out = subprocess.run([sys.executable, str(HERE / "cpu.py"), "--runs", str(runs), "--kind", kind, "--json"],
+            command = [sys.executable, str(HERE / "cpu.py"), "--runs", str(runs), "--kind", kind, "--json", *extra]
+            out = subprocess.run(command,
                                  env=env, capture_output=True, text=True, check=True, cwd=path)
             results[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
             print(f"{name}: {_line(results[name][-1])}", flush=True)
@@ -142,18 +159,20 @@ def _line(r: dict[str, float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=600)
-    parser.add_argument("--kind", choices=["thread", "stateless", "stream"], default="thread")
+    parser.add_argument("--kind", choices=["thread", "stateless", "stream", "long"], default="thread")
+    parser.add_argument("--tokens", type=int, default=4000, help="--kind long: the reply's chunks")
+    parser.add_argument("--mode", default="messages-tuple", help="--kind long: the stream mode")
     parser.add_argument("--against", help="a checkout of older code, measured in alternating processes")
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--profile", help="write a cProfile of the app's timed requests here")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.against:
-        _against(args.against, args.runs, args.kind, args.pairs)
+        _against(args.against, args.runs, args.kind, args.pairs, ["--tokens", str(args.tokens), "--mode", args.mode])
         return
     from threadline.cli import run_loop  # the loop `threadline serve` runs on
 
-    result = run_loop(measure(args.runs, args.kind, args.profile))
+    result = run_loop(measure(args.runs, args.kind, args.profile, args.tokens, args.mode))
     print(json.dumps(result) if args.json else _line(result))
 
 

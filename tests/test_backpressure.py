@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
 import uuid
 from typing import Any
@@ -17,9 +18,10 @@ from asgi_lifespan import LifespanManager
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from tests.conftest import PROJECT, serving
+from tests.conftest import PROJECT, serving, serving_asgi
 from tests.services import Backend
 from threadline.api.app import create_app
+from threadline.api.sse import Pump
 from threadline.settings import Settings
 
 
@@ -126,6 +128,53 @@ async def test_a_slow_reader_is_closed_while_its_run_completes_and_resumes(backe
             resumed = [e for e in _events(raw2) if e[1] == "custom"]
             steps_seen = [orjson.loads(e[2])["step"] for e in got + resumed]
             assert steps_seen == list(range(steps))  # nothing lost, nothing twice
+
+
+@pytest.mark.slow  # a real socket, read slowly
+async def test_a_slow_reader_of_a_long_stream_does_not_grow_what_the_server_holds(backend: Backend) -> None:
+    """A client reads, over a real socket and a little at a time, a stream 48 times the run's byte budget
+    (and more than the kernel's socket buffers hold), whose run ended long before: what the server holds for
+    it stays within its bounds the whole time (the run's buffer, `stream_buffer_bytes`; the stream's
+    read-ahead, as `/metrics` reports it), the stream is
+    not closed (no send timeout), and what arrives is in order and ends with the run's last event."""
+    budget, steps, size = 256 * 1024, 300, 40_000  # 12 MB of events
+    app = create_app(_settings(backend, stream_buffer_bytes=budget, stream_send_timeout_seconds=0))
+    async with serving_asgi(app) as url:
+        broker = app.state.runtime.broker
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            tid = (await http.post("/threads", json={})).json()["thread_id"]
+            body = orjson.dumps({"assistant_id": "slow", "input": {"tag": "x" * size, "steps": steps, "delay": 0.001},
+                                 "stream_mode": ["custom"]})
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect(("127.0.0.1", int(url.rsplit(":", 1)[1])))
+            sock.setblocking(False)
+            loop = asyncio.get_running_loop()
+            await loop.sock_sendall(sock, b"POST /threads/%s/runs/stream HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
+                                    b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                                    % (tid.encode(), len(body), body))
+            raw, run_id, held, ahead = b"", "", [], []
+            try:
+                while chunk := await asyncio.wait_for(loop.sock_recv(sock, 16384), 30):
+                    raw += chunk
+                    if not run_id and b"event: metadata" in raw:
+                        run_id = (await http.get(f"/threads/{tid}/runs")).json()[0]["run_id"]
+                        # The run goes to its end while the client has read next to nothing.
+                        assert (await _wait_status(http, tid, run_id, {"success", "error"}))["status"] == "success"
+                    if run_id and len(raw) // 16384 % 8 == 0:  # now and then, what the server holds
+                        held.append(await broker.buffered_bytes(run_id))
+                        metrics = (await http.get("/metrics")).text
+                        ahead.append(float(re.search(r"^lg_api_stream_read_ahead_bytes (\S+)$", metrics, re.M)[1]))
+                    await asyncio.sleep(0.002)  # the reader's pace: slow
+            finally:
+                sock.close()
+    event = len(orjson.dumps({"tag": "x" * size, "step": steps})) + 200
+    assert len(held) > 50 and max(held) <= budget + event, max(held)
+    assert 0 < max(ahead) <= Pump.max_bytes + event, max(ahead)  # read ahead, and no more than its bound
+    head, _, stream = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    got = [orjson.loads(e[2])["step"] for e in _events(_dechunk(stream)) if e[1] == "custom"]
+    assert got == sorted(set(got)) and got[-1] == steps - 1  # in order, to the end (what was dropped, skipped)
 
 
 def _dechunk(body: bytes) -> bytes:

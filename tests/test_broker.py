@@ -45,7 +45,7 @@ class Deployment:
         self.reached = False
 
     async def open(self, buffer_events: int = 10_000, **budgets: int) -> Broker:
-        """A broker; `budgets`: `buffer_bytes` and `total_bytes`."""
+        """A broker; `budgets`: `buffer_bytes` and `total_bytes` (and `outbox_bytes`, shared brokers only)."""
         broker: Broker
         if self.kind == "memory":
             broker = MemoryBroker(buffer_events=buffer_events, **budgets)
@@ -741,3 +741,28 @@ async def test_posts_postgres_cannot_store_are_logged_and_the_end_fails(
     await broker.post("r", "values", b"2")  # the database is back: posting goes on
     await broker.end_stream("r")
     assert await _collect(broker, "r", replay=True) == _numbers(0, 2)
+
+
+# The outbox of the shared brokers.
+
+
+@pytest.mark.parametrize("kind", ["redis", "postgres"])
+async def test_posts_wait_once_the_outbox_holds_its_bytes(kind: str) -> None:
+    """Posts do not wait for their events to be stored, but what is posted and not yet stored is bounded by
+    bytes: past `outbox_bytes`, a post waits for the broker. Every event is still stored, in order."""
+    deployment = Deployment(kind)
+    try:
+        bound, data = 20_000, b"x" * 1_000
+        broker = await deployment.open(outbox_bytes=bound)
+        peer = await deployment.open()
+        live = asyncio.create_task(_collect(peer, "r", replay=True))
+        queued = []
+        for _ in range(200):  # 200 events of ~1 KB, ten times the bound, posted without a pause
+            await broker.post("r", "values", data)
+            queued.append(broker.queued_bytes())
+        await broker.end_stream("r")
+        assert max(queued) <= bound + event_bytes("values", data)  # never more than the bound and one event
+        assert broker.queued_bytes() == 0
+        assert await asyncio.wait_for(live, 10) == [data] * 200
+    finally:
+        await deployment.close()

@@ -114,6 +114,52 @@ def test_a_delta_without_the_partial_before_it_is_not_rebuilt() -> None:
     assert late[0] is None and late[-1] == b"[" + b"x" * 109 + b"]"  # the deltas outweighed it: a keyframe
 
 
+def _reply(n: int) -> list[Any]:
+    """The chunks of a streamed reply of `n` chunks, as a provider sends them: text of every kind (escapes,
+    non-ASCII, quotes), metadata on the first and last chunks, usage on the last, a tool call streamed late."""
+    from langchain_core.messages import AIMessageChunk
+
+    texts = ["word", " ", "é", '"quoted"', "line\n", "\u2028", "tab\t", "\\", "\x01", "🙂", "<b>"]
+    chunks = [AIMessageChunk(content=texts[i % len(texts)], id="run-m1") for i in range(n - 2)]
+    chunks.insert(0, AIMessageChunk(content="", id="run-m1", response_metadata={"model_name": "fake"}))
+    chunks.append(AIMessageChunk(content=".", id="run-m1", tool_call_chunks=[
+        {"name": "search", "args": '{"q": 1}', "id": "call-1", "index": 0}],
+        usage_metadata={"input_tokens": 3, "output_tokens": n, "total_tokens": n + 3},
+        response_metadata={"finish_reason": "stop"}, chunk_position="last"))
+    return chunks
+
+
+def test_messages_partials_are_the_whole_message_so_far_at_a_flat_cost_per_chunk(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each `messages/partial` frame is the whole message so far, serialized whole (as before: the reference
+    below merges the chunks and serializes the message for each), while what the executor serializes per
+    chunk does not grow with the reply (before, it was the message so far: 4 times as much at 4x the chunks)."""
+    from langchain_core.messages import message_chunk_to_message
+
+    from threadline.core import messages
+    from threadline.serde import dumps
+
+    serialized = [0]
+
+    def counting(obj: Any) -> bytes:
+        out = dumps(obj)
+        serialized[0] += len(out)
+        return out
+
+    monkeypatch.setattr(messages, "dumps", counting)
+    per_chunk = {}
+    for n in (1_000, 4_000):
+        streamer, decoder, merged = messages.MessageStreamer(legacy=True, tuples=False), PartialDecoder(), None
+        serialized[0] = 0
+        for i, chunk in enumerate(_reply(n)):
+            events = dict(streamer.feed((chunk, {"langgraph_node": "model"})))
+            if n == 1_000:  # the frames against the reference (quadratic itself, so at the smaller size)
+                merged = chunk if merged is None else merged + chunk
+                assert decoder.decode(events["messages/partial"]) == dumps([message_chunk_to_message(merged)]), i
+        per_chunk[n] = serialized[0] / n
+    assert per_chunk[4_000] < 1.25 * per_chunk[1_000], per_chunk
+
+
 # Over the API.
 
 

@@ -86,6 +86,10 @@ class Settings:
         256 * 1024 * 1024, "Bytes of events this process keeps for all runs together: past it, finished runs' "
         "events go first (oldest runs first), then the oldest events of the largest running one."
     )
+    stream_outbox_bytes: int = _setting(
+        16 * 1024 * 1024, "With Redis or the PostgreSQL broker: bytes of events this process's runs may have posted "
+        "and not yet stored there; past it, a run's next event waits until the broker caught up."
+    )
     # --- limits: run timeouts, rate limits, quotas and back-pressure (docs/configuration.md, "Limits")
     run_timeout_seconds: float = _setting(
         86400.0, "Longest a run may execute, from its start, before it is cancelled and ends `timeout` (0: no "

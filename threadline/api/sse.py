@@ -15,6 +15,7 @@ from starlette.requests import Request
 from threadline.api.errors import error_response
 from threadline.api.metrics import metrics_of
 from threadline.broker.base import StreamEvent
+from threadline.core.metrics import Metrics
 from threadline.core.runtime import Draining
 from threadline.errors import TooManyStreams, Unavailable
 from threadline.serde import dumps
@@ -86,6 +87,8 @@ def event_response(
 
         unwatch = draining.watch(stop_waiting) if draining is not None else None
         pump = Pump(events)
+        if response.metrics is not None:
+            response.metrics.track_read_ahead(pump)
         try:
             while True:
                 if draining is not None and draining.is_set():
@@ -177,6 +180,11 @@ class Pump:
         self._room.set()
         return batch
 
+    @property
+    def held(self) -> int:
+        """Bytes of events read and not yet taken (under `max_bytes` and one event)."""
+        return self._bytes
+
     def close(self) -> None:
         """Stop reading: the events' generator is closed in the reading task, as it ends. Not awaited: the
         response closing this may itself be cancelled (its client left), and must still reach its own end."""
@@ -202,14 +210,42 @@ class CountedEventSource(EventSourceResponse):
     no frame taken for that long), so a slow reader holds at most its connection's buffers, never a backlog."""
 
     slot: Callable[[], None] | None = None
+    metrics: Metrics | None = None  # the app's, once served (its streams' read-ahead is counted there)
+
+    _sender: asyncio.Task[Any] | None = None  # the task that sends the frames
+    _send_started: float | None = None  # when the send in progress began (None: none in progress)
+    _timed_out = False
 
     async def _send_with_timeout(self, send: Any, message: Any) -> None:
-        # sse-starlette opens an anyio cancel scope around every send to apply `send_timeout`; with none set
-        # (ours), the scope only costs: about a sixth of a 17-token stream's Python time outside LangGraph.
+        # sse-starlette opens an anyio cancel scope (a timer) around every send to apply `send_timeout`: per
+        # event, most of what the send path costs of its own. Instead a send notes when it began, and one
+        # watchdog per stream (`_watch`) cancels a send that has waited for longer than `send_timeout`.
         if self.send_timeout is None:
             await send(message)
-        else:
-            await super()._send_with_timeout(send, message)
+            return
+        self._sender = asyncio.current_task()
+        self._send_started = asyncio.get_running_loop().time()
+        try:
+            await send(message)
+        except asyncio.CancelledError:
+            if not self._timed_out:
+                raise
+            self._sender.uncancel()  # type: ignore[union-attr]
+            raise SendTimeoutError() from None
+        finally:
+            self._send_started = None
+
+    async def _watch(self, timeout: float) -> None:
+        """Cancel the send in progress once it has waited `timeout` seconds (checked every quarter of it: a
+        stuck client is closed between `timeout` and 1.25 times it)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(timeout / 4)
+            started = self._send_started
+            if started is not None and loop.time() - started >= timeout and self._sender is not None:
+                self._timed_out = True
+                self._sender.cancel()  # it waits inside `send`: the cancel lands there
+                return
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if self.send_timeout is None:  # the app's `stream_send_timeout_seconds` (0: never)
@@ -221,7 +257,8 @@ class CountedEventSource(EventSourceResponse):
             except TooManyStreams as exc:
                 await error_response(exc)(scope, receive, send)
                 return
-        metrics = metrics_of(scope)
+        metrics = self.metrics = metrics_of(scope)
+        watchdog = asyncio.create_task(self._watch(self.send_timeout)) if self.send_timeout else None
         try:
             if metrics is None:
                 await super().__call__(scope, receive, send)
@@ -235,5 +272,7 @@ class CountedEventSource(EventSourceResponse):
             if metrics is not None:
                 metrics.stream_slow_disconnect()
         finally:
+            if watchdog is not None:
+                watchdog.cancel()
             if self.slot is not None:
                 self.slot()

@@ -67,6 +67,11 @@ class Broker(abc.ABC):
     async def buffered_bytes(self, run_id: str) -> int:
         """The bytes the run's buffer holds now, as its byte budget counts them (`event_bytes`)."""
 
+    def queued_bytes(self) -> int:
+        """Bytes of events this process posted that are not stored yet (bounded by the shared brokers'
+        `outbox_bytes`: past it, a post waits). In process, events are stored as they are posted: 0."""
+        return 0
+
     @abc.abstractmethod
     async def stream_started(self, run_id: str) -> bool:
         """Whether the run has published anything (its stream exists)."""

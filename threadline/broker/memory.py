@@ -36,9 +36,16 @@ class _RunStream:
         self.bytes = 0
         self.seq = 0
         self.ended = False
-        self.changed = asyncio.Condition()
+        self.waiters: list[asyncio.Future[None]] = []  # subscribers waiting for the next change
         self.ended_at: float | None = None
         self.dropped = 0  # seq of the newest event the bounded buffer dropped
+
+    def changed(self) -> None:
+        """Wake every subscriber waiting (one loop, no lock: nothing in between can interleave)."""
+        waiters, self.waiters = self.waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def drop_oldest(self) -> int:
         """Drop the oldest buffered event; the bytes freed."""
@@ -115,22 +122,20 @@ class MemoryBroker(Broker):
         stream.seq += 1
         ev = StreamEvent(f"{int(time.time() * 1000)}-{stream.seq}", event, data)
         size = event_bytes(event, data)
-        async with stream.changed:
-            stream.events.append((stream.seq, ev, size))
-            stream.bytes += size
-            self._held += size
-            self._bound(stream)
-            stream.changed.notify_all()
+        stream.events.append((stream.seq, ev, size))
+        stream.bytes += size
+        self._held += size
+        self._bound(stream)
+        stream.changed()
         return ev.id
 
     async def end_stream(self, run_id: str) -> None:
         stream = self._stream(run_id)
-        async with stream.changed:
-            if stream.ended:
-                return
-            stream.ended = True
-            stream.ended_at = time.monotonic()
-            stream.changed.notify_all()
+        if stream.ended:
+            return
+        stream.ended = True
+        stream.ended_at = time.monotonic()
+        stream.changed()
         self._ended.append((stream.ended_at, run_id))
         self._ended_holding.append(run_id)
         self._evict()
@@ -162,19 +167,20 @@ class MemoryBroker(Broker):
                     break
                 yield dataclasses.replace(ev, context=True)
         while True:
-            async with stream.changed:
-                while not stream.ended and (not stream.events or stream.events[-1][0] <= cursor):
-                    await stream.changed.wait()
-                # Only the events after the cursor: O(new events), not O(buffer); and a batch of at most
-                # `batch_bytes`, so a slow reader keeps no more than that of what the buffer has dropped.
-                fresh = min(max(stream.seq - cursor, 0), len(stream.events))
-                batch, taken = [], 0
-                for index in range(len(stream.events) - fresh, len(stream.events)):
-                    batch.append(stream.events[index])
-                    taken += batch[-1][2]
-                    if taken >= self.batch_bytes:
-                        break
-                ended = stream.ended
+            while not stream.ended and (not stream.events or stream.events[-1][0] <= cursor):
+                waiter = asyncio.get_running_loop().create_future()
+                stream.waiters.append(waiter)
+                await waiter
+            # Only the events after the cursor: O(new events), not O(buffer); and a batch of at most
+            # `batch_bytes`, so a slow reader keeps no more than that of what the buffer has dropped.
+            fresh = min(max(stream.seq - cursor, 0), len(stream.events))
+            batch, taken = [], 0
+            for index in range(len(stream.events) - fresh, len(stream.events)):
+                batch.append(stream.events[index])
+                taken += batch[-1][2]
+                if taken >= self.batch_bytes:
+                    break
+            ended = stream.ended
             for seq, ev, _ in batch:
                 cursor = seq
                 yield ev

@@ -20,7 +20,6 @@ import contextlib
 import logging
 import time
 import uuid
-from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -30,6 +29,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from threadline.broker.base import Broker, StreamEvent, event_bytes
 from threadline.broker.budget import ByteBudget
 from threadline.broker.local import LocalSignals
+from threadline.broker.outbox import Item, Outbox, waiters
 from threadline.broker.pgsql import PgNames
 from threadline.errors import BrokerUnavailable, Unavailable
 
@@ -78,7 +78,8 @@ class PostgresBroker(Broker):
     batch_items = 2000
 
     def __init__(self, url: str, *, buffer_events: int = 10_000, buffer_bytes: int = 8 << 20,
-                 total_bytes: int = 256 << 20, key_prefix: str = "threadline", max_connections: int = 16) -> None:
+                 total_bytes: int = 256 << 20, key_prefix: str = "threadline", max_connections: int = 16,
+                 outbox_bytes: int = 16 << 20) -> None:
         self._url = url
         self._names = PgNames(key_prefix)
         self._budget = ByteBudget(buffer_events, buffer_bytes, total_bytes, self.retain_seconds)
@@ -92,8 +93,9 @@ class PostgresBroker(Broker):
         self._unchecked: set[str] = set()  # runs whose stored early cancel still has to be read
         self._changed: dict[str, asyncio.Event] = {}  # run → set when its stream changes (then replaced)
         self._watching: dict[str, int] = {}  # run → how many subscribers of this process follow it
-        self._outbox: deque[tuple[str, str, Any]] = deque()
-        self._sending: asyncio.Task[None] | None = None
+        # What is waiting to be sent, in order, bounded by bytes (`threadline.broker.outbox`; see `_send_batch`).
+        self._outbox = Outbox(self._send_batch, name="threadline-pg-posts", max_bytes=outbox_bytes,
+                              batch_items=self.batch_items)
         self._swept_at = 0.0
 
     # Lifecycle.
@@ -112,9 +114,7 @@ class PostgresBroker(Broker):
             await conn.execute("SELECT 1")
 
     async def close(self) -> None:
-        while self._sending is not None and not self._sending.done():
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await self._sending
+        await self._outbox.drain()  # what was queued is sent first
         if self._listening is not None:
             self._listening.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -136,54 +136,46 @@ class PostgresBroker(Broker):
 
     async def publish(self, run_id: str, event: str, data: bytes) -> str:
         stored = asyncio.get_running_loop().create_future()
-        self._queue(("event", run_id, (event, data, stored)))
+        await self._outbox.post(("event", run_id, (event, data, stored)))
         return await asyncio.shield(stored)
 
     async def post(self, run_id: str, event: str, data: bytes) -> None:
-        self._queue(("event", run_id, (event, data, None)))
+        await self._outbox.post(("event", run_id, (event, data, None)))
 
     async def end_stream(self, run_id: str) -> None:
         ended = asyncio.get_running_loop().create_future()
-        self._queue(("end", run_id, ended))
+        self._outbox.put(("end", run_id, ended))
         await asyncio.shield(ended)
 
-    def _queue(self, item: tuple[str, str, Any]) -> None:
-        self._outbox.append(item)
-        if self._sending is None or self._sending.done():
-            self._sending = asyncio.create_task(self._send_outbox(), name="threadline-pg-posts")
+    async def _send_batch(self, batch: list[Item]) -> None:
+        """Send a batch of the outbox in one transaction (pipelined). Whoever waits for an item (`publish`,
+        `end_stream`) gets its outcome."""
+        waiting: list[tuple[_Ids | asyncio.Future[Any], Any]] = []  # (waiter, cursor whose rows say its id, or None)
+        touched: set[str] = set()
+        try:
+            async with self._exchange(), self._pool.connection() as conn, conn.transaction():
+                async with conn.pipeline():
+                    await self._send(conn, batch, waiting, touched)
+                results = [(w, await r.fetchall() if r is not None else None) for w, r in waiting]
+        except BaseException as exc:
+            failure = exc if isinstance(exc, Exception) else BrokerUnavailable("The database broker stopped.")
+            # Every waiter of the batch, not only those queued before the failure (getting a connection
+            # can fail before any statement is).
+            for waiter in waiters(batch):
+                if not waiter.done():
+                    waiter.set_exception(failure)
+            if not isinstance(exc, Unavailable):
+                raise
+            log.warning("PostgreSQL broker: %d stream events, ends and signals were not sent (%s); idle "
+                        "workers poll and waiters re-check", len(batch), exc)
+        else:
+            for done_waiter, rows in results:
+                if not done_waiter.done():
+                    done_waiter.set_result(rows)
+            for run_id in touched:
+                self._wake_run(run_id)
 
-    async def _send_outbox(self) -> None:
-        """Send what is queued, in order, one transaction (pipelined) at a time; what is queued meanwhile goes
-        in the next. Whoever waits for an item (`publish`, `end_stream`) gets its outcome."""
-        while self._outbox:
-            batch = [self._outbox.popleft() for _ in range(min(len(self._outbox), self.batch_items))]
-            # (waiter, cursor whose rows say its id, or None)
-            waiting: list[tuple[_Ids | asyncio.Future[Any], Any]] = []
-            touched: set[str] = set()
-            try:
-                async with self._exchange(), self._pool.connection() as conn, conn.transaction():
-                    async with conn.pipeline():
-                        await self._send(conn, batch, waiting, touched)
-                    results = [(w, await r.fetchall() if r is not None else None) for w, r in waiting]
-            except BaseException as exc:
-                failure = exc if isinstance(exc, Exception) else BrokerUnavailable("The database broker stopped.")
-                # Every waiter of the batch, not only those queued before the failure (getting a connection
-                # can fail before any statement is).
-                for waiter in _waiters(batch):
-                    if not waiter.done():
-                        waiter.set_exception(failure)
-                if not isinstance(exc, Unavailable):
-                    raise
-                log.warning("PostgreSQL broker: %d stream events, ends and signals were not sent (%s); idle "
-                            "workers poll and waiters re-check", len(batch), exc)
-            else:
-                for done_waiter, rows in results:
-                    if not done_waiter.done():
-                        done_waiter.set_result(rows)
-                for run_id in touched:
-                    self._wake_run(run_id)
-
-    async def _send(self, conn: Any, batch: list[tuple[str, str, Any]],
+    async def _send(self, conn: Any, batch: list[Item],
                     waiting: list[tuple[_Ids | asyncio.Future[Any], Any]], touched: set[str]) -> None:
         """One transaction: nothing of it is seen before its commit (rows and notifications alike), so only
         each run's own order matters. A run's events go in one statement, whatever was posted between them."""
@@ -216,6 +208,9 @@ class PostgresBroker(Broker):
                 await conn.execute(names.notify, {"channel": names.channel, "payload": name})
         for run_id in touched:
             await conn.execute(names.notify, {"channel": names.channel, "payload": f"e {self._id} {run_id}"})
+
+    def queued_bytes(self) -> int:
+        return self._outbox.held
 
     async def resume_gap(self, run_id: str, after: str) -> bool:
         rows = await self._fetch(self._names.stream, {"run": run_id})
@@ -325,7 +320,7 @@ class PostgresBroker(Broker):
 
     def _signal(self, kind: str, run_id: str) -> None:
         """Queued with the posts, not waited for: a lost signal costs latency, never a stuck run."""
-        self._queue(("signal", f"{kind} {self._id} {run_id}", None))
+        self._outbox.put(("signal", f"{kind} {self._id} {run_id}", None))
 
     # The listener.
 
@@ -401,12 +396,6 @@ class PostgresBroker(Broker):
                 self._signals.cancel(run_id, action)
         elif kind == "C":
             self._signals.cancel(run_id, action)
-
-
-def _waiters(batch: list[tuple[str, str, Any]]) -> list[asyncio.Future[Any]]:
-    """The futures that `publish` and `end_stream` wait on, of a batch of the outbox."""
-    found = [value for kind, _, value in batch if kind == "end"]
-    return found + [value[2] for kind, _, value in batch if kind == "event" and value[2] is not None]
 
 
 def _now_ms() -> int:

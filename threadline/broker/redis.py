@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -32,6 +31,7 @@ from threadline.broker.budget import ByteBudget
 from threadline.broker.keys import Keys
 from threadline.broker.local import LocalSignals
 from threadline.broker.outage import Outage
+from threadline.broker.outbox import Item, Outbox, waiters
 from threadline.errors import BrokerUnavailable, Unavailable
 
 log = logging.getLogger("threadline.broker")
@@ -87,7 +87,7 @@ class RedisBroker(Broker):
 
     def __init__(self, url: str, *, buffer_events: int = 10_000, buffer_bytes: int = 8 << 20,
                  total_bytes: int = 256 << 20, key_prefix: str = "threadline", max_connections: int = 64,
-                 max_subscribers: int = 1000) -> None:
+                 max_subscribers: int = 1000, outbox_bytes: int = 16 << 20) -> None:
         self._buffer = buffer_events
         self._budget = ByteBudget(buffer_events, buffer_bytes, total_bytes, self.retain_seconds)
         self._keys = Keys(key_prefix)
@@ -110,10 +110,8 @@ class RedisBroker(Broker):
         self._signals = LocalSignals()
         # Runs whose stored early cancel still has to be read (Redis failed at registration, or resubscribed).
         self._unchecked: set[str] = set()
-        # What is waiting to be sent, in order (see `_send_outbox`): ("event", run_id, (event, data, future or
-        # None)), ("end", run_id, future), ("signal", channel, payload).
-        self._outbox: deque[tuple[str, str, Any]] = deque()
-        self._sending: asyncio.Task[None] | None = None
+        # What is waiting to be sent, in order, bounded by bytes (`threadline.broker.outbox`; see `_send_batch`).
+        self._outbox = Outbox(self._send_batch, name="threadline-redis-posts", max_bytes=outbox_bytes)
         # One warning when Redis goes away, a count while it stays away, one when it is back (broker/outage.py).
         self.outage = Outage("Redis", log, report_seconds=self.outage_report_seconds, on_end=self._resend_ends)
         # Runs whose stream end was not sent during an outage: sent again when it is over, so a stream resumed
@@ -133,9 +131,7 @@ class RedisBroker(Broker):
             await self._redis.ping()
 
     async def close(self) -> None:
-        while self._sending is not None and not self._sending.done():  # what was queued is sent first
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await self._sending
+        await self._outbox.drain()  # what was queued is sent first
         if self._listening is not None:
             self._listening.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -151,16 +147,16 @@ class RedisBroker(Broker):
     async def publish(self, run_id: str, event: str, data: bytes) -> str:
         # Through the same queue as posts, so the two keep their order; this one waits to be stored.
         stored = asyncio.get_running_loop().create_future()
-        self._queue(("event", run_id, (event, data, stored)))
+        await self._outbox.post(("event", run_id, (event, data, stored)))
         return await asyncio.shield(stored)
 
     async def post(self, run_id: str, event: str, data: bytes) -> None:
-        self._queue(("event", run_id, (event, data, None)))
+        await self._outbox.post(("event", run_id, (event, data, None)))
 
     async def end_stream(self, run_id: str) -> None:
         # After the run's posts, in the queue's order; often in the same round trip as its last events.
         ended = asyncio.get_running_loop().create_future()
-        self._queue(("end", run_id, ended))
+        self._outbox.put(("end", run_id, ended))
         await asyncio.shield(ended)
 
     def _resend_ends(self) -> None:
@@ -170,65 +166,60 @@ class RedisBroker(Broker):
         for run_id in lost:
             resent = asyncio.get_running_loop().create_future()
             resent.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no "never retrieved"
-            self._queue(("end", run_id, resent))
+            self._outbox.put(("end", run_id, resent))
 
-    def _queue(self, item: tuple[str, str, Any]) -> None:
-        self._outbox.append(item)
-        if self._sending is None or self._sending.done():
-            self._sending = asyncio.create_task(self._send_outbox(), name="threadline-redis-posts")
-
-    async def _send_outbox(self) -> None:
-        """Send what is queued, in order, a pipeline at a time: what is queued while one is in flight goes
-        in the next. A run's stream expires `live_seconds` after its last event, `retain_seconds` after its
-        end; the end flag is a stream of its own (a blocking read of the events wakes on it too, and it takes
-        no place in the events' buffer); ending twice only renews the retention. Whoever waits for an item
-        (`publish`, `end_stream`) gets its outcome: the event's id, or the error."""
-        while self._outbox:
-            batch = list(self._outbox)
-            self._outbox.clear()
-            waiting: list[tuple[int, asyncio.Future[Any]]] = []  # (index of the item's reply, its waiter)
-            try:
-                async with self._exchange(), self._redis.pipeline(transaction=False) as pipe:
-                    expiring: set[str] = set()  # runs whose events' expiry this batch has set
-                    for kind, name, value in batch:
-                        if kind == "signal":
-                            pipe.publish(name, f"{self._id} {value}")
-                            continue
-                        events = self._keys.events(name)
-                        if kind == "end":
-                            self._budget.ended(name)
-                            waiting.append((len(pipe), value))
-                            end = self._keys.end(name)
-                            pipe.xadd(end, {"end": "1"}, maxlen=1, approximate=False)
-                            pipe.expire(end, self.retain_seconds)
-                            pipe.expire(events, self.retain_seconds)
+    async def _send_batch(self, batch: list[Item]) -> None:
+        """Send a batch of the outbox in one pipeline. A run's stream expires `live_seconds` after its last
+        event, `retain_seconds` after its end; the end flag is a stream of its own (a blocking read of the
+        events wakes on it too, and it takes no place in the events' buffer); ending twice only renews the
+        retention. Whoever waits for an item (`publish`, `end_stream`) gets its outcome: the event's id, or the
+        error."""
+        waiting: list[tuple[int, asyncio.Future[Any]]] = []  # (index of the item's reply, its waiter)
+        try:
+            async with self._exchange(), self._redis.pipeline(transaction=False) as pipe:
+                expiring: set[str] = set()  # runs whose events' expiry this batch has set
+                for kind, name, value in batch:
+                    if kind == "signal":
+                        pipe.publish(name, f"{self._id} {value}")
+                        continue
+                    events = self._keys.events(name)
+                    if kind == "end":
+                        self._budget.ended(name)
+                        waiting.append((len(pipe), value))
+                        end = self._keys.end(name)
+                        pipe.xadd(end, {"end": "1"}, maxlen=1, approximate=False)
+                        pipe.expire(end, self.retain_seconds)
+                        pipe.expire(events, self.retain_seconds)
+                        expiring.add(name)
+                    else:
+                        event, data, stored = value
+                        if stored is not None:
+                            waiting.append((len(pipe), stored))
+                        self._budget.added(name, event_bytes(event, data))
+                        pipe.xadd(events, {"e": event, "d": data}, maxlen=self._buffer, approximate=False)
+                        if name not in expiring:
+                            pipe.expire(events, self.live_seconds)
                             expiring.add(name)
-                        else:
-                            event, data, stored = value
-                            if stored is not None:
-                                waiting.append((len(pipe), stored))
-                            self._budget.added(name, event_bytes(event, data))
-                            pipe.xadd(events, {"e": event, "d": data}, maxlen=self._buffer, approximate=False)
-                            if name not in expiring:
-                                pipe.expire(events, self.live_seconds)
-                                expiring.add(name)
-                    for run_id, keep in self._budget.trims().items():  # within the byte budgets
-                        pipe.xtrim(self._keys.events(run_id), maxlen=keep, approximate=False)
-                    replies = await pipe.execute()
-            except BaseException as exc:
-                failure = exc if isinstance(exc, Exception) else BrokerUnavailable("The Redis broker stopped.")
-                for _, waiter in waiting:
-                    if not waiter.done():
-                        waiter.set_exception(failure)
-                if not isinstance(exc, Unavailable):
-                    raise
-                # Idle workers poll and waiters re-check storage; the outage's lines count what was lost.
-                self.outage.unsent(len(batch))
-                self._lost_ends.update(name for kind, name, _ in batch if kind == "end")
-            else:
-                for index, waiter in waiting:
-                    if not waiter.done():
-                        waiter.set_result(str(replies[index], "ascii"))
+                for run_id, keep in self._budget.trims().items():  # within the byte budgets
+                    pipe.xtrim(self._keys.events(run_id), maxlen=keep, approximate=False)
+                replies = await pipe.execute()
+        except BaseException as exc:
+            failure = exc if isinstance(exc, Exception) else BrokerUnavailable("The Redis broker stopped.")
+            for waiter in waiters(batch):
+                if not waiter.done():
+                    waiter.set_exception(failure)
+            if not isinstance(exc, Unavailable):
+                raise
+            # Idle workers poll and waiters re-check storage; the outage's lines count what was lost.
+            self.outage.unsent(len(batch))
+            self._lost_ends.update(name for kind, name, _ in batch if kind == "end")
+        else:
+            for index, waiter in waiting:
+                if not waiter.done():
+                    waiter.set_result(str(replies[index], "ascii"))
+
+    def queued_bytes(self) -> int:
+        return self._outbox.held
 
     async def resume_gap(self, run_id: str, after: str) -> bool:
         """Approximate: events were trimmed and the oldest kept one is after `after` (a client that had read
@@ -369,7 +360,7 @@ class RedisBroker(Broker):
 
     def _signal(self, channel: str, payload: str = "") -> None:
         """Queued with the posts, not waited for: a lost signal costs latency, never a stuck run."""
-        self._queue(("signal", channel, payload))
+        self._outbox.put(("signal", channel, payload))
 
     async def _subscribe(self) -> PubSub:
         """Subscribe to our channels; return once Redis confirmed, so no signal sent afterwards is missed."""

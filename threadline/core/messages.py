@@ -3,47 +3,89 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.messages import BaseMessage, BaseMessageChunk, message_chunk_to_message
 
-from threadline.core.partials import PartialEncoder
-from threadline.serde import dumps
+from threadline.core.partials import Held, PartialEncoder
+from threadline.serde import dumps, loads
+
+#: Stands for a streamed message's text while the rest of the message is serialized (its JSON is cut there).
+_TEXT = "\x00threadline:text\x00"
+_TEXT_JSON = dumps(_TEXT)[1:-1]
+
+
+@dataclass
+class _Reply:
+    """A message streamed as chunks of text: the chunks merged with their text left out, and the text apart,
+    JSON-escaped (JSON escapes each character alone, so the text's escaped form grows by each chunk's)."""
+
+    rest: BaseMessageChunk  # the merged chunks, with "" for content
+    text: bytearray = field(default_factory=bytearray)
+
+    def whole(self) -> BaseMessageChunk:
+        return self.rest.model_copy(update={"content": loads(b'"' + self.text + b'"')})
 
 
 class MessageStreamer:
     """Turns LangGraph `messages` chunks `(message, metadata)` into the events a client asked for. The
     `messages` (tuple) and `messages/partial` events come in their held form (`threadline.core.partials`): a
-    delta from the message's previous frame, rebuilt for each subscriber."""
+    delta from the message's previous frame, rebuilt for each subscriber.
+
+    A `messages/partial` frame is the whole message so far. Built whole for each chunk, a reply of n chunks
+    costs O(n²) to merge and serialize; a message whose chunks carry text is instead merged without its text,
+    serialized once per chunk with a marker for it, and cut around the marker: the frame is that head, the
+    text so far and that tail, byte for byte the whole message's JSON, and its delta is the chunk's text."""
 
     def __init__(self, *, legacy: bool, tuples: bool) -> None:
         self.legacy = legacy
         self.tuples = tuples
-        self._seen: dict[str, BaseMessage] = {}
+        self._seen: dict[str, BaseMessage | _Reply] = {}
         self._partials = PartialEncoder()
+        # The last metadata serialized, and its JSON: LangGraph passes the same dict with every chunk of a
+        # model call, and it is most of a `messages` tuple's bytes (held by reference: an id is not reused).
+        self._metadata: tuple[Any, bytes] = (None, b"null")
 
     def feed(self, chunk: tuple[Any, dict[str, Any]]) -> Iterator[tuple[str, Any]]:
         message, metadata = chunk
         if self.tuples:
             msg_id = getattr(message, "id", None) or ""
-            yield "messages", self._partials.encode(msg_id, dumps([message, metadata]))
+            if metadata is not self._metadata[0]:
+                self._metadata = (metadata, dumps(metadata))
+            # `[message, metadata]` as `dumps` writes it (no spaces), the metadata serialized once.
+            yield "messages", self._partials.encode(msg_id, b"[" + dumps(message) + b"," + self._metadata[1] + b"]")
         if not self.legacy:
             return
         msg_id = getattr(message, "id", None) or ""
-        if msg_id not in self._seen:
+        first = msg_id not in self._seen
+        if first:
             yield "messages/metadata", {msg_id: {"metadata": metadata}}
-            self._seen[msg_id] = message
-        else:
-            prev = self._seen[msg_id]
-            if isinstance(prev, BaseMessageChunk) and isinstance(message, BaseMessageChunk):
-                self._seen[msg_id] = prev + message
-            else:
-                self._seen[msg_id] = message
-        current = self._seen[msg_id]
         if isinstance(message, BaseMessageChunk):
             # The message so far, as a whole message (`"type": "ai"`, not `"AIMessageChunk"`): as LangGraph's
             # server sends it, and as UIs that render `messages/partial` by type expect.
-            yield "messages/partial", self._partials.encode(msg_id, dumps([message_chunk_to_message(current)]))
+            yield "messages/partial", self._partial(msg_id, message, None if first else self._seen[msg_id])
         else:
+            self._seen[msg_id] = message
             self._partials.forget(msg_id)
-            yield "messages/complete", [current]
+            yield "messages/complete", [message]
+
+    def _partial(self, msg_id: str, message: BaseMessageChunk, prev: BaseMessage | _Reply | None) -> Held:
+        if isinstance(message.content, str) and (prev is None or isinstance(prev, _Reply)):
+            rest = message.model_copy(update={"content": ""})
+            reply = _Reply(rest) if prev is None else prev
+            if prev is not None:
+                reply.rest = reply.rest + rest
+            self._seen[msg_id] = reply
+            piece = dumps(message.content)[1:-1]
+            reply.text += piece
+            cut = dumps([message_chunk_to_message(reply.rest.model_copy(update={"content": _TEXT}))]).split(_TEXT_JSON)
+            if len(cut) == 2:
+                return self._partials.encode_parts(msg_id, cut[0], reply.text, cut[1], len(piece))
+            current: BaseMessage = reply.whole()  # the marker was found elsewhere too: the whole message
+        else:
+            if isinstance(prev, _Reply):  # content that is not text now: merged whole from here on
+                prev = prev.whole()
+            current = prev + message if isinstance(prev, BaseMessageChunk) else message
+            self._seen[msg_id] = current
+        return self._partials.encode(msg_id, dumps([message_chunk_to_message(current)]))

@@ -7,6 +7,7 @@ runs, open streams) are counted as they happen; queue and worker figures are rea
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -99,6 +100,12 @@ class Metrics:
                                       buckets=RUN_BUCKETS, registry=self.registry)
         self.stream_subscribers = Gauge(PREFIX + "stream_subscribers", "Event streams being served now.",
                                         registry=self.registry)
+        # Streams' read-ahead (`api/sse.py: Pump`), summed when scraped: nothing is counted per event.
+        self._read_ahead: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.stream_read_ahead = Gauge(
+            PREFIX + "stream_read_ahead_bytes", "Bytes of events read for event streams' clients in this process "
+            "and not yet sent (bounded per stream).", registry=self.registry)
+        self.stream_read_ahead.set_function(lambda: float(sum(r.held for r in list(self._read_ahead))))
         self.queue_cap = Gauge(PREFIX + "queue_cap", "The cap on pending + running runs (max_active_runs); 0: none.",
                                registry=self.registry)
         self.stream_slow_disconnects = Counter(
@@ -152,6 +159,10 @@ class Metrics:
 
     def cron_run_created(self, kind: str) -> None:
         self.cron_runs.labels(kind=kind).inc()
+
+    def track_read_ahead(self, reader: Any) -> None:
+        """Count `reader.held` (bytes) in `stream_read_ahead_bytes` for as long as `reader` lives."""
+        self._read_ahead.add(reader)
 
     def stream_open(self) -> AbstractContextManager[Any]:
         """Counts one open event stream for as long as the block runs."""

@@ -67,9 +67,20 @@ def _common_suffix(a: bytes, b: bytes, limit: int) -> int:
 
 @dataclass
 class _Sent:
-    frame: bytes
+    frame: bytes | None  # the last frame whole; None while it is only held in parts (built when needed)
     n: int  # how many partials of this message came before, this one included
     deltas: int = 0  # bytes of the deltas since the last keyframe
+    # The last frame in parts (`encode_parts`): head + body[:body_len] + tail; `body` only ever grows.
+    head: bytes = b""
+    body: bytearray | None = None
+    body_len: int = 0
+    tail: bytes = b""
+
+    def whole(self) -> bytes:
+        if self.frame is None:
+            assert self.body is not None
+            self.frame = self.head + self.body[:self.body_len] + self.tail
+        return self.frame
 
 
 class PartialEncoder:
@@ -87,14 +98,35 @@ class PartialEncoder:
             n = 0 if last is None else last.n + 1
             self._last[msg_id] = _Sent(frame, n)
             return Held(KEYFRAME + dumps([key, n]) + b"\n" + frame)
-        prefix = _common_prefix(last.frame, frame)
-        suffix = _common_suffix(last.frame, frame, min(len(last.frame), len(frame)) - prefix)
+        before = last.whole()
+        prefix = _common_prefix(before, frame)
+        suffix = _common_suffix(before, frame, min(len(before), len(frame)) - prefix)
         last.n += 1
         middle = frame[prefix:len(frame) - suffix]
         head = dumps([key, last.n, prefix, suffix])
-        last.frame = frame
+        last.frame, last.body = frame, None
         held = Held(DELTA + head + b"\n" + middle)
         last.deltas += len(held)
+        return held
+
+    def encode_parts(self, msg_id: str, head: bytes, body: bytearray, tail: bytes, grown: int) -> Held:
+        """The held form of the frame `head + body + tail`, whose `body` (a message's text, JSON-escaped) grew
+        by its last `grown` bytes since the message's previous frame. When that frame had the same head and
+        tail, the delta is those bytes, found without comparing or building the frame: a partial costs the
+        size of its chunk, not of the message so far (only a keyframe, now and then, builds the frame)."""
+        last = self._last.get(msg_id)
+        size = len(head) + len(body) + len(tail)
+        if (last is None or last.body is not body or last.body_len != len(body) - grown or last.head != head
+                or last.tail != tail or last.deltas >= size):
+            held = self.encode(msg_id, head + body + tail)
+        else:
+            last.n += 1
+            held = Held(DELTA + dumps([self._keys[msg_id], last.n, len(head) + last.body_len, len(tail)]) + b"\n"
+                        + body[last.body_len:])
+            last.deltas += len(held)
+            last.frame = None
+        sent = self._last[msg_id]
+        sent.head, sent.body, sent.body_len, sent.tail = head, body, len(body), tail
         return held
 
     def forget(self, msg_id: str) -> None:

@@ -1,0 +1,91 @@
+"""What a process has queued for a shared broker (Redis, PostgreSQL) and not sent yet, bounded by bytes.
+
+A run's executor posts its events as they come, without waiting for each to be stored: they queue here, and
+one sender task sends what is queued, in order, a batch at a time (what is queued while a batch is in flight
+goes in the next). When the broker is slower than the runs (a slow link, a busy server), the queue would grow
+without bound; instead, once the events queued and in flight weigh `max_bytes` (as `event_bytes` counts
+them, the measure of the buffers' byte budgets), an event's post waits until a batch is sent: back-pressure
+on the executors that produce faster than the broker takes. Ends and signals are never held back (they
+weigh next to nothing, and a run's end must follow its events). What a batch that failed held is released
+all the same: the sender logs the failure, and the runs go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from threadline.broker.base import event_bytes
+
+#: ("event", run_id, (event, data, future or None)), ("end", run_id, future), ("signal", channel, payload).
+Item = tuple[str, str, Any]
+
+
+def waiters(batch: list[Item]) -> list[asyncio.Future[Any]]:
+    """The futures that `publish` and `end_stream` wait on, of a batch: every one of them gets the batch's
+    error when it fails (getting a connection can fail before any item is sent)."""
+    found = [value for kind, _, value in batch if kind == "end"]
+    return found + [value[2] for kind, _, value in batch if kind == "event" and value[2] is not None]
+
+
+class Outbox:
+    """The queue of one broker: `post`/`put` queue items, one task hands them to `send` in batches, in order."""
+
+    def __init__(self, send: Callable[[list[Item]], Awaitable[None]], *, name: str, max_bytes: int,
+                 batch_items: int = 0) -> None:
+        self._send, self._name = send, name
+        self.max_bytes = max_bytes
+        self.batch_items = batch_items  # most items in one batch; 0: everything queued
+        self._items: deque[Item] = deque()
+        self._sizes: deque[int] = deque()  # the bytes each queued item counts for, in the same order
+        self._sending: asyncio.Task[None] | None = None
+        self._room = asyncio.Event()
+        self._room.set()
+        #: Bytes of the events queued or in flight (the batch being sent).
+        self.held = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    async def post(self, item: Item) -> None:
+        """Queue an event, once the outbox holds less than `max_bytes` (waiting for the sender until then)."""
+        while self.held >= self.max_bytes:
+            self._start()  # (a sender that stopped on an error would leave this wait unanswered)
+            self._room.clear()
+            await self._room.wait()
+        self._queue(item, event_bytes(item[2][0], item[2][1]))
+
+    def put(self, item: Item) -> None:
+        """Queue an end or a signal at once (never held back: it weighs nothing in the byte bound)."""
+        self._queue(item, 0)
+
+    def _queue(self, item: Item, size: int) -> None:
+        self._items.append(item)
+        self._sizes.append(size)
+        self.held += size
+        self._start()
+
+    def _start(self) -> None:
+        if self._items and (self._sending is None or self._sending.done()):
+            self._sending = asyncio.create_task(self._run(), name=self._name)
+
+    async def _run(self) -> None:
+        while self._items:
+            n = len(self._items) if not self.batch_items else min(len(self._items), self.batch_items)
+            batch = [self._items.popleft() for _ in range(n)]
+            size = sum(self._sizes.popleft() for _ in range(n))
+            try:
+                await self._send(batch)
+            finally:  # sent or failed, the batch no longer holds memory here
+                self.held -= size
+                if self.held < self.max_bytes:
+                    self._room.set()
+
+    async def drain(self) -> None:
+        """Return once everything queued was sent (or failed): what `close` waits for."""
+        while self._sending is not None and not self._sending.done():
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await self._sending
