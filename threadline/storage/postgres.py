@@ -20,6 +20,7 @@ import logging
 import os
 import re
 import select
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -249,16 +250,19 @@ class PostgresStorage(SQLStorage):
         raise AssertionError("unreachable")
 
     # --- what only this backend does ---------------------------------------------
-    async def claim_run(self, worker_id: str, lease_seconds: float) -> Row | None:
+    async def claim_run(self, worker_id: str, lease_seconds: float, deadline_seconds: float = 0.0) -> Row | None:
+        since = time.monotonic()
         try:
             # One statement is its own transaction: no BEGIN/COMMIT round trips on the hottest path.
             async with self._pool.connection() as db:
-                cur = await db.execute(POSTGRES.statement("claim_run"),
-                                       {"worker_id": worker_id, "lease_seconds": lease_seconds})
+                cur = await db.execute(POSTGRES.statement("claim_run"), {
+                    "worker_id": worker_id, "lease_seconds": lease_seconds, "deadline_seconds": deadline_seconds})
                 found = await cur.fetchone()
         except psycopg.errors.UniqueViolation:
             return None  # another worker just started a run of that thread; the next claim moves on
-        return _row(found) if found else None
+        claimed = _row(found) if found else None
+        self._remember_deadline(claimed, deadline_seconds, since)
+        return claimed
 
     async def prune_checkpoints(self, thread_id: str, strategy: Literal["delete", "keep_latest"]) -> None:
         await self.checkpointer.aprune([thread_id], strategy=strategy)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from threadline.errors import Conflict, NotFound, QuotaExceeded
 
 if TYPE_CHECKING:
-    from threadline.storage.base import Quota
+    from threadline.storage.base import Claim, Quota
 
 Row = dict[str, Any]
 
@@ -28,7 +28,7 @@ class EnqueuePlan(NamedTuple):
 
 
 def plan_enqueue(run: Row, thread_metadata_before: dict[str, Any] | None, *, created: bool, active: bool,
-                 thread_metadata: dict[str, Any], reject_if_active: bool, claim_for: tuple[str, float] | None,
+                 thread_metadata: dict[str, Any], reject_if_active: bool, claim_for: Claim | None,
                  run_metadata: Callable[[dict[str, Any] | None], dict[str, Any]] | None) -> EnqueuePlan:
     """Reject, claim at once, or just queue.
 

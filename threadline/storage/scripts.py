@@ -14,7 +14,7 @@ from collections.abc import Callable, Generator
 from typing import Any, NamedTuple, TypeVar
 
 from threadline.errors import Conflict, NotFound
-from threadline.storage.base import THREAD_EVENTS_KEPT, NewThreadEvent, Quota
+from threadline.storage.base import THREAD_EVENTS_KEPT, Claim, NewThreadEvent, Quota
 from threadline.storage.rules import (
     VERSION_COLUMNS,
     Row,
@@ -113,7 +113,7 @@ def reconcile(d: Dialect, changes: Row, *, thread_id: str | None = None, run_id:
 # --- runs and the queue ---------------------------------------------------------
 def enqueue_run(d: Dialect, run: Row, thread_metadata: dict[str, Any], create_thread: bool, reject_if_active: bool,
                 ttl_minutes: float | None, new_thread_metadata: dict[str, Any],
-                claim_for: tuple[str, float] | None,
+                claim_for: Claim | None,
                 run_metadata: Callable[[dict[str, Any] | None], dict[str, Any]] | None,
                 quota: Quota | None = None) -> Script[Row]:
     """One round trip reads what decides (the thread, created if asked; its row lock orders concurrent
@@ -139,8 +139,10 @@ def enqueue_run(d: Dialect, run: Row, thread_metadata: dict[str, Any], create_th
         identity = quota_refusal(quota, int(counts[0]["mine"] or 0), int(counts[0]["total"] or 0))
         if identity is not None:
             plan = plan._replace(run={**plan.run, "identity": identity})
-    insert = Q(d.insert("runs", plan.run, lease=plan.claimed, returning=True),
-               {**plan.run, "lease_seconds": claim_for[1] if plan.claimed and claim_for else None})
+    stamp = plan.claimed and claim_for is not None and claim_for.deadline_seconds > 0
+    insert = Q(d.insert("runs", plan.run, lease=plan.claimed, deadline=stamp, returning=True),
+               {**plan.run, "lease_seconds": claim_for.lease_seconds if plan.claimed and claim_for else None,
+                "deadline_seconds": claim_for.deadline_seconds if stamp and claim_for else None})
     if created:
         rows = yield insert
     else:
@@ -159,8 +161,9 @@ def _quota_locks(d: Dialect, quota: Quota) -> list[Q]:
     return [q(d, "lock_quota", wait=False, key=key) for key in keys]
 
 
-def set_run_deadline(d: Dialect, run_id: str, seconds: float) -> Script[float]:
-    rows = yield q(d, "set_run_deadline", run_id=run_id, deadline_seconds=seconds)
+def set_run_deadline(d: Dialect, run_id: str, seconds: float, replace: bool = False) -> Script[float]:
+    rows = yield q(d, "replace_run_deadline" if replace else "set_run_deadline", run_id=run_id,
+                   deadline_seconds=seconds)
     return seconds_left(rows[0]["now_at"], rows[0]["deadline_at"]) if rows else 0.0
 
 

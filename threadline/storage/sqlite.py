@@ -14,6 +14,7 @@ import fcntl
 import json
 import logging
 import sqlite3
+import time
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -154,8 +155,11 @@ class SQLiteStorage(SQLStorage):
         # `sync` commits each write before the next step; `async` and `exit` allow the group commit.
         return self.checkpointer if durability == "sync" else self.checkpointer.grouped()
 
-    async def claim_run(self, worker_id: str, lease_seconds: float) -> Row | None:
-        return await self.writer.run(_claim, worker_id, lease_seconds)
+    async def claim_run(self, worker_id: str, lease_seconds: float, deadline_seconds: float = 0.0) -> Row | None:
+        since = time.monotonic()
+        claimed = await self.writer.run(_claim, worker_id, lease_seconds, deadline_seconds)
+        self._remember_deadline(claimed, deadline_seconds, since)
+        return claimed
 
     async def prune_checkpoints(self, thread_id: str, strategy: Literal["delete", "keep_latest"]) -> None:
         if strategy == "delete":
@@ -199,12 +203,12 @@ def _bind(params: dict[str, Any], now: str) -> dict[str, Any]:
     return bound
 
 
-def _claim(db: sqlite3.Connection, worker_id: str, lease_seconds: float) -> Row | None:
+def _claim(db: sqlite3.Connection, worker_id: str, lease_seconds: float, deadline_seconds: float) -> Row | None:
     """The oldest claimable run, claimed. The search is a plain read: an idle slot's claim usually finds nothing,
     and then takes no write lock. Every writer of `runs` uses this connection under the writer's lock, so what
     it found is still claimable when the transaction begins (the UPDATE checks it is still pending anyway)."""
     now = now_iso()
-    params = {"worker_id": worker_id, "lease_seconds": lease_seconds}
+    params = {"worker_id": worker_id, "lease_seconds": lease_seconds, "deadline_seconds": deadline_seconds}
     cur = db.execute(SQLITE.statement("next_claimable_run"), {"now": now})
     found = cur.fetchone()
     cur.close()

@@ -92,7 +92,9 @@ STATEMENTS: dict[str, str] = {
     # The oldest pending, available run whose thread has no running run and no older pending one.
     "claim_run": (
         "UPDATE runs SET status = 'running', worker_id = :worker_id, attempt = attempt + 1, "
-        "lease_expires_at = {lease}, updated_at = {now} "
+        "lease_expires_at = {lease}, updated_at = {now}, "
+        # The run's deadline (limits) from its first start, unless it has one (a retried run keeps it).
+        "deadline_at = CASE WHEN :deadline_seconds > 0 THEN COALESCE(deadline_at, {deadline}) ELSE deadline_at END "
         f"WHERE run_id = ({_CLAIMABLE} {{skip_locked}}) AND status = 'pending' RETURNING *"),
     # The finish guard: with a worker named, only the holder of that attempt ends the run.
     "finish_run": (
@@ -134,6 +136,9 @@ STATEMENTS: dict[str, str] = {
     "set_run_deadline": (
         "UPDATE runs SET deadline_at = COALESCE(deadline_at, {deadline}) WHERE run_id = :run_id "
         "RETURNING deadline_at, {now} AS now_at"),
+    # A deadline the claim stamped with the worker's default, replaced by the run's own (its config's).
+    "replace_run_deadline": (
+        "UPDATE runs SET deadline_at = {deadline} WHERE run_id = :run_id RETURNING deadline_at, {now} AS now_at"),
     # The active runs of one identity and of the whole deployment, counted inside the enqueue transaction.
     "count_active_runs": (
         "SELECT COUNT(CASE WHEN identity = :identity THEN 1 END) AS mine, COUNT(*) AS total FROM runs "
@@ -267,13 +272,16 @@ class Dialect:
 
     # --- statements whose columns vary ------------------------------------------
     def insert(self, table: str, columns: Iterable[str], *, conflict: str | None = None, lease: bool = False,
-               returning: bool = False) -> str:
-        """INSERT of `columns`; `lease`: `lease_expires_at` too, `{lease}` from now (`:lease_seconds`)."""
-        cols = [c for c in columns if not (lease and c == "lease_expires_at")]
+               deadline: bool = False, returning: bool = False) -> str:
+        """INSERT of `columns`; `lease`: `lease_expires_at` too, `{lease}` from now (`:lease_seconds`);
+        `deadline`: `deadline_at` too, `{deadline}` from now (`:deadline_seconds`)."""
+        slots = {"lease_expires_at": "{lease}"} if lease else {}
+        if deadline:
+            slots["deadline_at"] = "{deadline}"
+        cols = [c for c in columns if c not in slots]
         values = [_value(c) for c in cols]
-        if lease:
-            cols.append("lease_expires_at")
-            values.append("{lease}")
+        cols += slots
+        values += slots.values()
         return self.sql(f"INSERT INTO {table} ({', '.join(_q(c) for c in cols)}) VALUES ({', '.join(values)})"
                         + (f" ON CONFLICT {conflict}" if conflict else "") + (" RETURNING *" if returning else ""))
 
