@@ -89,11 +89,16 @@ def quota_refusal(quota: Quota, mine: int, total: int) -> str | None:
     if quota.total and total >= quota.total:
         raise QuotaExceeded(f"The run queue is full ({total} active runs, the cap is {quota.total}): "
                             "try again once some have finished.")
-    per_identity = bool(quota.per_identity) and quota.identity is not None
-    if per_identity and mine >= quota.per_identity:
+    identity = counted_identity(quota)
+    if identity is not None and mine >= quota.per_identity:
         raise QuotaExceeded(f"Too many active runs for this client ({mine}, the cap is {quota.per_identity}): "
                             "try again once some have finished, or cancel some.")
-    return quota.identity if per_identity else None
+    return identity
+
+
+def counted_identity(quota: Quota) -> str | None:
+    """The identity a run is stored (and counted) under: its creator's, when a per-identity cap applies."""
+    return quota.identity if quota.per_identity and quota.identity is not None else None
 
 
 def seconds_left(now_at: str, deadline_at: str | None) -> float:

@@ -27,7 +27,7 @@ from langgraph.store.sqlite.aio import AsyncSqliteStore
 
 from threadline.errors import ConfigError, StorageUnavailable
 from threadline.storage.base import Row
-from threadline.storage.scripts import Q, Script, T, Undo
+from threadline.storage.scripts import Final, Q, Script, T, Undo
 from threadline.storage.sql import JSON_COLUMNS, apply_migrations, iso_after, now_iso
 from threadline.storage.sqlite_saver import WriterSqliteSaver
 from threadline.storage.sqlite_writer import Writer, in_transaction, translated
@@ -175,7 +175,9 @@ def _stepped(db: sqlite3.Connection, script: Callable[..., Script[T]], args: tup
     try:
         step = next(steps)
         while True:
-            result = _execute(db, step, now) if isinstance(step, Q) else [_execute(db, s, now) for s in step]
+            # A final step is as any other: the writer commits after the script.
+            qs = step.step if isinstance(step, Final) else step
+            result = _execute(db, qs, now) if isinstance(qs, Q) else [_execute(db, s, now) for s in qs]
             step = steps.send(result)
     except StopIteration as stop:
         return stop.value

@@ -8,6 +8,7 @@ and the few true differences between the dialects are slots, which `Dialect.sql`
 | `{now}` | `:now`, the transaction's one timestamp from the app clock | `now()`, the transaction's start on the database clock |
 | `{lease}` | `:lease_at` (now + `:lease_seconds`) | `now() + make_interval(secs => :lease_seconds)` |
 | `{deadline}` | `:deadline_at` (now + `:deadline_seconds`) | `now() + make_interval(secs => :deadline_seconds)` |
+| `{check_quota}` | `1` (the script checks the counts) | `threadline_check_quota(...)`, which raises TL429 |
 | `{for_update}`, `{skip_locked}` | nothing (the one writer holds the file's lock) | `FOR UPDATE`, `FOR UPDATE SKIP LOCKED` |
 | `{json:p}` | `:p` (JSON text) | `CAST(:p AS jsonb)` |
 | `{ts:p}` | `:p` | `CAST(:p AS timestamptz)` |
@@ -140,9 +141,12 @@ STATEMENTS: dict[str, str] = {
     "replace_run_deadline": (
         "UPDATE runs SET deadline_at = {deadline} WHERE run_id = :run_id RETURNING deadline_at, {now} AS now_at"),
     # The active runs of one identity and of the whole deployment, counted inside the enqueue transaction.
-    "count_active_runs": (
-        "SELECT COUNT(CASE WHEN identity = :identity THEN 1 END) AS mine, COUNT(*) AS total FROM runs "
-        f"WHERE {ACTIVE}"),
+    # The active runs of one identity and of the whole deployment, counted inside the enqueue transaction and
+    # refused in the statement where it can be (PostgreSQL: `threadline_check_quota`, which raises; SQLite:
+    # the script checks the counts, its one writer commits after it).
+    "check_quota": (
+        "SELECT c.mine, c.total, {check_quota} AS ok FROM (SELECT COUNT(CASE WHEN identity = :identity THEN 1 END) "
+        f"AS mine, COUNT(*) AS total FROM runs WHERE {ACTIVE}) AS c"),
     # --- protocol events
     "bump_event_counter": (
         "INSERT INTO thread_event_counters AS c (thread_id, last_seq) VALUES (:thread_id, :count) "
@@ -224,6 +228,9 @@ class Dialect:
             return ":lease_at" if lite else "now() + make_interval(secs => :lease_seconds)"
         if slot == "deadline":
             return ":deadline_at" if lite else "now() + make_interval(secs => :deadline_seconds)"
+        if slot == "check_quota":
+            return "1" if lite else (
+                "threadline_check_quota(c.mine, c.total, :per_identity, :cap, CAST(:identity AS text) IS NOT NULL)")
         if slot == "for_update":
             return "" if lite else "FOR UPDATE"
         if slot == "skip_locked":
