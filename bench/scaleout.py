@@ -260,6 +260,26 @@ def database_counters(db_url: str) -> dict[str, int]:
     return {k: int(v) for k, v in zip(keys, row or (0,) * len(keys), strict=True)}
 
 
+def backend_pids(db_url: str) -> list[int]:
+    import psycopg
+
+    with psycopg.connect(db_url, autocommit=True, connect_timeout=10) as conn:
+        rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                            "AND pid <> pg_backend_pid()").fetchall()
+    return [int(r[0]) for r in rows]
+
+
+def cpu_seconds(pids: dict[str, list[int]]) -> dict[str, float]:
+    """CPU seconds (user + system) so far of each component's processes (and their process groups' others)."""
+    from procstat import _stat
+
+    def of(pid: int) -> float:
+        found = _stat(pid)
+        return found[1] if found else 0.0
+
+    return {name: sum(of(pid) for pid in group) for name, group in pids.items()}
+
+
 def run_outcomes(db_url: str) -> dict[str, Any]:
     import psycopg
 
@@ -336,7 +356,8 @@ async def measure(n_workers: int, base_url: str, procs: Procs, api: subprocess.P
             cells[str(c)] = s
             harness.log(f"  scale-out {n_workers}w thread c={c:<3} {harness.fmt_cell(s)}  per worker {s['runs_per_worker']}")
 
-        io = await io_cell(n_workers, base_url, create_threads, worker_ids, db_url, cfg) \
+        pids = {"api": [api.pid], "workers": [proc.pid for proc, _ in workers]}
+        io = await io_cell(n_workers, base_url, create_threads, worker_ids, db_url, cfg, pids) \
             if cfg.scaleout_io_seconds > 0 else None
 
     dead = procs.dead()
@@ -347,7 +368,8 @@ async def measure(n_workers: int, base_url: str, procs: Procs, api: subprocess.P
 
 
 async def io_cell(n_workers: int, base_url: str, create_threads: Callable[[int], Awaitable[list[str]]],
-                  worker_ids: list[str], db_url: str, cfg: argparse.Namespace) -> dict[str, Any]:
+                  worker_ids: list[str], db_url: str, cfg: argparse.Namespace,
+                  pids: dict[str, list[int]]) -> dict[str, Any]:
     """Runs that wait (`--scaleout-io-seconds`), one client per slot of every worker process, so that the
     ideal is every slot always busy: slots / seconds runs per second. `efficiency` = runs/s over that. The
     cell has a session of its own, with a connection per client (a session sized for the other cells would
@@ -365,11 +387,18 @@ async def io_cell(n_workers: int, base_url: str, create_threads: Callable[[int],
                 raise RuntimeError(f"unexpected output: {r.text[:300]}")
 
         before, counters = runs_per_worker(db_url), database_counters(db_url)
+        pids["postgres"] = backend_pids(db_url)
+        cpu, client_cpu = cpu_seconds(pids), time.process_time()
         res = await harness.run_cell(op, n, c, max(cfg.cell_seconds, 4 * cfg.scaleout_io_rounds * seconds))
+        cpu_after, client_after = cpu_seconds(pids), time.process_time()
         after, spent = runs_per_worker(db_url), database_counters(db_url)
     out = res.summary()
     if res.completed:  # PostgreSQL's work per run (its statistics are sent at a transaction's end: approximate)
         out["database_per_run"] = {k: round((spent[k] - counters[k]) / res.completed, 1) for k in counters}
+        # CPU per run of each component, from /proc (PostgreSQL: the backends of this database that were
+        # connected when the cell started; its shared processes, WAL writer and checkpointer, are not counted)
+        out["cpu_ms_per_run"] = {**{k: round((cpu_after[k] - cpu[k]) * 1000 / res.completed, 2) for k in cpu},
+                                 "client": round((client_after - client_cpu) * 1000 / res.completed, 2)}
     out.update(seconds=seconds, concurrency=c, ideal_runs_per_s=round(c / seconds, 2),
                efficiency=round(out["runs_per_s"] / (c / seconds), 3) if out.get("runs_per_s") else None,
                p95_ms=harness.ms(harness.percentile(res.latencies, 95)),
@@ -573,6 +602,7 @@ def render(out: dict[str, Any] | None) -> str:
             vs = fmt(s["runs_per_s"] / one, 2) if one and s.get("runs_per_s") else "-"
             errs += [f"  {n}w I/O-bound: PostgreSQL per run: {s['database_per_run']}"] if s.get("database_per_run") \
                 else []
+            errs += [f"  {n}w I/O-bound: CPU ms per run: {s['cpu_ms_per_run']}"] if s.get("cpu_ms_per_run") else []
             lines.append(f"{n:>7}{s['concurrency']:>5}{s['seconds']:>9g}{fmt(s.get('runs_per_s')):>9}"
                          f"{fmt(s['ideal_runs_per_s']):>8}{fmt(s.get('efficiency'), 2):>8}{vs:>7}"
                          f"{fmt(s.get('p50_ms'), 1):>9}{fmt(s.get('p95_ms'), 1):>9}  {s.get('runs_per_worker')}")
