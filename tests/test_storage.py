@@ -27,9 +27,9 @@ import psycopg
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
-from threadline.errors import Conflict, NotFound
+from threadline.errors import Conflict, NotFound, QuotaExceeded
 from threadline.storage import open_storage
-from threadline.storage.base import Claim, NewThreadEvent, Row, Storage
+from threadline.storage.base import Claim, NewThreadEvent, Quota, Row, Storage
 from threadline.storage.sql import now_iso, thread_ttl_columns
 
 
@@ -449,6 +449,20 @@ async def test_recovery_takes_back_only_lapsed_leases_and_fails_runs_out_of_atte
     thread = await storage.get_thread(lapsed["thread_id"])
     assert thread["status"] == "error" and thread["error"]["error"] == "WorkerLost"
     assert (await storage.get_thread(live["thread_id"]))["status"] == "busy"
+
+
+async def test_a_run_over_a_cap_writes_nothing_not_even_the_thread_it_would_create(storage: Storage) -> None:
+    """The cap is checked with the insert and the commit (on PostgreSQL refused by the counting statement
+    itself): a refused run leaves no run and no thread behind, and the message carries the counts."""
+    queued = await enqueue(storage, quota=Quota("a", 5, 1))
+    thread_id = str(uuid.uuid4())
+    with pytest.raises(QuotaExceeded, match=r"\(1 active runs, the cap is 1\)"):
+        await enqueue(storage, thread_id, quota=Quota("a", 0, 1))
+    assert await storage.get_thread(thread_id) is None
+    with pytest.raises(QuotaExceeded, match="Too many active runs for this client"):
+        await enqueue(storage, thread_id, quota=Quota("a", 1, 0))
+    mine = await enqueue(storage, thread_id, quota=Quota("b", 1, 2))
+    assert mine["identity"] == "b" and (await storage.get_run(queued["run_id"]))["status"] == "pending"
 
 
 async def test_a_claim_stamps_the_deadline_and_a_run_s_own_timeout_replaces_it(storage: Storage,
