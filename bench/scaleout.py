@@ -73,6 +73,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scaleout-pg-admin-url", default=os.environ.get("BENCH_PG_ADMIN_URL", DEFAULT_PG_ADMIN_URL),
                    help="PostgreSQL connection that may CREATE/DROP DATABASE "
                         f"(default $BENCH_PG_ADMIN_URL or {DEFAULT_PG_ADMIN_URL}).")
+    p.add_argument("--scaleout-io-seconds", type=float, default=0.5,
+                   help="The I/O-bound cell: each run waits this long (graph `wait`, an asyncio.sleep, as an agent "
+                        "waits on a model), with every slot of every worker process busy; 0 drops it (default 0.5).")
+    p.add_argument("--scaleout-io-rounds", type=positive_int, default=8,
+                   help="Runs per slot in the I/O-bound cell (default 8).")
     p.add_argument("--scaleout-redis-url", default=os.environ.get("BENCH_REDIS_URL", DEFAULT_REDIS_URL),
                    help=f"Redis for the scale-out cells (default $BENCH_REDIS_URL or {DEFAULT_REDIS_URL}).")
 
@@ -240,6 +245,38 @@ def runs_per_worker(db_url: str) -> dict[str, int]:
     return {str(w): int(n) for w, n in rows}
 
 
+def database_counters(db_url: str) -> dict[str, int]:
+    """The database's own counters (`pg_stat_database`): transactions and rows written, for the cost per run."""
+    import psycopg
+
+    with psycopg.connect(db_url, autocommit=True, connect_timeout=10) as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = conn.execute("SELECT xact_commit, xact_rollback, tup_inserted, tup_updated, tup_deleted, tup_fetched "
+                           "FROM pg_stat_database WHERE datname = current_database()").fetchone()
+    keys = ("xact_commit", "xact_rollback", "tup_inserted", "tup_updated", "tup_deleted", "tup_fetched")
+    return {k: int(v) for k, v in zip(keys, row or (0,) * len(keys), strict=True)}
+
+
+def backend_pids(db_url: str) -> list[int]:
+    import psycopg
+
+    with psycopg.connect(db_url, autocommit=True, connect_timeout=10) as conn:
+        rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                            "AND pid <> pg_backend_pid()").fetchall()
+    return [int(r[0]) for r in rows]
+
+
+def cpu_seconds(pids: dict[str, list[int]]) -> dict[str, float]:
+    """CPU seconds (user + system) so far of each component's processes (and their process groups' others)."""
+    from procstat import _stat
+
+    def of(pid: int) -> float:
+        found = _stat(pid)
+        return found[1] if found else 0.0
+
+    return {name: sum(of(pid) for pid in group) for name, group in pids.items()}
+
+
 def run_outcomes(db_url: str) -> dict[str, Any]:
     import psycopg
 
@@ -317,11 +354,57 @@ async def measure(n_workers: int, base_url: str, procs: Procs, api: subprocess.P
             harness.log(f"  scale-out {n_workers}w thread c={c:<3} {harness.fmt_cell(s)}  "
                         f"per worker {s['runs_per_worker']}")
 
+        pids = {"api": [api.pid], "workers": [proc.pid for proc, _ in workers]}
+        io = await io_cell(n_workers, base_url, create_threads, worker_ids, db_url, cfg, pids) \
+            if cfg.scaleout_io_seconds > 0 else None
+
     dead = procs.dead()
     if dead:
         raise harness.ServerFailed("process(es) died during the run: " + "; ".join(dead))
     return {"ready_after_s": round(ready_s, 2), "worker_ids": worker_ids, "wait": {"thread": cells},
-            **run_outcomes(db_url)}
+            **({"io": io} if io is not None else {}), **run_outcomes(db_url)}
+
+
+async def io_cell(n_workers: int, base_url: str, create_threads: Callable[[int], Awaitable[list[str]]],
+                  worker_ids: list[str], db_url: str, cfg: argparse.Namespace,
+                  pids: dict[str, list[int]]) -> dict[str, Any]:
+    """Runs that wait (`--scaleout-io-seconds`), one client per slot of every worker process, so that the
+    ideal is every slot always busy: slots / seconds runs per second. `efficiency` = runs/s over that. The
+    cell has a session of its own, with a connection per client (a session sized for the other cells would
+    queue the requests in the client: it did, and capped every worker count at the same runs/s)."""
+    seconds, c = cfg.scaleout_io_seconds, cfg.scaleout_slots * n_workers
+    n = c * cfg.scaleout_io_rounds
+    body = {"assistant_id": "wait", "input": {"seconds": seconds}}
+    thread_ids = await create_threads(n)
+
+    async with harness.client_session(base_url, c, cfg.request_timeout) as client:
+        async def op(i: int) -> None:
+            r = await harness.fetch(client, "POST", f"/threads/{thread_ids[i]}/runs/wait", json_body=body)
+            harness.raise_for(r, "POST /threads/{id}/runs/wait (wait graph)")
+            if (r.json() or {}).get("waited") != 1:
+                raise RuntimeError(f"unexpected output: {r.text[:300]}")
+
+        before, counters = runs_per_worker(db_url), database_counters(db_url)
+        pids["postgres"] = backend_pids(db_url)
+        cpu, client_cpu = cpu_seconds(pids), time.process_time()
+        res = await harness.run_cell(op, n, c, max(cfg.cell_seconds, 4 * cfg.scaleout_io_rounds * seconds))
+        cpu_after, client_after = cpu_seconds(pids), time.process_time()
+        after, spent = runs_per_worker(db_url), database_counters(db_url)
+    out = res.summary()
+    if res.completed:  # PostgreSQL's work per run (its statistics are sent at a transaction's end: approximate)
+        out["database_per_run"] = {k: round((spent[k] - counters[k]) / res.completed, 1) for k in counters}
+        # CPU per run of each component, from /proc (PostgreSQL: the backends of this database that were
+        # connected when the cell started; its shared processes, WAL writer and checkpointer, are not counted)
+        out["cpu_ms_per_run"] = {**{k: round((cpu_after[k] - cpu[k]) * 1000 / res.completed, 2) for k in cpu},
+                                 "client": round((client_after - client_cpu) * 1000 / res.completed, 2)}
+    out.update(seconds=seconds, concurrency=c, ideal_runs_per_s=round(c / seconds, 2),
+               efficiency=round(out["runs_per_s"] / (c / seconds), 3) if out.get("runs_per_s") else None,
+               p95_ms=harness.ms(harness.percentile(res.latencies, 95)),
+               runs_per_worker=[after.get(w, 0) - before.get(w, 0) for w in worker_ids])
+    harness.log(f"  scale-out {n_workers}w I/O-bound ({seconds:g} s runs) c={c:<3} {harness.fmt_cell(out)}  "
+                f"ideal {out['ideal_runs_per_s']} runs/s, efficiency {out['efficiency']}  "
+                f"per worker {out['runs_per_worker']}")
+    return out
 
 
 def one_config(n_workers: int, cfg: argparse.Namespace, base_env: dict[str, str], tl_argv_prefix: list[str],
@@ -507,6 +590,21 @@ def render(out: dict[str, Any] | None) -> str:
         errs += [f"  {n}w log: {line[:300]}" for line in warn.get("first") or []]
     lines.append(f"  (* = cell stopped early by --cell-seconds; runs/s vs {base}w = runs/s of this row / the same c "
                  f"with {base} worker process{'es' if base > 1 else ''}; max = slowest request of the cell)")
+    io_rows = {n: data["io"] for n, data in (out.get("workers") or {}).items() if data.get("io")}
+    if io_rows:
+        one = (io_rows.get("1") or {}).get("runs_per_s")
+        lines.append("")
+        lines.append("I/O-bound runs (graph `wait`: one asyncio.sleep; one client per slot of every worker process)")
+        lines.append(f"{'workers':>7}{'c':>5}{'sleep s':>9}{'runs/s':>9}{'ideal':>8}{'effic.':>8}{'vs 1w':>7}"
+                     f"{'p50':>9}{'p95':>9}  per worker")
+        for n, s in io_rows.items():
+            vs = fmt(s["runs_per_s"] / one, 2) if one and s.get("runs_per_s") else "-"
+            errs += [f"  {n}w I/O-bound: PostgreSQL per run: {s['database_per_run']}"] if s.get("database_per_run") \
+                else []
+            errs += [f"  {n}w I/O-bound: CPU ms per run: {s['cpu_ms_per_run']}"] if s.get("cpu_ms_per_run") else []
+            lines.append(f"{n:>7}{s['concurrency']:>5}{s['seconds']:>9g}{fmt(s.get('runs_per_s')):>9}"
+                         f"{fmt(s['ideal_runs_per_s']):>8}{fmt(s.get('efficiency'), 2):>8}{vs:>7}"
+                         f"{fmt(s.get('p50_ms'), 1):>9}{fmt(s.get('p95_ms'), 1):>9}  {s.get('runs_per_worker')}")
     lat = (out.get("comparisons") or {}).get("wait_latency_c1") or {}
     if lat:
         emb = (f"{fmt(lat.get('embedded_p50_ms'), 2)} ms" if lat.get("embedded_p50_ms") is not None

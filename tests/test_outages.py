@@ -87,10 +87,11 @@ async def test_a_deadline_stamp_whose_connection_is_lost_is_written_again(scaleo
     """Writing a run's deadline is idempotent, so the storage edge writes it again on a fresh connection when
     the one under it is terminated (as reads are read again): the run goes on, on its first attempt. Were the
     stamp lost, the run would be put back in the queue, and with that write's connection terminated too (as
-    a restart terminates them all), it would wait out its lease and be run again."""
+    a restart terminates them all), it would wait out its lease and be run again. (The claim stamps the
+    server's default; a run with a timeout of its own has it written as it starts, as here.)"""
     from threadline.storage import postgres
 
-    doomed = {postgres.POSTGRES.statement("set_run_deadline"), postgres.POSTGRES.statement("release_runs")}
+    doomed = {postgres.POSTGRES.statement("replace_run_deadline"), postgres.POSTGRES.statement("release_runs")}
     terminated: list[str] = []
     execute = postgres._execute
 
@@ -111,10 +112,11 @@ async def test_a_deadline_stamp_whose_connection_is_lost_is_written_again(scaleo
                                      timeout=60) as http:
             tid = (await http.post("/threads", json={})).json()["thread_id"]
             run = (await http.post(f"/threads/{tid}/runs", json={
-                "assistant_id": "slow", "input": {"tag": "stamp", "steps": 2, "delay": 0.01}})).json()
+                "assistant_id": "slow", "input": {"tag": "stamp", "steps": 2, "delay": 0.01},
+                "config": {"configurable": {"run_timeout_seconds": 30}}})).json()
             joined = await http.get(f"/threads/{tid}/runs/{run['run_id']}/join")
             assert joined.status_code == 200 and joined.json()["done"] == ["stamp"]
-    assert terminated, "no deadline was written"
+    assert postgres.POSTGRES.statement("replace_run_deadline") in terminated, "no deadline was written"
     with psycopg.connect(backend.database_url, autocommit=True) as admin:
         row = admin.execute("SELECT status, attempt, deadline_at FROM runs WHERE run_id = %s",
                             (run["run_id"],)).fetchone()

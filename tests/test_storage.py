@@ -27,9 +27,9 @@ import psycopg
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
-from threadline.errors import Conflict, NotFound
+from threadline.errors import Conflict, NotFound, QuotaExceeded
 from threadline.storage import open_storage
-from threadline.storage.base import NewThreadEvent, Row, Storage
+from threadline.storage.base import Claim, NewThreadEvent, Quota, Row, Storage
 from threadline.storage.sql import now_iso, thread_ttl_columns
 
 
@@ -449,6 +449,48 @@ async def test_recovery_takes_back_only_lapsed_leases_and_fails_runs_out_of_atte
     thread = await storage.get_thread(lapsed["thread_id"])
     assert thread["status"] == "error" and thread["error"]["error"] == "WorkerLost"
     assert (await storage.get_thread(live["thread_id"]))["status"] == "busy"
+
+
+async def test_a_run_over_a_cap_writes_nothing_not_even_the_thread_it_would_create(storage: Storage) -> None:
+    """The cap is checked with the insert and the commit (on PostgreSQL refused by the counting statement
+    itself): a refused run leaves no run and no thread behind, and the message carries the counts."""
+    queued = await enqueue(storage, quota=Quota("a", 5, 1))
+    thread_id = str(uuid.uuid4())
+    with pytest.raises(QuotaExceeded, match=r"\(1 active runs, the cap is 1\)"):
+        await enqueue(storage, thread_id, quota=Quota("a", 0, 1))
+    assert await storage.get_thread(thread_id) is None
+    with pytest.raises(QuotaExceeded, match="Too many active runs for this client"):
+        await enqueue(storage, thread_id, quota=Quota("a", 1, 0))
+    mine = await enqueue(storage, thread_id, quota=Quota("b", 1, 2))
+    assert mine["identity"] == "b" and (await storage.get_run(queued["run_id"]))["status"] == "pending"
+
+
+async def test_a_claim_stamps_the_deadline_and_a_run_s_own_timeout_replaces_it(storage: Storage,
+                                                                                  peer: Storage) -> None:
+    """The claim stamps the run's deadline (the worker's default) in the same statement, so a start writes
+    nothing of its own; the run's own timeout (its config's) replaces it; a retried run keeps its first
+    start's; a run created claimed carries its deadline from its insert."""
+    default, own = await enqueue(storage), await enqueue(storage)
+    claimed = await storage.claim_run("w1", 30, 3600)
+    assert claimed["run_id"] == default["run_id"] and claimed["deadline_at"] is not None
+    assert 3500 < await storage.set_run_deadline(default["run_id"], 3600) <= 3600
+    assert (await storage.get_run(default["run_id"]))["deadline_at"] == claimed["deadline_at"]
+    assert (await storage.claim_run("w1", 30, 3600))["run_id"] == own["run_id"]
+    assert 0 < await storage.set_run_deadline(own["run_id"], 60) <= 60  # its config's 60 s, not 3600
+    assert await peer.set_run_deadline(own["run_id"], 3600) <= 60  # kept by another process: not pushed back
+    # Its worker died: the retry's claim keeps the first start's deadline.
+    lapsed = await enqueue(storage)
+    first = await storage.claim_run("w1", -1, 60)
+    assert first["run_id"] == lapsed["run_id"]
+    await peer.recover_runs(5, expired_only=True)
+    again = await peer.claim_run("w2", 30, 3600)
+    assert (again["run_id"], again["attempt"], again["deadline_at"]) == (lapsed["run_id"], 2, first["deadline_at"])
+    assert await peer.set_run_deadline(lapsed["run_id"], 3600) <= 60
+    here = await enqueue(storage, claim_for=Claim("w1", 30, 120))
+    assert here["status"] == "running" and here["deadline_at"] is not None
+    assert 100 < await storage.set_run_deadline(here["run_id"], 120) <= 120
+    unlimited = await enqueue(storage)
+    assert (await storage.claim_run("w1", 30, 0))["deadline_at"] is None and unlimited["deadline_at"] is None
 
 
 async def test_a_run_keeps_its_first_deadline_and_ends_timeout_once_it_passed_without_a_worker(

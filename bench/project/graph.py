@@ -14,6 +14,7 @@ and imported in-process by ``bench/run.py`` for the floor measurement.
 
 from __future__ import annotations
 
+import asyncio
 import operator
 from typing import Annotated, Any
 
@@ -55,3 +56,23 @@ def build() -> StateGraph:
 # Served graph: the server supplies its own checkpointer.
 graph = build().compile()
 graph.name = "bench"
+
+
+class Wait(TypedDict, total=False):
+    seconds: float
+    waited: Annotated[int, operator.add]
+
+
+async def wait(state: Wait) -> dict[str, Any]:
+    """An agent waiting on a model or a tool: no CPU, only time (the scale-out bench's I/O-bound cell)."""
+    await asyncio.sleep(float(state.get("seconds") or 0.5))
+    return {"waited": 1}
+
+
+# Served as `wait`: one node that sleeps `seconds` (input), as I/O-bound agents spend their runs.
+waiting = StateGraph(Wait)
+waiting.add_node("wait", wait)
+waiting.add_edge(START, "wait")
+waiting.add_edge("wait", END)
+wait_graph = waiting.compile()
+wait_graph.name = "wait"

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from threadline.broker.base import Broker, StreamEvent
 from threadline.core.assistants import Assistants
@@ -21,7 +20,7 @@ from threadline.core.webhook_policy import WebhookGuard
 from threadline.core.worker import WorkerPool
 from threadline.errors import BadRequest, Conflict, InvalidInput, NotFound
 from threadline.shapes import FINAL_RUN_STATUSES, CancelAction, CancelStatus, MultitaskStrategy, RunStatus
-from threadline.storage.base import Quota, Row, Storage
+from threadline.storage.base import Claim, Quota, Row, Storage
 from threadline.tracing import TRACE_KEY, carrier
 
 TERMINAL = FINAL_RUN_STATUSES
@@ -75,6 +74,30 @@ def check_run_timeout(config: Any) -> None:
                            f"not {given!r}")
 
 
+class RunRequest(NamedTuple):
+    """A run request as admitted (authorized, validated): what `Runs.create` enqueues."""
+
+    body: dict[str, Any]  # as the authorization handler left it, with the caller's identity
+    assistant: Row
+    thread_id: str  # a new one for a stateless run
+    create_thread: bool  # the enqueue creates the thread when it is missing
+    kwargs: dict[str, Any]  # what the executor reads (`KWARG_KEYS`, the trace)
+    strategy: MultitaskStrategy
+    delay: float  # `after_seconds`
+
+
+def _new_run(request: RunRequest, run_id: str | None) -> Row:
+    """The run's row, pending, available after the request's delay."""
+    now = datetime.now(UTC)
+    return {
+        "run_id": run_id or str(uuid.uuid4()), "thread_id": request.thread_id,
+        "assistant_id": request.assistant["assistant_id"], "status": "pending", "kwargs": request.kwargs,
+        "metadata": {}, "multitask_strategy": request.strategy,
+        "available_at": (now + timedelta(seconds=request.delay)).isoformat(),
+        "created_at": now.isoformat(), "updated_at": now.isoformat(),
+    }
+
+
 def _cancel_value(action: CancelAction, run_ids: list[str] | None, status: str | None) -> dict[str, Any]:
     """What a cancel's `@auth.on.threads.update` handler is given beside the thread, as LangGraph's server
     gives it: the action, and the runs asked for in `metadata`."""
@@ -117,10 +140,26 @@ class Runs:
         `thread_id=None` is a stateless run on a temporary thread. With `start_here` (the caller waits for the
         run: `/wait`, `/stream`), a run that can start now, on a thread with no other active run, while this
         process has a free worker slot, is created already claimed by that slot and starts at once, with no
-        queue hop; `wait` then takes its outcome from the slot. Otherwise the run is created pending.
-        `run_id`: the new run's id (a cron's tick derives it), else a new one.
+        queue hop (`WorkerPool.create_here`); `wait` then takes its outcome from the slot. Otherwise the run
+        is created pending. `run_id`: the new run's id (a cron's tick derives it), else a new one.
         """
-        body = with_caller(body)  # the caller's identity, stored with the run for whichever worker runs it
+        request = await self._admit(thread_id, with_caller(body), run_id)
+        await self._apply_strategy(request)
+        run = _new_run(request, run_id)
+        pool = self.workers if start_here and request.delay <= 0 else None
+
+        def enqueue(claim: Claim | None) -> Awaitable[Row]:
+            return self._enqueue(request, run, identity, claim)
+
+        created = await (pool.create_here(enqueue, assistant=request.assistant) if pool is not None
+                         else enqueue(None))
+        if created["status"] != "running":  # not started here: a worker claims it from the queue
+            await self.broker.wake_workers()
+        await self.broker.notify_run_done(thread_signal(request.thread_id))  # wakes followers of the thread
+        return created
+
+    async def _admit(self, thread_id: str | None, body: dict[str, Any], run_id: str | None) -> RunRequest:
+        """The request authorized (`@auth.on.threads.create_run`) and checked; what the run will be."""
         body, filters = await self._authorize_create(thread_id, body, run_id)
         assistant = await self._resolve_assistant(body.get("assistant_id"))
         if body.get("webhook") and self.webhooks is not None:
@@ -130,58 +169,42 @@ class Runs:
         kwargs = {k: body[k] for k in KWARG_KEYS if body.get(k) is not None}
         if trace := carrier():  # the worker that executes the run continues the caller's trace
             kwargs[TRACE_KEY] = trace
-        create_thread = body.get("if_not_exists") == "create"
-        if thread_id is None:
-            thread_id, create_thread = str(uuid.uuid4()), True
+        if thread_id is None:  # stateless: a temporary thread, deleted once the run completes (by default)
             kwargs.setdefault("on_completion", "delete")
             kwargs["temporary"] = kwargs["on_completion"] == "delete"
+            thread_id, create_thread = str(uuid.uuid4()), True
         else:
+            create_thread = body.get("if_not_exists") == "create"
             await self._check_thread(thread_id, filters, may_create=create_thread)
-            if (body.get("strict_resume") and (body.get("command") or {}).get("resume") is not None
-                    and not (await self.threads.get(thread_id)).get("interrupts")):
+            resuming = body.get("strict_resume") and (body.get("command") or {}).get("resume") is not None
+            if resuming and not (await self.threads.get(thread_id)).get("interrupts"):
                 raise InvalidInput("strict_resume: the thread has no interrupt waiting for an answer")
         # LangGraph's server defaults to enqueue; clients written against it rely on that.
         strategy: MultitaskStrategy = body.get("multitask_strategy") or "enqueue"
-        if strategy in ("interrupt", "rollback"):
-            for active in await self.storage.active_runs(thread_id):
-                await self.stop(active["run_id"], action=strategy)
-        now = datetime.now(UTC)
-        delay = float(body.get("after_seconds") or 0)
-        available = now + timedelta(seconds=delay)
-        run = {
-            "run_id": run_id or str(uuid.uuid4()), "thread_id": thread_id, "assistant_id": assistant["assistant_id"],
-            "status": "pending", "kwargs": kwargs, "metadata": {},
-            "multitask_strategy": strategy, "available_at": available.isoformat(),
-            "created_at": now.isoformat(), "updated_at": now.isoformat(),
-        }
-        pool = self.workers if start_here and delay <= 0 and self.workers is not None and self.workers.reserve() \
-            else None
-        sent = time.monotonic()
-        try:
-            created = await self.storage.enqueue_run(
-                run, thread_metadata={"graph_id": assistant["graph_id"], "assistant_id": assistant["assistant_id"]},
-                create_thread=create_thread, reject_if_active=strategy == "reject",
-                thread_ttl_minutes=self.threads.default_ttl,
-                # As the reference: a thread a run creates also carries the run's metadata.
-                new_thread_metadata={**((body.get("config") or {}).get("metadata") or {}),
-                                     **(body.get("metadata") or {})},
-                claim_for=(pool.worker_id, pool.lease_seconds) if pool is not None else None,
-                run_metadata=lambda thread: run_metadata(assistant, thread, body),
-                quota=Quota(identity, self.max_per_identity, self.max_active)
-                if self.max_per_identity or self.max_active else None,
-            )
-        except BaseException:
-            if pool is not None:
-                await pool.unreserve()
-            raise
-        if pool is not None and created["status"] == "running":
-            pool.adopt(created, since=sent, assistant=assistant)
-        else:
-            if pool is not None:
-                await pool.unreserve()
-            await self.broker.wake_workers()
-        await self.broker.notify_run_done(thread_signal(thread_id))  # wakes followers of the thread
-        return created
+        return RunRequest(body, assistant, thread_id, create_thread, kwargs, strategy,
+                          float(body.get("after_seconds") or 0))
+
+    async def _apply_strategy(self, request: RunRequest) -> None:
+        """`interrupt` and `rollback` stop the thread's active runs first; `reject` is decided by the enqueue
+        (in its transaction), `enqueue` queues behind them."""
+        if request.strategy in ("interrupt", "rollback"):
+            for active in await self.storage.active_runs(request.thread_id):
+                await self.stop(active["run_id"], action=request.strategy)
+
+    async def _enqueue(self, request: RunRequest, run: Row, identity: str | None, claim: Claim | None) -> Row:
+        """The run stored and queued (claimed with `claim`, if it can start at once) in one transaction,
+        under the caps on active runs (limits)."""
+        assistant, body = request.assistant, request.body
+        return await self.storage.enqueue_run(
+            run, thread_metadata={"graph_id": assistant["graph_id"], "assistant_id": assistant["assistant_id"]},
+            create_thread=request.create_thread, reject_if_active=request.strategy == "reject",
+            thread_ttl_minutes=self.threads.default_ttl,
+            # As the reference: a thread a run creates also carries the run's metadata.
+            new_thread_metadata={**((body.get("config") or {}).get("metadata") or {}), **(body.get("metadata") or {})},
+            claim_for=claim, run_metadata=lambda thread: run_metadata(assistant, thread, body),
+            quota=Quota(identity, self.max_per_identity, self.max_active)
+            if self.max_per_identity or self.max_active else None,
+        )
 
     async def _authorize_create(self, thread_id: str | None, body: dict[str, Any],
                                 run_id: str | None) -> tuple[dict[str, Any], dict[str, Any] | None]:

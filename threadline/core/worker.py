@@ -18,6 +18,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from threadline.broker.base import Broker
@@ -26,7 +27,7 @@ from threadline.core.lease import Lease
 from threadline.core.metrics import Metrics
 from threadline.core.protocol_events import end_without_worker
 from threadline.errors import Unavailable
-from threadline.storage.base import Row, Storage
+from threadline.storage.base import Claim, Row, Storage
 from threadline.tracing import traced_run
 
 log = logging.getLogger("threadline.worker")
@@ -74,6 +75,25 @@ class WorkerPool:
     async def unreserve(self) -> None:
         self._reserved -= 1
         await self._slot_freed()
+
+    async def create_here(self, enqueue: Callable[[Claim | None], Awaitable[Row]], *,
+                          assistant: Row | None = None) -> Row:
+        """Create a run through `enqueue`, claimed for a free slot of this pool when there is one (given the
+        `Claim` to insert it with; None: no slot is free, it is created pending), and started on that slot
+        when storage claimed it (`running`: it could start at once); the run as created."""
+        if not self.reserve():
+            return await enqueue(None)
+        sent = time.monotonic()
+        try:
+            created = await enqueue(Claim(self.worker_id, self.lease_seconds, self.executor.run_timeout))
+        except BaseException:
+            await self.unreserve()
+            raise
+        if created["status"] == "running":
+            self.adopt(created, since=sent, assistant=assistant)
+        else:
+            await self.unreserve()
+        return created
 
     def adopt(self, run: Row, *, since: float, assistant: Row | None = None) -> None:
         """Execute on a `reserve`d slot a run claimed for this pool when it was created (`since`: just before;
@@ -142,7 +162,8 @@ class WorkerPool:
                 continue
             try:
                 sent = time.monotonic()
-                run = await self.storage.claim_run(self.worker_id, self.lease_seconds)
+                # The run's deadline (limits) is stamped by the claim: its start writes nothing of its own.
+                run = await self.storage.claim_run(self.worker_id, self.lease_seconds, self.executor.run_timeout)
             except Unavailable as exc:  # the database is away: no traceback, it is not our bug
                 await self.unreserve()
                 log.warning("claiming a run failed: %s", exc.message)

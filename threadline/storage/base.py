@@ -45,6 +45,14 @@ class Quota(NamedTuple):
     total: int  # pending + running runs of the whole deployment
 
 
+class Claim(NamedTuple):
+    """A run claimed for a worker as it is enqueued (`enqueue_run(claim_for=...)`): as `claim_run` claims."""
+
+    worker_id: str
+    lease_seconds: float
+    deadline_seconds: float = 0.0  # the run's deadline from now (limits); 0: none is stamped
+
+
 class Storage(abc.ABC):
     """Durable state for one deployment: assistants, threads, runs, checkpoints and the store."""
 
@@ -152,7 +160,7 @@ class Storage(abc.ABC):
     async def enqueue_run(self, run: Row, *, thread_metadata: dict[str, Any], create_thread: bool,
                           reject_if_active: bool, thread_ttl_minutes: float | None = None,
                           new_thread_metadata: dict[str, Any] | None = None,
-                          claim_for: tuple[str, float] | None = None,
+                          claim_for: Claim | tuple[str, float] | None = None,
                           run_metadata: Callable[[dict[str, Any] | None], dict[str, Any]] | None = None,
                           quota: Quota | None = None) -> Row:
         """Insert a pending run, mark its thread busy and merge `thread_metadata` into it, atomically.
@@ -163,16 +171,19 @@ class Storage(abc.ABC):
         A missing thread is created (with `new_thread_metadata` under `thread_metadata`, expiring after
         `thread_ttl_minutes`) when `create_thread`, else
         NotFound. Raises Conflict when `reject_if_active` and the thread has a pending or running run.
-        With `claim_for=(worker_id, lease_seconds)`, a run available now on a thread with no other active
-        run is inserted already claimed by that worker, as `claim_run` would (`running`, attempt 1, leased).
+        With `claim_for=(worker_id, lease_seconds[, deadline_seconds])`, a run available now on a thread with
+        no other active run is inserted already claimed by that worker, as `claim_run` would (`running`,
+        attempt 1, leased, its deadline stamped).
         With `quota`, raises QuotaExceeded when the run would pass one of its caps (race-free: see `Quota`).
         """
 
     @abc.abstractmethod
-    async def claim_run(self, worker_id: str, lease_seconds: float) -> Row | None:
+    async def claim_run(self, worker_id: str, lease_seconds: float, deadline_seconds: float = 0.0) -> Row | None:
         """Atomically take the oldest pending, available run whose thread has no running run.
 
-        The claim increments `attempt` (the fencing token) and holds a lease for `lease_seconds`.
+        The claim increments `attempt` (the fencing token) and holds a lease for `lease_seconds`. With
+        `deadline_seconds`, it stamps the run's deadline that far from now unless the run has one (see
+        `set_run_deadline`), in the same statement: a run's start costs no write of its own.
         """
 
     @abc.abstractmethod
@@ -243,7 +254,9 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     async def set_run_deadline(self, run_id: str, seconds: float) -> float:
         """Give the run a deadline `seconds` from now unless it has one already (a retried run keeps the one
-        its first start set); return the seconds left until it, on the database's clock (<= 0: passed).
+        its first start set); return the seconds left until it, on the database's clock (<= 0: passed). A
+        deadline this process stamped when it claimed the run (`claim_run`, `claim_for`) is answered without
+        a write when `seconds` are the ones it stamped, and replaced by `seconds` otherwise.
 
         `recover_runs` ends a run whose worker is gone and whose deadline has passed as `timeout` (its
         thread `error`, `timed_out()`) instead of queueing it again; those are among the runs it fails."""

@@ -20,6 +20,7 @@ import logging
 import os
 import re
 import select
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -33,7 +34,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from threadline.errors import ConfigError, StorageUnavailable
 from threadline.settings import redact_url
 from threadline.storage.base import Row
-from threadline.storage.scripts import Q, Script, T, Undo
+from threadline.storage.scripts import Final, Q, QuotaRefused, Script, T, Undo
 from threadline.storage.sql import MIGRATIONS_TABLE, now_iso, pending_migrations
 from threadline.storage.sqlstorage import SQLStorage
 from threadline.storage.statements import POSTGRES
@@ -104,6 +105,10 @@ async def _check(conn: _Conn) -> None:
     another (a check per checkout with a round trip each costs a trip on every statement)."""
     if conn.broken or _readable(conn):
         await AsyncConnectionPool.check_connection(conn)
+
+
+#: What `threadline_check_quota` (migration 0009) raises when a run would pass a cap on active runs.
+QUOTA_SQLSTATE = "TL429"
 
 
 class _Pool(AsyncConnectionPool[_Conn]):
@@ -223,17 +228,35 @@ class PostgresStorage(SQLStorage):
 
     async def _transact_once(self, script: Callable[..., Script[T]], *args: Any) -> T:
         try:
-            async with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
+            async with self._pool.connection() as conn, conn.pipeline():
                 steps = script(POSTGRES, *args)
+                final: Final | None = None
                 try:
-                    step = next(steps)
-                    while True:
-                        if isinstance(step, Q):
-                            step = steps.send((await _execute(conn, [step]))[0])
-                        else:
-                            step = steps.send(await _execute(conn, step))
+                    async with conn.transaction():
+                        try:
+                            step = next(steps)
+                            while not isinstance(step, Final):
+                                if isinstance(step, Q):
+                                    step = steps.send((await _execute(conn, [step]))[0])
+                                else:
+                                    step = steps.send(await _execute(conn, step))
+                        except StopIteration as stop:
+                            return cast(T, stop.value)
+                        # The last statements go with the COMMIT, which the block's end sends: one round trip.
+                        final = step
+                        qs = [final.step] if isinstance(final.step, Q) else list(final.step)
+                        sent = await _send(conn, qs)
+                except psycopg.Error as exc:
+                    if final is None:
+                        raise
+                    steps.throw(_refused(exc))  # the script words a refusal, or lets the error through
+                    raise
+                rows = await _fetch(qs, sent)
+                try:
+                    steps.send(rows[0] if isinstance(final.step, Q) else rows)
                 except StopIteration as stop:
                     return cast(T, stop.value)
+                raise AssertionError(f"{script.__name__}: a script returns after its final step")
         except Undo as undo:
             return cast(T, undo.value)
 
@@ -252,23 +275,38 @@ class PostgresStorage(SQLStorage):
         raise AssertionError("unreachable")
 
     # --- what only this backend does ---------------------------------------------
-    async def claim_run(self, worker_id: str, lease_seconds: float) -> Row | None:
+    async def claim_run(self, worker_id: str, lease_seconds: float, deadline_seconds: float = 0.0) -> Row | None:
+        since = time.monotonic()
         try:
             # One statement is its own transaction: no BEGIN/COMMIT round trips on the hottest path.
             async with self._pool.connection() as db:
-                cur = await db.execute(POSTGRES.statement("claim_run"),
-                                       {"worker_id": worker_id, "lease_seconds": lease_seconds})
+                cur = await db.execute(POSTGRES.statement("claim_run"), {
+                    "worker_id": worker_id, "lease_seconds": lease_seconds, "deadline_seconds": deadline_seconds})
                 found = await cur.fetchone()
         except psycopg.errors.UniqueViolation:
             return None  # another worker just started a run of that thread; the next claim moves on
-        return _row(found) if found else None
+        claimed = _row(found) if found else None
+        self._remember_deadline(claimed, deadline_seconds, since)
+        return claimed
 
     async def prune_checkpoints(self, thread_id: str, strategy: Literal["delete", "keep_latest"]) -> None:
         await self.checkpointer.aprune([thread_id], strategy=strategy)
 
 
+def _refused(exc: psycopg.Error) -> BaseException:
+    """`check_quota`'s refusal (SQLSTATE TL429, the counts in its detail) as `QuotaRefused`; else `exc`."""
+    if exc.sqlstate != QUOTA_SQLSTATE:
+        return exc
+    mine, total = (int(n) for n in (exc.diag.message_detail or "0 0").split())
+    return QuotaRefused(mine, total)
+
+
 async def _execute(conn: _Conn, qs: Sequence[Q]) -> list[list[Row] | None]:
     """Send the statements, then fetch the rows of those waited for."""
+    return await _fetch(qs, await _send(conn, qs))
+
+
+async def _send(conn: _Conn, qs: Sequence[Q]) -> list[psycopg.AsyncCursor[DictRow] | None]:
     sent: list[psycopg.AsyncCursor[DictRow] | None] = []
     for q in qs:
         if q.many:
@@ -277,6 +315,10 @@ async def _execute(conn: _Conn, qs: Sequence[Q]) -> list[list[Row] | None]:
             sent.append(None)
         else:
             sent.append(await conn.execute(q.sql, POSTGRES.params(q.params)))
+    return sent
+
+
+async def _fetch(qs: Sequence[Q], sent: Sequence[psycopg.AsyncCursor[DictRow] | None]) -> list[list[Row] | None]:
     return [[_row(r) for r in await cur.fetchall()] if q.wait and cur is not None else None
             for q, cur in zip(qs, sent, strict=True)]
 

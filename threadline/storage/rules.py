@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from threadline.errors import Conflict, NotFound, QuotaExceeded
 
 if TYPE_CHECKING:
-    from threadline.storage.base import Quota
+    from threadline.storage.base import Claim, Quota
 
 Row = dict[str, Any]
 
@@ -28,7 +28,7 @@ class EnqueuePlan(NamedTuple):
 
 
 def plan_enqueue(run: Row, thread_metadata_before: dict[str, Any] | None, *, created: bool, active: bool,
-                 thread_metadata: dict[str, Any], reject_if_active: bool, claim_for: tuple[str, float] | None,
+                 thread_metadata: dict[str, Any], reject_if_active: bool, claim_for: Claim | None,
                  run_metadata: Callable[[dict[str, Any] | None], dict[str, Any]] | None) -> EnqueuePlan:
     """Reject, claim at once, or just queue.
 
@@ -89,11 +89,16 @@ def quota_refusal(quota: Quota, mine: int, total: int) -> str | None:
     if quota.total and total >= quota.total:
         raise QuotaExceeded(f"The run queue is full ({total} active runs, the cap is {quota.total}): "
                             "try again once some have finished.")
-    per_identity = bool(quota.per_identity) and quota.identity is not None
-    if per_identity and mine >= quota.per_identity:
+    identity = counted_identity(quota)
+    if identity is not None and mine >= quota.per_identity:
         raise QuotaExceeded(f"Too many active runs for this client ({mine}, the cap is {quota.per_identity}): "
                             "try again once some have finished, or cancel some.")
-    return quota.identity if per_identity else None
+    return identity
+
+
+def counted_identity(quota: Quota) -> str | None:
+    """The identity a run is stored (and counted) under: its creator's, when a per-identity cap applies."""
+    return quota.identity if quota.per_identity and quota.identity is not None else None
 
 
 def seconds_left(now_at: str, deadline_at: str | None) -> float:

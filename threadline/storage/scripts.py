@@ -14,10 +14,11 @@ from collections.abc import Callable, Generator
 from typing import Any, NamedTuple, TypeVar
 
 from threadline.errors import Conflict, NotFound
-from threadline.storage.base import THREAD_EVENTS_KEPT, NewThreadEvent, Quota
+from threadline.storage.base import THREAD_EVENTS_KEPT, Claim, NewThreadEvent, Quota
 from threadline.storage.rules import (
     VERSION_COLUMNS,
     Row,
+    counted_identity,
     next_assistant_version,
     plan_enqueue,
     quota_refusal,
@@ -41,8 +42,24 @@ class Q(NamedTuple):
     many: bool = False
 
 
-Step = Q | tuple[Q, ...]
+class Final(NamedTuple):
+    """A script's last step: its statements may be sent with the transaction's COMMIT (PostgreSQL: one round
+    trip for both). The script receives their rows once the transaction has committed, and only returns."""
+
+    step: Q | tuple[Q, ...]
+
+
+Step = Q | tuple[Q, ...] | Final
 Script = Generator[Step, Any, T]
+
+
+class QuotaRefused(Exception):
+    """A driver's translation of the database refusing a run over a cap (`check_quota`), thrown into the script
+    at its step: the active runs of the quota's identity (`mine`) and of the whole queue (`total`)."""
+
+    def __init__(self, mine: int, total: int) -> None:
+        super().__init__(mine, total)
+        self.mine, self.total = mine, total
 
 
 class Undo(Exception):
@@ -114,12 +131,13 @@ def reconcile(d: Dialect, changes: Row, *, thread_id: str | None = None, run_id:
 # --- runs and the queue ---------------------------------------------------------
 def enqueue_run(d: Dialect, run: Row, thread_metadata: dict[str, Any], create_thread: bool, reject_if_active: bool,
                 ttl_minutes: float | None, new_thread_metadata: dict[str, Any],
-                claim_for: tuple[str, float] | None,
+                claim_for: Claim | None,
                 run_metadata: Callable[[dict[str, Any] | None], dict[str, Any]] | None,
                 quota: Quota | None = None) -> Script[Row]:
-    """One round trip reads what decides (the thread, created if asked; its row lock orders concurrent
-    enqueues, so a reject sees the other's run; its active run), one writes. With a `quota`, one more
-    counts the active runs in between (`quota_refusal`), under its locks (`_quota_locks`)."""
+    """Two round trips: one reads what decides (the thread, created if asked; its row lock orders concurrent
+    enqueues, so a reject sees the other's run; its active run), one writes and commits (`Final`). With a
+    `quota`, the second also takes its locks and counts the active runs (`_quota_locks`, `check_quota`),
+    refused in that statement: no lock of the whole queue is held while the client takes its next step."""
     now, thread_id = run["created_at"], run["thread_id"]
     need_active = reject_if_active or claim_for is not None
     steps = [q(d, "lock_thread", thread_id=thread_id)]
@@ -135,33 +153,44 @@ def enqueue_run(d: Dialect, run: Row, thread_metadata: dict[str, Any], create_th
     plan = plan_enqueue(run, thread[0]["metadata"] if thread else None, created=created,
                         active=bool(found[-1]) if need_active else False, thread_metadata=thread_metadata,
                         reject_if_active=reject_if_active, claim_for=claim_for, run_metadata=run_metadata)
-    if quota is not None:  # limits (issue 16): refused here, nothing of this run is written
-        *_, counts = yield (*_quota_locks(d, quota), q(d, "count_active_runs", identity=quota.identity))
-        identity = quota_refusal(quota, int(counts[0]["mine"] or 0), int(counts[0]["total"] or 0))
-        if identity is not None:
-            plan = plan._replace(run={**plan.run, "identity": identity})
-    insert = Q(d.insert("runs", plan.run, lease=plan.claimed, returning=True),
-               {**plan.run, "lease_seconds": claim_for[1] if plan.claimed and claim_for else None})
-    if created:
-        rows = yield insert
-    else:
-        _, rows = yield (q(d, "mark_thread_busy", wait=False, thread_id=thread_id, metadata=plan.thread_metadata,
-                          now=now), insert)
-    return rows[0]
+    checks: tuple[Q, ...] = ()
+    if quota is not None:  # limits (issue 16): refused in the transaction, nothing of this run is written
+        counted = counted_identity(quota)
+        plan = plan._replace(run={**plan.run, "identity": counted}) if counted is not None else plan
+        checks = (*_quota_locks(d, quota), q(d, "check_quota", identity=counted, per_identity=quota.per_identity,
+                                             cap=quota.total))
+    stamp = plan.claimed and claim_for is not None and claim_for.deadline_seconds > 0
+    insert = Q(d.insert("runs", plan.run, lease=plan.claimed, deadline=stamp, returning=True),
+               {**plan.run, "lease_seconds": claim_for.lease_seconds if plan.claimed and claim_for else None,
+                "deadline_seconds": claim_for.deadline_seconds if stamp and claim_for else None})
+    mark = () if created else (q(d, "mark_thread_busy", wait=False, thread_id=thread_id,
+                                 metadata=plan.thread_metadata, now=now),)
+    try:
+        results = yield Final((*checks, *mark, insert))
+    except QuotaRefused as refused:  # PostgreSQL refused it in `check_quota`: nothing was committed
+        if quota is not None:
+            quota_refusal(quota, refused.mine, refused.total)
+        raise
+    if quota is not None:  # the counts before this run (SQLite: refused here, which rolls its writer back)
+        counts = results[len(checks) - 1][0]
+        quota_refusal(quota, int(counts["mine"] or 0), int(counts["total"] or 0))
+    return results[-1][0]
 
 
 def _quota_locks(d: Dialect, quota: Quota) -> list[Q]:
     """The quota's locks (PostgreSQL: transaction-scoped advisory locks; SQLite: none needed, its one writer
     runs one enqueue at a time), always in this order, the whole queue's then the identity's, and always
     after the thread's row lock: concurrent enqueues then count one after another, so no two both take the
-    last place, and no two wait for each other. Released at commit, with the run visible to the next count."""
+    last place, and no two wait for each other. Released at commit, with the run visible to the next count:
+    the insert and the commit go in one round trip (`Final`), so the lock is held across one round trip."""
     keys = (["threadline:quota"] if quota.total else []) + (
         [f"threadline:quota:{quota.identity}"] if quota.per_identity and quota.identity is not None else [])
     return [q(d, "lock_quota", wait=False, key=key) for key in keys]
 
 
-def set_run_deadline(d: Dialect, run_id: str, seconds: float) -> Script[float]:
-    rows = yield q(d, "set_run_deadline", run_id=run_id, deadline_seconds=seconds)
+def set_run_deadline(d: Dialect, run_id: str, seconds: float, replace: bool = False) -> Script[float]:
+    rows = yield q(d, "replace_run_deadline" if replace else "set_run_deadline", run_id=run_id,
+                   deadline_seconds=seconds)
     return seconds_left(rows[0]["now_at"], rows[0]["deadline_at"]) if rows else 0.0
 
 

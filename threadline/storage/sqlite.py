@@ -14,6 +14,7 @@ import fcntl
 import json
 import logging
 import sqlite3
+import time
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -27,7 +28,7 @@ from langgraph.store.sqlite.aio import AsyncSqliteStore
 
 from threadline.errors import ConfigError, StorageUnavailable
 from threadline.storage.base import Row
-from threadline.storage.scripts import Q, Script, T, Undo
+from threadline.storage.scripts import Final, Q, Script, T, Undo
 from threadline.storage.sql import JSON_COLUMNS, apply_migrations, iso_after, now_iso
 from threadline.storage.sqlite_saver import WriterSqliteSaver
 from threadline.storage.sqlite_writer import Writer, in_transaction, translated
@@ -156,8 +157,10 @@ class SQLiteStorage(SQLStorage):
         # `sync` commits each write before the next step; `async` and `exit` allow the group commit.
         return self.checkpointer if durability == "sync" else self.checkpointer.grouped()
 
-    async def claim_run(self, worker_id: str, lease_seconds: float) -> Row | None:
-        claimed: Row | None = await self.writer.run(_claim, worker_id, lease_seconds)
+    async def claim_run(self, worker_id: str, lease_seconds: float, deadline_seconds: float = 0.0) -> Row | None:
+        since = time.monotonic()
+        claimed: Row | None = await self.writer.run(_claim, worker_id, lease_seconds, deadline_seconds)
+        self._remember_deadline(claimed, deadline_seconds, since)
         return claimed
 
     async def prune_checkpoints(self, thread_id: str, strategy: Literal["delete", "keep_latest"]) -> None:
@@ -174,7 +177,9 @@ def _stepped(db: sqlite3.Connection, script: Callable[..., Script[T]], args: tup
     try:
         step = next(steps)
         while True:
-            result = _execute(db, step, now) if isinstance(step, Q) else [_execute(db, s, now) for s in step]
+            # A final step is as any other: the writer commits after the script.
+            qs = step.step if isinstance(step, Final) else step
+            result = _execute(db, qs, now) if isinstance(qs, Q) else [_execute(db, s, now) for s in qs]
             step = steps.send(result)
     except StopIteration as stop:
         return cast(T, stop.value)
@@ -202,12 +207,12 @@ def _bind(params: dict[str, Any], now: str) -> dict[str, Any]:
     return bound
 
 
-def _claim(db: sqlite3.Connection, worker_id: str, lease_seconds: float) -> Row | None:
+def _claim(db: sqlite3.Connection, worker_id: str, lease_seconds: float, deadline_seconds: float) -> Row | None:
     """The oldest claimable run, claimed. The search is a plain read: an idle slot's claim usually finds nothing,
     and then takes no write lock. Every writer of `runs` uses this connection under the writer's lock, so what
     it found is still claimable when the transaction begins (the UPDATE checks it is still pending anyway)."""
     now = now_iso()
-    params = {"worker_id": worker_id, "lease_seconds": lease_seconds}
+    params = {"worker_id": worker_id, "lease_seconds": lease_seconds, "deadline_seconds": deadline_seconds}
     cur = db.execute(SQLITE.statement("next_claimable_run"), {"now": now})
     found = cur.fetchone()
     cur.close()

@@ -8,22 +8,46 @@ read. `heavy` marks work that may touch many rows (SQLite runs it on its connect
 from __future__ import annotations
 
 import abc
+import functools
+import time
 from collections.abc import Callable
 from typing import Any, Literal
 
 from threadline.storage import crons, scripts
-from threadline.storage.base import NewThreadEvent, Quota, Row, SortOrder, Storage
+from threadline.storage.base import Claim, NewThreadEvent, Quota, Row, SortOrder, Storage
+from threadline.storage.rules import seconds_left
 from threadline.storage.scripts import Script, T
 from threadline.storage.statements import Dialect, like_pattern, order_by, where
 
 _ASSISTANT_SORT = {"assistant_id", "graph_id", "name", "created_at", "updated_at"}
 _THREAD_SORT = {"thread_id", "status", "created_at", "updated_at", "state_updated_at"}
+#: Deadlines remembered from claims (see `SQLStorage._stamped`), at most this many at once.
+_STAMPED_KEPT = 10_000
 
 
 class SQLStorage(Storage):
     """Storage in one SQL database (see the module docstring)."""
 
     dialect: Dialect
+
+    @functools.cached_property
+    def _stamped(self) -> dict[str, tuple[float, float, float]]:
+        """Deadlines this process stamped when it claimed a run: run id -> (the seconds stamped, the seconds
+        left at the claim on the database's clock, `time.monotonic()` just before the claim). The executor
+        asks for the run's deadline as it starts it (`set_run_deadline`): the answer is known, and a start
+        then costs no transaction of its own (on SQLite a write through the one writer)."""
+        return {}
+
+    def _remember_deadline(self, run: Row | None, seconds: float, since: float, *, fresh: bool = False) -> None:
+        """`run` was just claimed with a deadline of `seconds` stamped unless it had one; `fresh`: it had none
+        (a run created claimed). Otherwise the seconds left are read from the claimed row (both its
+        `updated_at` and its `deadline_at` are on the database's clock)."""
+        if run is None or seconds <= 0 or not run.get("deadline_at"):
+            return
+        if len(self._stamped) >= _STAMPED_KEPT:  # runs claimed here but never started (a crash): forgotten
+            self._stamped.clear()
+        left = seconds if fresh else seconds_left(run["updated_at"], run["deadline_at"])
+        self._stamped[run["run_id"]] = (seconds, left, since)
 
     @abc.abstractmethod
     async def _transact(self, script: Callable[..., Script[T]], *args: Any, heavy: bool = False,
@@ -145,11 +169,16 @@ class SQLStorage(Storage):
     async def enqueue_run(self, run: Row, *, thread_metadata: dict[str, Any], create_thread: bool,
                           reject_if_active: bool, thread_ttl_minutes: float | None = None,
                           new_thread_metadata: dict[str, Any] | None = None,
-                          claim_for: tuple[str, float] | None = None,
+                          claim_for: Claim | tuple[str, float] | None = None,
                           run_metadata: Callable[[dict[str, Any] | None], dict[str, Any]] | None = None,
                           quota: Quota | None = None) -> Row:
-        return await self._transact(scripts.enqueue_run, run, thread_metadata, create_thread, reject_if_active,
-                                    thread_ttl_minutes, new_thread_metadata or {}, claim_for, run_metadata, quota)
+        claim = Claim(*claim_for) if claim_for is not None else None
+        since = time.monotonic()
+        created = await self._transact(scripts.enqueue_run, run, thread_metadata, create_thread, reject_if_active,
+                                       thread_ttl_minutes, new_thread_metadata or {}, claim, run_metadata, quota)
+        if claim is not None and created["status"] == "running":
+            self._remember_deadline(created, claim.deadline_seconds, since, fresh=True)
+        return created
 
     async def heartbeat_runs(self, worker_id: str, held: dict[str, int], lease_seconds: float) -> set[str]:
         if not held:
@@ -164,6 +193,7 @@ class SQLStorage(Storage):
     async def finish_run(self, run_id: str, status: str, *, error: Any = None, output: Any = None,
                          thread_changes: Row | None = None, worker_id: str | None = None,
                          attempt: int | None = None, delete_thread: bool = False) -> Row | None:
+        self._stamped.pop(run_id, None)
         return await self._transact(scripts.finish_run, run_id, status, error, output, thread_changes or {},
                                     worker_id, attempt, delete_thread)
 
@@ -212,8 +242,14 @@ class SQLStorage(Storage):
 
     # --- limits (issue 16: run deadlines) ---------------------------------------
     async def set_run_deadline(self, run_id: str, seconds: float) -> float:
-        # Idempotent: a deadline once set is kept, and the seconds left are read from it.
-        return await self._transact(scripts.set_run_deadline, run_id, seconds, idempotent=True)
+        stamped = self._stamped.pop(run_id, None)
+        if stamped is not None and stamped[0] == seconds:
+            return stamped[1] - (time.monotonic() - stamped[2])
+        # A claim stamped the worker's default, fresh (the run had no deadline): the run's own replaces it.
+        replace = stamped is not None and stamped[1] >= stamped[0] - 0.001
+        # Idempotent: a deadline once set is kept (or replaced again, a moment later), and the seconds left
+        # are read from it.
+        return await self._transact(scripts.set_run_deadline, run_id, seconds, replace, idempotent=True)
 
     # --- checkpoint helpers ----------------------------------------------------
     async def delete_checkpoints_for_run(self, thread_id: str, run_id: str) -> None:

@@ -8,6 +8,7 @@ and the few true differences between the dialects are slots, which `Dialect.sql`
 | `{now}` | `:now`, the transaction's one timestamp (app clock) | `now()`, the transaction's start (database clock) |
 | `{lease}` | `:lease_at` (now + `:lease_seconds`) | `now() + make_interval(secs => :lease_seconds)` |
 | `{deadline}` | `:deadline_at` (now + `:deadline_seconds`) | `now() + make_interval(secs => :deadline_seconds)` |
+| `{check_quota}` | `1` (the script checks the counts) | `threadline_check_quota(...)`, which raises TL429 |
 | `{for_update}`, `{skip_locked}` | nothing (the one writer holds the lock) | `FOR UPDATE`, `FOR UPDATE SKIP LOCKED` |
 | `{json:p}` | `:p` (JSON text) | `CAST(:p AS jsonb)` |
 | `{ts:p}` | `:p` | `CAST(:p AS timestamptz)` |
@@ -92,7 +93,9 @@ STATEMENTS: dict[str, str] = {
     # The oldest pending, available run whose thread has no running run and no older pending one.
     "claim_run": (
         "UPDATE runs SET status = 'running', worker_id = :worker_id, attempt = attempt + 1, "
-        "lease_expires_at = {lease}, updated_at = {now} "
+        "lease_expires_at = {lease}, updated_at = {now}, "
+        # The run's deadline (limits) from its first start, unless it has one (a retried run keeps it).
+        "deadline_at = CASE WHEN :deadline_seconds > 0 THEN COALESCE(deadline_at, {deadline}) ELSE deadline_at END "
         f"WHERE run_id = ({_CLAIMABLE} {{skip_locked}}) AND status = 'pending' RETURNING *"),
     # The finish guard: with a worker named, only the holder of that attempt ends the run.
     "finish_run": (
@@ -134,10 +137,16 @@ STATEMENTS: dict[str, str] = {
     "set_run_deadline": (
         "UPDATE runs SET deadline_at = COALESCE(deadline_at, {deadline}) WHERE run_id = :run_id "
         "RETURNING deadline_at, {now} AS now_at"),
+    # A deadline the claim stamped with the worker's default, replaced by the run's own (its config's).
+    "replace_run_deadline": (
+        "UPDATE runs SET deadline_at = {deadline} WHERE run_id = :run_id RETURNING deadline_at, {now} AS now_at"),
     # The active runs of one identity and of the whole deployment, counted inside the enqueue transaction.
-    "count_active_runs": (
-        "SELECT COUNT(CASE WHEN identity = :identity THEN 1 END) AS mine, COUNT(*) AS total FROM runs "
-        f"WHERE {ACTIVE}"),
+    # The active runs of one identity and of the whole deployment, counted inside the enqueue transaction and
+    # refused in the statement where it can be (PostgreSQL: `threadline_check_quota`, which raises; SQLite:
+    # the script checks the counts, its one writer commits after it).
+    "check_quota": (
+        "SELECT c.mine, c.total, {check_quota} AS ok FROM (SELECT COUNT(CASE WHEN identity = :identity THEN 1 END) "
+        f"AS mine, COUNT(*) AS total FROM runs WHERE {ACTIVE}) AS c"),
     # --- protocol events
     "bump_event_counter": (
         "INSERT INTO thread_event_counters AS c (thread_id, last_seq) VALUES (:thread_id, :count) "
@@ -219,6 +228,9 @@ class Dialect:
             return ":lease_at" if lite else "now() + make_interval(secs => :lease_seconds)"
         if slot == "deadline":
             return ":deadline_at" if lite else "now() + make_interval(secs => :deadline_seconds)"
+        if slot == "check_quota":
+            return "1" if lite else (
+                "threadline_check_quota(c.mine, c.total, :per_identity, :cap, CAST(:identity AS text) IS NOT NULL)")
         if slot == "for_update":
             return "" if lite else "FOR UPDATE"
         if slot == "skip_locked":
@@ -267,13 +279,16 @@ class Dialect:
 
     # --- statements whose columns vary ------------------------------------------
     def insert(self, table: str, columns: Iterable[str], *, conflict: str | None = None, lease: bool = False,
-               returning: bool = False) -> str:
-        """INSERT of `columns`; `lease`: `lease_expires_at` too, `{lease}` from now (`:lease_seconds`)."""
-        cols = [c for c in columns if not (lease and c == "lease_expires_at")]
+               deadline: bool = False, returning: bool = False) -> str:
+        """INSERT of `columns`; `lease`: `lease_expires_at` too, `{lease}` from now (`:lease_seconds`);
+        `deadline`: `deadline_at` too, `{deadline}` from now (`:deadline_seconds`)."""
+        slots = {"lease_expires_at": "{lease}"} if lease else {}
+        if deadline:
+            slots["deadline_at"] = "{deadline}"
+        cols = [c for c in columns if c not in slots]
         values = [_value(c) for c in cols]
-        if lease:
-            cols.append("lease_expires_at")
-            values.append("{lease}")
+        cols += slots
+        values += slots.values()
         return self.sql(f"INSERT INTO {table} ({', '.join(_q(c) for c in cols)}) VALUES ({', '.join(values)})"
                         + (f" ON CONFLICT {conflict}" if conflict else "") + (" RETURNING *" if returning else ""))
 
