@@ -130,8 +130,8 @@ class EncryptedStorage:
             **kwargs)
         return await self._open("run", created)  # type: ignore[return-value]
 
-    async def claim_run(self, worker_id: str, lease_seconds: float) -> Row | None:
-        claimed = await self.inner.claim_run(worker_id, lease_seconds)
+    async def claim_run(self, worker_id: str, lease_seconds: float, deadline_seconds: float = 0.0) -> Row | None:
+        claimed = await self.inner.claim_run(worker_id, lease_seconds, deadline_seconds)
         if claimed is not None:
             # The run executes in a task started from here: its checkpoints take the context it was stored with.
             use_context(stored_context(claimed.get("kwargs")))
