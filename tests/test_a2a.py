@@ -32,6 +32,7 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError, UnsupportedOperationError
 from google.protobuf.json_format import MessageToDict, ParseDict
 
+from tests.waits import logged, until
 from threadline.core.assistants import system_assistant_id
 
 ECHO, SLOW, APPROVAL = (system_assistant_id(g) for g in ("echo", "slow", "approval"))
@@ -159,8 +160,7 @@ async def test_v1_cancel_really_stops_the_run(live_url: str, client_http: httpx.
     request.configuration.return_immediately = True
     task = [e async for e in client.send_message(request)][0].task
     assert task.status.state in (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
-    while not any(w.startswith("a2a-cancel:") for w in WORK_LOG):
-        await asyncio.sleep(0.01)
+    await until(logged(WORK_LOG, "a2a-cancel:"))
     canceled = await client.cancel_task(CancelTaskRequest(id=task.id))
     assert canceled.status.state == TaskState.TASK_STATE_CANCELED
     done = len([w for w in WORK_LOG if w.startswith("a2a-cancel:")])

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import httpx
 import pytest
 from langgraph_sdk.client import LangGraphClient
+
+from tests.waits import logged, until
 
 
 async def _start_slow(sdk: LangGraphClient, tid: str, tag: str) -> dict:
     from tests.project.agents import WORK_LOG
 
     run = await sdk.runs.create(tid, "slow", input={"tag": tag, "steps": 40, "delay": 0.02})
-    while not any(w.startswith(f"{tag}:") for w in WORK_LOG):
-        await asyncio.sleep(0.01)
+    await until(logged(WORK_LOG, f"{tag}:"))
     return run
 
 
