@@ -2,8 +2,8 @@
 
 Kinds of test, as markers (`-m`): `unit` (no backend), `integration` (the `backend` fixture: SQLite and
 PostgreSQL + Redis), `e2e` (starts real processes; always `slow` too). `-m "not slow"` is the fast loop.
-A module whose tests only read, or use ids of their own, shares one started app per backend:
-`tests/shared_app.py`.
+A module whose tests only read, or use ids of their own, shares one started app per backend
+(`module_served`); the others start one per test (`served`).
 """
 
 from __future__ import annotations
