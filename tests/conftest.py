@@ -160,6 +160,13 @@ async def module_http(module_served: tuple[Any, object]) -> AsyncIterator[httpx.
         yield client
 
 
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def module_live_url(module_served: tuple[Any, object]) -> AsyncIterator[str]:
+    """`live_url` for a module that shares its app: the same started app, over uvicorn on a loopback port."""
+    async with serving_asgi(module_served[1], lifespan="off") as url:
+        yield url
+
+
 @pytest.fixture(scope="session")
 def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A SQLite file migrated once for the session (ours, the checkpointer's, the store's tables): each
@@ -212,12 +219,14 @@ async def serving(settings: Settings) -> AsyncIterator[str]:
 
 
 @contextlib.asynccontextmanager
-async def serving_asgi(asgi_app: Any) -> AsyncIterator[str]:
-    """Any ASGI app served by uvicorn on a free loopback port; its base URL."""
+async def serving_asgi(asgi_app: Any, *, lifespan: str = "auto") -> AsyncIterator[str]:
+    """Any ASGI app served by uvicorn on a free loopback port; its base URL. `lifespan="off"` for an app
+    already started."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(asgi_app, host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(asgi_app, host="127.0.0.1", port=port, log_level="warning",
+                                           lifespan=lifespan))  # type: ignore[arg-type]
     task = asyncio.create_task(server.serve())
     while not server.started:
         if task.done():
