@@ -146,7 +146,7 @@ def test_install_deps_installs_as_langgraph_build_does(tmp_path: Path) -> None:
                         ["langchain-openai>=0.3"]]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e  # docker compose
 @pytest.mark.timeout(1200)
 def test_the_compose_stack_builds_migrates_and_runs_a_run(tmp_path: Path) -> None:
     """Where a container engine works: build the image, start compose.yaml, run a run through the API."""

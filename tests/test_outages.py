@@ -231,7 +231,7 @@ async def _eventually_ok(http: httpx.AsyncClient, seconds: float = 15) -> None:
         await asyncio.sleep(0.2)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e  # a throwaway redis-server
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server to start a throwaway Redis")
 async def test_redis_down_answers_503_and_service_resumes(scaleout_services: ScaleOut) -> None:
     backend = scaleout_services.fresh()
