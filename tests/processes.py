@@ -8,9 +8,12 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).parents[1]
 
@@ -57,3 +60,47 @@ def serving(folder: Path, *args: str, command: str = "serve") -> Iterator[tuple[
     finally:
         stop(proc)
         log.close()
+
+
+class _Watch:
+    """Fails a test that starts a process without being marked `slow` (or `e2e`): the fast loop
+    (`-m "not slow"`) stays in-process. Any `subprocess.Popen` counts, asyncio's subprocesses included."""
+
+    def __init__(self) -> None:
+        self.item: pytest.Item | None = None
+        self.started: list[str] = []
+
+    def audit(self, event: str, args: tuple[Any, ...]) -> None:
+        if event == "subprocess.Popen" and self.item is not None:
+            self.started.append(" ".join(str(a) for a in (args[1] or [args[0]])[:4]))
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, object, object]:
+        allowed = item.get_closest_marker("slow") is not None
+        self.item, self.started = (None if allowed else item), []
+        try:
+            return (yield)
+        finally:
+            self.item = None
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]
+                                  ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        if call.when == "teardown" and self.item is item and self.started and report.passed:
+            report.outcome = "failed"
+            report.longrepr = (f"{item.nodeid} started a process ({'; '.join(self.started[:3])}) but is not "
+                               "marked slow: mark it `slow` (or its module `e2e`), or keep it in-process")
+        return report
+
+
+def watch(config: pytest.Config) -> None:
+    """Install the check that tests outside the slow set start no process (once per interpreter)."""
+    global _WATCH
+    if _WATCH is None:
+        _WATCH = _Watch()
+        sys.addaudithook(_WATCH.audit)
+    config.pluginmanager.register(_WATCH, "threadline-process-watch")
+
+
+_WATCH: _Watch | None = None

@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+import pytest_asyncio
 from a2a.client import ClientConfig, ClientFactory, create_client
 from a2a.client.card_resolver import parse_agent_card
 from a2a.compat.v0_3 import types as v03
@@ -32,17 +33,44 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError, UnsupportedOperationError
 from google.protobuf.json_format import MessageToDict, ParseDict
 
-from tests.waiting import wait_until
+from tests.services import Backend
+from tests.waits import logged, until
 from threadline.core.assistants import system_assistant_id
 
 ECHO, SLOW, APPROVAL = (system_assistant_id(g) for g in ("echo", "slow", "approval"))
+
+# The module's tests share one started app per backend (tests/conftest.py, `module_served`), in-process and over
+# a loopback port: each makes its own tasks and contexts and reads only those. They run in the app's event loop.
+pytestmark = [pytest.mark.asyncio(loop_scope="module"),
+              # the synchronous tests of the module run as before, without a loop
+              pytest.mark.filterwarnings("ignore:The test <Function .* is marked with '@pytest.mark.asyncio'")]
+
+
+@pytest.fixture
+def backend(module_backend: Backend) -> Backend:
+    return module_backend
+
+
+@pytest.fixture
+def served(module_served: tuple[Any, object]) -> tuple[Any, object]:
+    return module_served
+
+
+@pytest.fixture
+def http(module_http: httpx.AsyncClient) -> httpx.AsyncClient:
+    return module_http
+
+
+@pytest.fixture
+def live_url(module_live_url: str) -> str:
+    return module_live_url
 
 
 # --- the 1.0 wire, through the official client, against a live server --------------------------------------------
 
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="module")
 async def client_http() -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(timeout=30) as client:
         yield client
@@ -161,7 +189,7 @@ async def test_v1_cancel_really_stops_the_run(live_url: str, client_http: httpx.
     request.configuration.return_immediately = True
     task = [e async for e in client.send_message(request)][0].task
     assert task.status.state in (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
-    await wait_until(lambda: any(w.startswith("a2a-cancel:") for w in WORK_LOG))
+    await until(logged(WORK_LOG, "a2a-cancel:"))
     canceled = await client.cancel_task(CancelTaskRequest(id=task.id))
     assert canceled.status.state == TaskState.TASK_STATE_CANCELED
     done = len([w for w in WORK_LOG if w.startswith("a2a-cancel:")])

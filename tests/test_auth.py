@@ -355,7 +355,7 @@ def test_no_auth_on_a_public_interface_refuses_to_start() -> None:
     create_app(Settings(config=project, host="::1"))
 
 
-@pytest.mark.slow
+@pytest.mark.e2e  # the `threadline serve` command
 def test_threadline_serve_on_0000_without_auth_exits(tmp_path: Path) -> None:
     import subprocess
     import sys
@@ -482,7 +482,7 @@ async def test_the_projects_own_routes_need_credentials_only_when_asked(tmp_path
 # --- a worker in another process ------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.e2e  # a worker process
 async def test_a_worker_in_another_process_runs_the_agent_as_the_caller(backend: Backend, tmp_path: Path) -> None:
     import os
     import subprocess

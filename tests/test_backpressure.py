@@ -20,6 +20,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from tests.conftest import PROJECT, serving, serving_asgi
 from tests.services import Backend
+from tests.waits import until
 from threadline.api.app import create_app
 from threadline.api.sse import Pump
 from threadline.settings import Settings
@@ -98,10 +99,7 @@ async def test_a_slow_reader_is_closed_while_its_run_completes_and_resumes(backe
                          b"Content-Length: %d\r\n\r\n%s" % (tid.encode(), len(body), body))
             try:
                 # The client reads nothing; the run goes on to its end all the same.
-                runs: list[Any] = []
-                while not runs:
-                    runs = (await http.get(f"/threads/{tid}/runs")).json()
-                    await asyncio.sleep(0.05)
+                runs: list[Any] = await until(lambda: _runs_of(http, tid), interval=0.05, what="the run to be listed")
                 run_id = runs[0]["run_id"]
                 assert (await _wait_status(http, tid, run_id, {"success", "error", "timeout"}))["status"] == "success"
                 await _one_slow_disconnect(http, "the slow stream was not closed")
@@ -286,3 +284,7 @@ async def test_a_websocket_that_stops_reading_is_dropped_while_its_run_completes
                 rest = [json.loads(await again.recv()) for _ in range(answer["result"]["replayed_events"])]
             seen = [frame["params"]["data"]["payload"]["step"] for frame in got + rest]
             assert seen == list(range(steps))  # nothing lost, nothing twice
+
+
+async def _runs_of(http: httpx.AsyncClient, tid: str) -> list[Any]:
+    return list((await http.get(f"/threads/{tid}/runs")).json())

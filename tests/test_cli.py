@@ -12,7 +12,7 @@ import pytest
 import threadline
 from tests.conftest import PROJECT
 
-pytestmark = pytest.mark.slow  # each test starts the `threadline` command
+pytestmark = pytest.mark.e2e  # each test starts the `threadline` command
 
 
 def _threadline(*args: str) -> subprocess.CompletedProcess[str]:

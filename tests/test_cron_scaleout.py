@@ -17,7 +17,7 @@ from tests.services import ScaleOut
 from tests.test_scaleout import Cluster
 from threadline.core.crons import iso, tick_run_id
 
-pytestmark = pytest.mark.slow  # real processes
+pytestmark = pytest.mark.e2e  # real processes
 
 SECONDS = 8  # how long the crons run: 8 ticks each
 

@@ -37,6 +37,7 @@ def _alerts() -> list[dict]:
     return [rule for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]]
 
 
+@pytest.mark.e2e  # promtool
 def test_the_alert_rules_are_valid_and_each_fires_and_stays_quiet_as_tested() -> None:
     promtool = needs("promtool", "Debian package prometheus: apt-get install prometheus")
     checked = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
@@ -100,6 +101,7 @@ def test_the_image_runs_threadline_as_a_non_root_user_with_a_health_check_on_ok(
     assert {k for k in env if k.startswith("THREADLINE_")} <= _settings_env()
 
 
+@pytest.mark.e2e  # hadolint
 def test_the_dockerfile_passes_hadolint() -> None:
     """The Dockerfile linted (hadolint, from the test extra), since it cannot be built where no engine runs."""
     beside = Path(sys.executable).parent / "hadolint"  # the venv's, when it is not on PATH
@@ -144,7 +146,7 @@ def test_install_deps_installs_as_langgraph_build_does(tmp_path: Path) -> None:
                         ["langchain-openai>=0.3"]]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e  # docker compose
 @pytest.mark.timeout(1200)
 def test_the_compose_stack_builds_migrates_and_runs_a_run(tmp_path: Path) -> None:
     """Where a container engine works: build the image, start compose.yaml, run a run through the API."""
@@ -205,6 +207,7 @@ def _one(objects: list[dict], kind: str, name: str) -> dict:
     return found
 
 
+@pytest.mark.e2e  # kubectl kustomize, where kubectl is installed
 def test_the_kubernetes_manifests_run_what_the_server_serves() -> None:
     from threadline.shutdown import GRACE_SECONDS, THREAD_SECONDS
 

@@ -12,7 +12,7 @@ import pytest
 from langgraph_sdk.client import LangGraphClient
 
 from tests.project.userstyle import FACTORY_CALLS, greeter
-from tests.waiting import wait_until
+from tests.waits import logged, until
 from threadline.core.graphs import GraphEntry, GraphRegistry
 
 
@@ -232,7 +232,7 @@ def test_loopback_is_unwired_at_shutdown() -> None:
 async def _working(tag: str) -> None:
     from tests.project.agents import WORK_LOG
 
-    await wait_until(lambda: any(w.startswith(f"{tag}:") for w in WORK_LOG))
+    await until(logged(WORK_LOG, f"{tag}:"))
 
 
 async def test_cancel_answers_once_the_status_has_changed(sdk: LangGraphClient, http: httpx.AsyncClient) -> None:

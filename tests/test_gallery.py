@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+import pytest_asyncio
 from langgraph_sdk import get_client
 from langgraph_sdk.schema import Command
 from mcp.client.session import ClientSession
@@ -66,9 +67,14 @@ CASES: dict[str, tuple[dict[str, Any], Check]] = {
     "progress": ({"steps": 2, "delay": 0.01}, _equals({"steps": 2, "delay": 0.01, "done": [0, 1]})),
     "loopback": ({"graph_id": "typed_ext"}, _equals({"graph_id": "typed_ext", "found": 1})),
 }
-@pytest.fixture
-async def url(backend: Backend) -> AsyncIterator[str]:
-    settings = Settings(config=str(GALLERY), workers=4, heartbeat_seconds=5.0, **backend.settings())
+# One server per backend for the module: each test makes threads and runs of its own, and reads only those
+# (it used to be one server per test: 126 of them). The tests run in the server's event loop.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def url(module_backend: Backend) -> AsyncIterator[str]:
+    settings = Settings(config=str(GALLERY), workers=4, heartbeat_seconds=5.0, **module_backend.settings())
     async with serving(settings) as base:
         yield base
 

@@ -16,7 +16,7 @@ from langgraph_sdk.client import LangGraphClient
 
 from tests.conftest import serving_asgi
 from tests.services import Backend
-from tests.waiting import wait_until
+from tests.waits import until
 from threadline.api.app import create_app
 from threadline.config import load_config
 from threadline.errors import Unavailable
@@ -53,7 +53,7 @@ def received(run_id: str) -> list[dict[str, Any]]:
 
 
 async def wait_received(run_id: str) -> list[dict[str, Any]]:
-    return await wait_until(lambda: received(run_id), timeout=10)
+    return await until(lambda: received(run_id), timeout=10, what="the webhook")
 
 
 # --- http.app --------------------------------------------------------------------------------------------

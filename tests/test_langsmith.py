@@ -19,7 +19,7 @@ from tests.conftest import PROJECT
 from tests.processes import serving
 from tests.test_tracing import Receiver
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]  # a server process, started for real
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]  # a server process, started for real
 
 
 def posted_runs(receiver: Receiver) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from tests.conftest import PROJECT
-from tests.waiting import wait_until
+from tests.waits import logged, until
 from threadline.api.mcp import PAGE_SIZE, simplify_schema, tool_name
 
 SYSTEM = len(json.loads(PROJECT.read_text())["graphs"])  # one system assistant per graph
@@ -198,7 +198,7 @@ async def test_a_client_that_leaves_a_tool_call_stops_its_run(live_url: str) -> 
         slow = next(t["name"] for t in tools if t["name"].startswith("slow"))
         calling = asyncio.create_task(_rpc(http, "tools/call", {
             "name": slow, "arguments": {"tag": "mcpleft", "steps": 200, "delay": 0.02}}))
-        await wait_until(lambda: any(w.startswith("mcpleft:") for w in WORK_LOG))
+        await until(logged(WORK_LOG, "mcpleft:"))
         calling.cancel()  # the client goes away mid-call
         with pytest.raises(asyncio.CancelledError):
             await calling

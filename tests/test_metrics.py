@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 import httpx
 from langgraph_sdk.client import LangGraphClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.waiting import wait_until
+from tests.waits import logged, until
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 LONG = {"steps": 10_000, "delay": 0.02}  # a `slow` run that lasts until it is cancelled
@@ -25,16 +23,6 @@ async def scrape(http: httpx.AsyncClient) -> Samples:
 
 def value(samples: Samples, name: str, **labels: str) -> float:
     return samples.get((name, frozenset(labels.items())), 0.0)
-
-
-async def until(check: Callable[[], Awaitable[Any]], attempts: int = 500) -> Any:
-    """Poll `check` until it returns something truthy; no deadline is asserted, only the outcome."""
-    for _ in range(attempts):
-        result = await check()
-        if result:
-            return result
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition never held")
 
 
 async def test_queue_running_and_finished_runs_move(http: httpx.AsyncClient, sdk: LangGraphClient) -> None:
@@ -144,7 +132,7 @@ async def test_a_client_that_leaves_a_wait_is_counted_as_499(live_url: str) -> N
         waiting = asyncio.create_task(http.post(f"/threads/{tid}/runs/wait", json={
             "assistant_id": "slow", "input": {"tag": "gone499", "steps": 200, "delay": 0.02},
             "on_disconnect": "cancel"}))
-        await wait_until(lambda: any(w.startswith("gone499:") for w in WORK_LOG))
+        await until(logged(WORK_LOG, "gone499:"))
         waiting.cancel()
 
         async def counted() -> Samples | None:

@@ -6,14 +6,14 @@ import httpx
 import pytest
 from langgraph_sdk.client import LangGraphClient
 
-from tests.waiting import wait_until
+from tests.waits import logged, until
 
 
 async def _start_slow(sdk: LangGraphClient, tid: str, tag: str) -> dict:
     from tests.project.agents import WORK_LOG
 
     run = await sdk.runs.create(tid, "slow", input={"tag": tag, "steps": 40, "delay": 0.02})
-    await wait_until(lambda: any(w.startswith(f"{tag}:") for w in WORK_LOG))
+    await until(logged(WORK_LOG, f"{tag}:"))
     return run
 
 

@@ -25,6 +25,7 @@ from fastapi import FastAPI
 
 from tests.conftest import PROJECT
 from tests.services import ScaleOut
+from tests.waits import until
 from threadline import errors
 from threadline.api.app import create_app
 from threadline.api.errors import install
@@ -167,9 +168,7 @@ async def test_postgres_connections_terminated_mid_request(pg_app: tuple[httpx.A
         terminated += await asyncio.to_thread(_terminate_backends, services)
     await asyncio.sleep(0.3)
     # Enough runs accepted to judge by: 2 s of load gave fewer than 10 on a loaded machine; bounded all the same.
-    enough = time.monotonic() + 60
-    while len(accepted) < 10 and time.monotonic() < enough:
-        await asyncio.sleep(0.1)
+    await until(lambda: len(accepted) >= 10, timeout=60, interval=0.1, what="10 runs accepted")
     stop.set()
     await asyncio.gather(*clients)
     assert terminated >= 4, "the outage did not happen"
@@ -238,7 +237,7 @@ async def _eventually_ok(http: httpx.AsyncClient, seconds: float = 15) -> None:
         await asyncio.sleep(0.2)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e  # a throwaway redis-server
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server to start a throwaway Redis")
 async def test_redis_down_answers_503_and_service_resumes(scaleout_services: ScaleOut) -> None:
     backend = scaleout_services.fresh()

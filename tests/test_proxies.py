@@ -19,7 +19,7 @@ def statuses(url: str, forwarded_for: list[str]) -> list[int]:
                 for address in forwarded_for]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e  # `threadline serve` behind each proxy setting
 @pytest.mark.parametrize(("trusted", "expected"), [
     # Not trusted: every request is loopback's, whatever it claims; the third spends the budget.
     ("", [200, 200, 429]),

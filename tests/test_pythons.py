@@ -23,7 +23,7 @@ from tests.environments import ROOT, SUPPORTED, find_python, in_ci, other_versio
 
 # Builds nothing (scripts/test did), but serves the gallery from another interpreter: a whole pytest run of
 # tests/test_gallery.py's SQLite cases, minutes on a slow machine.
-@pytest.mark.slow
+@pytest.mark.e2e  # the gallery under another Python
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("version", other_versions())
 def test_gallery_on_another_python(version: str) -> None:

@@ -126,7 +126,7 @@ def _api(backend: Backend, tmp: Path, env: dict[str, str]) -> tuple[subprocess.P
     raise AssertionError(log.read_text())
 
 
-@pytest.mark.slow  # two real API processes on one PostgreSQL + Redis
+@pytest.mark.e2e  # two real API processes on one PostgreSQL + Redis
 def test_the_budget_is_shared_by_every_api_process(scaleout_services: ScaleOut, tmp_path: Path) -> None:
     backend = scaleout_services.fresh()
     env = {"THREADLINE_RATE_LIMIT_RUNS": "4/day"}

@@ -84,7 +84,7 @@ def _wait_running(base: str, tid: str, run_id: str) -> None:
         time.sleep(0.02)
 
 
-@pytest.mark.slow  # real server processes
+@pytest.mark.e2e  # real server processes
 @pytest.mark.parametrize("waited", [False, True], ids=["background", "waited"])
 def test_sigkill_mid_run_is_recovered(tmp_path: Path, waited: bool) -> None:
     """Killed mid-run, a run is retried once at restart (run_retries=1) and its thread is usable. A waited
@@ -136,7 +136,7 @@ def _ignore_errors(call: object) -> None:
         call()  # type: ignore[operator]
 
 
-@pytest.mark.slow  # real server processes
+@pytest.mark.e2e  # real server processes
 def test_sigkill_without_retries_ends_run_as_error(tmp_path: Path) -> None:
     db, log = tmp_path / "t.db", tmp_path / "server.log"
     port = _free_port()
@@ -181,7 +181,7 @@ async def test_second_process_on_the_same_database(settings: Settings) -> None:
     await again.close()
 
 
-@pytest.mark.slow  # real server processes
+@pytest.mark.e2e  # real server processes
 def test_second_server_on_the_same_file_exits_with_the_reason(tmp_path: Path) -> None:
     db, log = tmp_path / "t.db", tmp_path / "server.log"
     proc = _start(db, _free_port(), log)
@@ -229,7 +229,7 @@ def _protocol_run(base: str, tid: str, steps: int) -> str:
     return r.json()["result"]["run_id"]
 
 
-@pytest.mark.slow  # real server processes
+@pytest.mark.e2e  # real server processes
 def test_a_protocol_run_stopped_by_a_shutdown_ends_once_with_its_real_end(tmp_path: Path) -> None:
     """SIGTERM returns the run to the queue: its clients must not be told `interrupted` before it runs again."""
     db, log = tmp_path / "t.db", tmp_path / "server.log"
@@ -250,7 +250,7 @@ def test_a_protocol_run_stopped_by_a_shutdown_ends_once_with_its_real_end(tmp_pa
         proc.wait(10)
 
 
-@pytest.mark.slow  # real server processes
+@pytest.mark.e2e  # real server processes
 def test_a_protocol_run_whose_worker_died_without_retries_ends_failed(tmp_path: Path) -> None:
     db, log = tmp_path / "t.db", tmp_path / "server.log"
     port = _free_port()

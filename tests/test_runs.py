@@ -8,7 +8,27 @@ import httpx
 import pytest
 from langgraph_sdk.client import LangGraphClient
 
-from tests.waiting import wait_until
+from tests.services import Backend
+from tests.waits import logged, until
+
+# The module's tests share one started app per backend (tests/conftest.py, `module_served`): each makes what it
+# reads, under ids of its own. They run in the app's event loop.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest.fixture
+def backend(module_backend: Backend) -> Backend:
+    return module_backend
+
+
+@pytest.fixture
+def served(module_served: tuple[Any, object]) -> tuple[Any, object]:
+    return module_served
+
+
+@pytest.fixture
+def http(module_http: httpx.AsyncClient) -> httpx.AsyncClient:
+    return module_http
 
 
 async def test_background_run_join_get_list(sdk: LangGraphClient) -> None:
@@ -58,12 +78,13 @@ async def test_default_assistant_when_omitted(http: httpx.AsyncClient) -> None:
 
 
 async def test_stateless_wait_and_stream(sdk: LangGraphClient) -> None:
+    threads = await sdk.threads.count()  # the module's app is shared: what earlier tests made stays
     out = await sdk.runs.wait(None, "counter", input={"increment": 2})
     assert out["count"] == 2
     parts = [p async for p in sdk.runs.stream(None, "counter", input={"increment": 1}, stream_mode="updates")]
     assert parts[0].event == "metadata"
     assert any(p.event == "updates" and p.data == {"count": {"count": 1, "log": [""]}} for p in parts)
-    assert await sdk.threads.count() == 0  # temporary threads are gone
+    assert await sdk.threads.count() == threads  # temporary threads are gone
 
 
 async def test_stream_modes(sdk: LangGraphClient) -> None:
@@ -171,7 +192,7 @@ async def test_cancel_really_stops_the_agent(sdk: LangGraphClient) -> None:
     tid = (await sdk.threads.create())["thread_id"]
     tag = uuid.uuid4().hex
     run = await sdk.runs.create(tid, "slow", input={"tag": tag, "steps": 100, "delay": 0.02})
-    await wait_until(lambda: any(w.startswith(tag) for w in WORK_LOG))
+    await until(logged(WORK_LOG, tag))
     await sdk.runs.cancel(tid, run["run_id"], wait=True)
     done_at_cancel = len([w for w in WORK_LOG if w.startswith(tag)])
     assert (await sdk.runs.get(tid, run["run_id"]))["status"] == "interrupted"
@@ -189,7 +210,7 @@ async def test_cancelling_a_synchronous_node_ends_the_run_when_the_node_returns(
     tid = (await sdk.threads.create())["thread_id"]
     tag, steps = uuid.uuid4().hex, 15
     run = await sdk.runs.create(tid, "slow_sync", input={"tag": tag, "steps": steps, "delay": 0.05})
-    await wait_until(lambda: any(w.startswith(tag) for w in WORK_LOG))
+    await until(logged(WORK_LOG, tag))
     await sdk.runs.cancel(tid, run["run_id"], wait=True)
     assert len([w for w in WORK_LOG if w.startswith(tag)]) == steps  # it had returned
     assert (await sdk.runs.get(tid, run["run_id"]))["status"] == "interrupted"

@@ -27,7 +27,7 @@ import pytest
 from tests.conftest import PROJECT
 from tests.services import Backend, ScaleOut
 
-pytestmark = pytest.mark.slow  # API and worker processes for real
+pytestmark = pytest.mark.e2e  # API and worker processes for real
 
 LEASE = "3"  # seconds: short, so lost workers are noticed quickly in tests
 

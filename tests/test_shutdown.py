@@ -49,6 +49,7 @@ def _signal_and_wait(proc: subprocess.Popen, signals: list[signal.Signals], log:
     return time.monotonic() - started
 
 
+@pytest.mark.e2e  # a real server process, signalled
 @pytest.mark.parametrize("signals", SEQUENCES.values(), ids=SEQUENCES.keys())
 def test_serve_stops_mid_run_and_the_next_start_finishes_the_run(tmp_path: Path, signals: list) -> None:
     db, log = tmp_path / "t.db", tmp_path / "server.log"
@@ -70,6 +71,7 @@ def test_serve_stops_mid_run_and_the_next_start_finishes_the_run(tmp_path: Path,
 
 
 @pytest.mark.parametrize("signals", SEQUENCES.values(), ids=SEQUENCES.keys())
+@pytest.mark.e2e  # API and worker processes, a worker signalled
 def test_worker_stops_mid_run_and_another_worker_finishes_the_run(scaleout_services: ScaleOut, tmp_path: Path,
                                                                   signals: list) -> None:
     cluster = Cluster(scaleout_services.fresh(), tmp_path)
@@ -120,6 +122,7 @@ async def test_a_stream_open_at_shutdown_ends_with_reconnect_and_its_run_goes_ba
     assert thread is not None and thread.get("error") is None
 
 
+@pytest.mark.e2e  # a real server process, restarted
 def test_an_sdk_stream_continues_across_a_restart(tmp_path: Path) -> None:
     """langgraph-sdk reconnects to the stream's Location with Last-Event-ID when it closes without an end, as
     it does when the server restarts: its loop sees the run through to its end."""

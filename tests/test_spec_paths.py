@@ -3,10 +3,33 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import httpx
+import pytest
 
-from tests.waiting import wait_until
+from tests.services import Backend
+from tests.waits import until
+
+# The module's tests share one started app per backend (tests/conftest.py, `module_served`): each makes what it
+# reads, under ids of its own. They run in the app's event loop.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest.fixture
+def backend(module_backend: Backend) -> Backend:
+    return module_backend
+
+
+@pytest.fixture
+def served(module_served: tuple[Any, object]) -> tuple[Any, object]:
+    return module_served
+
+
+@pytest.fixture
+def http(module_http: httpx.AsyncClient) -> httpx.AsyncClient:
+    return module_http
+
 
 
 async def _thread(http: httpx.AsyncClient) -> str:
@@ -55,10 +78,7 @@ async def test_cancel_and_stream_join(http: httpx.AsyncClient) -> None:
     # Long enough (20 s) to be still running when the cancel comes on a loaded machine: the cancel ends it.
     run = (await http.post("/runs", json={"thread_id": tid, "agent_id": "slow",
                                           "input": {"steps": 1000, "delay": 0.02}})).json()
-    async def running() -> bool:
-        return (await http.get(f"/runs/{run['run_id']}")).json()["status"] == "running"
-
-    await wait_until(running)
+    await until(lambda: _status_is(http, run["run_id"], "running"), what="the run to be running")
     r = await http.post(f"/runs/{run['run_id']}/cancel", params={"wait": "true"})
     assert r.status_code == 204
     assert (await http.get(f"/runs/{run['run_id']}")).json()["status"] == "interrupted"
@@ -95,3 +115,7 @@ async def test_batch(http: httpx.AsyncClient) -> None:
     assert r.status_code == 200 and [x["status"] for x in r.json()] == ["pending", "pending"]
     r = await http.post("/runs/batch", json=[{"assistant_id": "counter", "stream_mode": 5}])
     assert r.status_code == 422
+
+
+async def _status_is(http: httpx.AsyncClient, run_id: str, status: str) -> bool:
+    return bool((await http.get(f"/runs/{run_id}")).json()["status"] == status)

@@ -20,6 +20,8 @@ import pytest
 
 from tests.processes import clean_env, serving, threadline_cmd
 
+pytestmark = pytest.mark.e2e  # each test starts the `threadline` command
+
 README = Path(__file__).parents[1] / "README.md"
 GRAPH = '''
 from typing import TypedDict

@@ -8,6 +8,7 @@ on each backend; PostgreSQL's exact scan (no pgvector) is also tested on its own
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 from collections.abc import AsyncIterator
 from datetime import datetime
@@ -94,10 +95,10 @@ async def test_get_takes_the_namespace_as_one_dotted_string(http: httpx.AsyncCli
     assert (await http.get("/store/items", params={"namespace": "a.b", "key": "k"})).json() is None
 
 
-async def test_overwrite_replaces_value_and_moves_updated_at(sdk: LangGraphClient) -> None:
+async def test_overwrite_replaces_value_and_moves_updated_at(sdk: LangGraphClient, database_url: str) -> None:
     await sdk.store.put_item(["ns"], "k", {"v": 1, "old": True})
+    await _age_store_items(database_url, seconds=2)  # as if written 2 s ago, without waiting for it
     first = await sdk.store.get_item(["ns"], "k")
-    await asyncio.sleep(1.1)  # LangGraph's SQLite store keeps whole seconds
     await sdk.store.put_item(["ns"], "k", {"v": 2})
     second = await sdk.store.get_item(["ns"], "k")
 
@@ -105,6 +106,19 @@ async def test_overwrite_replaces_value_and_moves_updated_at(sdk: LangGraphClien
     assert ts(second["updated_at"]) > ts(first["updated_at"])
     found = await sdk.store.search_items(["ns"])
     assert keys(found) == ["k"]  # still one item
+
+
+async def _age_store_items(database_url: str, seconds: float) -> None:
+    """Move every store item's timestamps `seconds` into the past: time passing, for the store's rows."""
+    if database_url.startswith("sqlite"):
+        with contextlib.closing(sqlite3.connect(database_url.removeprefix("sqlite:///"), timeout=30)) as db, db:
+            shift = f"-{seconds} seconds"
+            db.execute("UPDATE store SET created_at = strftime('%Y-%m-%d %H:%M:%f', created_at, ?), "
+                       "updated_at = strftime('%Y-%m-%d %H:%M:%f', updated_at, ?)", (shift, shift))
+        return
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        await conn.execute("UPDATE store SET created_at = created_at - make_interval(secs => %s), "
+                           "updated_at = updated_at - make_interval(secs => %s)", (seconds, seconds))
 
 
 async def test_missing_item_is_null_and_sdk_returns_none(sdk: LangGraphClient, http: httpx.AsyncClient) -> None:
@@ -647,7 +661,9 @@ async def test_exact_scan_keeps_ttls_refreshing_what_a_search_returns(exact_scan
         await conn.execute("UPDATE store SET expires_at = now() + interval '1 second'")
     # The search returns (and so refreshes, refresh_on_read) only "kept"; the candidates it ranked are not.
     assert list(await scored(exact_scan, "zebra quiz", limit=1)) == ["kept"]
-    await asyncio.sleep(1.5)
+    # 1.5 s pass, for the rows: "other" is past its expiry, "kept" (refreshed to a minute) is not.
+    async with await psycopg.AsyncConnection.connect(scaleout_services.url, autocommit=True) as conn:
+        await conn.execute("UPDATE store SET expires_at = expires_at - interval '1.5 seconds'")
     assert await exact_scan.sweep_ttl() == 1  # "other"
     assert list(await scored(exact_scan, "python programming")) == ["kept"]
     assert await exact_scan.aget(("docs",), "other") is None

@@ -13,7 +13,7 @@ from sse_starlette import ServerSentEvent
 from sse_starlette.event import ensure_bytes
 
 from tests.conftest import serving_asgi
-from tests.waiting import wait_until
+from tests.waits import logged, until
 from threadline.api.sse import frame
 from threadline.broker.base import StreamEvent
 
@@ -76,7 +76,7 @@ async def test_wait_disconnect_cancels_run(live: LangGraphClient) -> None:
     tid = (await live.threads.create())["thread_id"]
     waiting = asyncio.create_task(http.post(f"/threads/{tid}/runs/wait", json={
         "assistant_id": "slow", "input": {"tag": "wdisc", "steps": 200, "delay": 0.02}, "on_disconnect": "cancel"}))
-    await wait_until(lambda: any(w.startswith("wdisc:") for w in WORK_LOG))
+    await until(logged(WORK_LOG, "wdisc:"))
     waiting.cancel()  # the client goes away mid-wait
     await _assert_cancelled_and_stopped(live, tid, "wdisc")
 
@@ -95,7 +95,7 @@ async def test_wait_disconnect_keeps_running_by_default_and_with_continue(live: 
     else:
         path = f"/threads/{(await live.threads.create())['thread_id']}/runs/wait"
     waiting = asyncio.create_task(http.post(path, json=body))
-    await wait_until(lambda: any(w.startswith("wcont:") for w in WORK_LOG))
+    await until(logged(WORK_LOG, "wcont:"))
     waiting.cancel()
     await _assert_finished(live, "wcont", 10)
 

@@ -8,6 +8,7 @@ import sys
 import time
 
 import psycopg
+import pytest
 import redis
 
 from tests.services import DB_PREFIX, KEY_PREFIX, PG_ADMIN_URL, REDIS_URL, ScaleOut, owned_name, sweep_stale
@@ -19,6 +20,7 @@ def _dead_pid() -> int:
     return proc.pid
 
 
+@pytest.mark.e2e  # a process that exits, as a killed session's
 def test_sweep_drops_what_dead_or_old_sessions_left_and_keeps_live_ones(scaleout_services: ScaleOut) -> None:
     now = int(time.time())
     dead, old, live = (f"{DB_PREFIX}{_dead_pid()}_{now}_sweep", f"{DB_PREFIX}1_{now - 3 * 3600}_sweep",

@@ -11,7 +11,7 @@ from langgraph_sdk.client import LangGraphClient
 from langgraph_sdk.schema import StreamPart
 
 from tests.test_streams import live  # noqa: F401  (the live-server fixture)
-from tests.waiting import wait_until
+from tests.waits import until
 from threadline.core.runtime import Runtime
 from threadline.core.thread_stream import follow_thread
 
@@ -75,10 +75,7 @@ async def test_joining_while_a_run_is_running_follows_it_then_the_next(live: Lan
     tid = (await live.threads.create())["thread_id"]
     first = await live.runs.create(tid, "slow", input={"tag": "a", "steps": 30, "delay": 0.02},
                                    stream_mode=["custom"])
-    async def running() -> bool:
-        return (await live.runs.get(tid, first["run_id"]))["status"] == "running"
-
-    await wait_until(running)
+    await until(lambda: _status_is(live, tid, first["run_id"], "running"), what="the first run to be running")
     following = asyncio.create_task(_follow(live, tid, 2))
     await asyncio.sleep(0.2)
     second = await live.runs.create(tid, "slow", input={"tag": "b", "steps": 1, "delay": 0}, stream_mode=["custom"])
@@ -115,3 +112,7 @@ async def test_a_run_created_once_the_stream_is_opened_is_followed_whole(runtime
     assert [(e, d.get("step", d.get("status"))) for e, d in got] == [
         ("metadata", None), ("custom", 0), ("custom", 1), ("metadata", "run_done")]
     await events.aclose()  # type: ignore[attr-defined]
+
+
+async def _status_is(client: LangGraphClient, tid: str, run_id: str, status: str) -> bool:
+    return bool((await client.runs.get(tid, run_id))["status"] == status)

@@ -6,7 +6,7 @@ import httpx
 import pytest
 from langgraph_sdk.client import LangGraphClient
 
-from tests.waiting import wait_until
+from tests.waits import logged, until
 
 
 async def test_create_get_patch_delete(sdk: LangGraphClient) -> None:
@@ -175,7 +175,7 @@ async def test_delete_thread_stops_its_running_run(sdk: LangGraphClient) -> None
     tid = (await sdk.threads.create())["thread_id"]
     tag = uuid.uuid4().hex
     run = await sdk.runs.create(tid, "slow", input={"tag": tag, "steps": 200, "delay": 0.02})
-    await wait_until(lambda: any(w.startswith(tag) for w in WORK_LOG))
+    await until(logged(WORK_LOG, tag))
     await sdk.threads.delete(tid)
     done = len([w for w in WORK_LOG if w.startswith(tag)])
     await asyncio.sleep(0.2)

@@ -162,7 +162,7 @@ def _attempts(backend: Backend, run_id: str) -> int:
     return int(found[0])
 
 
-@pytest.mark.slow  # real server processes, one of them killed
+@pytest.mark.e2e  # real server processes, one of them killed
 def test_the_deadline_holds_when_the_process_that_started_the_run_dies(backend: Backend, tmp_path: Path) -> None:
     """Killed mid-run, past its deadline when a process next looks (at its start, or its sweeper): the run
     ends `timeout`, not retried (run_retries=3 would retry it), and its thread is usable."""

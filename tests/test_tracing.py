@@ -207,6 +207,7 @@ async def test_a_failed_run_is_an_error_span(client: httpx.AsyncClient, spans: I
     assert run.status.status_code.name == "ERROR"
 
 
+@pytest.mark.e2e  # a fresh interpreter, to see what it imports
 def test_off_by_default_and_then_nothing_of_ours_is_loaded() -> None:
     """Without OTEL_* variables asking for it: our OpenTelemetry module, the exporters and a tracer provider are
     never loaded, even once a server's modules are. (langsmith's client, which langchain-core imports, imports

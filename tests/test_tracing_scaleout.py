@@ -19,7 +19,7 @@ from tests.services import ScaleOut
 from tests.test_scaleout import Cluster
 from tests.test_tracing import CLIENT_SPAN, TRACE_ID, TRACEPARENT, Receiver
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]  # an API and a worker process, started for real
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]  # an API and a worker process, started for real
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import pytest
 
 from tests.ui.harness import browser_missing, chromium, serve_example
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e  # chromium
 WHY = browser_missing()
 if WHY:
     if os.environ.get("CI") == "true":  # CI installs chromium (scripts/test): its absence is a failure there

@@ -26,7 +26,7 @@ from tests.differential.sessions import SESSIONS, differences, run_session
 
 # Both servers as real processes. The first test's bound covers the module fixture: two servers started (up to
 # 120 s each on a slow machine) and every session run.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 
 async def _record(reference: str, threadline: str) -> dict[str, list[Difference]]:
