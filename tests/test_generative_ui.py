@@ -36,6 +36,7 @@ def settings(backend: Backend) -> Settings:
                     **backend.settings())
 
 
+@pytest.mark.slow  # the app bundles at startup: LangGraph's bundler is a node process
 async def test_the_bundle_is_served_where_langgraph_serves_it(http: httpx.AsyncClient) -> None:
     tags = await http.post("/ui/agent", json={"name": "weather"})
     assert tags.status_code == 200, tags.text
@@ -59,6 +60,7 @@ async def test_the_bundle_is_served_where_langgraph_serves_it(http: httpx.AsyncC
     assert 'Symbol.for("LGUI_REQUIRE")' in bundle.text and "react-dom.production" not in bundle.text
 
 
+@pytest.mark.slow  # the app bundles at startup: LangGraph's bundler is a node process
 async def test_what_is_not_in_the_bundle_is_a_json_404_and_bad_input_a_422(http: httpx.AsyncClient) -> None:
     for response in (await http.post("/ui/nothing", json={"name": "weather"}),
                      await http.get("/ui/nothing/entrypoint.js"), await http.get("/ui/agent/schemas.json"),
@@ -71,6 +73,7 @@ async def test_what_is_not_in_the_bundle_is_a_json_404_and_bad_input_a_422(http:
     assert garbled.status_code == 422 and "JSON" in garbled.json()["detail"]
 
 
+@pytest.mark.slow  # the app bundles at startup: LangGraph's bundler is a node process
 async def test_push_ui_message_streams_in_custom_and_in_the_values(sdk: LangGraphClient) -> None:
     thread = await sdk.threads.create()
     parts = [part async for part in sdk.runs.stream(

@@ -69,7 +69,8 @@ async def component_tags(request: Request, graph_id: str) -> Response:
     return Response("\n".join(tags), media_type="text/html")
 
 
-@router.api_route("/ui/{graph_id}/{asset}", methods=["GET", "HEAD"], response_class=FileResponse)
+@router.get("/ui/{graph_id}/{asset}", response_class=FileResponse)
+@router.head("/ui/{graph_id}/{asset}", response_class=FileResponse, include_in_schema=False)  # one operation id
 async def asset_file(request: Request, graph_id: str, asset: str) -> FileResponse:
     """One file of a graph's UI bundle."""
     path = _bundle(request, graph_id).asset(graph_id, asset)
