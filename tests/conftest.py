@@ -135,16 +135,10 @@ def module_backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def module_served(module_backend: Backend) -> AsyncIterator[tuple[Any, object]]:
     """`served` shared by a module's tests, once per backend. Such a module runs in one event loop, the app's,
-    and points the fixtures its tests take at the shared ones:
+    and points the fixtures its tests take at the shared ones (`tests/shared_app.py`):
 
         pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-        @pytest.fixture
-        def backend(module_backend: Backend) -> Backend: return module_backend
-        @pytest.fixture
-        def served(module_served: tuple[Any, object]) -> tuple[Any, object]: return module_served
-        @pytest.fixture
-        def http(module_http: httpx.AsyncClient) -> httpx.AsyncClient: return module_http
+        backend, served, http = shared_app()
 
     (`app`, `runtime`, `settings` and `sdk` follow.)"""
     settings = Settings(config=str(PROJECT), workers=4, heartbeat_seconds=5.0, **module_backend.settings())

@@ -33,7 +33,7 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError, UnsupportedOperationError
 from google.protobuf.json_format import MessageToDict, ParseDict
 
-from tests.services import Backend
+from tests.shared_app import shared_app
 from tests.waits import logged, until
 from threadline.core.assistants import system_assistant_id
 
@@ -45,25 +45,7 @@ pytestmark = [pytest.mark.asyncio(loop_scope="module"),
               # the synchronous tests of the module run as before, without a loop
               pytest.mark.filterwarnings("ignore:The test <Function .* is marked with '@pytest.mark.asyncio'")]
 
-
-@pytest.fixture
-def backend(module_backend: Backend) -> Backend:
-    return module_backend
-
-
-@pytest.fixture
-def served(module_served: tuple[Any, object]) -> tuple[Any, object]:
-    return module_served
-
-
-@pytest.fixture
-def http(module_http: httpx.AsyncClient) -> httpx.AsyncClient:
-    return module_http
-
-
-@pytest.fixture
-def live_url(module_live_url: str) -> str:
-    return module_live_url
+backend, served, http, live_url = shared_app(live_url=True)
 
 
 # --- the 1.0 wire, through the official client, against a live server --------------------------------------------

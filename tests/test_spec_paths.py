@@ -3,32 +3,18 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 import httpx
 import pytest
 
-from tests.services import Backend
+from tests.shared_app import shared_app
 from tests.waits import until
 
 # The module's tests share one started app per backend (tests/conftest.py, `module_served`): each makes what it
 # reads, under ids of its own. They run in the app's event loop.
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-
-@pytest.fixture
-def backend(module_backend: Backend) -> Backend:
-    return module_backend
-
-
-@pytest.fixture
-def served(module_served: tuple[Any, object]) -> tuple[Any, object]:
-    return module_served
-
-
-@pytest.fixture
-def http(module_http: httpx.AsyncClient) -> httpx.AsyncClient:
-    return module_http
+backend, served, http = shared_app()
 
 
 

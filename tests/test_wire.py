@@ -9,7 +9,7 @@ import httpx
 import pytest
 from langgraph_sdk.client import LangGraphClient
 
-from tests.services import Backend
+from tests.shared_app import shared_app
 
 # The module's tests share one started app per backend (tests/conftest.py, `module_served`): each makes what it
 # reads, under ids of its own. They run in the app's event loop.
@@ -17,20 +17,7 @@ pytestmark = [pytest.mark.asyncio(loop_scope="module"),
               # the one synchronous test of the module runs as before, without a loop
               pytest.mark.filterwarnings("ignore:The test <Function .* is marked with '@pytest.mark.asyncio'")]
 
-
-@pytest.fixture
-def backend(module_backend: Backend) -> Backend:
-    return module_backend
-
-
-@pytest.fixture
-def served(module_served: tuple[Any, object]) -> tuple[Any, object]:
-    return module_served
-
-
-@pytest.fixture
-def http(module_http: httpx.AsyncClient) -> httpx.AsyncClient:
-    return module_http
+backend, served, http = shared_app()
 
 QUICK = {"assistant_id": "slow", "input": {"tag": "w", "steps": 1, "delay": 0}}
 
