@@ -8,16 +8,13 @@ stopped); anything else is echoed."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Annotated, Any
 
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, AIMessageChunk, AnyMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
@@ -26,6 +23,8 @@ from langgraph.prebuilt import ToolNode
 from langgraph.types import interrupt
 from typing_extensions import TypedDict
 
+from threadline.example.agents import ScriptedChatModel
+
 
 @tool
 def weather(city: str) -> str:
@@ -33,17 +32,11 @@ def weather(city: str) -> str:
     return json.dumps({"city": city, "forecast": "sunny", "celsius": 21})
 
 
-class ScriptedModel(BaseChatModel):
-    """A stand-in for a chat model: calls `weather` when asked about it, else answers; streams word by word."""
+class ScriptedModel(ScriptedChatModel):
+    """A stand-in for a chat model: calls `weather` when asked about it, else answers; streams word by word
+    (the example's scripted model, with this script)."""
 
     delay: float = 0.02
-
-    @property
-    def _llm_type(self) -> str:
-        return "scripted"
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
-        return self
 
     def _reply(self, messages: list[BaseMessage]) -> AIMessage:
         last = messages[-1]
@@ -59,22 +52,6 @@ class ScriptedModel(BaseChatModel):
         if counting:
             return AIMessage(content=" ".join(str(i) for i in range(1, int(counting.group(1)) + 1)))
         return AIMessage(content=f"You said: {text}")
-
-    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
-                  run_manager: Any = None, **kwargs: Any) -> ChatResult:
-        return ChatResult(generations=[ChatGeneration(message=self._reply(messages))])
-
-    async def _astream(self, messages: list[BaseMessage], stop: list[str] | None = None,
-                       run_manager: Any = None, **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
-        reply = self._reply(messages)
-        if reply.tool_calls:
-            call = reply.tool_calls[0]
-            yield ChatGenerationChunk(message=AIMessageChunk(content="", tool_call_chunks=[
-                {"name": call["name"], "args": json.dumps(call["args"]), "id": call["id"], "index": 0}]))
-            return
-        for i, word in enumerate(str(reply.content).split(" ")):
-            await asyncio.sleep(self.delay)
-            yield ChatGenerationChunk(message=AIMessageChunk(content=word if i == 0 else " " + word))
 
 
 model = ScriptedModel().bind_tools([weather])
