@@ -19,9 +19,11 @@ import pytest
 import redis.asyncio as aioredis
 
 from tests.services import KEY_PREFIX, PG_ADMIN_URL, REDIS_URL, owned_name, unavailable
+from tests.waits import until
 from threadline.broker.base import Broker, StreamEvent, event_bytes
 from threadline.broker.budget import ByteBudget
 from threadline.broker.keys import Keys
+from threadline.broker.leases import Leases
 from threadline.broker.memory import MemoryBroker
 from threadline.broker.pgsql import PgNames
 from threadline.broker.postgres import PostgresBroker
@@ -73,7 +75,8 @@ class Deployment:
         if self.reached and self.kind == "postgres":
             names = PgNames(self.keys.prefix)
             async with await psycopg.AsyncConnection.connect(PG_ADMIN_URL, autocommit=True) as conn:
-                await conn.execute(f"DROP TABLE IF EXISTS {names.streams}, {names.events}, {names.cancels}")
+                await conn.execute(f"DROP TABLE IF EXISTS {names.streams}, {names.events}, {names.cancels}, "
+                                   f"{names.leases}")
         elif self.reached:
             client = aioredis.Redis.from_url(REDIS_URL)
             keys = [key async for key in client.scan_iter(match=self.keys.everything, count=1000)]
@@ -617,6 +620,66 @@ async def test_a_stream_end_lost_in_an_outage_is_sent_once_redis_is_back(redis_d
     assert await asyncio.wait_for(_collect(broker, "r", after="0-0"), 30) == _numbers(0)
 
 
+# Leases (the stream cap shared by every API process).
+
+
+async def test_leases_are_counted_across_processes_up_to_the_limit(broker: Broker, peer: Broker) -> None:
+    """A scope holds at most `limit` live leases, whichever process takes them; a dropped one makes room,
+    and scopes are counted apart."""
+    first = await broker.take_lease("streams:a", 2, 60)
+    second = await peer.take_lease("streams:a", 2, 60)
+    assert first and second and first != second
+    assert await broker.take_lease("streams:a", 2, 60) is None
+    assert await peer.take_lease("streams:a", 2, 60) is None
+    assert await peer.take_lease("streams:b", 2, 60)  # another identity's
+    await peer.drop_lease("streams:a", first)  # any process may give it back
+    await peer.drop_lease("streams:a", first)  # twice is no error
+    assert await broker.take_lease("streams:a", 2, 60)
+    assert await peer.take_lease("streams:a", 2, 60) is None
+
+
+async def test_concurrent_takes_never_pass_the_limit(broker: Broker, peer: Broker) -> None:
+    taken = await asyncio.gather(*(b.take_lease("streams:a", 3, 60) for b in [broker, peer] * 10))
+    assert sum(1 for lease in taken if lease) == 3
+
+
+async def test_a_lease_not_renewed_expires_and_a_renewed_one_does_not(broker: Broker, peer: Broker) -> None:
+    """A process that dies cannot drop its leases: they expire `seconds` after they were taken or last renewed."""
+    kept = await broker.take_lease("streams:a", 2, 1.0)
+    lost = await broker.take_lease("streams:a", 2, 1.0)
+    assert kept and lost
+    assert await peer.take_lease("streams:a", 2, 60) is None
+    started = time.monotonic()
+
+    async def renewed_and_retaken() -> str | None:
+        await broker.renew_leases({"streams:a": [kept]}, 1.0)
+        return await peer.take_lease("streams:a", 2, 60)
+
+    assert await until(renewed_and_retaken, timeout=15, interval=0.2, what="the unrenewed lease to expire")
+    assert time.monotonic() - started >= 0.9  # not before its time
+    await asyncio.sleep(1.2)
+    await broker.renew_leases({"streams:a": [kept]}, 60)
+    assert await peer.take_lease("streams:a", 2, 60) is None  # kept alive by its renewals: still counted
+
+
+async def test_the_process_keeper_renews_what_it_holds_and_releases_once(broker: Broker, peer: Broker) -> None:
+    leases = Leases(broker, 1.0)
+    try:
+        release = await leases.take("streams:a", 1)
+        assert release is not None
+        assert await leases.take("streams:a", 1) is None
+        await asyncio.sleep(2.5)  # past the lease's life: only its renewals keep it
+        assert await peer.take_lease("streams:a", 1, 60) is None
+        await release()
+        await release()
+        other = await peer.take_lease("streams:a", 1, 60)
+        assert other is not None
+        assert await leases.take("streams:a", 1) is None  # the second release dropped nobody else's
+        assert leases.held == {}
+    finally:
+        await leases.close()
+
+
 def test_byte_budget_says_how_many_newest_events_to_keep() -> None:
     """The Redis broker's account (pure): per run by bytes and count, then the process's total, finished
     runs first and whole, then the largest running run; finished runs are forgotten once expired."""
@@ -664,7 +727,7 @@ async def test_postgres_listener_recovers_from_a_dropped_connection(
     live = asyncio.create_task(_collect(peer, "r", replay=True))
     names = PgNames(pg_deployment.keys.prefix)
     async with await psycopg.AsyncConnection.connect(PG_ADMIN_URL, autocommit=True) as admin:
-        with caplog.at_level(logging.WARNING, logger="threadline.broker"):
+        with caplog.at_level(logging.INFO, logger="threadline.broker"):
             killed = await (await admin.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
                 (names.listener_name,))).fetchall()
@@ -734,13 +797,39 @@ async def test_posts_postgres_cannot_store_are_logged_and_the_end_fails(
             await broker.post("r", "values", b"1")  # returns at once, as when the database is up
             with pytest.raises(Unavailable):
                 await broker.end_stream("r")
-        assert "were not sent" in caplog.text
+        assert caplog.text.count("PostgreSQL unavailable") == 1  # the outage's first line: not one per item
     finally:
         await broker._pool.close()
         broker._pool = healthy
-    await broker.post("r", "values", b"2")  # the database is back: posting goes on
-    await broker.end_stream("r")
+    with caplog.at_level(logging.WARNING, logger="threadline.broker"):
+        await broker.post("r", "values", b"2")  # the database is back: posting goes on
+        await broker.end_stream("r")
+    # The outage's last line counts what was lost (the post and the end, in one batch or two).
+    assert re.search(r"PostgreSQL is back after [\d.]+ s: \d+ exchanges failed and 2 stream events, ends and "
+                     r"signals were not sent", caplog.text), caplog.text
     assert await _collect(broker, "r", replay=True) == _numbers(0, 2)
+
+
+async def test_a_stream_end_lost_in_a_database_outage_is_sent_once_it_is_back(pg_deployment: Deployment) -> None:
+    """As on Redis: a run that ends while the database is away has its end sent again once it answers, so a
+    client resuming the stream gets what was kept and the stream ends."""
+    from psycopg_pool import AsyncConnectionPool
+
+    broker = await pg_deployment.open()
+    assert isinstance(broker, PostgresBroker)
+    await broker.post("r", "values", b"0")
+    await broker.end_stream("r0")  # once it returns, r's post is stored
+    healthy, broker._pool = broker._pool, AsyncConnectionPool("postgresql://postgres@127.0.0.1:1/test", open=False)
+    broker.command_seconds = 1.0
+    try:
+        await broker._pool.open(wait=False)
+        with pytest.raises(Unavailable):
+            await broker.end_stream("r")
+    finally:
+        await broker._pool.close()
+        broker._pool = healthy
+    await broker.ping()  # the first exchange that succeeds ends the outage
+    assert await asyncio.wait_for(_collect(broker, "r", after="0-0"), 30) == _numbers(0)
 
 
 # The outbox of the shared brokers.

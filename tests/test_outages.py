@@ -14,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import time
+import urllib.parse
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -356,6 +357,115 @@ async def test_a_redis_outage_is_logged_once_counted_and_ended(scaleout_services
     # What the server handled is not a warning per event: the outage's lines and a few of the runs' own.
     broker_lines = [r for r in warned if r.name == "threadline.broker"]
     assert len(broker_lines) == 2 + len(counts), [r.getMessage() for r in broker_lines]
+
+
+# --- PostgreSQL alone: the database (storage and broker) unreachable -----------------------------------------
+
+
+class _Link:
+    """A TCP link to PostgreSQL that the test can cut: while cut, every connection through it is closed and new
+    ones are refused, as when the database's machine or its network is gone. The database itself (shared with
+    other test sessions) stays up."""
+
+    def __init__(self, port: int) -> None:
+        self.port, self.target = _free_port(), port
+        self._server: asyncio.Server | None = None
+        self._open: set[asyncio.StreamWriter] = set()
+
+    async def up(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+
+    async def cut(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for writer in list(self._open):
+            writer.transport.abort()
+        self._open.clear()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
+        except OSError:
+            writer.transport.abort()
+            return
+        self._open.update((writer, up_writer))
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError, asyncio.CancelledError):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            dst.transport.abort()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        self._open.difference_update((writer, up_writer))
+
+
+async def test_a_postgres_only_outage_is_logged_once_counted_and_ended(scaleout_services: ScaleOut, caplog: Any,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A deployment whose only service is PostgreSQL (its broker too) losing its database: the broker writes one
+    line when the outage starts, a count at most once per `outage_report_seconds`, one line when it ends, and no
+    traceback; clients get 503s meanwhile, a streaming client an `error` event, and service resumes by itself."""
+    from threadline.broker.postgres import PostgresBroker
+
+    interval = 1.0
+    monkeypatch.setattr(PostgresBroker, "outage_report_seconds", interval)
+    backend = scaleout_services.fresh()
+    parts = urllib.parse.urlsplit(backend.database_url)
+    link = _Link(parts.port or 5432)
+    await link.up()
+    url = parts._replace(netloc=f"{parts.username}@127.0.0.1:{link.port}").geturl()
+    settings = Settings(config=str(PROJECT), workers=2, heartbeat_seconds=5.0, database_url=url)
+
+    def lines(text: str) -> list[logging.LogRecord]:
+        return [r for r in caplog.records if text in r.getMessage() and r.name == "threadline.broker"]
+
+    app = create_app(settings)
+    async with LifespanManager(app, startup_timeout=30, shutdown_timeout=30) as manager, \
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app), base_url="http://t", timeout=60) as http:
+        assert (await http.get("/info")).json()["broker"] == "postgres"
+        tid = (await http.post("/threads", json={})).json()["thread_id"]
+        long = (await http.post(f"/threads/{tid}/runs", json={
+            "assistant_id": "slow", "input": {"tag": "long", "steps": 400, "delay": 0.05}})).json()
+        stream = asyncio.ensure_future(http.get(f"/threads/{tid}/runs/{long['run_id']}/stream"))
+        broker = app.state.runtime.broker
+        await until(lambda: long["run_id"] in broker._watching, what="the stream to follow the run")
+        caplog.clear()
+        caplog.set_level(logging.DEBUG, logger="threadline")
+
+        await link.cut()
+        started = time.monotonic()
+        deadline = started + 60
+        refused = 0
+        while len(lines("PostgreSQL still unavailable")) < 2:  # a count per `interval`: some seconds of load
+            assert time.monotonic() < deadline, caplog.text[-2000:]
+            r = await http.post("/threads", json={})
+            assert r.status_code == 503, r.text
+            assert_unavailable(r)
+            refused += 1
+            await asyncio.sleep(0.05)
+        streamed = await asyncio.wait_for(stream, 30)
+        await link.up()
+        await _eventually_ok(http, 30)
+        lasted = time.monotonic() - started
+        await until(lambda: lines("PostgreSQL is back"), what="the outage's last line")  # the next exchange
+        tid = (await http.post("/threads", json={})).json()["thread_id"]
+        r = await http.post(f"/threads/{tid}/runs/wait", json={"assistant_id": "slow", "input": {"tag": "after"}})
+        assert r.status_code == 200 and r.json()["done"] == ["after"]
+    await link.cut()
+
+    assert refused and "event: error" in streamed.text, streamed.text[-500:]
+    assert len(lines("PostgreSQL unavailable:")) == 1, [r.getMessage() for r in lines("PostgreSQL unavailable:")]
+    assert len(lines("PostgreSQL is back after")) == 1
+    counts = lines("PostgreSQL still unavailable")
+    assert 2 <= len(counts) <= lasted / interval + 1, (lasted, [r.getMessage() for r in counts])
+    warned = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name == "threadline.broker"]
+    assert not [r for r in warned if r.exc_info], [r.getMessage() for r in warned if r.exc_info]
+    # The broker's lines are the outage's: not one per failed exchange, event or retry (its pool's reconnection
+    # attempts included).
+    assert len(warned) == 2 + len(counts), [r.getMessage() for r in warned]
+    assert not [r for r in caplog.records if r.name == "psycopg.pool" and "threadline-broker" in r.getMessage()]
 
 
 # --- a run whose storage fails under it (both backends; the failures injected at the storage edge) ---------

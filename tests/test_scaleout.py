@@ -41,16 +41,19 @@ def _free_port() -> int:
 class Cluster:
     """API and worker processes on one backend; logs in `tmp`."""
 
-    def __init__(self, backend: Backend, tmp: Path) -> None:
+    def __init__(self, backend: Backend, tmp: Path, env: dict[str, str] | None = None) -> None:
         self.backend = backend
         self.tmp = tmp
+        self.env = env or {}  # settings of every process, beside the backend's
         self.apis: list[str] = []
+        self.api_procs: dict[str, subprocess.Popen] = {}
         self.workers: dict[int, subprocess.Popen] = {}
         self._procs: list[subprocess.Popen] = []
 
     def _spawn(self, args: list[str], name: str) -> subprocess.Popen:
         env = {**os.environ, **self.backend.env(), "PYTHONPATH": str(Path(__file__).parents[1]),
-               "THREADLINE_LEASE_SECONDS": LEASE, "THREADLINE_RUN_RETRIES": "1", "LANGSMITH_TRACING": "false"}
+               "THREADLINE_LEASE_SECONDS": LEASE, "THREADLINE_RUN_RETRIES": "1", "LANGSMITH_TRACING": "false",
+               **self.env}
         log = (self.tmp / f"{name}.log").open("ab")
         proc = subprocess.Popen([sys.executable, "-m", "threadline", *args, "--config", str(PROJECT)],
                                 stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -67,6 +70,7 @@ class Cluster:
             try:
                 if httpx.get(f"{base}/ok", timeout=1).status_code == 200:
                     self.apis.append(base)
+                    self.api_procs[base] = proc
                     return base
             except httpx.HTTPError:
                 time.sleep(0.1)
@@ -99,15 +103,20 @@ class Cluster:
                 proc.kill()
 
 
+def _backend(scaleout_services: ScaleOut, broker: str) -> Backend:
+    """A fresh database; its broker Redis, or PostgreSQL alone (no Redis URL)."""
+    backend = scaleout_services.fresh()
+    if broker == "postgres":
+        return dataclasses.replace(backend, redis_url=None, redis_key_prefix=None)
+    if backend.redis_url is None:
+        pytest.skip("THREADLINE_TEST_REDIS=memory: no Redis")
+    return backend
+
+
 @pytest.fixture(params=["redis", "postgres"])
 def cluster(request: pytest.FixtureRequest, scaleout_services: ScaleOut, tmp_path: Path) -> Iterator[Cluster]:
     """Two workers and two API processes; their broker Redis, or PostgreSQL alone (no Redis URL)."""
-    backend = scaleout_services.fresh()
-    if request.param == "postgres":
-        backend = dataclasses.replace(backend, redis_url=None, redis_key_prefix=None)
-    elif backend.redis_url is None:
-        pytest.skip("THREADLINE_TEST_REDIS=memory: no Redis")
-    c = Cluster(backend, tmp_path)
+    c = Cluster(_backend(scaleout_services, request.param), tmp_path)
     try:
         c.start_worker()
         c.start_worker()
@@ -285,3 +294,42 @@ def test_burst_of_500_runs_on_50_threads_each_runs_once_in_order(cluster: Cluste
         assert all(r["status"] == "success" for r in runs)
         # Each run's tag appears exactly once, in creation order: no run ran twice, none out of turn.
         assert httpx.get(f"{apis[1]}/threads/{tid}/state").json()["values"]["done"] == tags
+
+
+@pytest.mark.parametrize("broker", ["redis", "postgres"])
+def test_the_stream_cap_is_shared_by_api_processes_and_a_killed_one_frees_its_places(
+        broker: str, scaleout_services: ScaleOut, tmp_path: Path) -> None:
+    """`max_streams_per_identity` counts a client's streams on every API process together (through the broker),
+    not per process; a process killed with a stream open holds its place until its lease (2 s here) runs out,
+    and a stream that ends gives its place back at once."""
+    c = Cluster(_backend(scaleout_services, broker), tmp_path,
+                env={"THREADLINE_MAX_STREAMS_PER_IDENTITY": "1", "THREADLINE_STREAM_LEASE_SECONDS": "2"})
+    try:
+        a, b = c.start_api(), c.start_api()
+        tid = httpx.post(f"{a}/threads", json={}).json()["thread_id"]
+        # No worker: the run stays pending, and a join of it stays open for as long as the client wants.
+        rid = httpx.post(f"{a}/threads/{tid}/runs", json={"assistant_id": "slow", "input": {"tag": "t"}}
+                         ).json()["run_id"]
+        join = f"/threads/{tid}/runs/{rid}/stream"
+        with httpx.Client(timeout=30) as client, client.stream("GET", a + join) as held:
+            assert held.status_code == 200
+            refused = httpx.get(b + join, timeout=10)
+            assert refused.status_code == 429, refused.text
+            assert refused.json()["code"] == "too_many_streams"
+            os.kill(c.api_procs[a].pid, signal.SIGKILL)  # its stream's place is never given back
+            killed = time.monotonic()
+
+        def accepted_on_b() -> bool:
+            with httpx.stream("GET", b + join, timeout=10) as r:
+                return r.status_code == 200  # (closed on leaving: the place is given back)
+
+        deadline = killed + 30
+        while not accepted_on_b():
+            assert time.monotonic() < deadline, "the killed process's place was never freed"
+            time.sleep(0.2)
+        assert time.monotonic() - killed >= 1.0  # held for (about) its lease, not freed with the connection
+        # A stream that ended gave its place back: the next one is accepted at once, on either process.
+        with httpx.stream("GET", b + join, timeout=10) as again:
+            assert again.status_code == 200
+    finally:
+        c.close()

@@ -116,7 +116,12 @@ class Settings:
         0, "Most pending + running runs of the whole deployment (the queue's bound); past it, 429. 0: no cap."
     )
     max_streams_per_identity: int = _setting(
-        0, "Most event streams one identity may have open on this API process; past it, 429. 0: no cap."
+        0, "Most event streams one identity may have open, counted across every API process of the deployment "
+        "(through its broker); past it, 429. 0: no cap."
+    )
+    stream_lease_seconds: float = _setting(
+        30.0, "How long a stream's place under max_streams_per_identity outlives its API process when the "
+        "process dies without closing it (each process renews its places every third of this)."
     )
     stream_send_timeout_seconds: float = _setting(
         30.0, "A stream whose client has not taken a frame for this long (its connection's buffers are full) "

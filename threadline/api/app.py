@@ -126,7 +126,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if http.cors is None:  # configured CORS stands in front of the project's app instead
         app.add_middleware(http_config.cors_middleware, http=http)
     app.state.project = project
-    app.state.stream_slots = StreamSlots(settings.max_streams_per_identity)
+    app.state.stream_slots = StreamSlots(settings.max_streams_per_identity, settings.stream_lease_seconds)
     app.state.settings = settings
     errors.install(app)
     for router in http_config.served(ROUTERS, http):

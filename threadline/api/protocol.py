@@ -145,7 +145,7 @@ async def stream_events_ws(websocket: WebSocket, thread_id: UUID) -> None:
                              accept_first=True)
         return
     try:
-        release = stream_slot(websocket)
+        release = await stream_slot(websocket)
     except TooManyStreams as exc:
         await deny_handshake(websocket.scope, websocket.send, exc, accept_first=True)
         return
@@ -155,7 +155,7 @@ async def stream_events_ws(websocket: WebSocket, thread_id: UUID) -> None:
             await _Session(websocket, rt, tid, rt.settings.stream_send_timeout_seconds or None).serve()
     finally:
         if release is not None:
-            release()
+            await release()
 
 
 class SlowReader(Exception):

@@ -17,6 +17,7 @@ from threadline.api.models import RunCancelMany, RunCreate, RunSearch
 from threadline.api.ratelimit import identity_of
 from threadline.api.sse import event_response, stream_slot
 from threadline.api.waits import KeptAliveJSON
+from threadline.broker.leases import Release
 from threadline.core.runtime import Runtime
 from threadline.errors import ClientGone, InvalidInput, NotFound
 from threadline.shapes import CancelAction, RunStatus, run_out
@@ -46,7 +47,7 @@ async def _create(rt: Runtime, thread_id: str | None, body: RunCreate, *, waited
 
 def _stream(rt: Runtime, run: dict[str, Any], *, last_event_id: str | None = None, replay: bool = True,
             cancel_on_disconnect: bool = False, path: str | None = None, modes: list[str] | None = None,
-            slot: Callable[[], None] | None = None) -> Response:
+            slot: Release | None = None) -> Response:
     """`path`: the run's own path, as `Content-Location` (default: its thread-scoped path). `modes`: a join's
     `stream_mode`, the only modes it sends."""
     path = path or _run_path(run)
@@ -62,12 +63,12 @@ def _stream(rt: Runtime, run: dict[str, Any], *, last_event_id: str | None = Non
     )
 
 
-async def _released_on_error(slot: Callable[[], None] | None, creating: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+async def _released_on_error(slot: Release | None, creating: Awaitable[dict[str, Any]]) -> dict[str, Any]:
     try:
         return await creating
     except BaseException:
         if slot is not None:
-            slot()
+            await slot()
         raise
 
 
@@ -128,7 +129,7 @@ async def create_thread_run(request: Request, thread_id: UUID, body: RunCreate) 
 @router.post("/threads/{thread_id}/runs/stream")
 async def stream_thread_run(request: Request, thread_id: UUID, body: RunCreate) -> Response:
     rt = runtime(request)
-    slot = stream_slot(request)  # before the run: a client over its stream cap creates none
+    slot = await stream_slot(request)  # before the run: a client over its stream cap creates none
     run = await _released_on_error(slot, _create(rt, str(thread_id), body, waited=True, identity=identity_of(request)))
     return _stream(rt, run, cancel_on_disconnect=_disconnect_cancels(body), slot=slot)
 
@@ -217,7 +218,7 @@ async def create_run(request: Request, body: RunCreate) -> JSON:
 @router.post("/runs/stream")
 async def stream_run(request: Request, body: RunCreate) -> Response:
     rt = runtime(request)
-    slot = stream_slot(request)
+    slot = await stream_slot(request)
     run = await _released_on_error(slot, _create(rt, None, body, waited=True, identity=identity_of(request)))
     return _stream(rt, run, cancel_on_disconnect=_disconnect_cancels(body), path=f"/runs/{run['run_id']}", slot=slot)
 

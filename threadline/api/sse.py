@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -14,7 +13,8 @@ from starlette.requests import Request
 
 from threadline.api.errors import error_response
 from threadline.api.metrics import metrics_of
-from threadline.broker.base import StreamEvent
+from threadline.broker.base import Broker, StreamEvent
+from threadline.broker.leases import Leases, Release
 from threadline.core.metrics import Metrics
 from threadline.core.runtime import Draining
 from threadline.errors import TooManyStreams, Unavailable
@@ -32,32 +32,39 @@ RECONNECT = (b": the server is stopping; the run goes on: reconnect with Last-Ev
 
 
 class StreamSlots:
-    """Open event streams per identity in this process, against `max_streams_per_identity` (limits)."""
+    """Open event streams per identity against `max_streams_per_identity`, counted as leases in the deployment's
+    broker (`threadline.broker.leases`), so that every API process of a deployment draws on one cap, and a
+    process killed with streams open holds their places for `lease_seconds` at most."""
 
-    def __init__(self, per_identity: int) -> None:
-        self.per_identity = per_identity
-        self.open: Counter[str] = Counter()
+    def __init__(self, per_identity: int, lease_seconds: float = 30.0) -> None:
+        self.per_identity, self.lease_seconds = per_identity, max(lease_seconds, 0.5)  # renewed every third
+        self._leases: Leases | None = None
 
-    def take(self, identity: str) -> Callable[[], None]:
-        """A place for one more stream of `identity` (TooManyStreams past the cap); returns its release."""
-        if self.per_identity and self.open[identity] >= self.per_identity:
+    def leases(self, broker: Broker) -> Leases:
+        if self._leases is None or self._leases.broker is not broker:  # (a new runtime: a restarted app)
+            self._leases = Leases(broker, self.lease_seconds)
+        return self._leases
+
+    async def take(self, identity: str, broker: Broker) -> Release:
+        """A place for one more stream of `identity` (TooManyStreams past the cap); returns its release. When
+        the broker cannot answer, the stream is let through uncounted (as a rate limit lets a request through:
+        a limiter must not fail what the rest of the server can still serve)."""
+        try:
+            release = await self.leases(broker).take(f"streams:{identity}", self.per_identity)
+        except Unavailable as exc:  # the broker's outage record logs it
+            log.debug("stream cap not checked (%s); stream allowed", exc)
+            return _nothing
+        if release is None:
             raise TooManyStreams(f"Too many open event streams for this client (the cap is {self.per_identity}): "
                                  "close one, or try again later.")
-        self.open[identity] += 1
-        released = False
-
-        def release() -> None:
-            nonlocal released
-            if not released:
-                released = True
-                self.open[identity] -= 1
-                if self.open[identity] <= 0:
-                    del self.open[identity]
-
         return release
 
 
-def stream_slot(request: Any) -> Callable[[], None] | None:
+async def _nothing() -> None:
+    return None
+
+
+async def stream_slot(request: Any) -> Release | None:
     """Take a stream place for the request's (or WebSocket's) identity now (before a run is created for the
     stream), or None when the app has no cap. Raises TooManyStreams (429)."""
     slots: StreamSlots | None = getattr(request.app.state, "stream_slots", None)
@@ -65,13 +72,13 @@ def stream_slot(request: Any) -> Callable[[], None] | None:
         return None
     from threadline.api.ratelimit import identity_of
 
-    return slots.take(identity_of(request))
+    return await slots.take(identity_of(request), request.app.state.runtime.broker)
 
 
 def event_response(
     events: AsyncIterator[StreamEvent], *, heartbeat: float, headers: dict[str, str] | None = None,
     on_disconnect: Callable[[], Awaitable[Any]] | None = None, draining: Draining | None = None,
-    slot: Callable[[], None] | None = None, send_timeout: float | None = None,
+    slot: Release | None = None, send_timeout: float | None = None,
 ) -> EventSourceResponse:
     """Relay `events`; `on_disconnect` runs when the client leaves before the stream ends. When `draining`
     is set (this process is stopping), the stream ends at once with `RECONNECT`, the response completes,
@@ -209,7 +216,7 @@ class CountedEventSource(EventSourceResponse):
     identity's stream places (`StreamSlots`) meanwhile; closed when its client stops reading (`send_timeout`:
     no frame taken for that long), so a slow reader holds at most its connection's buffers, never a backlog."""
 
-    slot: Callable[[], None] | None = None
+    slot: Release | None = None
     metrics: Metrics | None = None  # the app's, once served (its streams' read-ahead is counted there)
 
     _sender: asyncio.Task[Any] | None = None  # the task that sends the frames
@@ -253,7 +260,7 @@ class CountedEventSource(EventSourceResponse):
             self.send_timeout = getattr(settings, "stream_send_timeout_seconds", 0) or None
         if self.slot is None:
             try:
-                self.slot = stream_slot(Request(scope))
+                self.slot = await stream_slot(Request(scope))
             except TooManyStreams as exc:
                 await error_response(exc)(scope, receive, send)
                 return
@@ -275,4 +282,4 @@ class CountedEventSource(EventSourceResponse):
             if watchdog is not None:
                 watchdog.cancel()
             if self.slot is not None:
-                self.slot()
+                await self.slot()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,6 +103,23 @@ class Broker(abc.ABC):
 
         A cancel sent before registration (between a worker's claim and its start) is applied at once.
         """
+
+    # Leases: counts shared by every process of a deployment (the stream cap per identity), which a process that
+    # dies cannot leak for longer than a lease lives. Kept and renewed by `threadline.broker.leases.Leases`.
+
+    @abc.abstractmethod
+    async def take_lease(self, scope: str, limit: int, seconds: float) -> str | None:
+        """A new lease in `scope` if fewer than `limit` live ones are held there, by any process of the
+        deployment: its id; else None. It lives `seconds` unless renewed. Raises Unavailable."""
+
+    @abc.abstractmethod
+    async def renew_leases(self, leases: Mapping[str, Collection[str]], seconds: float) -> None:
+        """Let each of these leases (scope → ids) live `seconds` more from now; one that had expired is held
+        again (its scope may then count past its limit until one is dropped). Raises Unavailable."""
+
+    @abc.abstractmethod
+    async def drop_lease(self, scope: str, lease: str) -> None:
+        """Give a lease back (none left to drop is no error). Raises Unavailable."""
 
     async def start(self) -> None:
         """Connect and start listening (called once before use)."""

@@ -46,6 +46,11 @@ class Keys:
         """String: the cancel action sent to a run, kept for a worker that has not registered yet."""
         return f"{self.prefix}:run:{run_id}:cancel"
 
+    def leases(self, scope: str) -> str:
+        """Sorted set of the live leases of one scope (`Broker.take_lease`): member the lease, score when it
+        expires (Redis's own clock, in ms); the set itself expires with its newest lease."""
+        return f"{self.prefix}:leases:{scope}"
+
     # Channels.
 
     def done_channel(self, run_id: str) -> str:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+import uuid
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection, Mapping
 from typing import Any
 
 from threadline.broker.base import Broker, StreamEvent, event_bytes
@@ -75,6 +76,7 @@ class MemoryBroker(Broker):
         self._ended_holding: deque[str] = deque()  # finished runs whose buffers the process budget may drop
         # Cancels sent before the worker registered (between claim and start); honoured on registration.
         self._early_cancel: dict[str, str] = {}
+        self._leases: dict[str, dict[str, float]] = {}  # scope → lease → when it expires (monotonic)
 
     @property
     def held_bytes(self) -> int:
@@ -211,3 +213,28 @@ class MemoryBroker(Broker):
         if early is not None:
             callback(early)
         return unregister
+
+    async def take_lease(self, scope: str, limit: int, seconds: float) -> str | None:
+        now = time.monotonic()
+        held = self._leases.setdefault(scope, {})
+        for lease in [lease for lease, expires in held.items() if expires <= now]:
+            del held[lease]
+        if len(held) >= limit:
+            return None
+        lease = uuid.uuid4().hex
+        held[lease] = now + seconds
+        return lease
+
+    async def renew_leases(self, leases: Mapping[str, Collection[str]], seconds: float) -> None:
+        expires = time.monotonic() + seconds
+        for scope, ids in leases.items():
+            held = self._leases.setdefault(scope, {})
+            for lease in ids:
+                held[lease] = expires
+
+    async def drop_lease(self, scope: str, lease: str) -> None:
+        held = self._leases.get(scope)
+        if held is not None:
+            held.pop(lease, None)
+            if not held:
+                del self._leases[scope]

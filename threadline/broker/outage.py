@@ -8,9 +8,13 @@ would bury the log (thousands of lines for a few seconds under load) and say not
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+
+from threadline.errors import BrokerUnavailable
 
 
 class Outage:
@@ -76,3 +80,19 @@ class Outage:
                           now - self._reported)
         self._reported = now
         self._reported_failures, self._reported_unsent = self._failures, self._unsent
+
+
+@contextlib.asynccontextmanager
+async def exchange(outage: Outage, seconds: float, errors: tuple[type[BaseException], ...], *, unavailable: str,
+                   timeouts: tuple[type[BaseException], ...] = (TimeoutError,)) -> AsyncIterator[None]:
+    """One exchange of a broker with its service, bounded in time and told to its outage record: a driver error
+    (one of `errors`) becomes `BrokerUnavailable` at the backend edge, whose message (`unavailable`, then the
+    reason) names no driver; the outage's log lines keep the driver's words for the operator."""
+    try:
+        async with asyncio.timeout(seconds):
+            yield
+    except errors as exc:
+        outage.failed(exc)
+        reason = "no answer in time" if isinstance(exc, timeouts) else "connection lost"
+        raise BrokerUnavailable(f"{unavailable} ({reason}). Retry shortly.") from exc
+    outage.recovered()

@@ -7,7 +7,10 @@ without bound; instead, once the events queued and in flight weigh `max_bytes` (
 them, the measure of the buffers' byte budgets), an event's post waits until a batch is sent: back-pressure
 on the executors that produce faster than the broker takes. Ends and signals are never held back (they
 weigh next to nothing, and a run's end must follow its events). What a batch that failed held is released
-all the same: the sender logs the failure, and the runs go on.
+all the same: every waiter of the batch gets the failure, the broker's outage record (`broker/outage.py`)
+counts what was not sent, and the runs go on. A stream end lost so is queued again once the outage is over
+(`resend_lost_ends`, the outage's `on_end`): a client resuming the stream on a broker that kept the run's
+events then sees it end, instead of waiting for an end that never comes.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from threadline.broker.base import event_bytes
+from threadline.broker.outage import Outage
+from threadline.errors import BrokerUnavailable, Unavailable
 
 #: ("event", run_id, (event, data, future or None)), ("end", run_id, future), ("signal", channel, payload).
 Item = tuple[str, str, Any]
@@ -35,8 +40,8 @@ class Outbox:
     """The queue of one broker: `post`/`put` queue items, one task hands them to `send` in batches, in order."""
 
     def __init__(self, send: Callable[[list[Item]], Awaitable[None]], *, name: str, max_bytes: int,
-                 batch_items: int = 0) -> None:
-        self._send, self._name = send, name
+                 outage: Outage, batch_items: int = 0) -> None:
+        self._send, self._name, self.outage = send, name, outage
         self.max_bytes = max_bytes
         self.batch_items = batch_items  # most items in one batch; 0: everything queued
         self._items: deque[Item] = deque()
@@ -46,6 +51,8 @@ class Outbox:
         self._room.set()
         #: Bytes of the events queued or in flight (the batch being sent).
         self.held = 0
+        #: Runs whose stream end was not sent during an outage (see `resend_lost_ends`).
+        self.lost_ends: set[str] = set()
 
     def __len__(self) -> int:
         return len(self._items)
@@ -78,11 +85,38 @@ class Outbox:
             batch = [self._items.popleft() for _ in range(n)]
             size = sum(self._sizes.popleft() for _ in range(n))
             try:
-                await self._send(batch)
+                await self._send_or_fail(batch)
             finally:  # sent or failed, the batch no longer holds memory here
                 self.held -= size
                 if self.held < self.max_bytes:
                     self._room.set()
+
+    async def _send_or_fail(self, batch: list[Item]) -> None:
+        """Send a batch; when that fails, every waiter of the batch gets the error (not only those queued
+        before the failure: getting a connection can fail before any item is sent). A broker outage is
+        counted in its record (the runs go on); anything else is a bug, raised."""
+        try:
+            await self._send(batch)
+        except BaseException as exc:
+            failure = exc if isinstance(exc, Exception) else BrokerUnavailable(f"The {self.outage.service} "
+                                                                               "broker stopped.")
+            for waiter in waiters(batch):
+                if not waiter.done():
+                    waiter.set_exception(failure)
+            if not isinstance(exc, Unavailable):
+                raise
+            # Idle workers poll and waiters re-check storage; the outage's lines count what was lost.
+            self.outage.unsent(len(batch))
+            self.lost_ends.update(name for kind, name, _ in batch if kind == "end")
+
+    def resend_lost_ends(self) -> None:
+        """Queue again the stream ends an outage lost (ending twice only renews the retention); nobody waits
+        for them, so a second failure only puts them back in `lost_ends`."""
+        lost, self.lost_ends = self.lost_ends, set()
+        for run_id in lost:
+            resent = asyncio.get_running_loop().create_future()
+            resent.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no "never retrieved"
+            self.put(("end", run_id, resent))
 
     async def drain(self) -> None:
         """Return once everything queued was sent (or failed): what `close` waits for."""

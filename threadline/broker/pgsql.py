@@ -20,6 +20,7 @@ class PgNames:
         self.streams = f'"{base}_broker_streams"'
         self.events = f'"{base}_broker_events"'
         self.cancels = f'"{base}_broker_cancels"'
+        self.leases = f'"{base}_broker_leases"'
         #: The one NOTIFY channel (payloads: see `PostgresBroker._dispatch`), and the listener's application_name.
         self.channel = f"{base}_broker"
         self.listener_name = f"{base}:listener"
@@ -48,6 +49,11 @@ class PgNames:
             run_id text PRIMARY KEY,
             action text NOT NULL,
             sent_at timestamptz NOT NULL DEFAULT now());
+        CREATE UNLOGGED TABLE IF NOT EXISTS {self.leases} (
+            scope text NOT NULL,
+            lease text NOT NULL,
+            expires_at timestamptz NOT NULL,
+            PRIMARY KEY (scope, lease));
         """
 
     @property
@@ -128,14 +134,42 @@ class PgNames:
     def take_cancel(self) -> str:
         return f"DELETE FROM {self.cancels} WHERE run_id = %(run)s RETURNING action"
 
+    #: Serializes the takes of one scope (the two-key advisory lock: its own key space, apart from storage's).
+    #: Its own statement, before the count: a statement's snapshot is taken when it starts, and one that took
+    #: the lock inside itself could miss a lease committed while it waited for it.
+    lock_scope = "SELECT pg_advisory_xact_lock(%(class)s::int, hashtext(%(scope)s))"
+
+    @property
+    def take_lease(self) -> str:
+        """A lease in the scope, if fewer than `limit` live ones are held (run after `lock_scope`)."""
+        return f"""
+        INSERT INTO {self.leases} (scope, lease, expires_at)
+        SELECT %(scope)s, %(lease)s, now() + make_interval(secs => %(secs)s)
+        WHERE (SELECT count(*) FROM {self.leases} WHERE scope = %(scope)s AND expires_at > now()) < %(limit)s
+        RETURNING lease"""
+
+    @property
+    def renew_leases(self) -> str:
+        """Renew leases (parallel arrays of scopes and ids); one swept meanwhile is held again."""
+        return f"""
+        INSERT INTO {self.leases} AS l (scope, lease, expires_at)
+        SELECT u.scope, u.lease, now() + make_interval(secs => %(secs)s)
+        FROM unnest(%(scopes)s::text[], %(leases)s::text[]) AS u(scope, lease)
+        ON CONFLICT (scope, lease) DO UPDATE SET expires_at = EXCLUDED.expires_at"""
+
+    @property
+    def drop_lease(self) -> str:
+        return f"DELETE FROM {self.leases} WHERE scope = %(scope)s AND lease = %(lease)s"
+
     @property
     def sweep(self) -> str:
         """Forget streams `retain` seconds after their end, or `live` seconds after the last event of a run
-        that never ended (its process died); cancels nobody took after `retain`."""
+        that never ended (its process died); cancels nobody took after `retain`; expired leases."""
         return f"""
         WITH gone AS (
             DELETE FROM {self.streams} WHERE ended_at < now() - make_interval(secs => %(retain)s)
                 OR (ended_at IS NULL AND touched_at < now() - make_interval(secs => %(live)s))
             RETURNING run_id),
-        forgotten AS (DELETE FROM {self.events} WHERE run_id IN (SELECT run_id FROM gone))
+        forgotten AS (DELETE FROM {self.events} WHERE run_id IN (SELECT run_id FROM gone)),
+        expired AS (DELETE FROM {self.leases} WHERE expires_at < now())
         DELETE FROM {self.cancels} WHERE sent_at < now() - make_interval(secs => %(retain)s)"""

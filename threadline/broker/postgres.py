@@ -20,7 +20,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection, Mapping
 from typing import Any
 
 import psycopg
@@ -29,29 +29,37 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from threadline.broker.base import Broker, StreamEvent, event_bytes
 from threadline.broker.budget import ByteBudget
 from threadline.broker.local import LocalSignals
-from threadline.broker.outbox import Item, Outbox, waiters
+from threadline.broker.outage import Outage, exchange
+from threadline.broker.outbox import Item, Outbox
 from threadline.broker.pgsql import PgNames
-from threadline.errors import BrokerUnavailable, Unavailable
+from threadline.errors import Unavailable
 
 log = logging.getLogger("threadline.broker")
 
 _ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout, OSError)  # OSError: TimeoutError
 #: Serializes the broker's CREATE TABLE IF NOT EXISTS across processes (two at once can collide).
 _DDL_LOCK = 0x74686C62  # "thlb"
+#: The class of the advisory locks that serialize the takes of one lease scope ("thll").
+_LEASE_LOCK = 0x74686C6C
 
 Cursor = tuple[int, int]  # (ms, seq) of an event id
 
 
-@contextlib.asynccontextmanager
-async def _exchange(seconds: float) -> AsyncIterator[None]:
-    """One exchange with PostgreSQL, bounded in time; driver errors become `BrokerUnavailable` at the edge."""
-    try:
-        async with asyncio.timeout(seconds):
-            yield
-    except _ERRORS as exc:
-        log.warning("PostgreSQL broker unavailable: %s: %s", type(exc).__name__, str(exc).strip())
-        reason = "no answer in time" if isinstance(exc, (TimeoutError, PoolTimeout)) else "connection lost"
-        raise BrokerUnavailable(f"The database broker is unavailable ({reason}). Retry shortly.") from exc
+_POOL_NAME = "threadline-broker"
+
+
+class _PoolReconnects(logging.Filter):
+    """psycopg_pool warns once per failed attempt of the broker's pool to reconnect (several a second while the
+    database is away); the broker's outage record says it instead, once (broker/outage.py)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno < logging.ERROR and f"in '{_POOL_NAME}'" in record.getMessage())
+
+
+def _quiet_pool_reconnects() -> None:
+    pool_log = logging.getLogger("psycopg.pool")
+    if not any(isinstance(f, _PoolReconnects) for f in pool_log.filters):
+        pool_log.addFilter(_PoolReconnects())
 
 
 def _cursor(event_id: str) -> Cursor:
@@ -76,6 +84,8 @@ class PostgresBroker(Broker):
     batch_bytes = 256 * 1024
     #: Most queued items (events, ends, signals) sent in one transaction.
     batch_items = 2000
+    #: During an outage, at most one log line (a count of what failed) per this many seconds.
+    outage_report_seconds = 30.0
 
     def __init__(self, url: str, *, buffer_events: int = 10_000, buffer_bytes: int = 8 << 20,
                  total_bytes: int = 256 << 20, key_prefix: str = "threadline", max_connections: int = 16,
@@ -84,18 +94,23 @@ class PostgresBroker(Broker):
         self._names = PgNames(key_prefix)
         self._budget = ByteBudget(buffer_events, buffer_bytes, total_bytes, self.retain_seconds)
         self._id = uuid.uuid4().hex
-        self._pool = AsyncConnectionPool(url, min_size=1, max_size=max_connections, open=False,
+        self._pool = AsyncConnectionPool(url, min_size=1, max_size=max_connections, open=False, name=_POOL_NAME,
                                          kwargs={"autocommit": True, "application_name": "threadline:broker"},
                                          check=AsyncConnectionPool.check_connection)
+        _quiet_pool_reconnects()
         self._listener: psycopg.AsyncConnection[Any] | None = None
         self._listening: asyncio.Task[None] | None = None
         self._signals = LocalSignals()
         self._unchecked: set[str] = set()  # runs whose stored early cancel still has to be read
         self._changed: dict[str, asyncio.Event] = {}  # run → set when its stream changes (then replaced)
         self._watching: dict[str, int] = {}  # run → how many subscribers of this process follow it
+        # One warning when the database goes away, a count while it stays away, one when it is back
+        # (broker/outage.py); once it is back, the stream ends it lost are sent again.
+        self.outage = Outage("PostgreSQL", log, report_seconds=self.outage_report_seconds,
+                             on_end=lambda: self._outbox.resend_lost_ends())
         # What is waiting to be sent, in order, bounded by bytes (`threadline.broker.outbox`; see `_send_batch`).
         self._outbox = Outbox(self._send_batch, name="threadline-pg-posts", max_bytes=outbox_bytes,
-                              batch_items=self.batch_items)
+                              outage=self.outage, batch_items=self.batch_items)
         self._swept_at = 0.0
 
     # Lifecycle.
@@ -125,7 +140,8 @@ class PostgresBroker(Broker):
             await self._pool.close()
 
     def _exchange(self, extra_seconds: float = 0.0) -> contextlib.AbstractAsyncContextManager[None]:
-        return _exchange(self.command_seconds + extra_seconds)
+        return exchange(self.outage, self.command_seconds + extra_seconds, _ERRORS,
+                        unavailable="The database broker is unavailable", timeouts=(TimeoutError, PoolTimeout))
 
     async def _fetch(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         async with self._exchange(), self._pool.connection() as conn:
@@ -149,31 +165,18 @@ class PostgresBroker(Broker):
 
     async def _send_batch(self, batch: list[Item]) -> None:
         """Send a batch of the outbox in one transaction (pipelined). Whoever waits for an item (`publish`,
-        `end_stream`) gets its outcome."""
+        `end_stream`) gets its outcome (a failure is the outbox's to hand out)."""
         waiting: list[tuple[_Ids | asyncio.Future[Any], Any]] = []  # (waiter, cursor whose rows say its id, or None)
         touched: set[str] = set()
-        try:
-            async with self._exchange(), self._pool.connection() as conn, conn.transaction():
-                async with conn.pipeline():
-                    await self._send(conn, batch, waiting, touched)
-                results = [(w, await r.fetchall() if r is not None else None) for w, r in waiting]
-        except BaseException as exc:
-            failure = exc if isinstance(exc, Exception) else BrokerUnavailable("The database broker stopped.")
-            # Every waiter of the batch, not only those queued before the failure (getting a connection
-            # can fail before any statement is).
-            for waiter in waiters(batch):
-                if not waiter.done():
-                    waiter.set_exception(failure)
-            if not isinstance(exc, Unavailable):
-                raise
-            log.warning("PostgreSQL broker: %d stream events, ends and signals were not sent (%s); idle "
-                        "workers poll and waiters re-check", len(batch), exc)
-        else:
-            for done_waiter, rows in results:
-                if not done_waiter.done():
-                    done_waiter.set_result(rows)
-            for run_id in touched:
-                self._wake_run(run_id)
+        async with self._exchange(), self._pool.connection() as conn, conn.transaction():
+            async with conn.pipeline():
+                await self._send(conn, batch, waiting, touched)
+            results = [(w, await r.fetchall() if r is not None else None) for w, r in waiting]
+        for done_waiter, rows in results:
+            if not done_waiter.done():
+                done_waiter.set_result(rows)
+        for run_id in touched:
+            self._wake_run(run_id)
 
     async def _send(self, conn: Any, batch: list[Item],
                     waiting: list[tuple[_Ids | asyncio.Future[Any], Any]], touched: set[str]) -> None:
@@ -278,6 +281,28 @@ class PostgresBroker(Broker):
         if changed is not None:
             changed.set()
 
+    # Leases.
+
+    async def take_lease(self, scope: str, limit: int, seconds: float) -> str | None:
+        lease = uuid.uuid4().hex
+        params = {"class": _LEASE_LOCK, "scope": scope, "lease": lease, "secs": seconds, "limit": limit}
+        async with self._exchange(), self._pool.connection() as conn, conn.pipeline():
+            async with conn.transaction():  # one round trip: the lock, then the count and the insert
+                await conn.execute(self._names.lock_scope, params)
+                cur = await conn.execute(self._names.take_lease, params)
+            return lease if await cur.fetchall() else None
+
+    async def renew_leases(self, leases: Mapping[str, Collection[str]], seconds: float) -> None:
+        pairs = [(scope, lease) for scope, ids in leases.items() for lease in ids]
+        if pairs:
+            async with self._exchange(), self._pool.connection() as conn:
+                await conn.execute(self._names.renew_leases, {"secs": seconds, "scopes": [s for s, _ in pairs],
+                                                              "leases": [lease for _, lease in pairs]})
+
+    async def drop_lease(self, scope: str, lease: str) -> None:
+        async with self._exchange(), self._pool.connection() as conn:
+            await conn.execute(self._names.drop_lease, {"scope": scope, "lease": lease})
+
     # Signals.
 
     async def wake_workers(self) -> None:
@@ -309,9 +334,7 @@ class PostgresBroker(Broker):
         unregister = self._signals.register_cancel(run_id, callback)
         try:
             rows = await self._fetch(self._names.take_cancel, {"run": run_id})
-        except Unavailable as exc:
-            log.warning("PostgreSQL broker: could not read an early cancel of %s (%s); the listener retries",
-                        run_id, exc)
+        except Unavailable:  # counted by the outage; the listener retries once it listens again
             self._unchecked.add(run_id)
         else:
             if rows:
@@ -348,7 +371,7 @@ class PostgresBroker(Broker):
                 if self._listener is None:
                     async with self._exchange():
                         self._listener = await self._listen_connection()
-                    log.warning("PostgreSQL broker: listening again; re-checking what may have been missed")
+                    log.info("PostgreSQL broker: listening again; re-checking what may have been missed")
                     # Each is safe to repeat: a slot claims nothing, a waiter or subscriber re-checks.
                     await self._signals.wake()
                     self._signals.done_all()
@@ -360,7 +383,9 @@ class PostgresBroker(Broker):
                 async for note in self._listener.notifies(timeout=self.block_seconds):
                     await self._dispatch(note.payload)
             except (*_ERRORS, Unavailable) as exc:
-                log.warning("PostgreSQL broker: listening failed (%s); listening again in %.1f s", exc, backoff)
+                if not isinstance(exc, Unavailable):  # an Unavailable was counted by its exchange
+                    self.outage.failed(exc)
+                log.debug("PostgreSQL broker: listening failed (%s); listening again in %.1f s", exc, backoff)
                 await self._drop_listener()
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection, Mapping
 from typing import Any
 
 from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
@@ -30,27 +30,34 @@ from threadline.broker.base import Broker, StreamEvent, event_bytes
 from threadline.broker.budget import ByteBudget
 from threadline.broker.keys import Keys
 from threadline.broker.local import LocalSignals
-from threadline.broker.outage import Outage
-from threadline.broker.outbox import Item, Outbox, waiters
-from threadline.errors import BrokerUnavailable, Unavailable
+from threadline.broker.outage import Outage, exchange
+from threadline.broker.outbox import Item, Outbox
+from threadline.errors import Unavailable
 
 log = logging.getLogger("threadline.broker")
 
 _ERRORS = (RedisError, OSError)  # OSError includes TimeoutError
 
 
-@contextlib.asynccontextmanager
-async def _exchange(outage: Outage, seconds: float) -> AsyncIterator[None]:
-    """One exchange with Redis, bounded in time; driver errors become `BrokerUnavailable` at the backend edge,
-    whose message names no driver (the outage's log lines keep its words for the operator)."""
-    try:
-        async with asyncio.timeout(seconds):
-            yield
-    except _ERRORS as exc:
-        outage.failed(exc)
-        reason = "no answer in time" if isinstance(exc, TimeoutError) else "connection lost"
-        raise BrokerUnavailable(f"Redis is unavailable ({reason}). Retry shortly.") from exc
-    outage.recovered()
+#: KEYS: the scope's set; ARGV: limit, lease, ms to live. Expired leases go first; the clock is Redis's, one for
+#: every process. 1 when taken, 0 when `limit` live leases are held.
+_TAKE_LEASE = """
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then return 0 end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[2])
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
+return 1
+"""
+#: KEYS: the scope's set; ARGV: ms to live, then the leases to renew (held again if they had expired).
+_RENEW_LEASES = """
+local t = redis.call('TIME')
+local expires = t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[1])
+for i = 2, #ARGV do redis.call('ZADD', KEYS[1], expires, ARGV[i]) end
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]))
+return 0
+"""
 
 
 def _after_id(event_id: str) -> str:
@@ -60,6 +67,10 @@ def _after_id(event_id: str) -> str:
     if dash and all(part.isascii() and part.isdigit() and int(part) < 2**64 for part in (ms, n)):
         return f"{int(ms)}-{int(n)}"
     return "0-0"
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
 
 
 def _id_key(stream_id: str) -> tuple[int, int]:
@@ -110,13 +121,15 @@ class RedisBroker(Broker):
         self._signals = LocalSignals()
         # Runs whose stored early cancel still has to be read (Redis failed at registration, or resubscribed).
         self._unchecked: set[str] = set()
+        # One warning when Redis goes away, a count while it stays away, one when it is back (broker/outage.py);
+        # once it is back, the stream ends it lost are sent again.
+        self.outage = Outage("Redis", log, report_seconds=self.outage_report_seconds,
+                             on_end=lambda: self._outbox.resend_lost_ends())
         # What is waiting to be sent, in order, bounded by bytes (`threadline.broker.outbox`; see `_send_batch`).
-        self._outbox = Outbox(self._send_batch, name="threadline-redis-posts", max_bytes=outbox_bytes)
-        # One warning when Redis goes away, a count while it stays away, one when it is back (broker/outage.py).
-        self.outage = Outage("Redis", log, report_seconds=self.outage_report_seconds, on_end=self._resend_ends)
-        # Runs whose stream end was not sent during an outage: sent again when it is over, so a stream resumed
-        # afterwards on a Redis that kept the run's events ends instead of waiting for an end that never comes.
-        self._lost_ends: set[str] = set()
+        self._outbox = Outbox(self._send_batch, name="threadline-redis-posts", max_bytes=outbox_bytes,
+                              outage=self.outage)
+        self._take_lease = self._redis.register_script(_TAKE_LEASE)
+        self._renew_leases = self._redis.register_script(_RENEW_LEASES)
 
     # Lifecycle.
 
@@ -159,64 +172,43 @@ class RedisBroker(Broker):
         self._outbox.put(("end", run_id, ended))
         await asyncio.shield(ended)
 
-    def _resend_ends(self) -> None:
-        """Queue again the stream ends an outage lost (ending twice only renews the retention); nobody waits
-        for them, so a second failure only puts them back in `_lost_ends`."""
-        lost, self._lost_ends = self._lost_ends, set()
-        for run_id in lost:
-            resent = asyncio.get_running_loop().create_future()
-            resent.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no "never retrieved"
-            self._outbox.put(("end", run_id, resent))
-
     async def _send_batch(self, batch: list[Item]) -> None:
         """Send a batch of the outbox in one pipeline. A run's stream expires `live_seconds` after its last
         event, `retain_seconds` after its end; the end flag is a stream of its own (a blocking read of the
         events wakes on it too, and it takes no place in the events' buffer); ending twice only renews the
-        retention. Whoever waits for an item (`publish`, `end_stream`) gets its outcome: the event's id, or the
-        error."""
+        retention. Whoever waits for an item (`publish`, `end_stream`) gets the event's id (a failure is the
+        outbox's to hand out)."""
         waiting: list[tuple[int, asyncio.Future[Any]]] = []  # (index of the item's reply, its waiter)
-        try:
-            async with self._exchange(), self._redis.pipeline(transaction=False) as pipe:
-                expiring: set[str] = set()  # runs whose events' expiry this batch has set
-                for kind, name, value in batch:
-                    if kind == "signal":
-                        pipe.publish(name, f"{self._id} {value}")
-                        continue
-                    events = self._keys.events(name)
-                    if kind == "end":
-                        self._budget.ended(name)
-                        waiting.append((len(pipe), value))
-                        end = self._keys.end(name)
-                        pipe.xadd(end, {"end": "1"}, maxlen=1, approximate=False)
-                        pipe.expire(end, self.retain_seconds)
-                        pipe.expire(events, self.retain_seconds)
+        async with self._exchange(), self._redis.pipeline(transaction=False) as pipe:
+            expiring: set[str] = set()  # runs whose events' expiry this batch has set
+            for kind, name, value in batch:
+                if kind == "signal":
+                    pipe.publish(name, f"{self._id} {value}")
+                    continue
+                events = self._keys.events(name)
+                if kind == "end":
+                    self._budget.ended(name)
+                    waiting.append((len(pipe), value))
+                    end = self._keys.end(name)
+                    pipe.xadd(end, {"end": "1"}, maxlen=1, approximate=False)
+                    pipe.expire(end, self.retain_seconds)
+                    pipe.expire(events, self.retain_seconds)
+                    expiring.add(name)
+                else:
+                    event, data, stored = value
+                    if stored is not None:
+                        waiting.append((len(pipe), stored))
+                    self._budget.added(name, event_bytes(event, data))
+                    pipe.xadd(events, {"e": event, "d": data}, maxlen=self._buffer, approximate=False)
+                    if name not in expiring:
+                        pipe.expire(events, self.live_seconds)
                         expiring.add(name)
-                    else:
-                        event, data, stored = value
-                        if stored is not None:
-                            waiting.append((len(pipe), stored))
-                        self._budget.added(name, event_bytes(event, data))
-                        pipe.xadd(events, {"e": event, "d": data}, maxlen=self._buffer, approximate=False)
-                        if name not in expiring:
-                            pipe.expire(events, self.live_seconds)
-                            expiring.add(name)
-                for run_id, keep in self._budget.trims().items():  # within the byte budgets
-                    pipe.xtrim(self._keys.events(run_id), maxlen=keep, approximate=False)
-                replies = await pipe.execute()
-        except BaseException as exc:
-            failure = exc if isinstance(exc, Exception) else BrokerUnavailable("The Redis broker stopped.")
-            for waiter in waiters(batch):
-                if not waiter.done():
-                    waiter.set_exception(failure)
-            if not isinstance(exc, Unavailable):
-                raise
-            # Idle workers poll and waiters re-check storage; the outage's lines count what was lost.
-            self.outage.unsent(len(batch))
-            self._lost_ends.update(name for kind, name, _ in batch if kind == "end")
-        else:
-            for index, waiter in waiting:
-                if not waiter.done():
-                    waiter.set_result(str(replies[index], "ascii"))
+            for run_id, keep in self._budget.trims().items():  # within the byte budgets
+                pipe.xtrim(self._keys.events(run_id), maxlen=keep, approximate=False)
+            replies = await pipe.execute()
+        for index, waiter in waiting:
+            if not waiter.done():
+                waiter.set_result(str(replies[index], "ascii"))
 
     def queued_bytes(self) -> int:
         return self._outbox.held
@@ -305,6 +297,25 @@ class RedisBroker(Broker):
                 return
             start = "(" + entries[-1][0].decode()
 
+    # Leases.
+
+    async def take_lease(self, scope: str, limit: int, seconds: float) -> str | None:
+        lease = uuid.uuid4().hex
+        async with self._exchange():
+            taken = await self._take_lease(keys=[self._keys.leases(scope)], args=[limit, lease, _ms(seconds)])
+        return lease if taken else None
+
+    async def renew_leases(self, leases: Mapping[str, Collection[str]], seconds: float) -> None:
+        async with self._exchange(), self._redis.pipeline(transaction=False) as pipe:
+            for scope, ids in leases.items():
+                if ids:
+                    await self._renew_leases(keys=[self._keys.leases(scope)], args=[_ms(seconds), *ids], client=pipe)
+            await pipe.execute()
+
+    async def drop_lease(self, scope: str, lease: str) -> None:
+        async with self._exchange():
+            await self._redis.zrem(self._keys.leases(scope), lease)
+
     # Wake-ups.
 
     async def wake_workers(self) -> None:
@@ -356,7 +367,7 @@ class RedisBroker(Broker):
     # The listener.
 
     def _exchange(self, extra_seconds: float = 0.0) -> contextlib.AbstractAsyncContextManager[None]:
-        return _exchange(self.outage, self.command_seconds + extra_seconds)
+        return exchange(self.outage, self.command_seconds + extra_seconds, _ERRORS, unavailable="Redis is unavailable")
 
     def _signal(self, channel: str, payload: str = "") -> None:
         """Queued with the posts, not waited for: a lost signal costs latency, never a stuck run."""
