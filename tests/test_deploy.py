@@ -111,15 +111,22 @@ def test_the_dockerfile_passes_hadolint() -> None:
     assert linted.returncode == 0, linted.stdout + linted.stderr
 
 
-def test_compose_runs_the_migration_before_the_api_and_workers() -> None:
-    services = yaml.safe_load((ROOT / "compose.yaml").read_text())["services"]
-    assert {"postgres", "redis", "migrate", "api", "worker"} <= set(services)
+@pytest.mark.parametrize("file", ["compose.yaml", "compose.postgres.yaml"])
+def test_compose_runs_the_migration_before_the_api_and_workers(file: str) -> None:
+    """compose.yaml (PostgreSQL + Redis) and compose.postgres.yaml (PostgreSQL alone: no Redis service, URL or
+    dependency on it) run the same roles in the same order."""
+    services = yaml.safe_load((ROOT / file).read_text())["services"]
+    with_redis = file == "compose.yaml"
+    assert {"postgres", "migrate", "api", "worker"} <= set(services)
+    assert ("redis" in services) == with_redis
     for name in ("migrate", "api", "worker"):
         _commands_parse(services[name]["command"])
         env = services[name]["environment"]
         assert {k for k in env if k.startswith("THREADLINE_")} <= _settings_env()
         assert env["THREADLINE_DATABASE_URL"].startswith("postgresql://") and "@postgres:5432/" in env[
             "THREADLINE_DATABASE_URL"]
+        assert ("THREADLINE_REDIS_URL" in env) == with_redis
+        assert set(services[name].get("depends_on") or {}) <= set(services)
     assert services["migrate"]["command"] == ["migrate"]
     for name in ("api", "worker"):
         assert services[name]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
@@ -190,16 +197,36 @@ def _free_port() -> int:
 K8S = DEPLOY / "kubernetes"
 
 
-def _k8s_objects() -> tuple[list[dict], str]:
+#: The variant without Redis: an overlay of K8S whose ConfigMap has no THREADLINE_REDIS_URL.
+K8S_POSTGRES = DEPLOY / "kubernetes-postgres"
+
+
+def _k8s_objects(root: Path = K8S) -> tuple[list[dict], str]:
     """The manifests as `kubectl kustomize` renders them when kubectl is installed (it renders offline), else each
-    file kustomization.yaml lists, parsed with PyYAML; and which of the two it was."""
+    file kustomization.yaml lists, parsed with PyYAML (an overlay's base, then its `remove` patches); and which
+    of the two it was."""
     kubectl = shutil.which("kubectl")
     if kubectl is not None:
-        rendered = subprocess.run([kubectl, "kustomize", str(K8S)], capture_output=True, text=True, timeout=60)
+        rendered = subprocess.run([kubectl, "kustomize", str(root)], capture_output=True, text=True, timeout=60)
         assert rendered.returncode == 0, rendered.stderr
         return [d for d in yaml.safe_load_all(rendered.stdout) if d], "kubectl kustomize"
-    files = yaml.safe_load((K8S / "kustomization.yaml").read_text())["resources"]
-    return [d for f in files for d in yaml.safe_load_all((K8S / f).read_text()) if d], "PyYAML"
+    kustomization = yaml.safe_load((root / "kustomization.yaml").read_text())
+    objects: list[dict] = []
+    for resource in kustomization["resources"]:
+        if (root / resource).is_dir():
+            objects += _k8s_objects(root / resource)[0]
+        else:
+            objects += [d for d in yaml.safe_load_all((root / resource).read_text()) if d]
+    for patch in kustomization.get("patches", []):
+        target = _one(objects, patch["target"]["kind"], patch["target"]["name"])
+        for op in yaml.safe_load(patch["patch"]):
+            assert op["op"] == "remove", op
+            *parents, last = op["path"].strip("/").split("/")
+            node = target
+            for key in parents:
+                node = node[key]
+            del node[last]
+    return objects, "PyYAML"
 
 
 def _one(objects: list[dict], kind: str, name: str) -> dict:
@@ -208,15 +235,18 @@ def _one(objects: list[dict], kind: str, name: str) -> dict:
 
 
 @pytest.mark.e2e  # kubectl kustomize, where kubectl is installed
-def test_the_kubernetes_manifests_run_what_the_server_serves() -> None:
+@pytest.mark.parametrize("root", [K8S, K8S_POSTGRES], ids=["with-redis", "postgres-only"])
+def test_the_kubernetes_manifests_run_what_the_server_serves(root: Path) -> None:
     from threadline.shutdown import GRACE_SECONDS, THREAD_SECONDS
 
-    objects, rendered_by = _k8s_objects()
+    objects, rendered_by = _k8s_objects(root)
     config = _one(objects, "ConfigMap", "threadline")["data"]
     secret = _one(objects, "Secret", "threadline")["stringData"]
     env_names = {k for k in [*config, *secret] if k.startswith("THREADLINE_")}
     assert env_names <= _settings_env(), f"unknown settings ({rendered_by}): {env_names - _settings_env()}"
-    assert secret["THREADLINE_DATABASE_URL"].startswith("postgresql://") and config["THREADLINE_REDIS_URL"]
+    assert secret["THREADLINE_DATABASE_URL"].startswith("postgresql://")
+    assert bool(config.get("THREADLINE_REDIS_URL")) == (root == K8S)  # PostgreSQL alone: no Redis anywhere
+    assert not [o for o in objects if "redis" in yaml.safe_dump(o).lower()] or root == K8S
     stage = dict(_dockerfile_final_stage())
     for name, command in (("threadline-api", "serve"), ("threadline-worker", "worker")):
         deployment = _one(objects, "Deployment", name)
