@@ -176,8 +176,9 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def _start(stack: str, mode: str, tmp: Path, stack_ctx: ExitStack) -> tuple[str, list[int], Any]:
-    """Start the stack; (API base URL, server pids, a function counting runs in its database)."""
+def _start(stack: str, mode: str, tmp: Path, stack_ctx: ExitStack) -> tuple[str, list[int], Any, str | None]:
+    """Start the stack; (API base URLs, server pids, a function counting runs in its database, the database's
+    URL on PostgreSQL)."""
     limits = LIMITS if mode == "limits" else {}
     py = sys.executable
     if stack == "embedded":
@@ -188,7 +189,7 @@ def _start(stack: str, mode: str, tmp: Path, stack_ctx: ExitStack) -> tuple[str,
             _env({"THREADLINE_DATABASE_URL": f"sqlite:///{db}", **limits}), tmp / f"embedded-{mode}.log"))
         base = f"http://127.0.0.1:{port}"
         asyncio.run(harness.wait_ready(base, proc, 60))
-        return base, [proc.pid], lambda: _sqlite_runs(db)
+        return base, [proc.pid], lambda: _sqlite_runs(db), None
     import psycopg
 
     name = f"threadline_load_{uuid.uuid4().hex[:8]}"
@@ -215,7 +216,47 @@ def _start(stack: str, mode: str, tmp: Path, stack_ctx: ExitStack) -> tuple[str,
             f"worker{i}", [py, "-m", "threadline", "worker", "--workers", "10"], tmp, env,
             tmp / f"scaleout-{mode}-worker{i}.log"))
         pids.append(proc.pid)
-    return ",".join(bases), pids, lambda: _pg_runs(url)
+    return ",".join(bases), pids, lambda: _pg_runs(url), url
+
+
+class _PgSampler:
+    """Samples the load database's sessions every 100 ms in a thread: per application and state, how many
+    sessions and on what they wait (`wait_event_type:wait_event`), and the longest-running active statements."""
+
+    def __init__(self, url: str) -> None:
+        import threading
+
+        self.url, self.samples = url, 0
+        self.states: Counter[str] = Counter()
+        self.slow: Counter[str] = Counter()  # active for >= 100 ms: statement head
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import psycopg
+
+        db = self.url.rsplit("/", 1)[1]
+        with psycopg.connect(PG_ADMIN, autocommit=True, application_name="bench:sampler") as conn:
+            while not self._stop.wait(0.1):
+                rows = conn.execute(
+                    "SELECT application_name, state, coalesce(wait_event_type || ':' || wait_event, ''), "
+                    "extract(epoch FROM now() - query_start), left(regexp_replace(query, '\\s+', ' ', 'g'), 60) "
+                    "FROM pg_stat_activity WHERE datname = %s AND application_name <> 'bench:sampler'",
+                    (db,)).fetchall()
+                self.samples += 1
+                for app, state, wait, running, query in rows:
+                    self.states[f"{app or '-'} | {state} | {wait}"] += 1
+                    if state == "active" and running is not None and running >= 0.1:
+                        self.slow[f"{wait} | {query}"] += 1
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        self._thread.join(10)
+        n = max(self.samples, 1)
+        return {"samples": self.samples,
+                "sessions_per_sample": {k: round(v / n, 2) for k, v in self.states.most_common(25)},
+                "active_over_100ms": dict(self.slow.most_common(15))}
 
 
 def _drop_database(name: str) -> None:
@@ -252,7 +293,7 @@ def _rss_kb(pid: int) -> int:
 def phase(stack: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="tl-load-") as folder, ExitStack() as stack_ctx:
         tmp = Path(folder)
-        bases, pids, runs_in_db = _start(stack, mode, tmp, stack_ctx)
+        bases, pids, runs_in_db, database = _start(stack, mode, tmp, stack_ctx)
         urls = bases.split(",")
         results: Any = mp.get_context("spawn").Queue()
         ctx = mp.get_context("spawn")
@@ -263,10 +304,12 @@ def phase(stack: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
         for p in procs:
             p.start()
         rss: list[list[int]] = []
+        sampler = _PgSampler(database) if args.sample_pg and database else None
         t0 = time.monotonic()
         while any(p.is_alive() for p in procs) and time.monotonic() - t0 < args.seconds + 120:
             rss.append([_rss_kb(pid) for pid in pids])
             time.sleep(1.0)
+        activity = sampler.stop() if sampler is not None else None
         gathered = [results.get(timeout=30) for _ in procs]
         for p in procs:
             p.join(10)
@@ -308,7 +351,7 @@ def phase(stack: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
                        "max": [round(max(col) / 1024) for col in zip(*rss, strict=False)] if rss else [],
                        "last": [round(k / 1024) for k in (rss[-1] if rss else [])]},
             "client_cpu_s": round(cpu, 1), "client_cpu_share_of_wall": round(cpu / max(args.seconds, 1e-9), 2),
-        }
+        } | ({"pg_activity": activity} if activity is not None else {})
 
 
 def main() -> None:
@@ -317,6 +360,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--clients", type=int, default=200)
     parser.add_argument("--procs", type=int, default=4)
+    parser.add_argument("--modes", default="limits,none", help="which phases: limits, none, or both (the default)")
+    parser.add_argument("--sample-pg", action="store_true",
+                        help="sample pg_stat_activity every 100 ms during the load (scaleout): what the database's "
+                             "sessions wait on, per application, in the report's `pg_activity`")
     args = parser.parse_args()
     args.seconds = min(args.seconds, 300.0)  # bounded, whatever is asked
     args.clients = min(args.clients, 2000)
@@ -324,7 +371,7 @@ def main() -> None:
     for stack in stacks:
         report = {"meta": {"argv": sys.argv[1:], "cpus": os.cpu_count(), "limits": LIMITS,
                            "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
-                  "phases": [phase(stack, mode, args) for mode in ("limits", "none")]}
+                  "phases": [phase(stack, mode, args) for mode in args.modes.split(",")]}
         out = harness.BENCH_DIR / "results" / f"load-{stack}.json"
         out.write_text(json.dumps(report, indent=2) + "\n")
         for p in report["phases"]:
