@@ -93,6 +93,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
             app.state.runtime = await _start(app, settings, project, graphs, prepare, access)
             stack.push_async_callback(app.state.runtime.close)
+            stack.push_async_callback(app.state.stream_slots.close)  # (first: before the broker closes)
             with serving_loopback(app):  # `langgraph_sdk.get_client()` in an agent reaches this app
                 yield state
 

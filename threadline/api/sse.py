@@ -45,6 +45,11 @@ class StreamSlots:
             self._leases = Leases(broker, self.lease_seconds)
         return self._leases
 
+    async def close(self) -> None:
+        """Stop renewing this process's places (at shutdown; its streams have ended or expire by themselves)."""
+        if self._leases is not None:
+            await self._leases.close()
+
     async def take(self, identity: str, broker: Broker) -> Release:
         """A place for one more stream of `identity` (TooManyStreams past the cap); returns its release. When
         the broker cannot answer, the stream is let through uncounted (as a rate limit lets a request through:
