@@ -95,6 +95,23 @@ async def test_state_history_update_and_copy(sdk: LangGraphClient) -> None:
         await sdk.threads.get_history(tid, limit=100))
 
 
+async def test_each_history_entry_is_the_state_at_its_checkpoint(sdk: LangGraphClient) -> None:
+    """History is read in one go (checkpoints and their pending writes); each entry must still be what
+    reading the state at that checkpoint shows, with the interrupt a pending write holds."""
+    tid = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(tid, "counter", input={"increment": 2, "tag": "a"})
+    await sdk.runs.wait(tid, "approval", input={"request": "deploy"})
+    history = await sdk.threads.get_history(tid, limit=100)
+    assert len(history) >= 4
+    assert history[0]["tasks"][0]["interrupts"], history[0]["tasks"]  # the interrupt is a pending write
+    for entry in history:
+        assert entry == await sdk.threads.get_state(tid, checkpoint_id=entry["checkpoint"]["checkpoint_id"])
+    filtered = await sdk.threads.get_history(tid, limit=100, metadata={"source": "loop"})
+    assert filtered and all(e["metadata"]["source"] == "loop" for e in filtered)
+    assert [e["checkpoint_id"] for e in filtered] == [e["checkpoint_id"] for e in history
+                                                       if e["metadata"]["source"] == "loop"]
+
+
 async def test_spec_history_and_patch_values(http: httpx.AsyncClient, sdk: LangGraphClient) -> None:
     tid = (await sdk.threads.create())["thread_id"]
     await sdk.runs.wait(tid, "counter", input={"increment": 1, "tag": "a"})

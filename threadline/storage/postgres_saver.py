@@ -7,7 +7,7 @@ machines (`bench/sqlite_hop.py` measures the same kind of trip), more than seria
 
 So the saver's module sees `asyncio` through `_Asyncio`, whose `to_thread` runs the function at once while
 `_inline` is set, and hands it to a thread as before otherwise. `InlinePostgresSaver` sets it, for the
-call's own task only (a context variable), around LangGraph's own `aput`, `aput_writes` and `aget_tuple`:
+call's own task only (a context variable), around LangGraph's own `aput`, `aput_writes`, `aget_tuple` and `alist`:
 the SQL, the rows, the serializer and the code are LangGraph's.
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from langgraph.checkpoint.base import CheckpointTuple
@@ -69,3 +69,12 @@ class InlinePostgresSaver(AsyncPostgresSaver):
     async def aget_tuple(self, config: Any) -> CheckpointTuple | None:
         with _serializing_inline():
             return await super().aget_tuple(config)
+
+    async def alist(self, config: Any, **kwargs: Any) -> AsyncIterator[CheckpointTuple]:
+        # LangGraph's own reads every row before it hands out the first; it then hands each checkpoint's
+        # loading to a thread, one trip per checkpoint (a history of 200: 200 hand-offs). Loaded here instead,
+        # in one go, and handed out after.
+        with _serializing_inline():
+            found = [item async for item in super().alist(config, **kwargs)]
+        for item in found:
+            yield item

@@ -83,9 +83,11 @@ class WriterSqliteSaver(AsyncSqliteSaver):
         return found
 
     async def alist(self, config: Any, **kwargs: Any) -> AsyncIterator[CheckpointTuple]:
-        # LangGraph's own, read whole before the first is handed out: it holds the writer's lock while it
-        # reads, and every write of the process waits for that lock, not for what the caller does with each.
-        found = [item async for item in super().alist(config, **kwargs)]
+        # LangGraph's sync `list`, read whole in one trip to the connection's thread before the first is
+        # handed out: the async one makes a trip per checkpoint and another for its writes (a history of 200
+        # checkpoints: 400 hand-offs), and holds the writer's lock, which every write of the process waits
+        # for, across them all.
+        found: list[CheckpointTuple] = await self.writer.run(_list, self._reader, config, kwargs, inline=False)
         for item in found:
             yield item
 
@@ -114,6 +116,10 @@ def _insert(db: sqlite3.Connection, sql: str, rows: list[tuple[Any, ...]]) -> No
 
 def _insert_many(db: sqlite3.Connection, sql: str, rows: list[tuple[Any, ...]]) -> None:
     db.executemany(sql, rows)
+
+
+def _list(db: sqlite3.Connection, reader: SqliteSaver, config: Any, kwargs: dict[str, Any]) -> list[CheckpointTuple]:
+    return list(reader.list(config, **kwargs))
 
 
 def _get_tuple(db: sqlite3.Connection, reader: SqliteSaver, config: Any) -> CheckpointTuple | None:
