@@ -382,6 +382,33 @@ async def test_a_thread_stays_busy_while_it_has_another_run(storage: Storage) ->
     assert (await storage.get_thread(run["thread_id"]))["status"] == "idle"
 
 
+async def test_a_thread_read_without_values_is_the_row_without_them(storage: Storage) -> None:
+    values = {"documents": ["x" * 1000] * 5, "notes": "n"}
+    thread = await create_thread(storage, metadata={"owner": "a"}, ttl_minutes=5, values=values)
+    whole = await storage.get_thread(thread["thread_id"])
+    assert whole is not None and whole["values"] == values
+    head = await storage.get_thread(thread["thread_id"], values=False)
+    assert head == {k: v for k, v in whole.items() if k != "values"}  # every other column, as read whole
+    assert await storage.get_thread(thread["thread_id"], filters={"owner": "a"}, values=False) == head
+    assert await storage.get_thread(thread["thread_id"], filters={"owner": "b"}, values=False) is None
+
+
+async def test_storing_a_threads_state_keeps_a_busy_thread_busy(storage: Storage) -> None:
+    idle = await create_thread(storage, ttl_minutes=5)
+    fields = {"values": {"n": 2}, "interrupts": {"t": [{"value": "?", "id": "i"}]}, "status": "interrupted"}
+    assert await storage.store_thread_state(idle["thread_id"], fields)
+    stored = await storage.get_thread(idle["thread_id"])
+    assert {k: stored[k] for k in fields} == fields
+    assert ts(stored["updated_at"]) > ts(idle["updated_at"])
+    assert ts(stored["state_updated_at"]) == ts(stored["updated_at"])  # the state's stamp follows
+    assert ts(stored["expires_at"]) > ts(idle["expires_at"])  # the TTL counts from the write
+    run = await enqueue(storage)
+    assert await storage.store_thread_state(run["thread_id"], {**fields, "status": "idle"})
+    busy = await storage.get_thread(run["thread_id"])
+    assert busy["status"] == "busy" and busy["values"] == {"n": 2}
+    assert not await storage.store_thread_state(str(uuid.uuid4()), fields)
+
+
 async def test_cancelling_a_pending_run_leaves_a_running_one_alone(storage: Storage) -> None:
     running = await enqueue(storage)
     pending = await enqueue(storage, running["thread_id"])

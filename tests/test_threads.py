@@ -112,6 +112,27 @@ async def test_each_history_entry_is_the_state_at_its_checkpoint(sdk: LangGraphC
                                                        if e["metadata"]["source"] == "loop"]
 
 
+async def test_a_state_update_shows_in_the_thread_and_in_search_by_values(sdk: LangGraphClient) -> None:
+    """The thread's row caches its latest values (thread reads and `values` search use them); a state update
+    writes them without the thread being read whole again."""
+    tid = (await sdk.threads.create())["thread_id"]
+    big = "x" * 200_000  # a large state: the row's values are written, not read back
+    await sdk.runs.wait(tid, "counter", input={"increment": 2, "tag": big})
+    await sdk.threads.update_state(tid, {"log": ["marked"]}, as_node="count")
+    thread = await sdk.threads.get(tid)
+    state = await sdk.threads.get_state(tid)
+    assert thread["values"] == state["values"] and state["values"]["log"] == [big, "marked"]
+    assert thread["status"] == "idle" and thread["updated_at"] > thread["created_at"]
+    found = await sdk.threads.search(values={"count": 2}, metadata={"graph_id": "counter"}, limit=100)
+    assert tid in [t["thread_id"] for t in found]
+    assert [t["values"] for t in found if t["thread_id"] == tid] == [state["values"]]
+    await sdk.threads.update_state(tid, {"count": 5}, as_node="count")
+    assert tid not in [t["thread_id"] for t in await sdk.threads.search(values={"count": 2}, limit=100)]
+    assert tid in [t["thread_id"] for t in await sdk.threads.search(values={"count": 7}, limit=100)]
+    copy = await sdk.threads.copy(tid)
+    assert copy["values"] == (await sdk.threads.get_state(tid))["values"]
+
+
 async def test_spec_history_and_patch_values(http: httpx.AsyncClient, sdk: LangGraphClient) -> None:
     tid = (await sdk.threads.create())["thread_id"]
     await sdk.runs.wait(tid, "counter", input={"increment": 1, "tag": "a"})

@@ -12,7 +12,6 @@ from typing import Any
 import orjson
 import pydantic
 
-
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 

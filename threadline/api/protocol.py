@@ -121,7 +121,7 @@ async def stream_events(request: Request, thread_id: UUID) -> Response:
         raise BadRequest("The body must be an object with channels")
     flt = EventFilter.parse(body)
     rt = runtime(request)
-    await rt.threads.get(str(thread_id))
+    await rt.threads.get(str(thread_id), values=False)
     return event_response(_frames(rt, str(thread_id), flt, since_of(body)), heartbeat=rt.settings.heartbeat_seconds,
                           draining=rt.draining)
 
@@ -140,7 +140,8 @@ async def stream_events_ws(websocket: WebSocket, thread_id: UUID) -> None:
     `stream_send_timeout_seconds` is dropped; its runs go on, and a new socket resumes with `since`."""
     rt: Runtime = websocket.app.state.runtime
     tid = str(thread_id)
-    if rt.access.enabled and await rt.storage.get_thread(tid) is not None and not await rt.threads.visible(tid):
+    if (rt.access.enabled and await rt.storage.get_thread(tid, values=False) is not None
+            and not await rt.threads.visible(tid)):
         await deny_handshake(websocket.scope, websocket.send, NotFound(f"Thread with ID {tid} not found"),
                              accept_first=True)
         return

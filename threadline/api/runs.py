@@ -147,7 +147,7 @@ async def list_thread_runs(request: Request, thread_id: UUID, limit: int = Query
                            offset: int = Query(0, ge=0, le=INT_MAX), status: RunStatus | None = None,
                            select_: list[str] | None = Query(None, alias="select")) -> JSON:  # noqa: B008
     rt = runtime(request)
-    await rt.threads.get(str(thread_id))
+    await rt.threads.get(str(thread_id), values=False)
     rows = await rt.runs.search(thread_id=str(thread_id), assistant_id=None, status=status, metadata=None,
                                 limit=limit, offset=offset)
     return JSON([select(run_out(r), select_) for r in rows])

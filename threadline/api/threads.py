@@ -155,7 +155,7 @@ async def join_thread_stream(
 ) -> Response:
     """Every run of the thread in turn, until the client leaves; `Last-Event-ID` resumes across runs."""
     rt = runtime(request)
-    await rt.threads.get(str(thread_id))
+    await rt.threads.get(str(thread_id), values=False)
     return event_response(
         await follow_thread(rt.runs, str(thread_id), modes=stream_mode, last_event_id=last_event_id),
         heartbeat=rt.settings.heartbeat_seconds, draining=rt.draining,

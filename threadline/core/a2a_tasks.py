@@ -98,7 +98,7 @@ class A2ATasks:
         output = run.get("output")
         if state == S.TASK_STATE_COMPLETED and isinstance(output, dict) and output.get("__interrupt__"):
             newest = await self._newest_run(run["thread_id"])
-            thread = await self.rt.storage.get_thread(run["thread_id"])
+            thread = await self.rt.storage.get_thread(run["thread_id"], values=False)
             if newest is not None and newest["run_id"] == run["run_id"] and thread and thread.get("interrupts"):
                 return S.TASK_STATE_INPUT_REQUIRED
         return state
@@ -197,7 +197,7 @@ class A2ATasks:
                                            "(input-required) accepts another message")
             context_id = latest["thread_id"]
         elif context_id:
-            if await self.rt.storage.get_thread(context_id) is None:
+            if await self.rt.storage.get_thread(context_id, values=False) is None:
                 # A context no one has used yet: the caller's new thread (`threads.create`, as on the thread API);
                 # someone else's context is not found when the run is created (`threads.create_run`).
                 await self.rt.threads.create(thread_id=context_id, if_exists="do_nothing")

@@ -161,7 +161,7 @@ class Crons:
             if value["metadata"]:  # as the handler left it (a stamp), in the cron's metadata and its payload's
                 body = {**body, "metadata": value["metadata"]}
         if thread_id is not None:
-            await self.runs.threads.get(thread_id)
+            await self.runs.threads.get(thread_id, values=False)
         assistant = await self.assistants.runnable(body["assistant_id"])
         schedule = Schedule(body["schedule"], body.get("timezone"))
         await self._check_webhook(body)

@@ -181,7 +181,7 @@ class Commands:
             if not isinstance(ns, list) or not all(isinstance(s, str) for s in ns):
                 raise InvalidInput("namespace must be a list of strings")
         await self._readable(thread_id)
-        thread = await self.storage.get_thread(thread_id)
+        thread = await self.storage.get_thread(thread_id, values=False)
         assistant_id = (thread or {}).get("metadata", {}).get("assistant_id")
         if thread is None or not assistant_id:
             raise NoSuchRun(f"Thread {thread_id} has no run to resume")
@@ -241,7 +241,7 @@ class Commands:
             raise NoSuchRun(f"No run on thread {thread_id}")
 
     async def _waiting_for_input(self, thread_id: str) -> bool:
-        thread = await self.storage.get_thread(thread_id)
+        thread = await self.storage.get_thread(thread_id, values=False)
         if thread is None:
             return False
         return bool(thread.get("interrupts")) or bool(await self._requested_by_latest_run(thread_id))

@@ -226,9 +226,9 @@ class Runs:
     async def _check_thread(self, thread_id: str, filters: dict[str, Any] | None, *, may_create: bool) -> None:
         """A run on someone else's thread is refused as if the thread did not exist (before any effect: a
         multitask strategy must not stop their runs); one the run would create is the caller's."""
-        if not filters or await self.storage.get_thread(thread_id, filters=filters) is not None:
+        if not filters or await self.storage.get_thread(thread_id, filters=filters, values=False) is not None:
             return
-        if not may_create or await self.storage.get_thread(thread_id) is not None:
+        if not may_create or await self.storage.get_thread(thread_id, values=False) is not None:
             raise NotFound(f"Thread with ID {thread_id} not found")
 
     async def get(self, run_id: str, thread_id: str | None = None, *, action: str = "read",
@@ -243,7 +243,7 @@ class Runs:
         if access.enabled:
             filters = await access.filters("threads", action,
                                            {"thread_id": run["thread_id"], "run_id": run_id, **(value or {})})
-            if filters and await self.storage.get_thread(run["thread_id"], filters=filters) is None:
+            if filters and await self.storage.get_thread(run["thread_id"], filters=filters, values=False) is None:
                 raise NotFound("Run not found")
         return run
 
@@ -353,7 +353,8 @@ class Runs:
                     raise NotFound(f"Run {rid} not found") from None
         else:
             if thread_id:
-                await self.threads.get(thread_id, action="update", value={"thread_id": thread_id, **asked})
+                await self.threads.get(thread_id, action="update", value={"thread_id": thread_id, **asked},
+                                       values=False)
             thread_filters = await self.threads.access.filters("threads", "update", {"thread_id": thread_id, **asked})
             statuses = ["pending", "running"] if status in (None, "all") else [status]
             for st in statuses:
@@ -388,7 +389,7 @@ class Runs:
         if delete_threads:
             threads = []
             for thread_id in dict.fromkeys([r["thread_id"] async for r in self._runs_of(aid, None)]):
-                thread = await self.storage.get_thread(thread_id)
+                thread = await self.storage.get_thread(thread_id, values=False)
                 if thread is not None and thread["metadata"].get("assistant_id") == aid:
                     threads.append(thread_id)
             await self.delete_threads(threads)

@@ -64,7 +64,7 @@ class Threads:
                "values": None, "interrupts": {}, "created_at": now, "updated_at": now,
                **thread_ttl_columns(ttl if ttl is not None else self.default_ttl)}
         thread = await self.storage.create_thread(row, if_exists=if_exists)
-        if filters and await self.storage.get_thread(thread["thread_id"], filters=filters) is None:
+        if filters and await self.storage.get_thread(thread["thread_id"], filters=filters, values=False) is None:
             # `do_nothing` found someone else's thread: never hand it back.
             raise Conflict(f"Thread {thread['thread_id']} already exists")
         if supersteps and thread["created_at"] == now:  # not an existing thread kept by if_exists=do_nothing
@@ -80,14 +80,17 @@ class Threads:
                     raise BadRequest(f"supersteps: {type(exc).__name__}: {exc}") from exc
             # A TTL shorter than the request may have swept it already: then it is returned as it was created.
             with contextlib.suppress(NotFound):
-                thread = await self.refresh(thread["thread_id"])
+                await self.refresh(thread)
+                thread = await self._reread(thread["thread_id"])
         return thread
 
-    async def get(self, thread_id: str, *, action: str = "read", value: dict[str, Any] | None = None) -> Row:
+    async def get(self, thread_id: str, *, action: str = "read", value: dict[str, Any] | None = None,
+                  values: bool = True) -> Row:
         """The thread, if the caller may `action` it (`@auth.on.threads.<action>`, given `value`, by default
-        the thread's id); otherwise, as when there is no such thread, `NotFound`."""
+        the thread's id); otherwise, as when there is no such thread, `NotFound`. Without `values`, the row
+        has no `values` (see `Storage.get_thread`): for a caller that does not answer with them."""
         filters = await self.access.filters("threads", action, value or {"thread_id": thread_id})
-        found = await self.storage.get_thread(thread_id, filters=filters)
+        found = await self.storage.get_thread(thread_id, filters=filters, values=values)
         if found is None:
             raise NotFound(f"Thread with ID {thread_id} not found")
         return found
@@ -95,7 +98,7 @@ class Threads:
     async def visible(self, thread_id: str, *, action: str = "read") -> bool:
         """Whether the thread exists and the caller may `action` it."""
         try:
-            await self.get(thread_id, action=action)
+            await self.get(thread_id, action=action, values=False)
         except NotFound:
             return False
         return True
@@ -128,20 +131,24 @@ class Threads:
     async def copy(self, thread_id: str) -> Row:
         """A new thread with the source's metadata and checkpoints: reading the source is `threads.read`, the
         copy is the caller's `threads.create` (whose handler may stamp it)."""
-        source = await self.get(thread_id)
+        source = await self.get(thread_id, values=False)
         new = await self.create(metadata=source["metadata"])
         await self.storage.copy_checkpoints(thread_id, new["thread_id"])
-        return await self.refresh(new["thread_id"])
+        await self.refresh(new)
+        return await self._reread(new["thread_id"])
 
     async def prune_checkpoints(self, thread_ids: list[str]) -> int:
         """`keep_latest` (ours): each thread keeps only its latest checkpoint. Unknown threads are skipped;
         returns how many were pruned. (`delete`, which deletes the threads, is `Runs.delete_threads`.)"""
         pruned = 0
         for thread_id in thread_ids:
-            if not await self.visible(thread_id, action="update"):
+            try:
+                thread = await self.get(thread_id, action="update", values=False)
+            except NotFound:
                 continue
             await self.storage.prune_checkpoints(thread_id, "keep_latest")
-            await self.refresh(thread_id)
+            with contextlib.suppress(NotFound):  # deleted meanwhile: pruned all the same
+                await self.refresh(thread)
             pruned += 1
         return pruned
 
@@ -175,7 +182,8 @@ class Threads:
     async def get_state(self, thread_id: str, *, checkpoint: dict[str, Any] | None = None,
                         subgraphs: bool = False) -> dict[str, Any]:
         """The latest state, or the state at `checkpoint` (an unknown checkpoint reads as empty, as on LangGraph)."""
-        return await self._state(await self.get(thread_id), checkpoint=checkpoint, subgraphs=subgraphs)
+        return await self._state(await self.get(thread_id, values=False), checkpoint=checkpoint,
+                                 subgraphs=subgraphs)
 
     async def _state(self, thread: Row, *, checkpoint: dict[str, Any] | None = None,
                      subgraphs: bool = False) -> dict[str, Any]:
@@ -188,7 +196,7 @@ class Threads:
     async def update_state(self, thread_id: str, *, values: Any, as_node: str | None = None,
                            checkpoint: dict[str, Any] | None = None) -> dict[str, Any]:
         thread = await self.get(thread_id, action="update", value={"thread_id": thread_id, "values": values,
-                                                                    "as_node": as_node})
+                                                                    "as_node": as_node}, values=False)
         # As LangGraph's server: a run would overwrite the update, or be overwritten by it.
         active = await self.storage.active_runs(thread_id)
         if active:
@@ -205,7 +213,7 @@ class Threads:
                 config = await graph.aupdate_state(update_config, values, as_node=as_node)
             except Exception as exc:  # LangGraph raises InvalidUpdateError/ValueError for bad updates
                 raise BadRequest(f"{type(exc).__name__}: {exc}") from exc
-        await self.refresh(thread_id)
+        await self.refresh(thread)
         # As LangGraph's server: the new checkpoint, also as `configurable` and by its id.
         ref = checkpoint_ref(config)
         return {"checkpoint": ref, "configurable": ref, "checkpoint_id": (ref or {}).get("checkpoint_id")}
@@ -220,7 +228,7 @@ class Threads:
             start = before["configurable"]  # a RunnableConfig, as LangGraph's own history returns
         else:
             start = before
-        async with self._graph(await self.get(thread_id)) as graph:
+        async with self._graph(await self.get(thread_id, values=False)) as graph:
             if graph is None:
                 return []
             return [snapshot_json(snap) async for snap in graph.aget_state_history(
@@ -233,7 +241,7 @@ class Threads:
 
         Nothing (the cached fields stay) when the state cannot be read: a run's end is still recorded when the
         thread's graph factory fails for the config of the assistant that queued the latest run."""
-        thread = await self.storage.get_thread(thread_id)
+        thread = await self.storage.get_thread(thread_id, values=False)
         if thread is None:
             return {"status": "idle"}
         try:
@@ -242,16 +250,18 @@ class Threads:
             log.warning("could not read the state of thread %s", thread_id, exc_info=True)
             return {}
 
-    async def refresh(self, thread_id: str) -> Row:
-        """Re-read the latest state into the thread row; its status too, unless a run holds it busy. (The
-        server's own bookkeeping after a change the caller was authorized for: not checked again.)"""
-        thread = await self.storage.get_thread(thread_id)
-        if thread is None:
-            raise NotFound(f"Thread with ID {thread_id} not found")
-        changes = thread_fields(await self._state(thread))
-        if thread["status"] == "busy":
-            del changes["status"]
-        found = await self.storage.update_thread(thread_id, changes)
-        if found is None:  # deleted between the two statements (the TTL sweeper, a concurrent DELETE)
+    async def refresh(self, thread: Row) -> None:
+        """Write the latest state's values, interrupts and status into the thread's row (its status unless a
+        run holds it busy), after a change to its checkpoints. `thread` is the row the caller read, for its
+        graph; it is not read again, and nothing is read back. (The server's own bookkeeping after a change
+        the caller was authorized for: not checked again.) `NotFound` when the thread is gone (the TTL
+        sweeper, a concurrent DELETE)."""
+        fields = thread_fields(await self._state(thread))
+        if not await self.storage.store_thread_state(thread["thread_id"], fields):
+            raise NotFound(f"Thread with ID {thread['thread_id']} not found")
+
+    async def _reread(self, thread_id: str) -> Row:
+        found = await self.storage.get_thread(thread_id)
+        if found is None:
             raise NotFound(f"Thread with ID {thread_id} not found")
         return found

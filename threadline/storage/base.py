@@ -113,14 +113,22 @@ class Storage(abc.ABC):
     async def create_thread(self, row: Row, *, if_exists: Literal["raise", "do_nothing"]) -> Row: ...
 
     @abc.abstractmethod
-    async def get_thread(self, thread_id: str, *, filters: dict[str, Any] | None = None) -> Row | None:
+    async def get_thread(self, thread_id: str, *, filters: dict[str, Any] | None = None,
+                         values: bool = True) -> Row | None:
         """The thread, or None. `filters` (an `@auth.on` handler's, on metadata; see `sql.filter_terms`) is
-        part of the query: a thread it excludes is None, as a missing one."""
+        part of the query: a thread it excludes is None, as a missing one. Without `values` the row has no
+        `values` key: the cached state values, which can be large, are not read."""
 
     @abc.abstractmethod
     async def update_thread(self, thread_id: str, changes: Row, *,
                             merge_metadata: dict[str, Any] | None = None) -> Row | None:
         """Set columns in `changes` and shallow-merge `merge_metadata` into metadata."""
+
+    @abc.abstractmethod
+    async def store_thread_state(self, thread_id: str, fields: Row) -> bool:
+        """Write the thread's cache of its latest state (`values`, `interrupts`, and `status`, which a thread
+        held busy by a run keeps) and stamp `updated_at`; False when there is no such thread. Returns no row:
+        the values can be large, and the caller has them."""
 
     @abc.abstractmethod
     async def delete_thread(self, thread_id: str) -> bool:

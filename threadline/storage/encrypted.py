@@ -102,8 +102,12 @@ class EncryptedStorage:
         created = await self.inner.create_thread(await self._seal("thread", row), if_exists=if_exists)
         return await self._open("thread", created)  # type: ignore[return-value]
 
-    async def get_thread(self, thread_id: str, *, filters: dict[str, Any] | None = None) -> Row | None:
-        return await self._open("thread", await self.inner.get_thread(thread_id, filters=filters))
+    async def get_thread(self, thread_id: str, *, filters: dict[str, Any] | None = None,
+                         values: bool = True) -> Row | None:
+        return await self._open("thread", await self.inner.get_thread(thread_id, filters=filters, values=values))
+
+    async def store_thread_state(self, thread_id: str, fields: Row) -> bool:
+        return await self.inner.store_thread_state(thread_id, await self._seal("thread", fields))
 
     async def update_thread(self, thread_id: str, changes: Row, *,
                             merge_metadata: dict[str, Any] | None = None) -> Row | None:

@@ -98,6 +98,12 @@ def update_thread(d: Dialect, thread_id: str, changes: Row,
     return found[0] if found else None
 
 
+def store_thread_state(d: Dialect, thread_id: str, fields: Row) -> Script[bool]:
+    rows = yield q(d, "store_thread_state", thread_id=thread_id, values=fields["values"],
+                   interrupts=fields["interrupts"], status=fields["status"])
+    return bool(rows)
+
+
 def delete_threads(d: Dialect, thread_ids: list[str], *, keep_runs: bool = False) -> Script[list[str]]:
     """The threads with their events, checkpoints and (unless `keep_runs`) runs; the ids deleted."""
     if not thread_ids:

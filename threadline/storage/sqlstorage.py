@@ -17,7 +17,7 @@ from threadline.storage import crons, scripts
 from threadline.storage.base import Claim, NewThreadEvent, Quota, Row, SortOrder, Storage
 from threadline.storage.rules import seconds_left
 from threadline.storage.scripts import Script, T
-from threadline.storage.statements import Dialect, like_pattern, order_by, where
+from threadline.storage.statements import THREAD_HEAD, Dialect, like_pattern, order_by, where
 
 _ASSISTANT_SORT = {"assistant_id", "graph_id", "name", "created_at", "updated_at"}
 _THREAD_SORT = {"thread_id", "status", "created_at", "updated_at", "state_updated_at"}
@@ -72,10 +72,11 @@ class SQLStorage(Storage):
     async def create_assistant(self, row: Row, *, if_exists: Literal["raise", "do_nothing"]) -> Row:
         return await self._transact(scripts.create_assistant, row, if_exists, heavy=True)
 
-    async def _get_filtered(self, table: str, key: str, value: str, filters: dict[str, Any]) -> Row | None:
+    async def _get_filtered(self, table: str, key: str, value: str, filters: dict[str, Any],
+                            columns: str = "*") -> Row | None:
         """One row by its key, only if it passes an authorization filter (inside the query)."""
         cond, params = where(self.dialect, [(f"{key} = :{key}", {key: value})], filters=filters)
-        rows = await self._read(self.dialect.sql(f"SELECT * FROM {table} {cond}"), params, point=True)
+        rows = await self._read(self.dialect.sql(f"SELECT {columns} FROM {table} {cond}"), params, point=True)
         return rows[0] if rows else None
 
     async def get_assistant(self, assistant_id: str, *, filters: dict[str, Any] | None = None) -> Row | None:
@@ -126,14 +127,19 @@ class SQLStorage(Storage):
     async def create_thread(self, row: Row, *, if_exists: Literal["raise", "do_nothing"]) -> Row:
         return await self._transact(scripts.create_thread, row, if_exists)
 
-    async def get_thread(self, thread_id: str, *, filters: dict[str, Any] | None = None) -> Row | None:
+    async def get_thread(self, thread_id: str, *, filters: dict[str, Any] | None = None,
+                         values: bool = True) -> Row | None:
         if filters:
-            return await self._get_filtered("threads", "thread_id", thread_id, filters)
-        return await self._one("get_thread", thread_id=thread_id)
+            return await self._get_filtered("threads", "thread_id", thread_id, filters,
+                                            "*" if values else THREAD_HEAD)
+        return await self._one("get_thread" if values else "get_thread_head", thread_id=thread_id)
 
     async def update_thread(self, thread_id: str, changes: Row, *,
                             merge_metadata: dict[str, Any] | None = None) -> Row | None:
         return await self._transact(scripts.update_thread, thread_id, changes, merge_metadata)
+
+    async def store_thread_state(self, thread_id: str, fields: Row) -> bool:
+        return await self._transact(scripts.store_thread_state, thread_id, fields)
 
     async def delete_thread(self, thread_id: str) -> bool:
         # With its runs, events and checkpoints, in one transaction.

@@ -42,6 +42,11 @@ _CLAIMABLE = (
 #: A running run's deadline has passed (limits, issue 16), on the clock `{now}` names.
 _PAST_DEADLINE = "(deadline_at IS NOT NULL AND deadline_at <= {now}) AS past_deadline"
 
+#: Every column of a thread's row but `values`, the cache of its latest state's values, which can be large
+#: (1 MB of documents): what the reads that answer without them take (`get_thread(..., values=False)`).
+THREAD_HEAD = ("thread_id, status, metadata, config, interrupts, error, ttl_strategy, ttl_minutes, expires_at, "
+               "created_at, updated_at, state_updated_at")
+
 #: The statements both dialects share, by name.
 STATEMENTS: dict[str, str] = {
     # --- assistants
@@ -62,6 +67,13 @@ STATEMENTS: dict[str, str] = {
     "delete_assistant": "DELETE FROM assistants WHERE assistant_id = :assistant_id RETURNING assistant_id",
     # --- threads
     "get_thread": "SELECT * FROM threads WHERE thread_id = :thread_id",
+    "get_thread_head": f"SELECT {THREAD_HEAD} FROM threads WHERE thread_id = :thread_id",
+    # The thread's cache of its latest state, written after a change to its checkpoints; a thread a run holds
+    # busy stays busy (the run's end reconciles it). Nothing read back: the caller has what it wrote.
+    "store_thread_state": (
+        "UPDATE threads SET \"values\" = {json:values}, interrupts = {json:interrupts}, "
+        "status = CASE WHEN status = 'busy' THEN status ELSE :status END, updated_at = {now} "
+        "WHERE thread_id = :thread_id RETURNING thread_id"),
     "lock_thread": "SELECT metadata FROM threads WHERE thread_id = :thread_id {for_update}",
     "insert_thread_if_missing": (
         "INSERT INTO threads (thread_id, status, metadata, config, interrupts, ttl_strategy, ttl_minutes, "
