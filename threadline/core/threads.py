@@ -18,7 +18,8 @@ from threadline.core.state import bind, checkpoint_ref, empty_state, snapshot_js
 from threadline.errors import BadRequest, Conflict, NotFound
 from threadline.ids import is_uuid
 from threadline.shapes import IfExists
-from threadline.storage.base import Row, Storage
+from threadline.storage.base import Storage
+from threadline.storage.records import AssistantRecord, ThreadRecord
 from threadline.storage.sql import now_iso, thread_ttl_columns
 
 log = logging.getLogger("threadline.threads")
@@ -45,7 +46,7 @@ class Threads:
     async def create(self, *, thread_id: str | None = None, metadata: dict[str, Any] | None = None,
                      if_exists: IfExists = "raise",
                      supersteps: list[dict[str, Any]] | None = None, graph_id: str | None = None,
-                     ttl: float | None = None) -> Row:
+                     ttl: float | None = None) -> ThreadRecord:
         """A new thread; `supersteps` (state updates applied in order) seed its state through its graph.
 
         It expires `ttl` minutes (else the configured default) after its last update.
@@ -83,7 +84,7 @@ class Threads:
                 thread = await self.refresh(thread["thread_id"])
         return thread
 
-    async def get(self, thread_id: str, *, action: str = "read", value: dict[str, Any] | None = None) -> Row:
+    async def get(self, thread_id: str, *, action: str = "read", value: dict[str, Any] | None = None) -> ThreadRecord:
         """The thread, if the caller may `action` it (`@auth.on.threads.<action>`, given `value`, by default
         the thread's id); otherwise, as when there is no such thread, `NotFound`."""
         filters = await self.access.filters("threads", action, value or {"thread_id": thread_id})
@@ -100,7 +101,8 @@ class Threads:
             return False
         return True
 
-    async def patch(self, thread_id: str, *, metadata: dict[str, Any] | None = None, ttl: float | None = None) -> Row:
+    async def patch(self, thread_id: str, *, metadata: dict[str, Any] | None = None,
+                    ttl: float | None = None) -> ThreadRecord:
         """Merge `metadata`; a `ttl` (minutes) replaces the thread's. Either way its TTL counts from now."""
         value: dict[str, Any] = {"thread_id": thread_id, "metadata": metadata}
         await self.get(thread_id, action="update", value=value)
@@ -117,7 +119,7 @@ class Threads:
         limit = (self.ttl or CheckpointerTTL()).sweep_limit
         return await self.storage.delete_expired_threads(limit=limit, now=now)
 
-    async def search(self, **query: Any) -> list[Row]:
+    async def search(self, **query: Any) -> list[ThreadRecord]:
         filters = await self.access.filters("threads", "search", dict(query))
         return await self.storage.search_threads(**query, filters=filters)
 
@@ -125,7 +127,7 @@ class Threads:
         filters = await self.access.filters("threads", "search", dict(query))
         return await self.storage.count_threads(**query, filters=filters)
 
-    async def copy(self, thread_id: str) -> Row:
+    async def copy(self, thread_id: str) -> ThreadRecord:
         """A new thread with the source's metadata and checkpoints: reading the source is `threads.read`, the
         copy is the caller's `threads.create` (whose handler may stamp it)."""
         source = await self.get(thread_id)
@@ -147,7 +149,8 @@ class Threads:
 
     # --- state -------------------------------------------------------------------
     @contextlib.asynccontextmanager
-    async def _graph(self, thread: Row, access: AccessContext = "threads.read") -> AsyncIterator[CompiledGraph | None]:
+    async def _graph(self, thread: ThreadRecord,
+                     access: AccessContext = "threads.read") -> AsyncIterator[CompiledGraph | None]:
         """The thread's graph (from `metadata.graph_id`) bound to our checkpointer and store; None if it has none.
 
         A factory is called with the config of the assistant that last ran on the thread (its
@@ -165,7 +168,7 @@ class Threads:
         async with self.graphs.graph(graph_id, config, access=access, store=self.storage.store) as graph:
             yield bind(graph, self.storage.checkpointer, self.storage.store)
 
-    async def _assistant_of(self, thread: Row, graph_id: str) -> Row | None:
+    async def _assistant_of(self, thread: ThreadRecord, graph_id: str) -> AssistantRecord | None:
         named = thread["metadata"].get("assistant_id")
         found = await self.storage.get_assistant(named) if isinstance(named, str) and is_uuid(named) else None
         if found is None or found["graph_id"] != graph_id:
@@ -177,7 +180,7 @@ class Threads:
         """The latest state, or the state at `checkpoint` (an unknown checkpoint reads as empty, as on LangGraph)."""
         return await self._state(await self.get(thread_id), checkpoint=checkpoint, subgraphs=subgraphs)
 
-    async def _state(self, thread: Row, *, checkpoint: dict[str, Any] | None = None,
+    async def _state(self, thread: ThreadRecord, *, checkpoint: dict[str, Any] | None = None,
                      subgraphs: bool = False) -> dict[str, Any]:
         async with self._graph(thread) as graph:
             if graph is None:
@@ -242,7 +245,7 @@ class Threads:
             log.warning("could not read the state of thread %s", thread_id, exc_info=True)
             return {}
 
-    async def refresh(self, thread_id: str) -> Row:
+    async def refresh(self, thread_id: str) -> ThreadRecord:
         """Re-read the latest state into the thread row; its status too, unless a run holds it busy. (The
         server's own bookkeeping after a change the caller was authorized for: not checked again.)"""
         thread = await self.storage.get_thread(thread_id)

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from threadline.errors import NotFound
 from threadline.storage.base import Row
+from threadline.storage.records import CronRecord
 from threadline.storage.scripts import Q, Script
 from threadline.storage.statements import Dialect
 
@@ -66,7 +67,7 @@ def update_statement(d: Dialect, columns: list[str]) -> str:
     return d.sql(f"UPDATE crons SET {sets} WHERE cron_id = :cron_id RETURNING *")
 
 
-def cron_row(row: Row) -> Row:
+def cron_row(row: Row) -> CronRecord:
     """A row as the contract returns it: JSON columns decoded, `enabled` a bool, without the claim lease."""
     out = dict(row)
     for column in JSON:
@@ -74,11 +75,11 @@ def cron_row(row: Row) -> Row:
             out[column] = json.loads(out[column])
     out["enabled"] = bool(out.get("enabled"))
     out.pop("claim_until", None)
-    return out
+    return cast("CronRecord", out)
 
 
 # --- transactions ------------------------------------------------------------------------------
-def create_cron(d: Dialect, row: Row) -> Script[Row]:
+def create_cron(d: Dialect, row: CronRecord) -> Script[CronRecord]:
     """Insert a cron, its assistant and thread locked first: neither can be deleted before it commits, so it
     is never left behind by theirs (which delete their crons)."""
     assistant, thread = yield (Q(statement(d, "lock_cron_assistant"), {"assistant_id": row["assistant_id"]}),
@@ -91,7 +92,7 @@ def create_cron(d: Dialect, row: Row) -> Script[Row]:
     return cron_row(created[0])
 
 
-def update_cron(d: Dialect, cron_id: str, change: Callable[[Row], Row]) -> Script[Row | None]:
+def update_cron(d: Dialect, cron_id: str, change: Callable[[CronRecord], Row]) -> Script[CronRecord | None]:
     """Read (locked), change and write the cron in one transaction."""
     found = yield Q(statement(d, "lock_cron"), {"cron_id": cron_id})
     if not found:
