@@ -68,8 +68,8 @@ class RunRecord(NewRun):
     lease_expires_at: str | None
     error: Any
     output: Any
-    deadline_at: NotRequired[str | None]  # limits (issue 16); absent from rows read before its migration
-    identity: NotRequired[str | None]  # the creator, when a per-identity cap applies
+    deadline_at: str | None  # limits (issue 16): stamped when the run first starts, kept when it is retried
+    identity: str | None  # the creator, when a per-identity cap applies (else None: not counted)
     past_deadline: NotRequired[bool]  # only on the rows `recover_runs` reads (`running_runs`, `lapsed_runs`)
 
 
@@ -85,10 +85,10 @@ class ThreadRecord(TypedDict):
     error: Any
     created_at: str
     updated_at: str
-    state_updated_at: NotRequired[str | None]
-    ttl_strategy: NotRequired[str | None]
-    ttl_minutes: NotRequired[float | None]
-    expires_at: NotRequired[str | None]
+    state_updated_at: str | None
+    ttl_strategy: str | None  # "delete" when the thread has a TTL
+    ttl_minutes: float | None
+    expires_at: str | None  # kept by a trigger (PostgreSQL) or the writes (SQLite): `updated_at` + the TTL
 
 
 class AssistantRecord(TypedDict):
@@ -124,4 +124,4 @@ class CronRecord(TypedDict):
     next_run_date: str | None
     created_at: str
     updated_at: str
-    identity: NotRequired[str | None]  # whose cap on active runs its runs count against
+    identity: str | None  # whose cap on active runs its runs count against
