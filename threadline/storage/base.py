@@ -300,7 +300,7 @@ class Storage(abc.ABC):
     # Rows: cron_id, assistant_id, thread_id (None: stateless), user_id and auth_user (the creator), schedule,
     # timezone, end_time,
     # enabled, on_run_completed, payload, metadata, next_run_date, created_at, updated_at.
-    # Statements: storage/crons.py.
+    # Statements: storage/statements.py; transactions: storage/crons.py.
     @abc.abstractmethod
     async def create_cron(self, row: CronRecord) -> CronRecord:
         """Insert a cron; NotFound when its `thread_id` names no thread. An assistant's or a thread's crons are

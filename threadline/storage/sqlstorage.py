@@ -284,7 +284,7 @@ class SQLStorage(Storage):
         rows = await self._named("event_bounds", thread_id=thread_id)
         return (int(rows[0]["lo"] or 0), int(rows[0]["hi"] or 0)) if rows else (0, 0)
 
-    # --- crons (statements and transactions: storage/crons.py) -----------------------------
+    # --- crons (transactions: storage/crons.py; statements: statements.py) ---------------------
     async def create_cron(self, row: CronRecord) -> CronRecord:
         return await self._transact(crons.create_cron, row)
 
@@ -292,7 +292,7 @@ class SQLStorage(Storage):
         if filters:
             found = await self._get_filtered("crons", "cron_id", cron_id, filters)
             return crons.cron_row(found) if found else None
-        rows = await self._read(crons.statement(self.dialect, "get_cron"), {"cron_id": cron_id}, point=True)
+        rows = await self._named("get_cron", point=True, cron_id=cron_id)
         return crons.cron_row(rows[0]) if rows else None
 
     async def update_cron(self, cron_id: str, change: Callable[[CronRecord], Row]) -> CronRecord | None:
@@ -328,7 +328,7 @@ class SQLStorage(Storage):
         return int(rows[0]["n"]) if rows else 0
 
     async def due_crons(self, now: str, limit: int) -> list[CronRecord]:
-        rows = await self._read(crons.statement(self.dialect, "due_crons"), {"now_at": now, "limit": limit})
+        rows = await self._named("due_crons", now_at=now, limit=limit)
         return [crons.cron_row(r) for r in rows]
 
     async def claim_cron_tick(self, cron_id: str, tick: str, *, now: str, until: str) -> bool:
