@@ -31,7 +31,7 @@ async def until(condition: Callable[[], T | Awaitable[T]], *, timeout: float = T
         if inspect.isawaitable(value):
             value = await value
         if value:
-            return value  # type: ignore[return-value]
+            return value
         if time.monotonic() >= deadline:
             pytest.fail(f"waited {timeout:g} s for {what or _describe(condition)}; last value: {value!r}")
         await asyncio.sleep(interval)
