@@ -28,6 +28,7 @@ import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
 from threadline.errors import Conflict, NotFound, QuotaExceeded
+from threadline.shapes import FinalRunStatus
 from threadline.storage import open_storage
 from threadline.storage.base import Claim, NewThreadEvent, Quota, Row, Storage
 from threadline.storage.records import AssistantRecord, NewRun, RunRecord, ThreadRecord
@@ -348,7 +349,7 @@ async def test_a_finish_fenced_by_an_older_attempt_changes_nothing(storage: Stor
     ("interrupted", {"status": "interrupted", "interrupts": {"t": [{"value": "?"}]}, "values": {"n": 1}},
      "interrupted"),
 ])
-async def test_a_finish_sets_the_threads_status_and_state(storage: Storage, status: str, changes: Row,
+async def test_a_finish_sets_the_threads_status_and_state(storage: Storage, status: FinalRunStatus, changes: Row,
                                                          thread_status: str) -> None:
     run = await enqueue(storage)
     await storage.claim_run("w1", 30)

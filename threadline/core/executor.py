@@ -428,7 +428,8 @@ class Executor:
         lease.check()  # a worker that lost the run must not write into the stream its successor owns
         await self.broker.post(lease.run_id, event, data if isinstance(data, Held) else dumps(data))
 
-    async def _finish_run(self, run: RunRecord, lease: Lease, status: str, **outcome: Any) -> RunRecord | None:
+    async def _finish_run(self, run: RunRecord, lease: Lease, status: FinalRunStatus,
+                          **outcome: Any) -> RunRecord | None:
         """`storage.finish_run`, again on a fresh connection while the database is unavailable and the lease
         holds: fenced by worker and attempt, so a write that did commit before its connection was lost is
         found ended (not ours to end again), and the run is never left `running` until its lease lapses."""

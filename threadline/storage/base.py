@@ -13,6 +13,7 @@ from typing import Any, Literal, NamedTuple
 from langgraph.checkpoint.base import BaseCheckpointSaver, get_checkpoint_metadata
 from langgraph.store.base import BaseStore
 
+from threadline.shapes import FinalRunStatus
 from threadline.storage.records import AssistantRecord, CronRecord, NewRun, RunRecord, ThreadRecord
 
 #: A row as the driver returns it, or the columns a write sets: the records below are what the contract returns.
@@ -201,8 +202,9 @@ class Storage(abc.ABC):
 
     @abc.abstractmethod
     async def finish_run(
-        self, run_id: str, status: str, *, error: Any = None, output: Any = None, thread_changes: Row | None = None,
-        worker_id: str | None = None, attempt: int | None = None, delete_thread: bool = False,
+        self, run_id: str, status: FinalRunStatus, *, error: Any = None, output: Any = None,
+        thread_changes: Row | None = None, worker_id: str | None = None, attempt: int | None = None,
+        delete_thread: bool = False,
     ) -> RunRecord | None:
         """End a run and reconcile its thread: busy while it has other active runs, else `thread_changes`.
         With `delete_thread` (the temporary thread of a stateless run), the thread is deleted instead, with
@@ -213,7 +215,7 @@ class Storage(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def cancel_pending_runs(self, run_ids: list[str], status: str) -> list[str]:
+    async def cancel_pending_runs(self, run_ids: list[str], status: FinalRunStatus) -> list[str]:
         """End runs that are still pending (no worker has them); return the ids that were."""
 
     @abc.abstractmethod

@@ -18,6 +18,7 @@ from typing import Any, Literal, TypeVar, cast
 
 import orjson
 
+from threadline.shapes import FinalRunStatus
 from threadline.storage.base import NewThreadEvent, Row, Storage
 from threadline.storage.encryption import CONTEXT_KEY, Codec, stored_context, use_context
 from threadline.storage.encryption_savers import EncryptedSaver, EncryptedStore
@@ -150,7 +151,7 @@ class EncryptedStorage:
             use_context(stored_context(claimed.get("kwargs")))
         return await self._open("run", claimed)
 
-    async def finish_run(self, run_id: str, status: str, *, error: Any = None, output: Any = None,
+    async def finish_run(self, run_id: str, status: FinalRunStatus, *, error: Any = None, output: Any = None,
                          thread_changes: Row | None = None, **kwargs: Any) -> RunRecord | None:
         finished = await self.inner.finish_run(
             run_id, status, error=await self.codec.seal("run", "error", error),

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal, cast
 
+from threadline.shapes import FinalRunStatus
 from threadline.storage import crons, scripts
 from threadline.storage.base import Claim, NewThreadEvent, Quota, Row, SortOrder, Storage
 from threadline.storage.records import AssistantRecord, CronRecord, NewRun, RunRecord, ThreadRecord
@@ -196,14 +197,14 @@ class SQLStorage(Storage):
             return []
         return await self._transact(scripts.release_runs, worker_id, held, heavy=True)
 
-    async def finish_run(self, run_id: str, status: str, *, error: Any = None, output: Any = None,
+    async def finish_run(self, run_id: str, status: FinalRunStatus, *, error: Any = None, output: Any = None,
                          thread_changes: Row | None = None, worker_id: str | None = None,
                          attempt: int | None = None, delete_thread: bool = False) -> RunRecord | None:
         self._stamped.pop(run_id, None)
         return await self._transact(scripts.finish_run, run_id, status, error, output, thread_changes or {},
                                     worker_id, attempt, delete_thread)
 
-    async def cancel_pending_runs(self, run_ids: list[str], status: str) -> list[str]:
+    async def cancel_pending_runs(self, run_ids: list[str], status: FinalRunStatus) -> list[str]:
         if not run_ids:
             return []
         return await self._transact(scripts.cancel_pending_runs, run_ids, status, heavy=True)
