@@ -6,25 +6,14 @@ trusts the records; this test is what keeps them true)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any, NotRequired, get_origin, get_type_hints
-
-import pytest
 
 from tests.test_storage import create_assistant, create_thread, enqueue, later
 from threadline.storage import open_storage
 from threadline.storage.base import Storage
 from threadline.storage.records import AssistantRecord, CronRecord, RunRecord, ThreadRecord
 from threadline.storage.sql import now_iso
-
-
-@pytest.fixture
-async def storage(database_url: str) -> AsyncIterator[Storage]:
-    opened = await open_storage(database_url)
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 def keys_of(record: Any) -> tuple[set[str], set[str]]:
@@ -44,7 +33,15 @@ def check(record: Any, *rows: Mapping[str, Any] | None) -> None:
         assert not unknown, f"{record.__name__}: a row read back has {sorted(unknown)}, which it does not name"
 
 
-async def test_every_read_returns_its_record(storage: Storage) -> None:
+async def test_every_read_returns_its_record(database_url: str) -> None:
+    storage = await open_storage(database_url)
+    try:
+        await every_read(storage)
+    finally:
+        await storage.close()
+
+
+async def every_read(storage: Storage) -> None:
     assistant = await create_assistant(storage, f"a-{uuid.uuid4()}")
     check(AssistantRecord, assistant, await storage.get_assistant(assistant["assistant_id"]),
           await storage.update_assistant(assistant["assistant_id"], {"name": "renamed"}),
