@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from threadline.errors import Conflict, NotFound, QuotaExceeded
 
@@ -35,7 +35,7 @@ def plan_enqueue(new: Mapping[str, Any], thread_metadata_before: dict[str, Any] 
     `thread_metadata_before` is the thread's metadata as the transaction found it (None: no such thread);
     `created`: this transaction has just created it; `active`: it has a pending or running run.
     """
-    run: Row = {**new}
+    run = cast(Row, new)  # the same row, as it was given: only ever replaced below, never changed
     thread_id = run["thread_id"]
     if thread_metadata_before is None:
         raise NotFound(f"Thread with ID {thread_id} not found")
