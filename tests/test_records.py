@@ -11,8 +11,15 @@ from typing import Any, NotRequired, get_origin, get_type_hints
 
 from tests.test_storage import create_assistant, create_thread, enqueue, later
 from threadline.storage import open_storage
-from threadline.storage.base import Storage
-from threadline.storage.records import AssistantRecord, CronRecord, RunRecord, ThreadRecord
+from threadline.storage.base import NewThreadEvent, Storage
+from threadline.storage.records import (
+    AssistantRecord,
+    CronRecord,
+    QueueStats,
+    RunRecord,
+    ThreadEventRecord,
+    ThreadRecord,
+)
 from threadline.storage.sql import now_iso
 
 
@@ -61,6 +68,11 @@ async def every_read(storage: Storage) -> None:
           await storage.finish_run(run["run_id"], "success", output={"n": 1}, worker_id="w",
                                    attempt=claimed["attempt"]),
           await enqueue(storage, claim_for=("w", 30)))
+
+    await storage.append_thread_events(thread["thread_id"], run["run_id"],
+                                       [NewThreadEvent("lifecycle", "lifecycle", "[]", '{"event": "started"}')])
+    check(ThreadEventRecord, *await storage.read_thread_events(thread["thread_id"]))
+    check(QueueStats, await storage.queue_stats())
 
     now = now_iso()
     cron = await storage.create_cron({

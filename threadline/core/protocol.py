@@ -19,8 +19,7 @@ from threadline.core.runs import Runs
 from threadline.errors import BadRequest, EventsExpired, InvalidInput, NoSuchInterrupt, NoSuchRun
 from threadline.ids import is_uuid
 from threadline.shapes import MultitaskStrategy
-from threadline.storage.base import Row
-from threadline.storage.records import RunRecord, ThreadRecord
+from threadline.storage.records import RunRecord, ThreadEventRecord, ThreadRecord
 
 CHANNELS = ("values", "updates", "messages", "tools", "lifecycle", "input", "tasks", "custom", "checkpoints")
 #: In the order the reference lists them in its error message.
@@ -87,7 +86,8 @@ def _prefix(namespace: list[str], prefix: tuple[str, ...]) -> bool:
                for seg, got in zip(prefix, namespace, strict=False))
 
 
-async def follow_events(runs: Runs, thread_id: str, flt: EventFilter, since: int | None) -> AsyncIterator[Row]:
+async def follow_events(runs: Runs, thread_id: str, flt: EventFilter,
+                        since: int | None) -> AsyncIterator[ThreadEventRecord]:
     """The thread's events after `since` (all kept ones when None) that pass `flt`, then live ones, forever."""
     storage, broker = runs.storage, runs.broker
     cursor = since or 0
@@ -126,7 +126,7 @@ async def check_resumable(runs: Runs, thread_id: str, since: int) -> None:
                             since=since, min_available_seq=oldest)
 
 
-def _namespace(row: Row) -> list[str]:
+def _namespace(row: ThreadEventRecord) -> list[str]:
     return json.loads(row["namespace"]) if row["namespace"] != "[]" else []
 
 

@@ -14,7 +14,15 @@ from langgraph.checkpoint.base import BaseCheckpointSaver, get_checkpoint_metada
 from langgraph.store.base import BaseStore
 
 from threadline.shapes import FinalRunStatus
-from threadline.storage.records import AssistantRecord, CronRecord, NewRun, RunRecord, ThreadRecord
+from threadline.storage.records import (
+    AssistantRecord,
+    CronRecord,
+    NewRun,
+    QueueStats,
+    RunRecord,
+    ThreadEventRecord,
+    ThreadRecord,
+)
 
 #: A row as the driver returns it, or the columns a write sets: the records below are what the contract returns.
 Row = dict[str, Any]
@@ -254,7 +262,7 @@ class Storage(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def queue_stats(self) -> Row:
+    async def queue_stats(self) -> QueueStats:
         """Pending count, running count and the age in seconds of the oldest pending run."""
 
     # --- limits (issue 16: run deadlines) ---------------------------------------
@@ -291,7 +299,7 @@ class Storage(abc.ABC):
 
     @abc.abstractmethod
     async def read_thread_events(self, thread_id: str, *, after: int = 0, limit: int = 500,
-                                 run_id: str | None = None, method: str | None = None) -> list[Row]:
+                                 run_id: str | None = None, method: str | None = None) -> list[ThreadEventRecord]:
         """Events with `seq > after`, oldest first: rows of seq, run_id, method, channel, namespace, params."""
 
     @abc.abstractmethod

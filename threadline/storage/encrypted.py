@@ -22,7 +22,14 @@ from threadline.shapes import FinalRunStatus
 from threadline.storage.base import NewThreadEvent, Row, Storage
 from threadline.storage.encryption import CONTEXT_KEY, Codec, stored_context, use_context
 from threadline.storage.encryption_savers import EncryptedSaver, EncryptedStore
-from threadline.storage.records import AssistantRecord, CronRecord, NewRun, RunRecord, ThreadRecord
+from threadline.storage.records import (
+    AssistantRecord,
+    CronRecord,
+    NewRun,
+    RunRecord,
+    ThreadEventRecord,
+    ThreadRecord,
+)
 
 #: A row of any table (its record, or the columns a write sets).
 R = TypeVar("R", bound=Mapping[str, Any])
@@ -182,7 +189,7 @@ class EncryptedStorage:
             "thread_event", "params", orjson.loads(event.params))).decode()) for event in events]
         return await self.inner.append_thread_events(thread_id, run_id, sealed)
 
-    async def read_thread_events(self, thread_id: str, **kwargs: Any) -> list[Row]:
+    async def read_thread_events(self, thread_id: str, **kwargs: Any) -> list[ThreadEventRecord]:
         rows = await self.inner.read_thread_events(thread_id, **kwargs)
         return [{**row, "params": orjson.dumps(await self.codec.open("thread_event", "params",
                                                                       orjson.loads(row["params"]))).decode()}

@@ -125,3 +125,24 @@ class CronRecord(TypedDict):
     created_at: str
     updated_at: str
     identity: str | None  # whose cap on active runs its runs count against
+
+
+class ThreadEventRecord(TypedDict):
+    """A stored Protocol v2 event of a thread's log (`thread_events`); `namespace` and `params` are JSON text."""
+
+    thread_id: str
+    seq: int
+    run_id: str | None
+    method: str
+    channel: str
+    namespace: str
+    params: str
+    created_at: str
+
+
+class QueueStats(TypedDict):
+    """`Storage.queue_stats`: the run queue at a glance."""
+
+    pending: int
+    running: int
+    oldest_pending_at: str | None  # when the oldest pending run became available

@@ -16,7 +16,15 @@ from typing import Any, Literal, cast
 from threadline.shapes import FinalRunStatus
 from threadline.storage import crons, scripts
 from threadline.storage.base import Claim, NewThreadEvent, Quota, Row, SortOrder, Storage
-from threadline.storage.records import AssistantRecord, CronRecord, NewRun, RunRecord, ThreadRecord
+from threadline.storage.records import (
+    AssistantRecord,
+    CronRecord,
+    NewRun,
+    QueueStats,
+    RunRecord,
+    ThreadEventRecord,
+    ThreadRecord,
+)
 from threadline.storage.rules import seconds_left
 from threadline.storage.scripts import Script, T
 from threadline.storage.statements import Dialect, like_pattern, order_by, where
@@ -241,7 +249,7 @@ class SQLStorage(Storage):
     async def recover_runs(self, max_attempts: int, *, expired_only: bool) -> tuple[list[RunRecord], list[RunRecord]]:
         return await self._transact(scripts.recover_runs, max_attempts, expired_only, heavy=True)
 
-    async def queue_stats(self) -> Row:
+    async def queue_stats(self) -> QueueStats:
         rows = await self._named("queue_stats")
         row = rows[0] if rows else {}
         return {"pending": int(row.get("pending") or 0), "running": int(row.get("running") or 0),
@@ -276,10 +284,11 @@ class SQLStorage(Storage):
         return await self._transact(scripts.append_thread_events, thread_id, run_id, events)
 
     async def read_thread_events(self, thread_id: str, *, after: int = 0, limit: int = 500,
-                                 run_id: str | None = None, method: str | None = None) -> list[Row]:
-        return await self._read(self.dialect.thread_events(run_id is not None, method is not None),
+                                 run_id: str | None = None, method: str | None = None) -> list[ThreadEventRecord]:
+        rows = await self._read(self.dialect.thread_events(run_id is not None, method is not None),
                                 {"thread_id": thread_id, "after": after, "limit": limit, "run_id": run_id,
                                  "method": method})
+        return cast("list[ThreadEventRecord]", rows)
 
     async def thread_event_bounds(self, thread_id: str) -> tuple[int, int]:
         rows = await self._named("event_bounds", thread_id=thread_id)
