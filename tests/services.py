@@ -18,6 +18,7 @@ import re
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 import pytest
@@ -111,7 +112,8 @@ class Backend:
     redis_url: str | None = None
     redis_key_prefix: str | None = None
 
-    def settings(self) -> dict[str, str]:
+    def settings(self) -> dict[str, Any]:
+        """The `Settings` fields that point a server at this backend."""
         out = {"database_url": self.database_url}
         if self.redis_url:
             out.update(redis_url=self.redis_url, redis_key_prefix=self.redis_key_prefix or "threadline")
@@ -162,7 +164,7 @@ class ScaleOut:
         # where these statements take a few. The one foreign key (assistant_versions) cascades.
         statements = [f'DELETE FROM "{t}"' for t in tables] + [f'ALTER SEQUENCE "{q}" RESTART' for q in sequences]
         if statements:
-            self._conn.execute("; ".join(statements))  # type: ignore[arg-type]
+            self._conn.execute("; ".join(statements))
         if REDIS_URL == "memory":  # PostgreSQL alone: it is the broker too
             return Backend("postgres", self.url)
         return Backend("postgres", self.url, REDIS_URL, f"{self.prefix}-{uuid.uuid4().hex[:8]}")

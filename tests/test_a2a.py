@@ -61,7 +61,8 @@ async def client_http() -> AsyncIterator[httpx.AsyncClient]:
 async def a2a_client(live_url: str, http: httpx.AsyncClient, assistant_id: str, *, streaming: bool) -> Any:
     client = await create_client(f"{live_url}/a2a/{assistant_id}",
                                  client_config=ClientConfig(streaming=streaming, httpx_client=http))
-    assert type(client._transport).__name__ == "JsonRpcTransport"  # the card advertised 1.0
+    # the card advertised 1.0 (the transport the factory chose is private: no public way to ask)
+    assert type(client._transport).__name__ == "JsonRpcTransport"  # type: ignore[attr-defined]
     return client
 
 
@@ -246,7 +247,7 @@ async def test_compat_client_speaks_0_3_to_the_same_endpoint(live_url: str, clie
         AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="0.3")])
     for streaming in (False, True):
         client = ClientFactory(ClientConfig(streaming=streaming, httpx_client=client_http)).create(card)
-        assert type(client._transport).__name__ == "CompatJsonRpcTransport"
+        assert type(client._transport).__name__ == "CompatJsonRpcTransport"  # type: ignore[attr-defined]
         events = [e async for e in client.send_message(SendMessageRequest(message=user_message(Part(text="old"))))]
         last = events[-1]
         state = last.task.status.state if last.HasField("task") else last.status_update.status.state
@@ -362,7 +363,7 @@ async def test_parts_map_to_one_human_message_and_input_fields(http: httpx.Async
 def test_interrupt_prompt_and_resume_values() -> None:
     from threadline.core.a2a import interrupt_artifact, resume_value
 
-    run = {"run_id": "r", "thread_id": "t", "output": {"__interrupt__": [{"id": "i1", "value": "Sure?"}]}}
+    run: Any = {"run_id": "r", "thread_id": "t", "output": {"__interrupt__": [{"id": "i1", "value": "Sure?"}]}}
     artifact, prompt = interrupt_artifact(run, "t:r")
     assert prompt.parts[0].text == "Sure?" and prompt.role == Role.ROLE_AGENT and prompt.task_id == "t:r"
     assert struct(artifact.parts[0]) == {"id": "i1", "value": "Sure?"}

@@ -211,7 +211,7 @@ async def test_context_comes_before_the_cursor(broker: Broker) -> None:
     seen = [await anext(joined) for _ in range(12)]
     assert [ev.context for ev in seen] == [True] * 12
     assert [ev.data for ev in seen][-2:] == [b"10", b"11"]
-    await joined.aclose()
+    await joined.aclose()  # type: ignore[attr-defined]  # each broker's `subscribe` is an async generator
 
 
 async def _until_end(broker: Broker, run_id: str, **kwargs: object) -> AsyncIterator[StreamEvent]:

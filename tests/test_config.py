@@ -141,7 +141,7 @@ async def test_a_server_starts_from_the_environment_alone(tmp_path: Path, backen
     monkeypatch.setenv("LANGGRAPH_HTTP", json.dumps({"disable_store": True}))
     app = create_app(Settings(workers=0, **backend.settings()))
     async with LifespanManager(app, startup_timeout=30, shutdown_timeout=30) as manager:
-        transport = httpx.ASGITransport(app=manager.app)  # type: ignore[arg-type]
+        transport = httpx.ASGITransport(app=manager.app)
         async with httpx.AsyncClient(transport=transport, base_url="http://t", timeout=30) as client:
             assert [a["graph_id"] for a in (await client.post("/assistants/search", json={})).json()] == ["agent"]
             assert (await client.post("/store/items/search", json={})).status_code == 404
@@ -233,7 +233,7 @@ async def test_webhook_headers_go_with_every_webhook(tmp_path: Path, backend: Ba
     app = create_app(Settings(config=str(path), workers=2, **backend.settings()))
     async with serving_asgi(Starlette(routes=[Route("/hook", hook, methods=["POST"])])) as receiver, \
             LifespanManager(app, startup_timeout=30, shutdown_timeout=30) as manager:
-        transport = httpx.ASGITransport(app=manager.app)  # type: ignore[arg-type]
+        transport = httpx.ASGITransport(app=manager.app)
         async with httpx.AsyncClient(transport=transport, base_url="http://t", timeout=30) as client:
             sdk = LangGraphClient(client)
             local = await sdk.runs.create(None, "agent", input={}, webhook="/custom/webhook")
@@ -349,7 +349,7 @@ async def test_serde_settings_reach_langgraphs_serializer(tmp_path: Path, backen
         path.write_text(json.dumps({"graphs": GRAPHS, **section}))
         runtime = await Runtime.open(Settings(config=str(path), workers=0, **backend.settings()))
         try:
-            return runtime.storage.checkpointer.serde  # type: ignore[attr-defined]
+            return runtime.storage.checkpointer.serde
         finally:
             await runtime.close()
 

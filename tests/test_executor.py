@@ -144,14 +144,14 @@ def test_run_timeout(configurable: dict[str, Any], default: float, seconds: floa
     assert run_timeout({"configurable": configurable}, default) == seconds
 
 
-ASSISTANT = {"assistant_id": "a1", "graph_id": "agent",
+ASSISTANT: Any = {"assistant_id": "a1", "graph_id": "agent",
              "config": {"tags": ["a", "b"], "configurable": {"model": "x", "shared": "assistant"},
                         "metadata": {"from": "assistant"}},
              "context": {"tone": "dry"}}
 
 
 def test_build_config_puts_the_run_over_its_assistant_and_names_the_run() -> None:
-    run = {"run_id": "r1", "attempt": 2, "metadata": {"m": 1},
+    run: Any = {"run_id": "r1", "attempt": 2, "metadata": {"m": 1},
            "kwargs": {"config": {"tags": ["b", "c"], "configurable": {"shared": "run"}, "recursion_limit": 5},
                       "context": {"ctx": 1}, "checkpoint_id": "c9"}}
     config = build_config(run, ASSISTANT, "t1")
@@ -167,8 +167,11 @@ def test_build_config_puts_the_run_over_its_assistant_and_names_the_run() -> Non
 
 
 def test_run_context_is_the_runs_over_the_assistants_and_always_a_dict() -> None:
-    assert run_context({"kwargs": {"context": {"tone": "warm"}}}, ASSISTANT) == {"tone": "warm"}
-    assert run_context({"kwargs": None}, {"context": None}) == {}
+    run: Any = {"kwargs": {"context": {"tone": "warm"}}}  # a run and an assistant with only what it reads
+    assert run_context(run, ASSISTANT) == {"tone": "warm"}
+    no_kwargs: Any = {"kwargs": None}
+    no_context: Any = {"context": None}
+    assert run_context(no_kwargs, no_context) == {}
 
 
 def test_graph_input_is_the_input_or_the_command() -> None:

@@ -35,7 +35,7 @@ async def serving(tmp_path: Path, backend: Backend,
     path.write_text(json.dumps({"graphs": GRAPHS, "http": http}))
     app = create_app(Settings(config=str(path), workers=2, **backend.settings()))
     async with LifespanManager(app, startup_timeout=30, shutdown_timeout=30) as manager:
-        transport = httpx.ASGITransport(app=manager.app)  # type: ignore[arg-type]
+        transport = httpx.ASGITransport(app=manager.app)
         async with httpx.AsyncClient(transport=transport, base_url="http://t", timeout=30) as client:
             yield app, client
 

@@ -92,8 +92,9 @@ async def test_a_deadline_stamp_whose_connection_is_lost_is_written_again(scaleo
     a restart terminates them all), it would wait out its lease and be run again. (The claim stamps the
     server's default; a run with a timeout of its own has it written as it starts, as here.)"""
     from threadline.storage import postgres
+    from threadline.storage.statements import POSTGRES
 
-    doomed = {postgres.POSTGRES.statement("replace_run_deadline"), postgres.POSTGRES.statement("release_runs")}
+    doomed = {POSTGRES.statement("replace_run_deadline"), POSTGRES.statement("release_runs")}
     terminated: list[str] = []
     execute = postgres._execute
 
@@ -118,7 +119,7 @@ async def test_a_deadline_stamp_whose_connection_is_lost_is_written_again(scaleo
                 "config": {"configurable": {"run_timeout_seconds": 30}}})).json()
             joined = await http.get(f"/threads/{tid}/runs/{run['run_id']}/join")
             assert joined.status_code == 200 and joined.json()["done"] == ["stamp"]
-    assert postgres.POSTGRES.statement("replace_run_deadline") in terminated, "no deadline was written"
+    assert POSTGRES.statement("replace_run_deadline") in terminated, "no deadline was written"
     with psycopg.connect(backend.database_url, autocommit=True) as admin:
         row = admin.execute("SELECT status, attempt, deadline_at FROM runs WHERE run_id = %s",
                             (run["run_id"],)).fetchone()
@@ -197,7 +198,7 @@ async def test_postgres_connections_terminated_mid_request(pg_app: tuple[httpx.A
     assert len(runs) == len(accepted), "some accepted runs did not end within 90 s"
     assert {rid: run["status"] for rid, run in runs.items() if run["status"] != "success"} == {}
     with psycopg.connect(services.url, autocommit=True) as admin:
-        attempts = dict(admin.execute("SELECT run_id, attempt FROM runs WHERE run_id = ANY(%s)",
+        attempts: dict[str, int] = dict(admin.execute("SELECT run_id, attempt FROM runs WHERE run_id = ANY(%s)",
                                       ([rid for _, rid in accepted],)).fetchall())
     assert set(attempts.values()) == {1}, attempts
     for tid, _rid in accepted:

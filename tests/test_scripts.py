@@ -33,11 +33,11 @@ def names(step: Q | tuple[Q, ...]) -> list[str]:
     return [name(q) for q in ((step,) if isinstance(step, Q) else step)]  # a Q is a (named) tuple too
 
 
-def drive(script: Script[Any], answers: Sequence[Any]) -> tuple[list[Q | tuple[Q, ...]], Any]:
+def drive(script: Script[Any], answers: Sequence[Any]) -> tuple[list[Any], Any]:
     """Step `script`, sending `answers` in turn (each the rows of one step: a list of rows, or a tuple of
     them for a step of several statements); the steps it yielded and what it returned. It must take exactly
     as many answers as given."""
-    steps: list[Q | tuple[Q, ...]] = []
+    steps: list[Any] = []  # each a Q or a tuple of them, unpacked by the tests as they expect it
     try:
         steps.append(next(script))
         for answer in answers:
@@ -105,7 +105,8 @@ def test_finish_run_not_the_callers_to_end_rolls_back() -> None:
 def test_finish_run_encodes_an_output_that_is_also_the_threads_values_once() -> None:
     output = {"v": 1}
     script = scripts.finish_run(D, "r1", "success", None, output, {"values": output}, "w1", 1, False)
-    finish_q, _, reconcile_q = next(script)
+    step: Any = next(script)  # the finish and the thread's reconcile (its lock, its update)
+    finish_q, _, reconcile_q = step
     assert isinstance(finish_q.params["output"], Encoded)
     assert reconcile_q.params["values"] is finish_q.params["output"]
 

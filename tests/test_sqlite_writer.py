@@ -13,12 +13,14 @@ from pathlib import Path
 import pytest
 
 from threadline.storage import open_storage, sqlite_writer
+from threadline.storage.records import NewRun
 
 
-def _run_row(thread_id: str) -> dict:
+def _run_row(thread_id: str) -> NewRun:
     now = datetime.now(UTC).isoformat()
     return {"run_id": str(uuid.uuid4()), "thread_id": thread_id, "assistant_id": "a", "status": "pending",
-            "metadata": {}, "kwargs": {}, "available_at": now, "created_at": now, "updated_at": now}
+            "metadata": {}, "kwargs": {}, "multitask_strategy": "reject", "available_at": now, "created_at": now,
+            "updated_at": now}
 
 
 async def test_a_write_that_finds_the_database_locked_waits_off_the_loop(tmp_path: Path) -> None:
@@ -82,7 +84,7 @@ async def test_the_wal_is_checkpointed_off_the_loop(tmp_path: Path, monkeypatch:
                 await storage.enqueue_run(_run_row(str(uuid.uuid4())), thread_metadata={}, create_thread=True,
                                           reject_if_active=False)
                 await asyncio.sleep(0)  # lets a scheduled checkpoint run
-            await storage.writer.close()  # waits for a checkpoint in flight
+            await storage.writer.close()  # type: ignore[attr-defined]  # SQLite's: waits for a checkpoint in flight
             return (db.parent / (db.name + "-wal")).stat().st_size
         finally:
             await storage.close()

@@ -169,7 +169,7 @@ async def test_waits_on_one_thread_through_two_processes_run_one_at_a_time(backe
     settings = Settings(config=str(PROJECT), workers=2, heartbeat_seconds=5.0, **backend.settings())
     a_app, b_app = create_app(settings), create_app(settings)
     async with LifespanManager(a_app, startup_timeout=30) as a, LifespanManager(b_app, startup_timeout=30) as b:
-        clients = [httpx.AsyncClient(transport=httpx.ASGITransport(app=m.app), base_url="http://threadline",  # type: ignore[arg-type]
+        clients = [httpx.AsyncClient(transport=httpx.ASGITransport(app=m.app), base_url="http://threadline",
                                      timeout=60) for m in (a, b)]
         started_here: list[list[str]] = [[], []]
         for pool, started in zip((a_app.state.runtime.workers, b_app.state.runtime.workers), started_here, strict=True):
@@ -177,7 +177,7 @@ async def test_waits_on_one_thread_through_two_processes_run_one_at_a_time(backe
                       **kwargs: Any) -> Any:
                 _started.append(run["run_id"])
                 return _adopt(run, *args, **kwargs)
-            pool.adopt = adopt  # type: ignore[method-assign]
+            pool.adopt = adopt
         pools = (a_app.state.runtime.workers, b_app.state.runtime.workers)
         try:
             tid = (await clients[0].post("/threads", json={})).json()["thread_id"]

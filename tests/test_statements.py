@@ -13,6 +13,7 @@ import pytest
 from tests.services import Backend
 from threadline.storage import crons, open_storage
 from threadline.storage.statements import (
+    CRON_COLUMNS,
     DIALECT_STATEMENTS,
     POSTGRES,
     SQLITE,
@@ -68,9 +69,7 @@ def every_statement(d: Dialect) -> dict[str, str]:
     cond, _ = where(d, [("{ilike:name:name_like}", {})])
     out["search:assistants"] = d.search("assistants", cond, '"name" ASC')
     out["thread_events"] = d.thread_events(True, True)
-    for name in crons.STATEMENTS:  # the crons table's own statements (storage/crons.py)
-        out[f"crons:{name}"] = crons.statement(d, name)
-    out["crons:update"] = crons.update_statement(d, [c for c in crons.COLUMNS if c != "cron_id"])
+    out["update:crons"] = d.update("crons", [c for c in CRON_COLUMNS if c != "cron_id"], "cron_id", returning=True)
     cond, _ = where(d, [("enabled = :enabled", {}), ("thread_id = :thread_id", {})], metadata={"k": 1})
     out["crons:search"] = d.search("crons", cond, order_by("next_run_date", "asc", crons.SORTABLE, "created_at",
                                                            "cron_id"))

@@ -16,6 +16,7 @@ from tests.conftest import serving_asgi
 from tests.waits import logged, until
 from threadline.api.sse import frame
 from threadline.broker.base import StreamEvent
+from threadline.shapes import OnCompletion
 
 
 @pytest.fixture
@@ -55,9 +56,11 @@ async def test_stream_disconnect_cancels_run_when_asked(live: LangGraphClient) -
 @pytest.mark.parametrize("stateless", [False, True])
 async def test_stream_disconnect_continues_by_default(live: LangGraphClient, stateless: bool) -> None:
     """As LangGraph's server: a client that breaks out of a stream leaves the run going."""
-    tid = None if stateless else (await live.threads.create())["thread_id"]
-    async for part in live.runs.stream(tid, "slow", input={"tag": "sgo", "steps": 10, "delay": 0.02},
-                                       stream_mode="custom", on_completion="keep" if stateless else None):
+    # Any: langgraph-sdk's overloads of `stream` take a thread id or None, not a value that may be either.
+    tid: Any = None if stateless else (await live.threads.create())["thread_id"]
+    keep: OnCompletion | None = "keep" if stateless else None
+    given: dict[str, Any] = {"tag": "sgo", "steps": 10, "delay": 0.02}
+    async for part in live.runs.stream(tid, "slow", input=given, stream_mode="custom", on_completion=keep):
         if part.event == "custom":
             break
     await _assert_finished(live, "sgo", 10)
@@ -66,7 +69,7 @@ async def test_stream_disconnect_continues_by_default(live: LangGraphClient, sta
 async def test_wait_over_real_http(live: LangGraphClient) -> None:
     tid = (await live.threads.create())["thread_id"]
     out = await live.runs.wait(tid, "counter", input={"increment": 1})
-    assert out["count"] == 1
+    assert isinstance(out, dict) and out["count"] == 1
 
 
 async def test_wait_disconnect_cancels_run(live: LangGraphClient) -> None:

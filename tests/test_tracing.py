@@ -12,7 +12,7 @@ import logging
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -101,7 +101,7 @@ async def client(spans: InMemorySpanExporter, tmp_path: Path) -> AsyncIterator[h
             yield http
 
 
-def _named(found: list[ReadableSpan], name: str) -> list[ReadableSpan]:
+def _named(found: Sequence[ReadableSpan], name: str) -> list[ReadableSpan]:
     return [s for s in found if s.name == name]
 
 

@@ -59,7 +59,7 @@ async def serve(config: Path, backend: Backend) -> AsyncIterator[Server]:
     """The app over `config` on the test's backend, with no workers: a run stays pending, its thread busy."""
     application = create_app(Settings(config=str(config), workers=0, **backend.settings()))
     async with LifespanManager(application, startup_timeout=30, shutdown_timeout=30) as manager:
-        transport = httpx.ASGITransport(app=manager.app)  # type: ignore[arg-type]
+        transport = httpx.ASGITransport(app=manager.app)
         async with httpx.AsyncClient(transport=transport, base_url="http://threadline", timeout=30) as client:
             yield Server(LangGraphClient(client), client, application.state.runtime)
 

@@ -126,7 +126,7 @@ async def test_the_console_can_be_turned_off(settings: Settings) -> None:
     for ui, status in (("on", 200), ("off", 404)):
         app = create_app(replace(settings, ui=ui))
         async with LifespanManager(app) as manager:
-            transport = httpx.ASGITransport(app=manager.app)  # type: ignore[arg-type]
+            transport = httpx.ASGITransport(app=manager.app)
             async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
                 assert (await http.get("/console/threads")).status_code == status
                 assert (await http.get("/console/static/console.js")).status_code == status
@@ -140,7 +140,7 @@ async def test_store_search_is_semantic_with_a_store_index(settings: Settings, b
         pytest.skip("this Python's sqlite3 cannot load sqlite-vec, which the SQLite store's semantic search needs")
     app = create_app(replace(settings, config=str(STORE_PROJECT)))
     async with LifespanManager(app, startup_timeout=30) as manager:
-        transport = httpx.ASGITransport(app=manager.app)  # type: ignore[arg-type]
+        transport = httpx.ASGITransport(app=manager.app)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
             for key, words in (("fruit", "banana apple"), ("car", "xyz quick vroom")):
                 await http.put("/store/items", json={"namespace": ["notes"], "key": key, "value": {"text": words}})
@@ -182,7 +182,7 @@ async def test_under_a_mount_prefix_the_console_and_its_links_carry_it(settings:
                                    "http": {"mount_prefix": "/api"}}))
     app = create_app(replace(settings, config=str(project)))
     async with LifespanManager(app, startup_timeout=30) as manager:
-        transport = httpx.ASGITransport(app=manager.app)  # type: ignore[arg-type]
+        transport = httpx.ASGITransport(app=manager.app)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
             thread = (await http.post("/api/threads", json={})).json()["thread_id"]
             page = await http.get("/api/console/threads")

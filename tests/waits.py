@@ -12,7 +12,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar, overload
 
 import pytest
 
@@ -21,8 +21,13 @@ T = TypeVar("T")
 TIMEOUT = 30.0  # well under pytest-timeout's 120 s: the failure names what never happened
 
 
-async def until(condition: Callable[[], T | Awaitable[T]], *, timeout: float = TIMEOUT, interval: float = 0.01,
-                what: str = "") -> T:
+@overload
+async def until(condition: Callable[[], Awaitable[T]], *, timeout: float = ..., interval: float = ...,
+                what: str = "") -> T: ...
+@overload
+async def until(condition: Callable[[], T], *, timeout: float = ..., interval: float = ..., what: str = "") -> T: ...
+async def until(condition: Callable[[], Any], *, timeout: float = TIMEOUT, interval: float = 0.01,
+                what: str = "") -> Any:
     """Poll `condition` (a function or a coroutine function) every `interval` s until it returns a truthy
     value, and return it; fail the test after `timeout` s."""
     deadline = time.monotonic() + timeout
@@ -31,7 +36,7 @@ async def until(condition: Callable[[], T | Awaitable[T]], *, timeout: float = T
         if inspect.isawaitable(value):
             value = await value
         if value:
-            return value  # type: ignore[return-value]
+            return value
         if time.monotonic() >= deadline:
             pytest.fail(f"waited {timeout:g} s for {what or _describe(condition)}; last value: {value!r}")
         await asyncio.sleep(interval)

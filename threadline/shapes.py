@@ -7,6 +7,7 @@ A leaf: it imports nothing of Threadline's, so any layer may import it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal, cast, get_args
 
 # --- closed sets ------------------------------------------------------------------------------------------------
@@ -47,13 +48,13 @@ RUN_KWARGS_DEFAULTS: dict[str, Any] = {
 
 
 # --- the rules a run's request is read by, the same for what the worker runs and what clients are shown ----------
-def requested_modes(kwargs: dict[str, Any]) -> list[StreamMode]:
+def requested_modes(kwargs: Mapping[str, Any]) -> list[StreamMode]:
     """The stream modes a run asked for: its `stream_mode`, one or a list; `["values"]` when it named none."""
     modes = kwargs.get("stream_mode") or ["values"]
     return cast("list[StreamMode]", [modes] if isinstance(modes, str) else list(modes))
 
 
-def run_durability(kwargs: dict[str, Any]) -> Durability:
+def run_durability(kwargs: Mapping[str, Any]) -> Durability:
     """The run's `durability`, else the legacy `checkpoint_during` (false: "exit"), else LangGraph's default,
     "async"."""
     if kwargs.get("durability"):
@@ -61,27 +62,27 @@ def run_durability(kwargs: dict[str, Any]) -> Durability:
     return "exit" if kwargs.get("checkpoint_during") is False else "async"
 
 
-def assistant_out(row: dict[str, Any]) -> dict[str, Any]:
+def assistant_out(row: Mapping[str, Any]) -> dict[str, Any]:
     return {k: row.get(k) for k in ASSISTANT_FIELDS}
 
 
-def version_out(row: dict[str, Any]) -> dict[str, Any]:
+def version_out(row: Mapping[str, Any]) -> dict[str, Any]:
     out = {k: row.get(k) for k in ASSISTANT_FIELDS if k != "updated_at"}
     return out
 
 
-def thread_out(row: dict[str, Any]) -> dict[str, Any]:
+def thread_out(row: Mapping[str, Any]) -> dict[str, Any]:
     return {k: row.get(k) for k in THREAD_FIELDS}
 
 
-def run_out(row: dict[str, Any]) -> dict[str, Any]:
+def run_out(row: Mapping[str, Any]) -> dict[str, Any]:
     out = {k: row.get(k) for k in RUN_FIELDS}
     out["kwargs"] = run_kwargs_out(row)
     out["langsmith_session_name"] = None  # LangGraph's server names the run's LangSmith project; none here
     return out
 
 
-def run_kwargs_out(row: dict[str, Any]) -> dict[str, Any]:
+def run_kwargs_out(row: Mapping[str, Any]) -> dict[str, Any]:
     """A run's `kwargs` as LangGraph's server shows them: the run resolved rather than the request's fields.
     Every field is there with its default; `stream_mode` is a list (`["values"]` by default); `subgraphs`,
     `resumable` and `temporary` (a stateless run whose thread goes with it) replace `stream_subgraphs` and

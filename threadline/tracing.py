@@ -21,10 +21,10 @@ import os
 import uuid
 from collections.abc import Awaitable, Coroutine, Iterator, Mapping
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, Final
 
 #: The run kwargs key holding a run's trace carrier (never shown in the run's public `kwargs`).
-TRACE_KEY = "trace"
+TRACE_KEY: Final = "trace"
 REQUEST_HEADER = "x-request-id"
 #: The id of the request (or of the request that created the run) this task serves; for log lines.
 REQUEST_ID: ContextVar[str | None] = ContextVar("threadline_request_id", default=None)

@@ -36,7 +36,7 @@ async def _work(state: SlowState) -> dict[str, Any]:
 
 
 def _one_node(state: type, name: str, node: Any) -> StateGraph:
-    builder = StateGraph(state)
+    builder: StateGraph = StateGraph(state)
     builder.add_node(name, node)
     builder.add_edge(START, name)
     builder.add_edge(name, END)

@@ -110,8 +110,8 @@ async def call_server(state: CallerState) -> dict[str, Any]:
     client = get_client()
     found = await client.assistants.search(limit=100)
     thread = await client.threads.create()
-    answer = await client.runs.wait(thread["thread_id"], "echo", input={"messages": [
-        {"role": "user", "content": state.get("text") or "hi"}]})
+    given: dict[str, Any] = {"messages": [{"role": "user", "content": state.get("text") or "hi"}]}
+    answer = await client.runs.wait(thread["thread_id"], "echo", input=given)
     await asyncio.sleep(0)
     return {"assistants": sorted(a["graph_id"] for a in found), "answer": answer}
 

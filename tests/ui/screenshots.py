@@ -10,7 +10,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.ui.harness import ROOT, chromium, serve_example
+from tests.processes import ROOT
+from tests.ui.harness import chromium, serve_example
 
 OUT = ROOT / "docs" / "ui"
 

@@ -35,7 +35,7 @@ from threadline.core.a2a import plain
 from threadline.core.a2a_tasks import A2ATasks
 from threadline.core.runtime import Runtime
 from threadline.serde import dumps
-from threadline.storage.base import Row
+from threadline.storage.records import AssistantRecord
 
 log = logging.getLogger("threadline.api")
 router = Router(tags=["A2A"])
@@ -215,7 +215,7 @@ def _error(req_id: jsonrpc.RequestId, exc: Exception) -> dict[str, Any]:
     return jsonrpc.error(req_id, *rpc_error(exc))
 
 
-async def _assistant(rt: Runtime, assistant_id: str) -> dict[str, Any]:
+async def _assistant(rt: Runtime, assistant_id: str) -> AssistantRecord:
     try:
         return await rt.assistants.runnable(assistant_id)
     except PARAM_ERRORS:
@@ -271,7 +271,7 @@ async def a2a_rpc(request: Request, assistant_id: str) -> Response:
 
 # --- agent cards ----------------------------------------------------------------------------------------------------
 
-def agent_card(assistant: Row, input_fields: Collection[str], url: str, version: str) -> dict[str, Any]:
+def agent_card(assistant: AssistantRecord, input_fields: Collection[str], url: str, version: str) -> dict[str, Any]:
     """The assistant's agent card, readable by A2A 1.0 clients (`supportedInterfaces`) and 0.3 clients (`url`,
     `preferredTransport`, `protocolVersion`; a 1.0 parser drops those when `supportedInterfaces` is present)."""
     name = assistant.get("name") or assistant["graph_id"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import Request
@@ -12,7 +13,7 @@ from threadline.api.models import AgentSearch
 router = Router(prefix="/agents", tags=["Agents"])
 
 
-def agent_out(row: dict[str, Any]) -> dict[str, Any]:
+def agent_out(row: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "agent_id": row["assistant_id"],
         "name": row["name"],

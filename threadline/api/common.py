@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
@@ -13,6 +13,9 @@ from starlette.types import Scope
 from threadline.core.runtime import Runtime
 from threadline.serde import dumps
 from threadline.shapes import run_out
+
+#: A page's rows: records of one table, or the dicts a route made of them.
+R = TypeVar("R")
 
 
 class Router(APIRouter):
@@ -64,7 +67,7 @@ def select(row: dict[str, Any], fields: Sequence[str] | None) -> dict[str, Any]:
     return {k: v for k, v in row.items() if k in fields} if fields else row
 
 
-def spec_run_out(row: dict[str, Any]) -> dict[str, Any]:
+def spec_run_out(row: Mapping[str, Any]) -> dict[str, Any]:
     """The Agent Protocol's Run: LangGraph's fields plus `agent_id` and the request's fields at the top level."""
     out = run_out(row)
     kwargs = row.get("kwargs") or {}
@@ -75,7 +78,7 @@ def spec_run_out(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def paginated(rows: list[dict[str, Any]], limit: int, offset: int) -> tuple[list[dict[str, Any]], dict[str, str]]:
+def paginated(rows: list[R], limit: int, offset: int) -> tuple[list[R], dict[str, str]]:
     """Trim a page fetched with `limit + 1` rows and give the headers LangGraph's server sends with it."""
     more = len(rows) > limit
     page = rows[:limit]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -32,7 +33,7 @@ def _moment(value: str | None) -> str | None:
     return datetime.fromisoformat(value).isoformat() if value else None
 
 
-def cron_out(row: dict[str, Any]) -> dict[str, Any]:
+def cron_out(row: Mapping[str, Any]) -> dict[str, Any]:
     out = {k: row.get(k) for k in FIELDS}
     out["end_time"] = _moment(row.get("end_time"))
     out["next_run_date"] = _moment(row.get("next_run_date"))

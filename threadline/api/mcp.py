@@ -27,7 +27,7 @@ from threadline.api.ratelimit import identity_of
 from threadline.api.runs import wait_done
 from threadline.core.runtime import Runtime
 from threadline.serde import dumps
-from threadline.storage.base import Row
+from threadline.storage.records import AssistantRecord
 
 log = logging.getLogger("threadline.api")
 router = Router(tags=["MCP"])
@@ -172,9 +172,9 @@ def tool_name(assistant_name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "", name)[:128]
 
 
-async def _tools_by_name(rt: Runtime) -> dict[str, Row]:
+async def _tools_by_name(rt: Runtime) -> dict[str, AssistantRecord]:
     """Every assistant by tool name, oldest first; of two with the same tool name the older one wins."""
-    named: dict[str, Row] = {}
+    named: dict[str, AssistantRecord] = {}
     offset, chunk = 0, 1000
     while True:
         rows = await rt.assistants.search(limit=chunk, offset=offset, sort_by="created_at", sort_order="asc")
@@ -187,7 +187,7 @@ async def _tools_by_name(rt: Runtime) -> dict[str, Row]:
         offset += chunk
 
 
-async def _describe(rt: Runtime, name: str, row: Row, schemas: dict[str, Any]) -> dict[str, Any] | None:
+async def _describe(rt: Runtime, name: str, row: AssistantRecord, schemas: dict[str, Any]) -> dict[str, Any] | None:
     """The tool for one assistant; None when its input schema is unknown or not an object schema."""
     key = f"{row['graph_id']}\0{dumps(row.get('config')).decode()}\0{dumps(row.get('context')).decode()}"
     if key not in schemas:  # assistants sharing a graph and configuration share a schema

@@ -28,7 +28,7 @@ from threadline.broker.base import StreamEvent
 from threadline.core.protocol import Commands, EventFilter, check_resumable, follow_events, replay_events, since_of
 from threadline.core.runtime import Runtime
 from threadline.errors import BadRequest, InvalidInput, NoSuchSubscription, NotFound, ThreadlineError, TooManyStreams
-from threadline.storage.base import Row
+from threadline.storage.records import ThreadEventRecord
 
 log = logging.getLogger("threadline.api")
 router = Router(prefix="/threads", tags=["Protocol v2"])
@@ -52,7 +52,7 @@ def error_envelope(command_id: int | None, exc: ThreadlineError) -> dict[str, An
     return failure(command_id, code, message, **extra)
 
 
-def envelope(row: Row) -> bytes:
+def envelope(row: ThreadEventRecord) -> bytes:
     """The wire envelope of a stored event, assembled from its stored JSON without re-encoding it."""
     event_id = f"{row['run_id']}:{row['seq']}"
     return (f'{{"type":"event","event_id":"{event_id}","seq":{row["seq"]},"method":"{row["method"]}",'

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from uuid import UUID
 
@@ -21,21 +21,22 @@ from threadline.broker.leases import Release
 from threadline.core.runtime import Runtime
 from threadline.errors import ClientGone, InvalidInput, NotFound
 from threadline.shapes import CancelAction, RunStatus, run_out
+from threadline.storage.records import RunRecord
 
 router = Router(tags=["Runs"])
 
 
-def _run_path(run: dict[str, Any]) -> str:
+def _run_path(run: Mapping[str, Any]) -> str:
     return f"/threads/{run['thread_id']}/runs/{run['run_id']}"
 
 
-def _wait_headers(run: dict[str, Any]) -> dict[str, str]:
+def _wait_headers(run: RunRecord) -> dict[str, str]:
     """Where a wait for `run` can be resumed (langgraph-sdk reconnects to `Location` if the answer is cut off)."""
     return {"Content-Location": _run_path(run), "Location": f"{_run_path(run)}/join"}
 
 
 async def _create(rt: Runtime, thread_id: str | None, body: RunCreate, *, waited: bool = False,
-                  identity: str | None = None) -> dict[str, Any]:
+                  identity: str | None = None) -> RunRecord:
     """A run on the path's thread, else on the body's `thread_id` (the Agent Protocol), else stateless.
 
     `waited`: this request waits for the run (`/wait`, `/stream`), so it may start on this process at once."""
@@ -45,7 +46,7 @@ async def _create(rt: Runtime, thread_id: str | None, body: RunCreate, *, waited
                                 identity=identity)
 
 
-def _stream(rt: Runtime, run: dict[str, Any], *, last_event_id: str | None = None, replay: bool = True,
+def _stream(rt: Runtime, run: RunRecord, *, last_event_id: str | None = None, replay: bool = True,
             cancel_on_disconnect: bool = False, path: str | None = None, modes: list[str] | None = None,
             slot: Release | None = None) -> Response:
     """`path`: the run's own path, as `Content-Location` (default: its thread-scoped path). `modes`: a join's
@@ -63,7 +64,7 @@ def _stream(rt: Runtime, run: dict[str, Any], *, last_event_id: str | None = Non
     )
 
 
-async def _released_on_error(slot: Release | None, creating: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+async def _released_on_error(slot: Release | None, creating: Awaitable[RunRecord]) -> RunRecord:
     try:
         return await creating
     except BaseException:
@@ -72,7 +73,7 @@ async def _released_on_error(slot: Release | None, creating: Awaitable[dict[str,
         raise
 
 
-async def wait_done(request: Request, rt: Runtime, run: dict[str, Any], *, cancel_on_disconnect: bool) -> Any:
+async def wait_done(request: Request, rt: Runtime, run: RunRecord, *, cancel_on_disconnect: bool) -> RunRecord:
     """The finished run. A client that leaves first cancels the run when `cancel_on_disconnect`.
 
     The endpoint is not cancelled when its client leaves (only streams are), so the disconnect is watched.
@@ -95,8 +96,8 @@ async def wait_done(request: Request, rt: Runtime, run: dict[str, Any], *, cance
     return done
 
 
-def _waited(request: Request, rt: Runtime, run: dict[str, Any], *, cancel_on_disconnect: bool,
-            answer: Callable[[dict[str, Any]], Awaitable[Any]], headers: dict[str, str] | None = None) -> Response:
+def _waited(request: Request, rt: Runtime, run: RunRecord, *, cancel_on_disconnect: bool,
+            answer: Callable[[RunRecord], Awaitable[Any]], headers: dict[str, str] | None = None) -> Response:
     """The answer made of the finished run by `answer`, with a newline every `heartbeat_seconds` while the
     run goes on (see `threadline.api.waits`)."""
     async def work() -> Any:
@@ -179,7 +180,7 @@ async def wait_existing_thread_run(request: Request, thread_id: UUID, run_id: UU
     rt = runtime(request)
     run = await rt.runs.get(str(run_id), str(thread_id))
 
-    async def answer(done: dict[str, Any]) -> Any:
+    async def answer(done: RunRecord) -> Any:
         return {**spec_run_out(done), "values": await rt.runs.output(done)}
 
     return _waited(request, rt, run, cancel_on_disconnect=False, answer=answer)
@@ -230,7 +231,7 @@ async def wait_run(request: Request, body: RunCreate) -> Response:
     rt = runtime(request)
     run = await _create(rt, None, body, waited=True, identity=identity_of(request))
 
-    async def answer(done: dict[str, Any]) -> Any:
+    async def answer(done: RunRecord) -> Any:
         output = await rt.runs.output(done)
         return {"run": spec_run_out(done), "values": output} if body.agent_id is not None else output
 
@@ -278,7 +279,7 @@ async def wait_existing_run(request: Request, run_id: UUID) -> Response:
     rt = runtime(request)
     run = await rt.runs.get(str(run_id))
 
-    async def answer(done: dict[str, Any]) -> Any:
+    async def answer(done: RunRecord) -> Any:
         return {"run": spec_run_out(done), "values": await rt.runs.output(done)}
 
     return _waited(request, rt, run, cancel_on_disconnect=False, answer=answer)

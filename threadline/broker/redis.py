@@ -390,7 +390,7 @@ class RedisBroker(Broker):
                     await self._dispatch(message)
         except BaseException:
             with contextlib.suppress(*_ERRORS):
-                await pubsub.aclose()
+                await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
             raise
         return pubsub
 
@@ -398,7 +398,7 @@ class RedisBroker(Broker):
         pubsub, self._pubsub = self._pubsub, None
         if pubsub is not None:
             with contextlib.suppress(*_ERRORS):
-                await pubsub.aclose()
+                await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
 
     async def _listen(self) -> None:
         backoff = 0.1

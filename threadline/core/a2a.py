@@ -19,7 +19,7 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 
 from threadline.errors import ContentTypeNotSupported, InvalidInput
 from threadline.serde import to_jsonable
-from threadline.storage.base import Row
+from threadline.storage.records import RunRecord
 
 S = pb.TaskState
 TERMINAL = frozenset({S.TASK_STATE_COMPLETED, S.TASK_STATE_FAILED, S.TASK_STATE_CANCELED, S.TASK_STATE_REJECTED})
@@ -209,7 +209,7 @@ def a2a_message(message: dict[str, Any], context_id: str) -> pb.Message | None:
     return pb.Message(message_id=str(message.get("id") or ""), role=role, context_id=context_id, parts=parts)
 
 
-def response_artifact(run: Row) -> pb.Artifact | None:
+def response_artifact(run: RunRecord) -> pb.Artifact | None:
     """The run's answer: the last AI message of the turn, else the state values as data."""
     values = run.get("output")
     if isinstance(values, dict):
@@ -230,7 +230,7 @@ def response_artifact(run: Row) -> pb.Artifact | None:
                        description=f"Response from assistant {run['assistant_id']}", parts=parts)
 
 
-def interrupt_artifact(run: Row, task_id: str) -> tuple[pb.Artifact, pb.Message]:
+def interrupt_artifact(run: RunRecord, task_id: str) -> tuple[pb.Artifact, pb.Message]:
     """What an interrupted run asks: an `Interrupt` artifact (id and value of each) and a prompt message."""
     interrupts = [i for i in (run.get("output") or {}).get("__interrupt__") or [] if isinstance(i, dict)]
     artifact = pb.Artifact(artifact_id=f"{run['run_id']}-interrupt", name="Interrupt",

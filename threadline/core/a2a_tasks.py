@@ -37,7 +37,7 @@ from threadline.core.runtime import Runtime
 from threadline.errors import InvalidInput, NotFound, TaskNotCancelable, TaskNotFound, UnsupportedOperation
 from threadline.ids import is_uuid
 from threadline.serde import loads
-from threadline.storage.base import Row
+from threadline.storage.records import AssistantRecord, RunRecord
 
 log = logging.getLogger("threadline.a2a")
 
@@ -50,7 +50,7 @@ class Started:
     """A message's run, enqueued: the task it belongs to, and the request message with its ids filled in."""
 
     task_id: str
-    run: Row
+    run: RunRecord
     message: pb.Message
 
 
@@ -58,7 +58,7 @@ class A2ATasks:
     """A2A task operations for one assistant, over the runtime's runs and threads. The runs a message starts
     count against `identity` (the caller's: quotas)."""
 
-    def __init__(self, rt: Runtime, assistant: Row, identity: str | None = None) -> None:
+    def __init__(self, rt: Runtime, assistant: AssistantRecord, identity: str | None = None) -> None:
         self.rt = rt
         self.identity = identity
         self.assistant = assistant
@@ -69,12 +69,12 @@ class A2ATasks:
         return set(((schemas.get("input_schema") or {}).get("properties") or {}).keys())
 
     # --- reading tasks -----------------------------------------------------------------------
-    async def _newest_run(self, thread_id: str, **filters: Any) -> Row | None:
+    async def _newest_run(self, thread_id: str, **filters: Any) -> RunRecord | None:
         found = await self.rt.runs.search(thread_id=thread_id, assistant_id=None, status=None,
                                           metadata=filters or None, limit=1, offset=0)
         return found[0] if found else None
 
-    async def locate(self, task_id: str, context_id: str | None = None) -> tuple[str, Row]:
+    async def locate(self, task_id: str, context_id: str | None = None) -> tuple[str, RunRecord]:
         """The task's canonical id and its latest run. Tasks of other assistants are not found.
 
         Accepts `{thread_id}:{run_id}` or a bare run id (with `context_id` naming its thread, optionally).
@@ -91,7 +91,7 @@ class A2ATasks:
         latest = await self._newest_run(run["thread_id"], **{TASK_KEY: root})
         return root, latest or run
 
-    async def state_of(self, run: Row) -> pb.TaskState:
+    async def state_of(self, run: RunRecord) -> pb.TaskState:
         """The task state a run shows: a finished run stopped at `interrupt()` is input-required while its
         thread still waits for the answer (no later run on the thread)."""
         state = RUN_STATES.get(run["status"], S.TASK_STATE_SUBMITTED)
@@ -103,7 +103,7 @@ class A2ATasks:
                 return S.TASK_STATE_INPUT_REQUIRED
         return state
 
-    async def task(self, task_id: str, run: Row, *, state: pb.TaskState | None = None,
+    async def task(self, task_id: str, run: RunRecord, *, state: pb.TaskState | None = None,
                    history_length: int | None = None, artifacts: bool = True,
                    request: pb.Message | None = None) -> pb.Task:
         """The task as of `run` (its latest run). History is the thread's messages as this run left them;
@@ -151,7 +151,7 @@ class A2ATasks:
         """This assistant's tasks, newest first (one per message that started a task)."""
         runs = await self.rt.runs.search(thread_id=context_id, assistant_id=self.assistant_id, status=None,
                                          metadata=None, limit=10_000, offset=0)
-        found: list[tuple[str, Row, pb.TaskState]] = []
+        found: list[tuple[str, RunRecord, pb.TaskState]] = []
         for root in runs:
             if TASK_KEY in (root.get("metadata") or {}):
                 continue
@@ -253,7 +253,7 @@ class A2ATasks:
         async for event in rest:
             yield event
 
-    async def _relay(self, task_id: str, run: Row, *, replay: bool) -> AsyncIterator[pb.StreamResponse]:
+    async def _relay(self, task_id: str, run: RunRecord, *, replay: bool) -> AsyncIterator[pb.StreamResponse]:
         """The run's events as A2A updates: working, one working update per AI text or tool result chunk,
         then the final artifact and the final status (completed, input-required, failed or canceled)."""
         context_id, working = run["thread_id"], False
@@ -296,7 +296,7 @@ class A2ATasks:
             raise TaskNotCancelable(f"Task {task_id} ended ({state_label(state)}) before it could be canceled")
         return await self.task(task_id, latest, state=state)
 
-    async def _cancel_waiting(self, task_id: str, latest: Row) -> Row:
+    async def _cancel_waiting(self, task_id: str, latest: RunRecord) -> RunRecord:
         thread_id = latest["thread_id"]
         # A marker run that never becomes available to workers, cancelled at once: the task's latest run. It is
         # no run of the caller's (no identity): a caller at its cap can still cancel.

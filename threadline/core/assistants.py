@@ -13,7 +13,8 @@ from threadline.core.graphs import CompiledGraph, GraphRegistry, describe_schema
 from threadline.errors import BadRequest, Conflict, InvalidInput, NotFound
 from threadline.ids import is_uuid
 from threadline.shapes import AssistantSortBy, IfExists, SortOrder
-from threadline.storage.base import Row, Storage
+from threadline.storage.base import Storage
+from threadline.storage.records import AssistantRecord
 from threadline.storage.sql import now_iso
 
 # LangGraph's server derives each system assistant's id from its graph id this way, so ids that
@@ -36,7 +37,7 @@ class Assistants:
         self.graphs = graphs
         self.access = access or Access()
 
-    async def ensure_system_assistants(self) -> list[Row]:
+    async def ensure_system_assistants(self) -> list[AssistantRecord]:
         """One assistant per configured graph, with the reference server's deterministic id."""
         made = []
         for graph_id in self.graphs.ids():
@@ -49,7 +50,7 @@ class Assistants:
 
     def _new_row(self, assistant_id: str, graph_id: str, *, name: str | None = None, description: str | None = None,
                  config: dict[str, Any] | None = None, context: dict[str, Any] | None = None,
-                 metadata: dict[str, Any] | None = None) -> Row:
+                 metadata: dict[str, Any] | None = None) -> AssistantRecord:
         now = now_iso()
         return {
             "assistant_id": assistant_id, "graph_id": graph_id, "name": name or "Untitled",
@@ -60,7 +61,7 @@ class Assistants:
     async def create(self, *, graph_id: str, assistant_id: str | None = None, config: dict[str, Any] | None = None,
                      context: dict[str, Any] | None = None, metadata: dict[str, Any] | None = None,
                      name: str | None = None, description: str | None = None,
-                     if_exists: IfExists = "raise") -> Row:
+                     if_exists: IfExists = "raise") -> AssistantRecord:
         self.graphs.entry(graph_id)  # 404 for an unknown graph
         value: dict[str, Any] = {"assistant_id": assistant_id, "graph_id": graph_id, "config": config,
                                  "context": context, "metadata": dict(metadata or {}), "name": name,
@@ -76,13 +77,14 @@ class Assistants:
             raise Conflict(f"Assistant {created['assistant_id']} already exists")
         return created
 
-    async def _find(self, assistant_id: str, filters: dict[str, Any] | None = None) -> Row | None:
+    async def _find(self, assistant_id: str, filters: dict[str, Any] | None = None) -> AssistantRecord | None:
         found = await self.storage.get_assistant(assistant_id, filters=filters) if is_uuid(assistant_id) else None
         if found is None and assistant_id in self.graphs.entries:
             found = await self.storage.get_assistant(system_assistant_id(assistant_id), filters=filters)
         return found
 
-    async def get(self, assistant_id: str, *, action: str = "read", value: dict[str, Any] | None = None) -> Row:
+    async def get(self, assistant_id: str, *, action: str = "read", value: dict[str,
+                  Any] | None = None) -> AssistantRecord:
         """By id, or by graph id (which names the graph's system assistant), as LangGraph allows; one the
         caller may not `action` (`@auth.on.assistants.<action>`'s filter) is not found."""
         filters = await self.access.filters("assistants", action, value or {"assistant_id": assistant_id})
@@ -91,7 +93,7 @@ class Assistants:
             raise NotFound(f"Assistant {assistant_id} not found")
         return found
 
-    async def resolve(self, assistant_id: str) -> Row:
+    async def resolve(self, assistant_id: str) -> AssistantRecord:
         """An assistant named in a request: a UUID, or a graph id naming its system assistant (unchecked: see
         `runnable`)."""
         if not is_uuid(assistant_id) and assistant_id not in self.graphs.entries:
@@ -103,7 +105,7 @@ class Assistants:
             raise NotFound(f"Assistant {assistant_id} not found")
         return found
 
-    async def runnable(self, assistant_id: str) -> Row:
+    async def runnable(self, assistant_id: str) -> AssistantRecord:
         """The assistant a run or cron names (`resolve`), if the caller may use it: a graph's system assistant
         is everyone's, an assistant someone created needs `assistants.read` of it, as on LangGraph's server."""
         found = await self.resolve(assistant_id)
@@ -120,7 +122,7 @@ class Assistants:
 
     async def search(self, *, graph_id: str | None = None, name: str | None = None,
                      metadata: dict[str, Any] | None = None, limit: int = 10, offset: int = 0,
-                     sort_by: AssistantSortBy = "created_at", sort_order: SortOrder = "desc") -> list[Row]:
+                     sort_by: AssistantSortBy = "created_at", sort_order: SortOrder = "desc") -> list[AssistantRecord]:
         filters = await self._search_filters(graph_id, name, metadata, limit, offset)
         return await self.storage.search_assistants(graph_id=graph_id, name=name, metadata=metadata, limit=limit,
                                                     offset=offset, sort_by=sort_by, sort_order=sort_order,
@@ -133,7 +135,7 @@ class Assistants:
 
     async def patch(self, assistant_id: str, *, graph_id: str | None = None, config: dict[str, Any] | None = None,
                     context: dict[str, Any] | None = None, metadata: dict[str, Any] | None = None,
-                    name: str | None = None, description: str | None = None) -> Row:
+                    name: str | None = None, description: str | None = None) -> AssistantRecord:
         value: dict[str, Any] = {"assistant_id": assistant_id, "graph_id": graph_id, "config": config,
                                  "context": context, "metadata": metadata, "name": name, "description": description}
         current = await self.get(assistant_id, action="update", value=value)
@@ -159,12 +161,12 @@ class Assistants:
         await self.storage.delete_assistant(current["assistant_id"])
 
     async def versions(self, assistant_id: str, *, metadata: dict[str, Any] | None = None, limit: int = 10,
-                       offset: int = 0) -> list[Row]:
+                       offset: int = 0) -> list[AssistantRecord]:
         current = await self.get(assistant_id)
         return await self.storage.list_assistant_versions(current["assistant_id"], metadata=metadata,
                                                           limit=limit, offset=offset)
 
-    async def set_latest(self, assistant_id: str, version: int) -> Row:
+    async def set_latest(self, assistant_id: str, version: int) -> AssistantRecord:
         current = await self.get(assistant_id, action="update", value={"assistant_id": assistant_id,
                                                                        "version": version})
         found = await self.storage.set_assistant_version(current["assistant_id"], version)
@@ -173,7 +175,7 @@ class Assistants:
         return found
 
     @contextlib.asynccontextmanager
-    async def _graph(self, assistant_id: str | Row) -> AsyncIterator[tuple[Row, CompiledGraph]]:
+    async def _graph(self, assistant_id: str | AssistantRecord) -> AsyncIterator[tuple[AssistantRecord, CompiledGraph]]:
         """The assistant (by id, which the caller must be allowed to read, or as a row already authorized) and
         its graph (a factory gets the assistant's config, as it would in a run)."""
         assistant = await self.get(assistant_id) if isinstance(assistant_id, str) else assistant_id
@@ -181,7 +183,7 @@ class Assistants:
                                      store=self.storage.store) as graph:
             yield assistant, graph
 
-    async def schemas(self, assistant_id: str | Row) -> dict[str, Any]:
+    async def schemas(self, assistant_id: str | AssistantRecord) -> dict[str, Any]:
         async with self._graph(assistant_id) as (assistant, graph):
             return describe_schemas(graph, assistant["graph_id"])
 
@@ -194,7 +196,7 @@ class Assistants:
             return subgraph_schemas(graph, namespace, recurse)
 
 
-def factory_config(assistant: Row, thread_id: str | None = None) -> dict[str, Any]:
+def factory_config(assistant: AssistantRecord, thread_id: str | None = None) -> dict[str, Any]:
     """The config a graph factory gets outside a run: the assistant's (its context as `configurable`), with
     the thread's id when the graph is used for a thread's state."""
     configurable = {**(assistant.get("context") or {}), **({"thread_id": thread_id} if thread_id else {})}

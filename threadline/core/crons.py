@@ -32,6 +32,7 @@ from threadline.core.metrics import Metrics
 from threadline.core.runs import Runs
 from threadline.errors import InvalidInput, NotFound, ThreadlineError, Unavailable
 from threadline.storage.base import Row, SortOrder, Storage
+from threadline.storage.records import CronRecord
 
 log = logging.getLogger("threadline.crons")
 
@@ -145,7 +146,7 @@ class Crons:
         self._stopping = asyncio.Event()
 
     # --- the API's operations ------------------------------------------------------
-    async def create(self, thread_id: str | None, body: dict[str, Any], *, identity: str | None = None) -> Row:
+    async def create(self, thread_id: str | None, body: dict[str, Any], *, identity: str | None = None) -> CronRecord:
         """A cron on a thread (its runs run there), or stateless (`thread_id=None`: a new thread per run,
         deleted after the run unless `on_run_completed` is `keep`). `body` is the request, fields unset left out.
         A thread cron needs the caller to see the thread (`threads.read`), as its runs will run there.
@@ -171,7 +172,7 @@ class Crons:
         if "end_time" in payload:
             payload["end_time"] = _payload_time(payload["end_time"])
         tick = schedule.next_after(now)
-        row = {
+        row: CronRecord = {
             "cron_id": cron_id, "assistant_id": assistant["assistant_id"], "thread_id": thread_id,
             "user_id": caller.identity if caller else None, "auth_user": dict(caller) if caller else None,
             "schedule": body["schedule"], "timezone": body.get("timezone"), "end_time": _end_time(body.get("end_time")),
@@ -189,7 +190,7 @@ class Crons:
         if body.get("webhook") and self.runs.webhooks is not None:
             await self.runs.webhooks.check(body["webhook"])
 
-    async def get(self, cron_id: str, *, action: str = "read", value: dict[str, Any] | None = None) -> Row:
+    async def get(self, cron_id: str, *, action: str = "read", value: dict[str, Any] | None = None) -> CronRecord:
         """The cron, if the caller may `action` it; otherwise, as when there is none, `NotFound`."""
         filters = await self.access.filters("crons", action, value or {"cron_id": cron_id})
         found = await self.storage.get_cron(cron_id, filters=filters)
@@ -197,7 +198,7 @@ class Crons:
             raise NotFound(f"Cron '{cron_id}' not found")
         return found
 
-    async def update(self, cron_id: str, patch: dict[str, Any]) -> Row:
+    async def update(self, cron_id: str, patch: dict[str, Any]) -> CronRecord:
         """Apply a PATCH: `patch` holds the fields sent (`end_time` may be None: no end). As LangGraph's server,
         `metadata` is merged into the cron's and replaces the payload's; the payload takes every field sent.
         A new schedule or timezone, or enabling a disabled cron, moves `next_run_date` to the next tick from now."""
@@ -213,7 +214,7 @@ class Crons:
                 patch = {**patch, "metadata": value["metadata"]}
         now = self.clock()
 
-        def change(row: Row) -> Row:
+        def change(row: CronRecord) -> Row:
             payload = {**row["payload"], **patch}
             if "end_time" in patch:
                 payload["end_time"] = _payload_time(patch["end_time"])
@@ -245,7 +246,8 @@ class Crons:
 
     async def search(self, *, assistant_id: str | None = None, thread_id: str | None = None,
                      enabled: bool | None = None, metadata: dict[str, Any] | None = None, limit: int = 10,
-                     offset: int = 0, sort_by: str | None = None, sort_order: SortOrder | None = None) -> list[Row]:
+                     offset: int = 0, sort_by: str | None = None,
+                     sort_order: SortOrder | None = None) -> list[CronRecord]:
         filters = await self.access.filters("crons", "search", {
             "assistant_id": assistant_id, "thread_id": thread_id, "limit": limit, "offset": offset})
         return await self.storage.search_crons(assistant_id=assistant_id, thread_id=thread_id, enabled=enabled,
@@ -299,8 +301,10 @@ class Crons:
                 if len(due) < DUE_PAGE:
                     return created
 
-    async def _tick(self, cron: Row, now: datetime) -> int:
+    async def _tick(self, cron: CronRecord, now: datetime) -> int:
         cron_id, tick = cron["cron_id"], cron["next_run_date"]
+        if tick is None:  # never: `due_crons` gives only crons with a tick due
+            return 0
         if not await self.storage.claim_cron_tick(cron_id, tick, now=iso(now),
                                                   until=iso(now + timedelta(seconds=CLAIM_SECONDS))):
             return 0  # another process has it
@@ -319,7 +323,7 @@ class Crons:
         await self.storage.advance_cron(cron_id, tick, iso(following) if following else None)
         return created
 
-    async def _fire(self, cron: Row, tick: str) -> int:
+    async def _fire(self, cron: CronRecord, tick: str) -> int:
         """Create the tick's run, unless a claimer before us did (and died before moving the cron on)."""
         run_id = tick_run_id(cron["cron_id"], tick)
         if await self.storage.get_run(run_id) is not None:
@@ -333,7 +337,8 @@ class Crons:
             body["on_completion"] = cron["on_run_completed"] or "delete"
         # As the caller who created the cron (`Runs.create` stores the current user with the run), counted
         # against the creator's cap on active runs.
-        token = set_current_user(AuthUser(cron["auth_user"]) if cron.get("auth_user") else None)
+        auth_user = cron["auth_user"]
+        token = set_current_user(AuthUser(auth_user) if auth_user else None)
         try:
             await self.runs.create(cron["thread_id"], body, run_id=run_id, identity=cron.get("identity"))
         finally:

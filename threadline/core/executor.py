@@ -28,7 +28,8 @@ from threadline.core.webhooks import Webhooks
 from threadline.errors import Unavailable
 from threadline.serde import dumps
 from threadline.shapes import FinalRunStatus, StreamMode, requested_modes, run_durability, run_out
-from threadline.storage.base import Row, Storage
+from threadline.storage.base import Storage
+from threadline.storage.records import AssistantRecord, RunKwargs, RunRecord
 from threadline.storage.rules import timed_out
 
 log = logging.getLogger("threadline.executor")
@@ -53,7 +54,7 @@ class StopSignal:
         self.started = False
 
 
-def build_config(run: Row, assistant: Row, thread_id: str) -> dict[str, Any]:
+def build_config(run: RunRecord, assistant: AssistantRecord, thread_id: str) -> dict[str, Any]:
     kwargs = run["kwargs"]
     base = assistant.get("config") or {}
     given = kwargs.get("config") or {}
@@ -81,14 +82,14 @@ def build_config(run: Row, assistant: Row, thread_id: str) -> dict[str, Any]:
     return config
 
 
-def run_context(run: Row, assistant: Row) -> dict[str, Any]:
+def run_context(run: RunRecord, assistant: AssistantRecord) -> dict[str, Any]:
     """The run's context over the assistant's. Always a dict, `{}` when neither gives one, as on LangGraph's
     server: a graph's `context_schema` (a dataclass or pydantic model) is then built from its defaults, so
     `runtime.context.field` works in a run that sent no context."""
     return {**(assistant.get("context") or {}), **((run["kwargs"] or {}).get("context") or {})}
 
 
-def graph_input(kwargs: dict[str, Any]) -> Any:
+def graph_input(kwargs: RunKwargs) -> Any:
     command = kwargs.get("command")
     if command:
         goto = command.get("goto")
@@ -167,7 +168,7 @@ def rolled_back(thread_now: dict[str, Any], run_id: str) -> dict[str, Any]:
 class Claim:
     """One run as a worker holds it while executing it."""
 
-    run: Row
+    run: RunRecord
     worker_id: str
     stop: StopSignal
     lease: Lease
@@ -175,7 +176,7 @@ class Claim:
     fields: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, run: Row, worker_id: str, stop: StopSignal, lease: Lease) -> Claim:
+    def of(cls, run: RunRecord, worker_id: str, stop: StopSignal, lease: Lease) -> Claim:
         return cls(run, worker_id, stop, lease, {"run_id": run["run_id"], "thread_id": run["thread_id"],
                                                  "assistant_id": run["assistant_id"],
                                                  "attempt": run.get("attempt", 1)})
@@ -234,8 +235,8 @@ class Executor:
         self.graphs = graphs
         self.threads = threads
 
-    async def execute(self, run: Row, worker_id: str, stop: StopSignal, lease: Lease,
-                      assistant: Row | None = None) -> Row | None:
+    async def execute(self, run: RunRecord, worker_id: str, stop: StopSignal, lease: Lease,
+                      assistant: AssistantRecord | None = None) -> RunRecord | None:
         """Execute `run`; returns it as finished, or None when this worker wrote no outcome (its lease was
         lost, or it no longer held the run) or the run is gone (rolled back). `assistant`: the run's, when
         the caller has just read it (a run started as it was created); else it is read here.
@@ -264,7 +265,8 @@ class Executor:
         self.metrics.run_finished(outcome.status, time.monotonic() - started)
         return finished
 
-    async def _outcome(self, claim: Claim, assistant: Row | None, protocol: ProtocolRun | None) -> Outcome | None:
+    async def _outcome(self, claim: Claim, assistant: AssistantRecord | None,
+                       protocol: ProtocolRun | None) -> Outcome | None:
         """Run the graph and say how the run ended; None when this worker has nothing to record."""
         try:
             return succeeded(await self._run(claim, assistant, protocol))
@@ -275,7 +277,8 @@ class Executor:
         except Exception as exc:  # noqa: BLE001 - the agent's own failure: recorded on the run, shown to the client
             return await self._failed(claim, exc)
 
-    async def _run(self, claim: Claim, assistant: Row | None, protocol: ProtocolRun | None) -> dict[str, Any]:
+    async def _run(self, claim: Claim, assistant: AssistantRecord | None, protocol: ProtocolRun | None) -> dict[str,
+                   Any]:
         """Start the run (its stream's first event, its assistant, its deadline) and run its graph; the thread's
         state after it."""
         run, stop = claim.run, claim.stop
@@ -351,7 +354,7 @@ class Executor:
 
         return asyncio.get_running_loop().call_later(max(remaining, 0.0), expire)
 
-    async def _run_graph(self, run: Row, config: dict[str, Any], assistant: Row, lease: Lease,
+    async def _run_graph(self, run: RunRecord, config: dict[str, Any], assistant: AssistantRecord, lease: Lease,
                          protocol: ProtocolRun | None) -> dict[str, Any]:
         """The graph run to its end; the thread's state after it. When the database or the broker fails
         under it (`Unavailable`: a connection lost, a restart), that is no failure of the agent's: the run
@@ -378,7 +381,7 @@ class Executor:
                 delay = min(delay * 2, INFRA_RETRY_MAX)
                 config, given = await self._resume_point(run, config, given)
 
-    async def _release(self, run: Row, worker_id: str, exc: Unavailable) -> None:
+    async def _release(self, run: RunRecord, worker_id: str, exc: Unavailable) -> None:
         """Put the run back in the queue without spending an attempt (if that fails too, its lease lapses
         and the sweeper requeues it)."""
         log.warning("run %s: %s Back to the queue.", run["run_id"], exc.message)
@@ -389,7 +392,7 @@ class Executor:
             log.warning("run %s could not be put back in the queue (%s); it is retried when its lease lapses",
                         run["run_id"], again.message)
 
-    async def _resume_point(self, run: Row, config: dict[str, Any], given: Any) -> tuple[dict[str, Any], Any]:
+    async def _resume_point(self, run: RunRecord, config: dict[str, Any], given: Any) -> tuple[dict[str, Any], Any]:
         """Where a run interrupted by an infrastructure failure goes on: from the thread's latest checkpoint
         with no input, when this run saved it (LangGraph runs what that checkpoint has left to do); else from
         where it started, with its input (nothing of it was saved)."""
@@ -425,7 +428,8 @@ class Executor:
         lease.check()  # a worker that lost the run must not write into the stream its successor owns
         await self.broker.post(lease.run_id, event, data if isinstance(data, Held) else dumps(data))
 
-    async def _finish_run(self, run: Row, lease: Lease, status: str, **outcome: Any) -> Row | None:
+    async def _finish_run(self, run: RunRecord, lease: Lease, status: FinalRunStatus,
+                          **outcome: Any) -> RunRecord | None:
         """`storage.finish_run`, again on a fresh connection while the database is unavailable and the lease
         holds: fenced by worker and attempt, so a write that did commit before its connection was lost is
         found ended (not ours to end again), and the run is never left `running` until its lease lapses."""
@@ -448,7 +452,7 @@ class Executor:
                     return found
             return finished
 
-    async def _finish(self, claim: Claim, outcome: Outcome, ended: Callable[[], None]) -> Row | None:
+    async def _finish(self, claim: Claim, outcome: Outcome, ended: Callable[[], None]) -> RunRecord | None:
         """Write the outcome, call `ended` (it logs), and announce the end, so the log says a run ended before its
         waiters hear it; the finished run (None if it was not ours, or rolled back)."""
         run, worker_id = claim.run, claim.worker_id
@@ -478,7 +482,8 @@ class Executor:
             self.webhooks.send(run["kwargs"]["webhook"], payload)
         return None if outcome.action == "rollback" else finished
 
-    async def _stream(self, graph: Any, run: Row, config: dict[str, Any], assistant: Row, lease: Lease,
+    async def _stream(self, graph: Any, run: RunRecord, config: dict[str, Any], assistant: AssistantRecord,
+                      lease: Lease,
                       protocol: ProtocolRun | None, given: Any) -> None:
         kwargs = run["kwargs"]
         modes = requested_modes(kwargs)

@@ -18,6 +18,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from threadline.storage.records import QueueStats
+
 PREFIX = "lg_api_"
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 OUTCOMES = ("success", "error", "interrupted", "timeout")
@@ -37,7 +39,7 @@ class Snapshot:
     workers_busy: int
 
     @classmethod
-    def read(cls, stats: dict[str, Any], workers_size: int | None, workers_busy: int,
+    def read(cls, stats: QueueStats, workers_size: int | None, workers_busy: int,
              now: datetime | None = None) -> Snapshot:
         """From `Storage.queue_stats()` (`pending`, `running`, `oldest_pending_at`) and the worker pool."""
         return cls(int(stats.get("pending") or 0), int(stats.get("running") or 0),

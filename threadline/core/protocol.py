@@ -19,7 +19,7 @@ from threadline.core.runs import Runs
 from threadline.errors import BadRequest, EventsExpired, InvalidInput, NoSuchInterrupt, NoSuchRun
 from threadline.ids import is_uuid
 from threadline.shapes import MultitaskStrategy
-from threadline.storage.base import Row
+from threadline.storage.records import RunRecord, ThreadEventRecord, ThreadRecord
 
 CHANNELS = ("values", "updates", "messages", "tools", "lifecycle", "input", "tasks", "custom", "checkpoints")
 #: In the order the reference lists them in its error message.
@@ -86,7 +86,8 @@ def _prefix(namespace: list[str], prefix: tuple[str, ...]) -> bool:
                for seg, got in zip(prefix, namespace, strict=False))
 
 
-async def follow_events(runs: Runs, thread_id: str, flt: EventFilter, since: int | None) -> AsyncIterator[Row]:
+async def follow_events(runs: Runs, thread_id: str, flt: EventFilter,
+                        since: int | None) -> AsyncIterator[ThreadEventRecord]:
     """The thread's events after `since` (all kept ones when None) that pass `flt`, then live ones, forever."""
     storage, broker = runs.storage, runs.broker
     cursor = since or 0
@@ -125,7 +126,7 @@ async def check_resumable(runs: Runs, thread_id: str, since: int) -> None:
                             since=since, min_available_seq=oldest)
 
 
-def _namespace(row: Row) -> list[str]:
+def _namespace(row: ThreadEventRecord) -> list[str]:
     return json.loads(row["namespace"]) if row["namespace"] != "[]" else []
 
 
@@ -182,7 +183,7 @@ class Commands:
                 raise InvalidInput("namespace must be a list of strings")
         await self._readable(thread_id)
         thread = await self.storage.get_thread(thread_id, values=False)
-        assistant_id = (thread or {}).get("metadata", {}).get("assistant_id")
+        assistant_id = thread["metadata"].get("assistant_id") if thread is not None else None
         if thread is None or not assistant_id:
             raise NoSuchRun(f"Thread {thread_id} has no run to resume")
         pending = await self._pending_interrupts(thread_id, thread)
@@ -230,7 +231,7 @@ class Commands:
         assistant = await self.storage.get_assistant(run["assistant_id"])
         root: dict[str, Any] = {"namespace": [],
                                 "status": _tree_status(run, states.get(()), await self._waiting_for_input(thread_id)),
-                "graph_name": (assistant or {}).get("graph_id", run["assistant_id"])}
+                "graph_name": assistant["graph_id"] if assistant is not None else run["assistant_id"]}
         return {"tree": _tree(root, states)}
 
     async def _readable(self, thread_id: str) -> None:
@@ -246,7 +247,7 @@ class Commands:
             return False
         return bool(thread.get("interrupts")) or bool(await self._requested_by_latest_run(thread_id))
 
-    async def _pending_interrupts(self, thread_id: str, thread: Row) -> dict[str, list[str] | None]:
+    async def _pending_interrupts(self, thread_id: str, thread: ThreadRecord) -> dict[str, list[str] | None]:
         """Interrupt ids awaiting an answer -> their namespace (None: unknown, any is accepted).
 
         The thread row learns of interrupts when the run has finished; the latest run's
@@ -284,7 +285,7 @@ def _optional_dict(params: dict[str, Any], key: str) -> dict[str, Any] | None:
 
 
 
-def _tree_status(run: Row, root_event: dict[str, Any] | None, waiting: bool) -> str:
+def _tree_status(run: RunRecord, root_event: dict[str, Any] | None, waiting: bool) -> str:
     """The root's last lifecycle event when it ended the run (written before the run row is), else the run's."""
     if root_event and root_event.get("event") in ("completed", "failed", "interrupted"):
         return str(root_event["event"])

@@ -20,6 +20,7 @@ from threadline.broker.base import Broker
 from threadline.core.lease import Lease
 from threadline.serde import dumps, to_jsonable
 from threadline.storage.base import NewThreadEvent, Storage
+from threadline.storage.records import RunRecord
 
 try:  # LangGraph's own switch to content-block ("v3") message events, as its astream_events(version="v3")
     from langgraph._internal._constants import CONFIG_KEY_STREAM_MESSAGES_V2
@@ -247,7 +248,7 @@ class ProtocolRun:
     lease gets neither: whoever runs it next writes its end.
     """
 
-    def __init__(self, storage: Storage, broker: Broker, run: dict[str, Any], lease: Lease, graph_name: str) -> None:
+    def __init__(self, storage: Storage, broker: Broker, run: RunRecord, lease: Lease, graph_name: str) -> None:
         self.converter = StreamConverter(graph_name)
         self.writer = EventWriter(storage, broker, run["thread_id"], run["run_id"], lease)
         self.started = self.ended = False
@@ -284,7 +285,7 @@ class _Unleased:
         return None
 
 
-async def end_without_worker(storage: Storage, broker: Broker, run: dict[str, Any], status: str,
+async def end_without_worker(storage: Storage, broker: Broker, run: RunRecord, status: str,
                              error: Any = None) -> None:
     """A run that ended with no worker to tell its story (cancelled while queued; failed when its worker died
     and no retries were left) still ends its stream, wakes its waiters and, when started through the
@@ -293,7 +294,7 @@ async def end_without_worker(storage: Storage, broker: Broker, run: dict[str, An
         if (run.get("kwargs") or {}).get("protocol"):
             assistant = await storage.get_assistant(run["assistant_id"])
             writer = EventWriter(storage, broker, run["thread_id"], run["run_id"], _Unleased())  # type: ignore[arg-type]
-            converter = StreamConverter((assistant or {}).get("graph_id") or run["assistant_id"])
+            converter = StreamConverter((assistant["graph_id"] if assistant else None) or run["assistant_id"])
             message = f"{error['error']}: {error['message']}" if error else None
             # A run whose worker died had usually written `started` already (its first lifecycle event).
             began = await storage.read_thread_events(run["thread_id"], run_id=run["run_id"], method="lifecycle",

@@ -7,7 +7,7 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable
 from datetime import UTC, datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from threadline.broker.base import Broker, StreamEvent
 from threadline.core.assistants import Assistants
@@ -20,7 +20,8 @@ from threadline.core.webhook_policy import WebhookGuard
 from threadline.core.worker import WorkerPool
 from threadline.errors import BadRequest, Conflict, InvalidInput, NotFound
 from threadline.shapes import FINAL_RUN_STATUSES, CancelAction, CancelStatus, MultitaskStrategy, RunStatus
-from threadline.storage.base import Claim, Quota, Row, Storage
+from threadline.storage.base import Claim, Quota, Storage
+from threadline.storage.records import AssistantRecord, NewRun, RunKwargs, RunRecord
 from threadline.tracing import TRACE_KEY, carrier
 
 TERMINAL = FINAL_RUN_STATUSES
@@ -41,7 +42,8 @@ KWARG_KEYS = (
 )
 
 
-def run_metadata(assistant: Row, thread_metadata: dict[str, Any] | None, body: dict[str, Any]) -> dict[str, Any]:
+def run_metadata(assistant: AssistantRecord, thread_metadata: dict[str, Any] | None, body: dict[str,
+                 Any]) -> dict[str, Any]:
     """As LangGraph's server: the assistant's metadata, then the thread's (None: the run creates the thread),
     then the run config's, then the request's, and the assistant id. Clients find a run's context there
     (deepagents finds the launching agent of a subagent's run in its thread's metadata)."""
@@ -78,15 +80,15 @@ class RunRequest(NamedTuple):
     """A run request as admitted (authorized, validated): what `Runs.create` enqueues."""
 
     body: dict[str, Any]  # as the authorization handler left it, with the caller's identity
-    assistant: Row
+    assistant: AssistantRecord
     thread_id: str  # a new one for a stateless run
     create_thread: bool  # the enqueue creates the thread when it is missing
-    kwargs: dict[str, Any]  # what the executor reads (`KWARG_KEYS`, the trace)
+    kwargs: RunKwargs  # what the executor reads (`KWARG_KEYS`, the trace)
     strategy: MultitaskStrategy
     delay: float  # `after_seconds`
 
 
-def _new_run(request: RunRequest, run_id: str | None) -> Row:
+def _new_run(request: RunRequest, run_id: str | None) -> NewRun:
     """The run's row, pending, available after the request's delay."""
     now = datetime.now(UTC)
     return {
@@ -120,7 +122,7 @@ class Runs:
         self.threads = threads
         self.workers = workers  # this process's pool, if it has one: see `create(start_here=True)`
 
-    async def _resolve_assistant(self, assistant_id: str | None) -> Row:
+    async def _resolve_assistant(self, assistant_id: str | None) -> AssistantRecord:
         if assistant_id:
             return await self.assistants.runnable(assistant_id)
         graphs = self.assistants.graphs
@@ -134,7 +136,7 @@ class Runs:
         return await self.assistants.resolve(default)
 
     async def create(self, thread_id: str | None, body: dict[str, Any], *, start_here: bool = False,
-                     identity: str | None = None, run_id: str | None = None) -> Row:
+                     identity: str | None = None, run_id: str | None = None) -> RunRecord:
         """Validate, apply the multitask strategy and enqueue; returns the run as created.
 
         `thread_id=None` is a stateless run on a temporary thread. With `start_here` (the caller waits for the
@@ -148,7 +150,7 @@ class Runs:
         run = _new_run(request, run_id)
         pool = self.workers if start_here and request.delay <= 0 else None
 
-        def enqueue(claim: Claim | None) -> Awaitable[Row]:
+        def enqueue(claim: Claim | None) -> Awaitable[RunRecord]:
             return self._enqueue(request, run, identity, claim)
 
         created = await (pool.create_here(enqueue, assistant=request.assistant) if pool is not None
@@ -166,7 +168,7 @@ class Runs:
             await self.webhooks.check(body["webhook"])
         check_command(body, stateless=thread_id is None)
         check_run_timeout(body.get("config"))
-        kwargs = {k: body[k] for k in KWARG_KEYS if body.get(k) is not None}
+        kwargs = cast("RunKwargs", {k: body[k] for k in KWARG_KEYS if body.get(k) is not None})
         if trace := carrier():  # the worker that executes the run continues the caller's trace
             kwargs[TRACE_KEY] = trace
         if thread_id is None:  # stateless: a temporary thread, deleted once the run completes (by default)
@@ -191,7 +193,7 @@ class Runs:
             for active in await self.storage.active_runs(request.thread_id):
                 await self.stop(active["run_id"], action=request.strategy)
 
-    async def _enqueue(self, request: RunRequest, run: Row, identity: str | None, claim: Claim | None) -> Row:
+    async def _enqueue(self, request: RunRequest, run: NewRun, identity: str | None, claim: Claim | None) -> RunRecord:
         """The run stored and queued (claimed with `claim`, if it can start at once) in one transaction,
         under the caps on active runs (limits)."""
         assistant, body = request.assistant, request.body
@@ -232,7 +234,7 @@ class Runs:
             raise NotFound(f"Thread with ID {thread_id} not found")
 
     async def get(self, run_id: str, thread_id: str | None = None, *, action: str = "read",
-                  value: dict[str, Any] | None = None) -> Row:
+                  value: dict[str, Any] | None = None) -> RunRecord:
         """The run, if the caller may `action` its thread (`@auth.on.threads.<action>`, given the run's thread
         and id, and `value`'s fields: a run is its thread's, as on LangGraph's server); otherwise, as when there
         is no such run, `NotFound`."""
@@ -247,7 +249,7 @@ class Runs:
                 raise NotFound("Run not found")
         return run
 
-    async def search(self, **query: Any) -> list[Row]:
+    async def search(self, **query: Any) -> list[RunRecord]:
         """Runs, newest first: of one thread (`threads.read` of it), or across threads (`threads.search`),
         only those on threads the caller may see."""
         action = "read" if query.get("thread_id") else "search"
@@ -261,7 +263,7 @@ class Runs:
             raise Conflict(f"Run {run_id} is {run['status']}: cancel it before deleting it")
         await self.storage.delete_run(run_id)
 
-    async def wait(self, run_id: str, thread_id: str | None = None) -> Row | None:
+    async def wait(self, run_id: str, thread_id: str | None = None) -> RunRecord | None:
         """Return the run once it is terminal (None if it was deleted meanwhile, as by a rollback).
 
         Woken by the run ending, not by polling: the 30 s re-check only guards against a lost wake-up. A run
@@ -289,7 +291,7 @@ class Runs:
             await listen(30.0)
 
     async def cancel(self, run_id: str, thread_id: str | None = None, *, wait: bool = False,
-                     action: CancelAction = "interrupt") -> Row | None:
+                     action: CancelAction = "interrupt") -> RunRecord | None:
         """A client's cancel: 404 when the run has already finished (as the reference), else `stop`."""
         run = await self.get(run_id, thread_id, action="update", value=_cancel_value(action, [run_id], None))
         if run["status"] in TERMINAL:
@@ -316,14 +318,14 @@ class Runs:
             pass
 
     async def stop(self, run_id: str, *, wait: bool = False,
-                   action: CancelAction = "interrupt") -> Row | None:
+                   action: CancelAction = "interrupt") -> RunRecord | None:
         """Stop the run if it is still active; a run that finished meanwhile is simply returned."""
         run = await self.storage.get_run(run_id)
         if run is None or run["status"] in TERMINAL:
             return run
         return await self._stop(run, wait=wait, action=action)
 
-    async def _stop(self, run: Row, *, wait: bool, action: CancelAction) -> Row | None:
+    async def _stop(self, run: RunRecord, *, wait: bool, action: CancelAction) -> RunRecord | None:
         """Pending runs never start; running ones are cancelled at their next await."""
         run_id = run["run_id"]
         if await self.storage.cancel_pending_runs([run_id], "interrupted"):
@@ -334,7 +336,7 @@ class Runs:
             return await self.wait(run_id)
         return await self.storage.get_run(run_id)
 
-    async def _after_stop(self, run: Row, action: CancelAction) -> None:
+    async def _after_stop(self, run: RunRecord, action: CancelAction) -> None:
         """Bookkeeping for a run that ended without a worker: rollback, signals, stream end."""
         if action == "rollback":
             await self.storage.delete_run(run["run_id"])
@@ -343,7 +345,7 @@ class Runs:
 
     async def cancel_many(self, *, run_ids: list[str] | None = None, thread_id: str | None = None,
                           status: CancelStatus | None = None, action: CancelAction = "interrupt") -> int:
-        targets: list[Row] = []
+        targets: list[RunRecord] = []
         asked = _cancel_value(action, run_ids, status)
         if run_ids:
             for rid in run_ids:
@@ -394,7 +396,7 @@ class Runs:
                     threads.append(thread_id)
             await self.delete_threads(threads)
 
-    async def _runs_of(self, assistant_id: str, status: RunStatus | None, page: int = 500) -> AsyncIterator[Row]:
+    async def _runs_of(self, assistant_id: str, status: RunStatus | None, page: int = 500) -> AsyncIterator[RunRecord]:
         """Every run of the assistant (with `status`, if given), a page at a time: no cap, and only the
         active ones when that is all a caller needs (a finished run's row carries its output)."""
         offset = 0
@@ -456,14 +458,14 @@ class Runs:
                 continue
             yield event
 
-    async def output(self, run: Row) -> Any:
+    async def output(self, run: RunRecord) -> Any:
         """What /wait answers for a finished run: the thread's values, an error object, or interrupts."""
         if run["status"] == "error":
             return {"__error__": run.get("error") or {"error": "Error", "message": "run failed"}}
         return run.get("output") if run.get("output") is not None else {}
 
 
-def _partial_messages(run: Row) -> bool:
+def _partial_messages(run: RunRecord) -> bool:
     """Whether the run streams message events held as deltas (the `messages` or `messages-tuple` mode)."""
     modes = (run.get("kwargs") or {}).get("stream_mode") or ["values"]
     modes = [modes] if isinstance(modes, str) else modes

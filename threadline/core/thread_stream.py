@@ -14,7 +14,8 @@ from collections.abc import AsyncIterator, Iterable
 from threadline.broker.base import StreamEvent
 from threadline.core.runs import TERMINAL, Runs, thread_signal
 from threadline.serde import dumps
-from threadline.storage.base import Row, Storage
+from threadline.storage.base import Storage
+from threadline.storage.records import RunRecord
 
 THREAD_STREAM_MODES = ("run_modes", "lifecycle", "state_update")
 #: How long a follower sleeps between checks for a new run when no signal arrives (a lost signal's cost).
@@ -41,7 +42,7 @@ async def follow_thread(runs: Runs, thread_id: str, *, modes: Iterable[str] = ("
 
 
 async def _follow(runs: Runs, thread_id: str, wanted: set[str],
-                  start: tuple[Row | None, str | None, int, bool]) -> AsyncIterator[StreamEvent]:
+                  start: tuple[RunRecord | None, str | None, int, bool]) -> AsyncIterator[StreamEvent]:
     storage, broker = runs.storage, runs.broker
     run, after, cursor, live = start
     while True:
@@ -65,7 +66,7 @@ async def _follow(runs: Runs, thread_id: str, wanted: set[str],
 
 
 async def _start(storage: Storage, thread_id: str,
-                 last_event_id: str | None) -> tuple[Row | None, str | None, int, bool]:
+                 last_event_id: str | None) -> tuple[RunRecord | None, str | None, int, bool]:
     """(run to begin with, event id to resume after, seq cursor, whether that run is joined live)."""
     if last_event_id and "/" in last_event_id:
         run_id, _, event_id = last_event_id.partition("/")

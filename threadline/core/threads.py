@@ -18,7 +18,8 @@ from threadline.core.state import bind, checkpoint_ref, empty_state, snapshot_js
 from threadline.errors import BadRequest, Conflict, NotFound
 from threadline.ids import is_uuid
 from threadline.shapes import IfExists
-from threadline.storage.base import Row, Storage
+from threadline.storage.base import Storage
+from threadline.storage.records import AssistantRecord, ThreadRecord
 from threadline.storage.sql import now_iso, thread_ttl_columns
 
 log = logging.getLogger("threadline.threads")
@@ -45,7 +46,7 @@ class Threads:
     async def create(self, *, thread_id: str | None = None, metadata: dict[str, Any] | None = None,
                      if_exists: IfExists = "raise",
                      supersteps: list[dict[str, Any]] | None = None, graph_id: str | None = None,
-                     ttl: float | None = None) -> Row:
+                     ttl: float | None = None) -> ThreadRecord:
         """A new thread; `supersteps` (state updates applied in order) seed its state through its graph.
 
         It expires `ttl` minutes (else the configured default) after its last update.
@@ -85,7 +86,7 @@ class Threads:
         return thread
 
     async def get(self, thread_id: str, *, action: str = "read", value: dict[str, Any] | None = None,
-                  values: bool = True) -> Row:
+                  values: bool = True) -> ThreadRecord:
         """The thread, if the caller may `action` it (`@auth.on.threads.<action>`, given `value`, by default
         the thread's id); otherwise, as when there is no such thread, `NotFound`. Without `values`, the row
         has no `values` (see `Storage.get_thread`): for a caller that does not answer with them."""
@@ -103,7 +104,8 @@ class Threads:
             return False
         return True
 
-    async def patch(self, thread_id: str, *, metadata: dict[str, Any] | None = None, ttl: float | None = None) -> Row:
+    async def patch(self, thread_id: str, *, metadata: dict[str, Any] | None = None,
+                    ttl: float | None = None) -> ThreadRecord:
         """Merge `metadata`; a `ttl` (minutes) replaces the thread's. Either way its TTL counts from now."""
         value: dict[str, Any] = {"thread_id": thread_id, "metadata": metadata}
         await self.get(thread_id, action="update", value=value)
@@ -120,7 +122,7 @@ class Threads:
         limit = (self.ttl or CheckpointerTTL()).sweep_limit
         return await self.storage.delete_expired_threads(limit=limit, now=now)
 
-    async def search(self, **query: Any) -> list[Row]:
+    async def search(self, **query: Any) -> list[ThreadRecord]:
         filters = await self.access.filters("threads", "search", dict(query))
         return await self.storage.search_threads(**query, filters=filters)
 
@@ -128,7 +130,7 @@ class Threads:
         filters = await self.access.filters("threads", "search", dict(query))
         return await self.storage.count_threads(**query, filters=filters)
 
-    async def copy(self, thread_id: str) -> Row:
+    async def copy(self, thread_id: str) -> ThreadRecord:
         """A new thread with the source's metadata and checkpoints: reading the source is `threads.read`, the
         copy is the caller's `threads.create` (whose handler may stamp it)."""
         source = await self.get(thread_id, values=False)
@@ -154,7 +156,8 @@ class Threads:
 
     # --- state -------------------------------------------------------------------
     @contextlib.asynccontextmanager
-    async def _graph(self, thread: Row, access: AccessContext = "threads.read") -> AsyncIterator[CompiledGraph | None]:
+    async def _graph(self, thread: ThreadRecord,
+                     access: AccessContext = "threads.read") -> AsyncIterator[CompiledGraph | None]:
         """The thread's graph (from `metadata.graph_id`) bound to our checkpointer and store; None if it has none.
 
         A factory is called with the config of the assistant that last ran on the thread (its
@@ -172,7 +175,7 @@ class Threads:
         async with self.graphs.graph(graph_id, config, access=access, store=self.storage.store) as graph:
             yield bind(graph, self.storage.checkpointer, self.storage.store)
 
-    async def _assistant_of(self, thread: Row, graph_id: str) -> Row | None:
+    async def _assistant_of(self, thread: ThreadRecord, graph_id: str) -> AssistantRecord | None:
         named = thread["metadata"].get("assistant_id")
         found = await self.storage.get_assistant(named) if isinstance(named, str) and is_uuid(named) else None
         if found is None or found["graph_id"] != graph_id:
@@ -185,7 +188,7 @@ class Threads:
         return await self._state(await self.get(thread_id, values=False), checkpoint=checkpoint,
                                  subgraphs=subgraphs)
 
-    async def _state(self, thread: Row, *, checkpoint: dict[str, Any] | None = None,
+    async def _state(self, thread: ThreadRecord, *, checkpoint: dict[str, Any] | None = None,
                      subgraphs: bool = False) -> dict[str, Any]:
         async with self._graph(thread) as graph:
             if graph is None:
@@ -250,7 +253,7 @@ class Threads:
             log.warning("could not read the state of thread %s", thread_id, exc_info=True)
             return {}
 
-    async def refresh(self, thread: Row) -> None:
+    async def refresh(self, thread: ThreadRecord) -> None:
         """Write the latest state's values, interrupts and status into the thread's row (its status unless a
         run holds it busy), after a change to its checkpoints. `thread` is the row the caller read, for its
         graph; it is not read again, and nothing is read back. (The server's own bookkeeping after a change
@@ -260,7 +263,7 @@ class Threads:
         if not await self.storage.store_thread_state(thread["thread_id"], fields):
             raise NotFound(f"Thread with ID {thread['thread_id']} not found")
 
-    async def _reread(self, thread_id: str) -> Row:
+    async def _reread(self, thread_id: str) -> ThreadRecord:
         found = await self.storage.get_thread(thread_id)
         if found is None:
             raise NotFound(f"Thread with ID {thread_id} not found")

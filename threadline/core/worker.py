@@ -27,7 +27,8 @@ from threadline.core.lease import Lease
 from threadline.core.metrics import Metrics
 from threadline.core.protocol_events import end_without_worker
 from threadline.errors import Unavailable
-from threadline.storage.base import Claim, Row, Storage
+from threadline.storage.base import Claim, Storage
+from threadline.storage.records import AssistantRecord, RunRecord
 from threadline.tracing import traced_run
 
 log = logging.getLogger("threadline.worker")
@@ -51,7 +52,7 @@ class WorkerPool:
         self.worker_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._loops: list[asyncio.Task[None]] = []
         self._running: dict[str, tuple[asyncio.Task[Any], Lease]] = {}
-        self._adopted: dict[str, tuple[asyncio.Task[Row | None], Lease]] = {}
+        self._adopted: dict[str, tuple[asyncio.Task[RunRecord | None], Lease]] = {}
         self._reserved = 0  # slots taken for a claim in flight, not yet in `_running`
         self._freed = asyncio.Condition()  # notified when a slot frees: a loop that found none full tries again
         self._stopping = False
@@ -76,8 +77,8 @@ class WorkerPool:
         self._reserved -= 1
         await self._slot_freed()
 
-    async def create_here(self, enqueue: Callable[[Claim | None], Awaitable[Row]], *,
-                          assistant: Row | None = None) -> Row:
+    async def create_here(self, enqueue: Callable[[Claim | None], Awaitable[RunRecord]], *,
+                          assistant: AssistantRecord | None = None) -> RunRecord:
         """Create a run through `enqueue`, claimed for a free slot of this pool when there is one (given the
         `Claim` to insert it with; None: no slot is free, it is created pending), and started on that slot
         when storage claimed it (`running`: it could start at once); the run as created."""
@@ -95,7 +96,7 @@ class WorkerPool:
             await self.unreserve()
         return created
 
-    def adopt(self, run: Row, *, since: float, assistant: Row | None = None) -> None:
+    def adopt(self, run: RunRecord, *, since: float, assistant: AssistantRecord | None = None) -> None:
         """Execute on a `reserve`d slot a run claimed for this pool when it was created (`since`: just before;
         `assistant`: its assistant as just read, so the run does not read it again)."""
         lease = Lease(run["run_id"], run["attempt"], self.lease_seconds, since=since)
@@ -103,7 +104,7 @@ class WorkerPool:
         self._adopted[run["run_id"]] = (task, lease)
         task.add_done_callback(lambda _: self._adopted.pop(run["run_id"], None))
 
-    def started_here(self, run_id: str) -> asyncio.Task[Row | None] | None:
+    def started_here(self, run_id: str) -> asyncio.Task[RunRecord | None] | None:
         """The execution of an adopted run still in progress: it ends with the finished run, or None when
         this pool did not write its outcome (lease lost, shutdown, rolled back)."""
         found = self._adopted.get(run_id)
@@ -182,7 +183,8 @@ class WorkerPool:
             # Finishing this run may unblock its thread's next run: this slot claims again at once.
             await self._execute(run, Lease(run["run_id"], run["attempt"], self.lease_seconds, since=sent))
 
-    async def _execute(self, run: Row, lease: Lease, assistant: Row | None = None) -> Row | None:
+    async def _execute(self, run: RunRecord, lease: Lease,
+                       assistant: AssistantRecord | None = None) -> RunRecord | None:
         """Execute a claimed run on the slot `reserve`d for it; the finished run, or None (see `started_here`)."""
         stop = StopSignal()
         holder: list[asyncio.Task[Any]] = []
@@ -206,7 +208,7 @@ class WorkerPool:
         self._running[run["run_id"]] = (task, lease)
         self._reserved -= 1  # the slot is now counted in `_running`
         try:
-            finished: Row | None = await task
+            finished: RunRecord | None = await task
             return finished
         except asyncio.CancelledError:
             if not task.done():
@@ -261,7 +263,7 @@ class WorkerPool:
 
 
 async def recover(storage: Storage, broker: Broker, max_attempts: int, *, expired_only: bool,
-                  metrics: Metrics | None = None) -> tuple[list[Row], list[Row]]:
+                  metrics: Metrics | None = None) -> tuple[list[RunRecord], list[RunRecord]]:
     """Take back the runs of workers that are gone: requeue them (and wake a worker), or fail them (and end
     their streams, wake their waiters and tell protocol clients). At start, and in the sweeper. A run whose
     deadline passed meanwhile is not retried: storage ends it `timeout` (counted in `metrics`)."""

@@ -1,6 +1,6 @@
 """The storage contract every backend implements.
 
-Rows are plain dicts of JSON-ready values. Timestamps are ISO-8601 strings in UTC.
+Rows are plain dicts of JSON-ready values, typed per table (`records.py`). Timestamps are ISO-8601 strings in UTC.
 The run queue is the runs table: creating a run and enqueuing it are one transaction.
 """
 
@@ -13,6 +13,18 @@ from typing import Any, Literal, NamedTuple
 from langgraph.checkpoint.base import BaseCheckpointSaver, get_checkpoint_metadata
 from langgraph.store.base import BaseStore
 
+from threadline.shapes import FinalRunStatus
+from threadline.storage.records import (
+    AssistantRecord,
+    CronRecord,
+    NewRun,
+    QueueStats,
+    RunRecord,
+    ThreadEventRecord,
+    ThreadRecord,
+)
+
+#: A row as the driver returns it, or the columns a write sets: the records below are what the contract returns.
 Row = dict[str, Any]
 SortOrder = Literal["asc", "desc"]
 
@@ -74,18 +86,20 @@ class Storage(abc.ABC):
 
     # --- assistants ----------------------------------------------------------
     @abc.abstractmethod
-    async def create_assistant(self, row: Row, *, if_exists: Literal["raise", "do_nothing"]) -> Row:
+    async def create_assistant(self, row: AssistantRecord, *,
+                               if_exists: Literal["raise", "do_nothing"]) -> AssistantRecord:
         """Insert an assistant and its version 1; on a duplicate id raise Conflict or return the existing one."""
 
     @abc.abstractmethod
-    async def get_assistant(self, assistant_id: str, *, filters: dict[str, Any] | None = None) -> Row | None:
+    async def get_assistant(self, assistant_id: str, *,
+                            filters: dict[str, Any] | None = None) -> AssistantRecord | None:
         """The assistant, or None; `filters` as in `get_thread`, on the assistant's metadata."""
 
     @abc.abstractmethod
     async def search_assistants(
         self, *, graph_id: str | None, name: str | None, metadata: dict[str, Any] | None,
         limit: int, offset: int, sort_by: str, sort_order: SortOrder, filters: dict[str, Any] | None = None,
-    ) -> list[Row]: ...
+    ) -> list[AssistantRecord]: ...
 
     @abc.abstractmethod
     async def count_assistants(
@@ -94,7 +108,7 @@ class Storage(abc.ABC):
     ) -> int: ...
 
     @abc.abstractmethod
-    async def update_assistant(self, assistant_id: str, changes: Row) -> Row:
+    async def update_assistant(self, assistant_id: str, changes: Row) -> AssistantRecord:
         """Write a new version with `changes` applied and make it the latest."""
 
     @abc.abstractmethod
@@ -103,25 +117,25 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     async def list_assistant_versions(
         self, assistant_id: str, *, metadata: dict[str, Any] | None, limit: int, offset: int
-    ) -> list[Row]: ...
+    ) -> list[AssistantRecord]: ...
 
     @abc.abstractmethod
-    async def set_assistant_version(self, assistant_id: str, version: int) -> Row | None: ...
+    async def set_assistant_version(self, assistant_id: str, version: int) -> AssistantRecord | None: ...
 
     # --- threads -------------------------------------------------------------
     @abc.abstractmethod
-    async def create_thread(self, row: Row, *, if_exists: Literal["raise", "do_nothing"]) -> Row: ...
+    async def create_thread(self, row: Row, *, if_exists: Literal["raise", "do_nothing"]) -> ThreadRecord: ...
 
     @abc.abstractmethod
     async def get_thread(self, thread_id: str, *, filters: dict[str, Any] | None = None,
-                         values: bool = True) -> Row | None:
+                         values: bool = True) -> ThreadRecord | None:
         """The thread, or None. `filters` (an `@auth.on` handler's, on metadata; see `sql.filter_terms`) is
         part of the query: a thread it excludes is None, as a missing one. Without `values` the row has no
         `values` key: the cached state values, which can be large, are not read."""
 
     @abc.abstractmethod
     async def update_thread(self, thread_id: str, changes: Row, *,
-                            merge_metadata: dict[str, Any] | None = None) -> Row | None:
+                            merge_metadata: dict[str, Any] | None = None) -> ThreadRecord | None:
         """Set columns in `changes` and shallow-merge `merge_metadata` into metadata."""
 
     @abc.abstractmethod
@@ -149,7 +163,7 @@ class Storage(abc.ABC):
         self, *, ids: list[str] | None, metadata: dict[str, Any] | None, values: dict[str, Any] | None,
         status: str | None, limit: int, offset: int, sort_by: str, sort_order: SortOrder,
         filters: dict[str, Any] | None = None,
-    ) -> list[Row]:
+    ) -> list[ThreadRecord]:
         """Matching threads, a page; `filters` as in `get_thread`, inside the query (so pages are full)."""
 
     @abc.abstractmethod
@@ -165,12 +179,12 @@ class Storage(abc.ABC):
         return self.checkpointer
 
     @abc.abstractmethod
-    async def enqueue_run(self, run: Row, *, thread_metadata: dict[str, Any], create_thread: bool,
+    async def enqueue_run(self, run: NewRun, *, thread_metadata: dict[str, Any], create_thread: bool,
                           reject_if_active: bool, thread_ttl_minutes: float | None = None,
                           new_thread_metadata: dict[str, Any] | None = None,
                           claim_for: Claim | tuple[str, float] | None = None,
                           run_metadata: Callable[[dict[str, Any] | None], dict[str, Any]] | None = None,
-                          quota: Quota | None = None) -> Row:
+                          quota: Quota | None = None) -> RunRecord:
         """Insert a pending run, mark its thread busy and merge `thread_metadata` into it, atomically.
 
         `run_metadata`, when given, makes the run's `metadata`: it is called in the transaction with the
@@ -186,7 +200,7 @@ class Storage(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def claim_run(self, worker_id: str, lease_seconds: float, deadline_seconds: float = 0.0) -> Row | None:
+    async def claim_run(self, worker_id: str, lease_seconds: float, deadline_seconds: float = 0.0) -> RunRecord | None:
         """Atomically take the oldest pending, available run whose thread has no running run.
 
         The claim increments `attempt` (the fencing token) and holds a lease for `lease_seconds`. With
@@ -204,9 +218,10 @@ class Storage(abc.ABC):
 
     @abc.abstractmethod
     async def finish_run(
-        self, run_id: str, status: str, *, error: Any = None, output: Any = None, thread_changes: Row | None = None,
-        worker_id: str | None = None, attempt: int | None = None, delete_thread: bool = False,
-    ) -> Row | None:
+        self, run_id: str, status: FinalRunStatus, *, error: Any = None, output: Any = None,
+        thread_changes: Row | None = None, worker_id: str | None = None, attempt: int | None = None,
+        delete_thread: bool = False,
+    ) -> RunRecord | None:
         """End a run and reconcile its thread: busy while it has other active runs, else `thread_changes`.
         With `delete_thread` (the temporary thread of a stateless run), the thread is deleted instead, with
         its checkpoints; its runs are kept.
@@ -216,17 +231,17 @@ class Storage(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def cancel_pending_runs(self, run_ids: list[str], status: str) -> list[str]:
+    async def cancel_pending_runs(self, run_ids: list[str], status: FinalRunStatus) -> list[str]:
         """End runs that are still pending (no worker has them); return the ids that were."""
 
     @abc.abstractmethod
-    async def get_run(self, run_id: str) -> Row | None: ...
+    async def get_run(self, run_id: str) -> RunRecord | None: ...
 
     @abc.abstractmethod
     async def search_runs(
         self, *, thread_id: str | None, assistant_id: str | None, status: str | None,
         metadata: dict[str, Any] | None, limit: int, offset: int, thread_filters: dict[str, Any] | None = None,
-    ) -> list[Row]:
+    ) -> list[RunRecord]:
         """Runs, newest first; `thread_filters` (as `get_thread`'s `filters`) keeps only runs whose thread
         passes it, inside the query (a run is its thread's: authorization on runs is on their threads)."""
 
@@ -234,11 +249,11 @@ class Storage(abc.ABC):
     async def delete_run(self, run_id: str) -> bool: ...
 
     @abc.abstractmethod
-    async def active_runs(self, thread_id: str) -> list[Row]:
+    async def active_runs(self, thread_id: str) -> list[RunRecord]:
         """Pending and running runs of a thread, oldest first."""
 
     @abc.abstractmethod
-    async def next_run(self, thread_id: str, after_seq: int) -> Row | None:
+    async def next_run(self, thread_id: str, after_seq: int) -> RunRecord | None:
         """The thread's first run created after the run numbered `after_seq` (rows carry their `seq`)."""
 
     @abc.abstractmethod
@@ -246,7 +261,7 @@ class Storage(abc.ABC):
         """The `seq` of the thread's newest run, 0 when it has none."""
 
     @abc.abstractmethod
-    async def recover_runs(self, max_attempts: int, *, expired_only: bool) -> tuple[list[Row], list[Row]]:
+    async def recover_runs(self, max_attempts: int, *, expired_only: bool) -> tuple[list[RunRecord], list[RunRecord]]:
         """Put runs whose worker is gone back in the queue (up to `max_attempts`), or fail them.
 
         `expired_only`: only runs whose lease has expired (other live processes hold the rest);
@@ -255,7 +270,7 @@ class Storage(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def queue_stats(self) -> Row:
+    async def queue_stats(self) -> QueueStats:
         """Pending count, running count and the age in seconds of the oldest pending run."""
 
     # --- limits (issue 16: run deadlines) ---------------------------------------
@@ -292,7 +307,7 @@ class Storage(abc.ABC):
 
     @abc.abstractmethod
     async def read_thread_events(self, thread_id: str, *, after: int = 0, limit: int = 500,
-                                 run_id: str | None = None, method: str | None = None) -> list[Row]:
+                                 run_id: str | None = None, method: str | None = None) -> list[ThreadEventRecord]:
         """Events with `seq > after`, oldest first: rows of seq, run_id, method, channel, namespace, params."""
 
     @abc.abstractmethod
@@ -303,18 +318,18 @@ class Storage(abc.ABC):
     # Rows: cron_id, assistant_id, thread_id (None: stateless), user_id and auth_user (the creator), schedule,
     # timezone, end_time,
     # enabled, on_run_completed, payload, metadata, next_run_date, created_at, updated_at.
-    # Statements: storage/crons.py.
+    # Statements: storage/statements.py; transactions: storage/crons.py.
     @abc.abstractmethod
-    async def create_cron(self, row: Row) -> Row:
+    async def create_cron(self, row: CronRecord) -> CronRecord:
         """Insert a cron; NotFound when its `thread_id` names no thread. An assistant's or a thread's crons are
         deleted with it, in the same transaction."""
 
     @abc.abstractmethod
-    async def get_cron(self, cron_id: str, *, filters: dict[str, Any] | None = None) -> Row | None:
+    async def get_cron(self, cron_id: str, *, filters: dict[str, Any] | None = None) -> CronRecord | None:
         """The cron, or None; `filters` as in `get_thread`, on the cron's metadata."""
 
     @abc.abstractmethod
-    async def update_cron(self, cron_id: str, change: Callable[[Row], Row]) -> Row | None:
+    async def update_cron(self, cron_id: str, change: Callable[[CronRecord], Row]) -> CronRecord | None:
         """In one transaction: read the cron, `change(row)` gives the columns to set, write them; the updated
         row (None when there is no such cron)."""
 
@@ -324,14 +339,14 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     async def search_crons(self, *, assistant_id: str | None, thread_id: str | None, enabled: bool | None,
                            metadata: dict[str, Any] | None, limit: int, offset: int, sort_by: str | None,
-                           sort_order: SortOrder | None, filters: dict[str, Any] | None = None) -> list[Row]: ...
+                           sort_order: SortOrder | None, filters: dict[str, Any] | None = None) -> list[CronRecord]: ...
 
     @abc.abstractmethod
     async def count_crons(self, *, assistant_id: str | None, thread_id: str | None, enabled: bool | None,
                           metadata: dict[str, Any] | None, filters: dict[str, Any] | None = None) -> int: ...
 
     @abc.abstractmethod
-    async def due_crons(self, now: str, limit: int) -> list[Row]:
+    async def due_crons(self, now: str, limit: int) -> list[CronRecord]:
         """Enabled crons whose `next_run_date` is at or before `now` and within their `end_time`, and whose
         tick no live claim holds; earliest first."""
 

@@ -13,14 +13,26 @@ first, the function runs on the plaintext, and the transaction is given the seal
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Literal
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, TypeVar, cast
 
 import orjson
 
+from threadline.shapes import FinalRunStatus
 from threadline.storage.base import NewThreadEvent, Row, Storage
 from threadline.storage.encryption import CONTEXT_KEY, Codec, stored_context, use_context
 from threadline.storage.encryption_savers import EncryptedSaver, EncryptedStore
+from threadline.storage.records import (
+    AssistantRecord,
+    CronRecord,
+    NewRun,
+    RunRecord,
+    ThreadEventRecord,
+    ThreadRecord,
+)
+
+#: A row of any table (its record, or the columns a write sets).
+R = TypeVar("R", bound=Mapping[str, Any])
 
 FIELDS: dict[str, tuple[str, ...]] = {
     "assistant": ("config", "context", "metadata"),
@@ -45,27 +57,33 @@ class EncryptedStorage:
         return getattr(self.inner, name)
 
     # --- the codec over rows --------------------------------------------------------------------
-    async def _seal(self, model: str, row: Row) -> Row:
-        out = dict(row)
+    async def _seal(self, model: str, row: R) -> R:
+        out: Row = {**row}
         for field in FIELDS[model]:
             if field in out:
                 out[field] = await self.codec.seal(model, field, out[field])
         if model == "run" and "kwargs" in out:
             out["kwargs"] = await self.codec.seal_kwargs(out["kwargs"])
-        return out
+        return cast("R", out)
 
-    async def _open(self, model: str, row: Row | None) -> Row | None:
+    async def _open(self, model: str, row: R | None) -> R | None:
         if row is None:
             return None
-        out = dict(row)
+        out: Row = {**row}
         for field in FIELDS[model]:
             if field in out:
                 out[field] = await self.codec.open(model, field, out[field])
         if model == "run" and "kwargs" in out:
             out["kwargs"] = await self.codec.open_kwargs(out["kwargs"])
-        return out
+        return cast("R", out)
 
-    async def _open_all(self, model: str, rows: list[Row]) -> list[Row]:
+    async def _opened(self, model: str, row: R) -> R:
+        """`_open` of a row the backend always returns."""
+        opened = await self._open(model, row)
+        assert opened is not None
+        return opened
+
+    async def _open_all(self, model: str, rows: list[R]) -> list[R]:
         return [r for r in [await self._open(model, row) for row in rows] if r is not None]
 
     def run_checkpointer(self, durability: str) -> Any:
@@ -77,50 +95,52 @@ class EncryptedStorage:
         return self._run_savers[id(inner)]
 
     # --- assistants -----------------------------------------------------------------------------
-    async def create_assistant(self, row: Row, *, if_exists: Literal["raise", "do_nothing"]) -> Row:
-        return await self._open("assistant", await self.inner.create_assistant(await self._seal("assistant", row),
-                                                                              if_exists=if_exists))  # type: ignore[return-value]
+    async def create_assistant(self, row: AssistantRecord, *,
+                               if_exists: Literal["raise", "do_nothing"]) -> AssistantRecord:
+        return await self._opened("assistant", await self.inner.create_assistant(await self._seal("assistant", row),
+                                                                                if_exists=if_exists))
 
-    async def get_assistant(self, assistant_id: str, *, filters: dict[str, Any] | None = None) -> Row | None:
+    async def get_assistant(self, assistant_id: str, *,
+                            filters: dict[str, Any] | None = None) -> AssistantRecord | None:
         return await self._open("assistant", await self.inner.get_assistant(assistant_id, filters=filters))
 
-    async def search_assistants(self, **kwargs: Any) -> list[Row]:
+    async def search_assistants(self, **kwargs: Any) -> list[AssistantRecord]:
         return await self._open_all("assistant", await self.inner.search_assistants(**kwargs))
 
-    async def update_assistant(self, assistant_id: str, changes: Row) -> Row:
+    async def update_assistant(self, assistant_id: str, changes: Row) -> AssistantRecord:
         updated = await self.inner.update_assistant(assistant_id, await self._seal("assistant", changes))
-        return await self._open("assistant", updated)  # type: ignore[return-value]
+        return await self._opened("assistant", updated)
 
-    async def list_assistant_versions(self, assistant_id: str, **kwargs: Any) -> list[Row]:
+    async def list_assistant_versions(self, assistant_id: str, **kwargs: Any) -> list[AssistantRecord]:
         return await self._open_all("assistant", await self.inner.list_assistant_versions(assistant_id, **kwargs))
 
-    async def set_assistant_version(self, assistant_id: str, version: int) -> Row | None:
+    async def set_assistant_version(self, assistant_id: str, version: int) -> AssistantRecord | None:
         return await self._open("assistant", await self.inner.set_assistant_version(assistant_id, version))
 
     # --- threads --------------------------------------------------------------------------------
-    async def create_thread(self, row: Row, *, if_exists: Literal["raise", "do_nothing"]) -> Row:
+    async def create_thread(self, row: Row, *, if_exists: Literal["raise", "do_nothing"]) -> ThreadRecord:
         created = await self.inner.create_thread(await self._seal("thread", row), if_exists=if_exists)
-        return await self._open("thread", created)  # type: ignore[return-value]
+        return await self._opened("thread", created)
 
     async def get_thread(self, thread_id: str, *, filters: dict[str, Any] | None = None,
-                         values: bool = True) -> Row | None:
+                         values: bool = True) -> ThreadRecord | None:
         return await self._open("thread", await self.inner.get_thread(thread_id, filters=filters, values=values))
 
     async def store_thread_state(self, thread_id: str, fields: Row) -> bool:
         return await self.inner.store_thread_state(thread_id, await self._seal("thread", fields))
 
     async def update_thread(self, thread_id: str, changes: Row, *,
-                            merge_metadata: dict[str, Any] | None = None) -> Row | None:
+                            merge_metadata: dict[str, Any] | None = None) -> ThreadRecord | None:
         merge = None if merge_metadata is None else await self.codec.seal("thread", "metadata", merge_metadata)
         updated = await self.inner.update_thread(thread_id, await self._seal("thread", changes), merge_metadata=merge)
         return await self._open("thread", updated)
 
-    async def search_threads(self, **kwargs: Any) -> list[Row]:
+    async def search_threads(self, **kwargs: Any) -> list[ThreadRecord]:
         return await self._open_all("thread", await self.inner.search_threads(**kwargs))
 
     # --- runs -----------------------------------------------------------------------------------
-    async def enqueue_run(self, run: Row, *, run_metadata: Callable[[Row | None], Row] | None = None,
-                          new_thread_metadata: Row | None = None, **kwargs: Any) -> Row:
+    async def enqueue_run(self, run: NewRun, *, run_metadata: Callable[[Row | None], Row] | None = None,
+                          new_thread_metadata: Row | None = None, **kwargs: Any) -> RunRecord:
         sealed = await self._seal("run", run)
         made = None
         if run_metadata is not None:
@@ -132,36 +152,37 @@ class EncryptedStorage:
         created = await self.inner.enqueue_run(
             sealed, run_metadata=None if made is None else (lambda _stored: made), new_thread_metadata=new_meta,
             **kwargs)
-        return await self._open("run", created)  # type: ignore[return-value]
+        return await self._opened("run", created)
 
-    async def claim_run(self, worker_id: str, lease_seconds: float, deadline_seconds: float = 0.0) -> Row | None:
+    async def claim_run(self, worker_id: str, lease_seconds: float,
+                        deadline_seconds: float = 0.0) -> RunRecord | None:
         claimed = await self.inner.claim_run(worker_id, lease_seconds, deadline_seconds)
         if claimed is not None:
             # The run executes in a task started from here: its checkpoints take the context it was stored with.
             use_context(stored_context(claimed.get("kwargs")))
         return await self._open("run", claimed)
 
-    async def finish_run(self, run_id: str, status: str, *, error: Any = None, output: Any = None,
-                         thread_changes: Row | None = None, **kwargs: Any) -> Row | None:
+    async def finish_run(self, run_id: str, status: FinalRunStatus, *, error: Any = None, output: Any = None,
+                         thread_changes: Row | None = None, **kwargs: Any) -> RunRecord | None:
         finished = await self.inner.finish_run(
             run_id, status, error=await self.codec.seal("run", "error", error),
             output=await self.codec.seal("run", "output", output),
             thread_changes=None if thread_changes is None else await self._seal("thread", thread_changes), **kwargs)
         return await self._open("run", finished)
 
-    async def get_run(self, run_id: str) -> Row | None:
+    async def get_run(self, run_id: str) -> RunRecord | None:
         return await self._open("run", await self.inner.get_run(run_id))
 
-    async def search_runs(self, **kwargs: Any) -> list[Row]:
+    async def search_runs(self, **kwargs: Any) -> list[RunRecord]:
         return await self._open_all("run", await self.inner.search_runs(**kwargs))
 
-    async def active_runs(self, thread_id: str) -> list[Row]:
+    async def active_runs(self, thread_id: str) -> list[RunRecord]:
         return await self._open_all("run", await self.inner.active_runs(thread_id))
 
-    async def next_run(self, thread_id: str, after_seq: int) -> Row | None:
+    async def next_run(self, thread_id: str, after_seq: int) -> RunRecord | None:
         return await self._open("run", await self.inner.next_run(thread_id, after_seq))
 
-    async def recover_runs(self, max_attempts: int, *, expired_only: bool) -> tuple[list[Row], list[Row]]:
+    async def recover_runs(self, max_attempts: int, *, expired_only: bool) -> tuple[list[RunRecord], list[RunRecord]]:
         requeued, failed = await self.inner.recover_runs(max_attempts, expired_only=expired_only)
         return await self._open_all("run", requeued), await self._open_all("run", failed)
 
@@ -172,30 +193,30 @@ class EncryptedStorage:
             "thread_event", "params", orjson.loads(event.params))).decode()) for event in events]
         return await self.inner.append_thread_events(thread_id, run_id, sealed)
 
-    async def read_thread_events(self, thread_id: str, **kwargs: Any) -> list[Row]:
+    async def read_thread_events(self, thread_id: str, **kwargs: Any) -> list[ThreadEventRecord]:
         rows = await self.inner.read_thread_events(thread_id, **kwargs)
         return [{**row, "params": orjson.dumps(await self.codec.open("thread_event", "params",
                                                                       orjson.loads(row["params"]))).decode()}
                 if CONTEXT_KEY in row["params"] else row for row in rows]
 
     # --- crons ----------------------------------------------------------------------------------
-    async def create_cron(self, row: Row) -> Row:
-        return await self._open("cron", await self.inner.create_cron(await self._seal("cron", row)))  # type: ignore[return-value]
+    async def create_cron(self, row: CronRecord) -> CronRecord:
+        return await self._opened("cron", await self.inner.create_cron(await self._seal("cron", row)))
 
-    async def get_cron(self, cron_id: str, *, filters: dict[str, Any] | None = None) -> Row | None:
+    async def get_cron(self, cron_id: str, *, filters: dict[str, Any] | None = None) -> CronRecord | None:
         return await self._open("cron", await self.inner.get_cron(cron_id, filters=filters))
 
-    async def update_cron(self, cron_id: str, change: Callable[[Row], Row]) -> Row | None:
+    async def update_cron(self, cron_id: str, change: Callable[[CronRecord], Row]) -> CronRecord | None:
         current = await self.get_cron(cron_id)
         if current is None:
             return None
         columns = await self._seal("cron", change(current))
         return await self._open("cron", await self.inner.update_cron(cron_id, lambda _stored: columns))
 
-    async def search_crons(self, **kwargs: Any) -> list[Row]:
+    async def search_crons(self, **kwargs: Any) -> list[CronRecord]:
         return await self._open_all("cron", await self.inner.search_crons(**kwargs))
 
-    async def due_crons(self, now: str, limit: int) -> list[Row]:
+    async def due_crons(self, now: str, limit: int) -> list[CronRecord]:
         due = await self.inner.due_crons(now, limit)
         self._cron_contexts = {row["cron_id"]: stored_context(row.get("payload")) for row in due}
         return await self._open_all("cron", due)

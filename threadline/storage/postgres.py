@@ -34,6 +34,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from threadline.errors import ConfigError, StorageUnavailable
 from threadline.settings import redact_url
 from threadline.storage.base import Row
+from threadline.storage.records import RunRecord
 from threadline.storage.scripts import Final, Q, QuotaRefused, Script, T, Undo
 from threadline.storage.sql import MIGRATIONS_TABLE, now_iso, pending_migrations
 from threadline.storage.sqlstorage import SQLStorage
@@ -298,7 +299,8 @@ class PostgresStorage(SQLStorage):
             self._read_turns.release()
 
     # --- what only this backend does ---------------------------------------------
-    async def claim_run(self, worker_id: str, lease_seconds: float, deadline_seconds: float = 0.0) -> Row | None:
+    async def claim_run(self, worker_id: str, lease_seconds: float,
+                        deadline_seconds: float = 0.0) -> RunRecord | None:
         since = time.monotonic()
         try:
             # One statement is its own transaction: no BEGIN/COMMIT round trips on the hottest path.
@@ -308,7 +310,7 @@ class PostgresStorage(SQLStorage):
                 found = await cur.fetchone()
         except psycopg.errors.UniqueViolation:
             return None  # another worker just started a run of that thread; the next claim moves on
-        claimed = _row(found) if found else None
+        claimed = cast("RunRecord", _row(found)) if found else None
         self._remember_deadline(claimed, deadline_seconds, since)
         return claimed
 

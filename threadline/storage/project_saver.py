@@ -22,7 +22,9 @@ from typing import Any, Literal
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from threadline.errors import ConfigError, UnsupportedOperation
-from threadline.storage.base import Row, Storage
+from threadline.shapes import FinalRunStatus
+from threadline.storage.base import Storage
+from threadline.storage.records import RunRecord
 
 log = logging.getLogger("threadline.storage")
 
@@ -81,7 +83,7 @@ class ProjectSaverStorage:
         await self._forget(deleted)
         return deleted
 
-    async def finish_run(self, run_id: str, status: str, **kwargs: Any) -> Row | None:
+    async def finish_run(self, run_id: str, status: FinalRunStatus, **kwargs: Any) -> RunRecord | None:
         finished = await self.inner.finish_run(run_id, status, **kwargs)
         if finished is not None and kwargs.get("delete_thread"):
             await self._forget([finished["thread_id"]])

@@ -7,9 +7,9 @@ finish waits for no result; `thread_status_changes` says what it is given).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from threadline.errors import Conflict, NotFound, QuotaExceeded
 
@@ -27,7 +27,7 @@ class EnqueuePlan(NamedTuple):
     claimed: bool
 
 
-def plan_enqueue(run: Row, thread_metadata_before: dict[str, Any] | None, *, created: bool, active: bool,
+def plan_enqueue(new: Mapping[str, Any], thread_metadata_before: dict[str, Any] | None, *, created: bool, active: bool,
                  thread_metadata: dict[str, Any], reject_if_active: bool, claim_for: Claim | None,
                  run_metadata: Callable[[dict[str, Any] | None], dict[str, Any]] | None) -> EnqueuePlan:
     """Reject, claim at once, or just queue.
@@ -35,6 +35,7 @@ def plan_enqueue(run: Row, thread_metadata_before: dict[str, Any] | None, *, cre
     `thread_metadata_before` is the thread's metadata as the transaction found it (None: no such thread);
     `created`: this transaction has just created it; `active`: it has a pending or running run.
     """
+    run = cast(Row, new)  # the same row, as it was given: only ever replaced below, never changed
     thread_id = run["thread_id"]
     if thread_metadata_before is None:
         raise NotFound(f"Thread with ID {thread_id} not found")

@@ -11,10 +11,11 @@ the statements of a tuple, and every `wait=False` one, are sent together, so a t
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar, cast
 
 from threadline.errors import Conflict, NotFound
 from threadline.storage.base import THREAD_EVENTS_KEPT, Claim, NewThreadEvent, Quota
+from threadline.storage.records import AssistantRecord, NewRun, RunRecord, ThreadRecord
 from threadline.storage.rules import (
     VERSION_COLUMNS,
     Row,
@@ -75,16 +76,16 @@ def q(d: Dialect, name: str, /, *, wait: bool = True, **params: Any) -> Q:
 
 
 # --- threads -----------------------------------------------------------------
-def create_thread(d: Dialect, row: Row, if_exists: str) -> Script[Row]:
+def create_thread(d: Dialect, row: Row, if_exists: str) -> Script[ThreadRecord]:
     inserted, found = yield (Q(d.insert("threads", row, conflict="(thread_id) DO NOTHING RETURNING thread_id"), row),
                              q(d, "get_thread", thread_id=row["thread_id"]))
     if not inserted and if_exists == "raise":
         raise Conflict(f"Thread with ID {row['thread_id']} already exists")
-    return found[0]
+    return cast("ThreadRecord", found[0])
 
 
 def update_thread(d: Dialect, thread_id: str, changes: Row,
-                  merge_metadata: dict[str, Any] | None) -> Script[Row | None]:
+                  merge_metadata: dict[str, Any] | None) -> Script[ThreadRecord | None]:
     changes = dict(changes)
     if merge_metadata:
         locked = yield q(d, "lock_thread", thread_id=thread_id)
@@ -135,11 +136,11 @@ def reconcile(d: Dialect, changes: Row, *, thread_id: str | None = None, run_id:
 
 
 # --- runs and the queue ---------------------------------------------------------
-def enqueue_run(d: Dialect, run: Row, thread_metadata: dict[str, Any], create_thread: bool, reject_if_active: bool,
+def enqueue_run(d: Dialect, run: NewRun, thread_metadata: dict[str, Any], create_thread: bool, reject_if_active: bool,
                 ttl_minutes: float | None, new_thread_metadata: dict[str, Any],
                 claim_for: Claim | None,
                 run_metadata: Callable[[dict[str, Any] | None], dict[str, Any]] | None,
-                quota: Quota | None = None) -> Script[Row]:
+                quota: Quota | None = None) -> Script[RunRecord]:
     """Two round trips: one reads what decides (the thread, created if asked; its row lock orders concurrent
     enqueues, so a reject sees the other's run; its active run), one writes and commits (`Final`). With a
     `quota`, the second also takes its locks and counts the active runs (`_quota_locks`, `check_quota`),
@@ -180,7 +181,7 @@ def enqueue_run(d: Dialect, run: Row, thread_metadata: dict[str, Any], create_th
     if quota is not None:  # the counts before this run (SQLite: refused here, which rolls its writer back)
         counts = results[len(checks) - 1][0]
         quota_refusal(quota, int(counts["mine"] or 0), int(counts["total"] or 0))
-    return results[-1][0]
+    return cast("RunRecord", results[-1][0])
 
 
 def _quota_locks(d: Dialect, quota: Quota) -> list[Q]:
@@ -201,7 +202,7 @@ def set_run_deadline(d: Dialect, run_id: str, seconds: float, replace: bool = Fa
 
 
 def finish_run(d: Dialect, run_id: str, status: str, error: Any, output: Any, thread_changes: Row,
-               worker_id: str | None, attempt: int | None, delete_thread: bool) -> Script[Row | None]:
+               worker_id: str | None, attempt: int | None, delete_thread: bool) -> Script[RunRecord | None]:
     """The run ended (fenced by worker and attempt when given) and its thread reconciled in one round trip;
     rolled back when the run was not the caller's to end."""
     encoded = Encoded(dumps(output)) if output is not None else None
@@ -218,7 +219,7 @@ def finish_run(d: Dialect, run_id: str, status: str, error: Any, output: Any, th
         finished, *_ = yield (finish, *reconcile(d, thread_changes, run_id=run_id))
         if not finished:
             raise Undo(None)
-    return {**finished[0], "output": output}
+    return cast("RunRecord", {**finished[0], "output": output})
 
 
 def heartbeat_runs(d: Dialect, worker_id: str, held: dict[str, int], lease_seconds: float) -> Script[set[str]]:
@@ -254,7 +255,8 @@ def delete_run(d: Dialect, run_id: str) -> Script[bool]:
     return True
 
 
-def recover_runs(d: Dialect, max_attempts: int, expired_only: bool) -> Script[tuple[list[Row], list[Row]]]:
+def recover_runs(d: Dialect, max_attempts: int,
+                 expired_only: bool) -> Script[tuple[list[RunRecord], list[RunRecord]]]:
     """Runs whose lease lapsed (`expired_only`), or every running run (the one-process backend at start),
     split by `split_recovery`; at start, a thread left busy with no active run becomes idle too."""
     running = yield q(d, "lapsed_runs" if expired_only else "running_runs")
@@ -269,21 +271,21 @@ def recover_runs(d: Dialect, max_attempts: int, expired_only: bool) -> Script[tu
         steps.append(q(d, "idle_stray_busy_threads", wait=False))
     if steps:
         yield tuple(steps)
-    return requeue, fail
+    return cast("list[RunRecord]", requeue), cast("list[RunRecord]", fail)
 
 
 # --- assistants -------------------------------------------------------------------
-def create_assistant(d: Dialect, row: Row, if_exists: str) -> Script[Row]:
+def create_assistant(d: Dialect, row: Row, if_exists: str) -> Script[AssistantRecord]:
     inserted = yield Q(d.insert("assistants", row, conflict="(assistant_id) DO NOTHING RETURNING assistant_id"), row)
     if inserted:
         version = {k: row[k] for k in (*VERSION_COLUMNS, "created_at")}
         yield q(d, "insert_assistant_version", wait=False, **version)
     elif if_exists == "raise":
         raise Conflict(f"Assistant {row['assistant_id']} already exists")
-    return (yield q(d, "get_assistant", assistant_id=row["assistant_id"]))[0]
+    return cast("AssistantRecord", (yield q(d, "get_assistant", assistant_id=row["assistant_id"]))[0])
 
 
-def update_assistant(d: Dialect, assistant_id: str, changes: Row) -> Script[Row]:
+def update_assistant(d: Dialect, assistant_id: str, changes: Row) -> Script[AssistantRecord]:
     current, latest = yield (q(d, "lock_assistant", assistant_id=assistant_id),
                              q(d, "latest_assistant_version", assistant_id=assistant_id))
     if not current:
@@ -294,10 +296,10 @@ def update_assistant(d: Dialect, assistant_id: str, changes: Row) -> Script[Row]
     _, _, found = yield (q(d, "insert_assistant_version", wait=False, **version),
                          Q(d.update("assistants", cols, "assistant_id"), new, wait=False),
                          q(d, "get_assistant", assistant_id=assistant_id))
-    return found[0]
+    return cast("AssistantRecord", found[0])
 
 
-def set_assistant_version(d: Dialect, assistant_id: str, version: int) -> Script[Row | None]:
+def set_assistant_version(d: Dialect, assistant_id: str, version: int) -> Script[AssistantRecord | None]:
     found = yield q(d, "get_assistant_version", assistant_id=assistant_id, version=version)
     if not found:
         return None

@@ -28,6 +28,7 @@ from langgraph.store.sqlite.aio import AsyncSqliteStore
 
 from threadline.errors import ConfigError, StorageUnavailable
 from threadline.storage.base import Row
+from threadline.storage.records import RunRecord
 from threadline.storage.scripts import Final, Q, Script, T, Undo
 from threadline.storage.sql import JSON_COLUMNS, apply_migrations, iso_after, now_iso
 from threadline.storage.sqlite_saver import WriterSqliteSaver
@@ -157,9 +158,10 @@ class SQLiteStorage(SQLStorage):
         # `sync` commits each write before the next step; `async` and `exit` allow the group commit.
         return self.checkpointer if durability == "sync" else self.checkpointer.grouped()
 
-    async def claim_run(self, worker_id: str, lease_seconds: float, deadline_seconds: float = 0.0) -> Row | None:
+    async def claim_run(self, worker_id: str, lease_seconds: float,
+                        deadline_seconds: float = 0.0) -> RunRecord | None:
         since = time.monotonic()
-        claimed: Row | None = await self.writer.run(_claim, worker_id, lease_seconds, deadline_seconds)
+        claimed: RunRecord | None = await self.writer.run(_claim, worker_id, lease_seconds, deadline_seconds)
         self._remember_deadline(claimed, deadline_seconds, since)
         return claimed
 

@@ -11,10 +11,20 @@ import abc
 import functools
 import time
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
+from threadline.shapes import FinalRunStatus
 from threadline.storage import crons, scripts
 from threadline.storage.base import Claim, NewThreadEvent, Quota, Row, SortOrder, Storage
+from threadline.storage.records import (
+    AssistantRecord,
+    CronRecord,
+    NewRun,
+    QueueStats,
+    RunRecord,
+    ThreadEventRecord,
+    ThreadRecord,
+)
 from threadline.storage.rules import seconds_left
 from threadline.storage.scripts import Script, T
 from threadline.storage.statements import THREAD_HEAD, Dialect, like_pattern, order_by, where
@@ -38,7 +48,7 @@ class SQLStorage(Storage):
         then costs no transaction of its own (on SQLite a write through the one writer)."""
         return {}
 
-    def _remember_deadline(self, run: Row | None, seconds: float, since: float, *, fresh: bool = False) -> None:
+    def _remember_deadline(self, run: RunRecord | None, seconds: float, since: float, *, fresh: bool = False) -> None:
         """`run` was just claimed with a deadline of `seconds` stamped unless it had one; `fresh`: it had none
         (a run created claimed). Otherwise the seconds left are read from the claimed row (both its
         `updated_at` and its `deadline_at` are on the database's clock)."""
@@ -69,7 +79,8 @@ class SQLStorage(Storage):
         return rows[0] if rows else None
 
     # --- assistants ----------------------------------------------------------
-    async def create_assistant(self, row: Row, *, if_exists: Literal["raise", "do_nothing"]) -> Row:
+    async def create_assistant(self, row: AssistantRecord, *,
+                               if_exists: Literal["raise", "do_nothing"]) -> AssistantRecord:
         return await self._transact(scripts.create_assistant, row, if_exists, heavy=True)
 
     async def _get_filtered(self, table: str, key: str, value: str, filters: dict[str, Any],
@@ -79,10 +90,12 @@ class SQLStorage(Storage):
         rows = await self._read(self.dialect.sql(f"SELECT {columns} FROM {table} {cond}"), params, point=True)
         return rows[0] if rows else None
 
-    async def get_assistant(self, assistant_id: str, *, filters: dict[str, Any] | None = None) -> Row | None:
+    async def get_assistant(self, assistant_id: str, *,
+                            filters: dict[str, Any] | None = None) -> AssistantRecord | None:
         if filters:
-            return await self._get_filtered("assistants", "assistant_id", assistant_id, filters)
-        return await self._one("get_assistant", assistant_id=assistant_id)
+            return cast("AssistantRecord | None",
+                        await self._get_filtered("assistants", "assistant_id", assistant_id, filters))
+        return cast("AssistantRecord | None", await self._one("get_assistant", assistant_id=assistant_id))
 
     def _assistant_filter(self, graph_id: str | None, name: str | None, metadata: dict[str, Any] | None,
                           filters: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
@@ -95,11 +108,11 @@ class SQLStorage(Storage):
 
     async def search_assistants(self, *, graph_id: str | None, name: str | None, metadata: dict[str, Any] | None,
                                 limit: int, offset: int, sort_by: str, sort_order: SortOrder,
-                                filters: dict[str, Any] | None = None) -> list[Row]:
+                                filters: dict[str, Any] | None = None) -> list[AssistantRecord]:
         cond, params = self._assistant_filter(graph_id, name, metadata, filters)
         order = order_by(sort_by, sort_order, _ASSISTANT_SORT, "created_at", "assistant_id")
-        return await self._read(self.dialect.search("assistants", cond, order), {**params, "limit": limit,
-                                                                                  "offset": offset})
+        return cast("list[AssistantRecord]", await self._read(self.dialect.search("assistants", cond, order),
+                                                              {**params, "limit": limit, "offset": offset}))
 
     async def count_assistants(self, *, graph_id: str | None, name: str | None,
                                metadata: dict[str, Any] | None, filters: dict[str, Any] | None = None) -> int:
@@ -107,35 +120,37 @@ class SQLStorage(Storage):
         rows = await self._read(self.dialect.count("assistants", cond), params)
         return int(rows[0]["n"]) if rows else 0
 
-    async def update_assistant(self, assistant_id: str, changes: Row) -> Row:
+    async def update_assistant(self, assistant_id: str, changes: Row) -> AssistantRecord:
         return await self._transact(scripts.update_assistant, assistant_id, changes, heavy=True)
 
     async def delete_assistant(self, assistant_id: str) -> bool:
         return await self._transact(scripts.delete_assistant, assistant_id, heavy=True)
 
     async def list_assistant_versions(self, assistant_id: str, *, metadata: dict[str, Any] | None, limit: int,
-                                      offset: int) -> list[Row]:
+                                      offset: int) -> list[AssistantRecord]:
         cond, params = where(self.dialect, [("assistant_id = :assistant_id", {"assistant_id": assistant_id})],
                              metadata=metadata)
-        return await self._read(self.dialect.search("assistant_versions", cond, '"version" DESC'),
-                                {**params, "limit": limit, "offset": offset})
+        return cast("list[AssistantRecord]", await self._read(
+            self.dialect.search("assistant_versions", cond, '"version" DESC'), {**params, "limit": limit,
+                                                                                 "offset": offset}))
 
-    async def set_assistant_version(self, assistant_id: str, version: int) -> Row | None:
+    async def set_assistant_version(self, assistant_id: str, version: int) -> AssistantRecord | None:
         return await self._transact(scripts.set_assistant_version, assistant_id, version, heavy=True)
 
     # --- threads -------------------------------------------------------------
-    async def create_thread(self, row: Row, *, if_exists: Literal["raise", "do_nothing"]) -> Row:
+    async def create_thread(self, row: Row, *, if_exists: Literal["raise", "do_nothing"]) -> ThreadRecord:
         return await self._transact(scripts.create_thread, row, if_exists)
 
     async def get_thread(self, thread_id: str, *, filters: dict[str, Any] | None = None,
-                         values: bool = True) -> Row | None:
+                         values: bool = True) -> ThreadRecord | None:
         if filters:
-            return await self._get_filtered("threads", "thread_id", thread_id, filters,
-                                            "*" if values else THREAD_HEAD)
-        return await self._one("get_thread" if values else "get_thread_head", thread_id=thread_id)
+            return cast("ThreadRecord | None", await self._get_filtered("threads", "thread_id", thread_id, filters,
+                                                                        "*" if values else THREAD_HEAD))
+        return cast("ThreadRecord | None",
+                    await self._one("get_thread" if values else "get_thread_head", thread_id=thread_id))
 
     async def update_thread(self, thread_id: str, changes: Row, *,
-                            merge_metadata: dict[str, Any] | None = None) -> Row | None:
+                            merge_metadata: dict[str, Any] | None = None) -> ThreadRecord | None:
         return await self._transact(scripts.update_thread, thread_id, changes, merge_metadata)
 
     async def store_thread_state(self, thread_id: str, fields: Row) -> bool:
@@ -159,11 +174,12 @@ class SQLStorage(Storage):
 
     async def search_threads(self, *, ids: list[str] | None, metadata: dict[str, Any] | None,
                              values: dict[str, Any] | None, status: str | None, limit: int, offset: int,
-                             sort_by: str, sort_order: SortOrder, filters: dict[str, Any] | None = None) -> list[Row]:
+                             sort_by: str, sort_order: SortOrder,
+                             filters: dict[str, Any] | None = None) -> list[ThreadRecord]:
         cond, params = self._thread_filter(ids, metadata, values, status, filters)
         order = order_by(sort_by, sort_order, _THREAD_SORT, "created_at", "thread_id")
-        return await self._read(self.dialect.search("threads", cond, order), {**params, "limit": limit,
-                                                                               "offset": offset})
+        return cast("list[ThreadRecord]", await self._read(self.dialect.search("threads", cond, order),
+                                                           {**params, "limit": limit, "offset": offset}))
 
     async def count_threads(self, *, metadata: dict[str, Any] | None, values: dict[str, Any] | None,
                             status: str | None, filters: dict[str, Any] | None = None) -> int:
@@ -172,12 +188,12 @@ class SQLStorage(Storage):
         return int(rows[0]["n"]) if rows else 0
 
     # --- runs and the queue ----------------------------------------------------
-    async def enqueue_run(self, run: Row, *, thread_metadata: dict[str, Any], create_thread: bool,
+    async def enqueue_run(self, run: NewRun, *, thread_metadata: dict[str, Any], create_thread: bool,
                           reject_if_active: bool, thread_ttl_minutes: float | None = None,
                           new_thread_metadata: dict[str, Any] | None = None,
                           claim_for: Claim | tuple[str, float] | None = None,
                           run_metadata: Callable[[dict[str, Any] | None], dict[str, Any]] | None = None,
-                          quota: Quota | None = None) -> Row:
+                          quota: Quota | None = None) -> RunRecord:
         claim = Claim(*claim_for) if claim_for is not None else None
         since = time.monotonic()
         created = await self._transact(scripts.enqueue_run, run, thread_metadata, create_thread, reject_if_active,
@@ -196,51 +212,51 @@ class SQLStorage(Storage):
             return []
         return await self._transact(scripts.release_runs, worker_id, held, heavy=True)
 
-    async def finish_run(self, run_id: str, status: str, *, error: Any = None, output: Any = None,
+    async def finish_run(self, run_id: str, status: FinalRunStatus, *, error: Any = None, output: Any = None,
                          thread_changes: Row | None = None, worker_id: str | None = None,
-                         attempt: int | None = None, delete_thread: bool = False) -> Row | None:
+                         attempt: int | None = None, delete_thread: bool = False) -> RunRecord | None:
         self._stamped.pop(run_id, None)
         return await self._transact(scripts.finish_run, run_id, status, error, output, thread_changes or {},
                                     worker_id, attempt, delete_thread)
 
-    async def cancel_pending_runs(self, run_ids: list[str], status: str) -> list[str]:
+    async def cancel_pending_runs(self, run_ids: list[str], status: FinalRunStatus) -> list[str]:
         if not run_ids:
             return []
         return await self._transact(scripts.cancel_pending_runs, run_ids, status, heavy=True)
 
-    async def get_run(self, run_id: str) -> Row | None:
-        return await self._one("get_run", run_id=run_id)
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        return cast("RunRecord | None", await self._one("get_run", run_id=run_id))
 
     async def search_runs(self, *, thread_id: str | None, assistant_id: str | None, status: str | None,
                           metadata: dict[str, Any] | None, limit: int, offset: int,
-                          thread_filters: dict[str, Any] | None = None) -> list[Row]:
+                          thread_filters: dict[str, Any] | None = None) -> list[RunRecord]:
         given = {"thread_id": thread_id, "assistant_id": assistant_id, "status": status}
         clauses = [(f"{col} = :{col}", {col: val}) for col, val in given.items() if val is not None]
         if thread_filters:  # only runs of threads that pass the filter
             visible, visible_params = where(self.dialect, [], filters=thread_filters)
             clauses.append((f"thread_id IN (SELECT thread_id FROM threads {visible})", visible_params))
         cond, params = where(self.dialect, clauses, metadata=metadata)
-        return await self._read(self.dialect.search("runs", cond, "seq DESC"), {**params, "limit": limit,
-                                                                                 "offset": offset})
+        return cast("list[RunRecord]", await self._read(self.dialect.search("runs", cond, "seq DESC"),
+                                                        {**params, "limit": limit, "offset": offset}))
 
     async def delete_run(self, run_id: str) -> bool:
         return await self._transact(scripts.delete_run, run_id, heavy=True)
 
-    async def active_runs(self, thread_id: str) -> list[Row]:
-        return await self._named("active_runs", thread_id=thread_id)
+    async def active_runs(self, thread_id: str) -> list[RunRecord]:
+        return cast("list[RunRecord]", await self._named("active_runs", thread_id=thread_id))
 
-    async def next_run(self, thread_id: str, after_seq: int) -> Row | None:
+    async def next_run(self, thread_id: str, after_seq: int) -> RunRecord | None:
         rows = await self._named("next_run", thread_id=thread_id, after_seq=after_seq)
-        return rows[0] if rows else None
+        return cast("RunRecord", rows[0]) if rows else None
 
     async def last_run_seq(self, thread_id: str) -> int:
         rows = await self._named("last_run_seq", thread_id=thread_id)
         return int(rows[0]["seq"] or 0) if rows else 0
 
-    async def recover_runs(self, max_attempts: int, *, expired_only: bool) -> tuple[list[Row], list[Row]]:
+    async def recover_runs(self, max_attempts: int, *, expired_only: bool) -> tuple[list[RunRecord], list[RunRecord]]:
         return await self._transact(scripts.recover_runs, max_attempts, expired_only, heavy=True)
 
-    async def queue_stats(self) -> Row:
+    async def queue_stats(self) -> QueueStats:
         rows = await self._named("queue_stats")
         row = rows[0] if rows else {}
         return {"pending": int(row.get("pending") or 0), "running": int(row.get("running") or 0),
@@ -275,27 +291,28 @@ class SQLStorage(Storage):
         return await self._transact(scripts.append_thread_events, thread_id, run_id, events)
 
     async def read_thread_events(self, thread_id: str, *, after: int = 0, limit: int = 500,
-                                 run_id: str | None = None, method: str | None = None) -> list[Row]:
-        return await self._read(self.dialect.thread_events(run_id is not None, method is not None),
+                                 run_id: str | None = None, method: str | None = None) -> list[ThreadEventRecord]:
+        rows = await self._read(self.dialect.thread_events(run_id is not None, method is not None),
                                 {"thread_id": thread_id, "after": after, "limit": limit, "run_id": run_id,
                                  "method": method})
+        return cast("list[ThreadEventRecord]", rows)
 
     async def thread_event_bounds(self, thread_id: str) -> tuple[int, int]:
         rows = await self._named("event_bounds", thread_id=thread_id)
         return (int(rows[0]["lo"] or 0), int(rows[0]["hi"] or 0)) if rows else (0, 0)
 
-    # --- crons (statements and transactions: storage/crons.py) -----------------------------
-    async def create_cron(self, row: Row) -> Row:
+    # --- crons (transactions: storage/crons.py; statements: statements.py) ---------------------
+    async def create_cron(self, row: CronRecord) -> CronRecord:
         return await self._transact(crons.create_cron, row)
 
-    async def get_cron(self, cron_id: str, *, filters: dict[str, Any] | None = None) -> Row | None:
+    async def get_cron(self, cron_id: str, *, filters: dict[str, Any] | None = None) -> CronRecord | None:
         if filters:
             found = await self._get_filtered("crons", "cron_id", cron_id, filters)
             return crons.cron_row(found) if found else None
-        rows = await self._read(crons.statement(self.dialect, "get_cron"), {"cron_id": cron_id}, point=True)
+        rows = await self._named("get_cron", point=True, cron_id=cron_id)
         return crons.cron_row(rows[0]) if rows else None
 
-    async def update_cron(self, cron_id: str, change: Callable[[Row], Row]) -> Row | None:
+    async def update_cron(self, cron_id: str, change: Callable[[CronRecord], Row]) -> CronRecord | None:
         return await self._transact(crons.update_cron, cron_id, change)
 
     async def delete_cron(self, cron_id: str) -> bool:
@@ -313,7 +330,8 @@ class SQLStorage(Storage):
 
     async def search_crons(self, *, assistant_id: str | None, thread_id: str | None, enabled: bool | None,
                            metadata: dict[str, Any] | None, limit: int, offset: int, sort_by: str | None,
-                           sort_order: SortOrder | None, filters: dict[str, Any] | None = None) -> list[Row]:
+                           sort_order: SortOrder | None,
+                           filters: dict[str, Any] | None = None) -> list[CronRecord]:
         cond, params = self._cron_filter(assistant_id, thread_id, enabled, metadata, filters)
         order = order_by(sort_by or "created_at", sort_order or "desc", crons.SORTABLE, "created_at", "cron_id")
         rows = await self._read(self.dialect.search("crons", cond, order), {**params, "limit": limit,
@@ -326,8 +344,8 @@ class SQLStorage(Storage):
         rows = await self._read(self.dialect.count("crons", cond), params)
         return int(rows[0]["n"]) if rows else 0
 
-    async def due_crons(self, now: str, limit: int) -> list[Row]:
-        rows = await self._read(crons.statement(self.dialect, "due_crons"), {"now_at": now, "limit": limit})
+    async def due_crons(self, now: str, limit: int) -> list[CronRecord]:
+        rows = await self._named("due_crons", now_at=now, limit=limit)
         return [crons.cron_row(r) for r in rows]
 
     async def claim_cron_tick(self, cron_id: str, tick: str, *, now: str, until: str) -> bool:

@@ -46,6 +46,23 @@ _PAST_DEADLINE = "(deadline_at IS NOT NULL AND deadline_at <= {now}) AS past_dea
 #: (1 MB of documents): what the reads that answer without them take (`get_thread(..., values=False)`).
 THREAD_HEAD = ("thread_id, status, metadata, config, interrupts, error, ttl_strategy, ttl_minutes, expires_at, "
                "created_at, updated_at, state_updated_at")
+#: The columns a cron row is written with (`insert_cron`), in order.
+CRON_COLUMNS = ("cron_id", "assistant_id", "thread_id", "user_id", "auth_user", "schedule", "timezone", "end_time",
+                "enabled", "on_run_completed", "payload", "metadata", "next_run_date", "created_at", "updated_at",
+                "identity")
+#: Columns whose values are JSON or timestamps though `JSON_COLUMNS` or their name (`*_at`) does not say so:
+#: the crons table's (`_value` gives them their slot).
+_JSON_TOO = frozenset({"payload", "auth_user"})
+_TIMES_TOO = frozenset({"end_time", "next_run_date", "claim_until"})
+
+
+def _value(col: str) -> str:
+    if col in JSON_COLUMNS or col in _JSON_TOO:
+        return f"{{json:{col}}}"
+    if col.endswith("_at") or col in _TIMES_TOO:
+        return f"{{ts:{col}}}"
+    return f":{col}"
+
 
 #: The statements both dialects share, by name.
 STATEMENTS: dict[str, str] = {
@@ -168,6 +185,33 @@ STATEMENTS: dict[str, str] = {
         "VALUES (:thread_id, :seq, :run_id, :method, :channel, :namespace, :params, {now})"),
     "trim_events": "DELETE FROM thread_events WHERE thread_id = :thread_id AND seq <= :upto",
     "event_bounds": "SELECT MIN(seq) AS lo, MAX(seq) AS hi FROM thread_events WHERE thread_id = :thread_id",
+    # --- crons (their two transactions: `crons.py`). Timestamps are ISO-8601 UTC strings of one format
+    # (`core/crons.py: iso`), so SQLite compares them as text and PostgreSQL as `timestamptz`.
+    "insert_cron": (
+        f"INSERT INTO crons ({', '.join(CRON_COLUMNS)}) VALUES ({', '.join(_value(c) for c in CRON_COLUMNS)}) "
+        "RETURNING *"),
+    "get_cron": "SELECT * FROM crons WHERE cron_id = :cron_id",
+    "lock_cron": "SELECT * FROM crons WHERE cron_id = :cron_id {for_update}",
+    "lock_cron_assistant": "SELECT 1 AS ok FROM assistants WHERE assistant_id = :assistant_id {for_update}",
+    "lock_cron_thread": "SELECT 1 AS ok FROM threads WHERE thread_id = :thread_id {for_update}",
+    "delete_cron": "DELETE FROM crons WHERE cron_id = :cron_id RETURNING cron_id",
+    # The ticks due by now: enabled, not past their end_time, and not held by a live claim of another process.
+    "due_crons": (
+        "SELECT * FROM crons WHERE enabled AND next_run_date <= {ts:now_at} "
+        "AND (end_time IS NULL OR end_time >= next_run_date) "
+        "AND (claim_until IS NULL OR claim_until < {ts:now_at}) ORDER BY next_run_date LIMIT :limit"),
+    # Claiming a tick: a conditional update, true for exactly one of the processes that try it (the row's
+    # write lock orders them; the loser's WHERE no longer matches once the winner has committed).
+    "claim_cron_tick": (
+        "UPDATE crons SET claim_until = {ts:until} WHERE cron_id = :cron_id AND next_run_date = {ts:tick} AND enabled "
+        "AND (claim_until IS NULL OR claim_until < {ts:now_at}) RETURNING cron_id"),
+    # After the tick's run exists: the next tick, and the claim released. A PATCH that moved the tick
+    # meanwhile wins (the WHERE no longer matches), and its own next_run_date stands.
+    "advance_cron": (
+        "UPDATE crons SET next_run_date = {ts:next_run_date}, claim_until = NULL "
+        "WHERE cron_id = :cron_id AND next_run_date = {ts:tick} RETURNING cron_id"),
+    "release_cron_tick": (
+        "UPDATE crons SET claim_until = NULL WHERE cron_id = :cron_id AND next_run_date = {ts:tick} RETURNING cron_id"),
 }
 
 #: Statements on LangGraph's checkpoint tables, which each saver names and shapes its own way. One name may
@@ -304,12 +348,14 @@ class Dialect:
         return self.sql(f"INSERT INTO {table} ({', '.join(_q(c) for c in cols)}) VALUES ({', '.join(values)})"
                         + (f" ON CONFLICT {conflict}" if conflict else "") + (" RETURNING *" if returning else ""))
 
-    def update(self, table: str, columns: Iterable[str], key: str, *, stamp: bool = False) -> str:
+    def update(self, table: str, columns: Iterable[str], key: str, *, stamp: bool = False,
+               returning: bool = False) -> str:
         """UPDATE of `columns` where `key` = `:key`; `stamp`: `updated_at` set to `{now}`."""
         sets = [f"{_q(c)} = {_value(c)}" for c in columns if not (stamp and c == "updated_at")]
         if stamp:
             sets.append("updated_at = {now}")
-        return self.sql(f"UPDATE {table} SET {', '.join(sets)} WHERE {key} = :{key}")
+        return self.sql(f"UPDATE {table} SET {', '.join(sets)} WHERE {key} = :{key}"
+                        + (" RETURNING *" if returning else ""))
 
     def reconcile_thread(self, columns: Iterable[str], *, of_run: bool, only_if_busy: bool) -> str:
         """The thread status rule, in SQL so that nothing waits for a result: a thread is busy while it has an
@@ -402,12 +448,6 @@ def _q(col: str) -> str:
     return f'"{col}"'
 
 
-def _value(col: str) -> str:
-    if col in JSON_COLUMNS:
-        return f"{{json:{col}}}"
-    if col.endswith("_at"):
-        return f"{{ts:{col}}}"
-    return f":{col}"
 
 
 def _path_key(path: str, key: str) -> str:
