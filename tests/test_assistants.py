@@ -104,6 +104,9 @@ async def test_schemas_graph_subgraphs(sdk: LangGraphClient) -> None:
     assert "count" in schemas["state_schema"]["properties"]
     drawing = await sdk.assistants.get_graph("counter")
     assert {n["id"] for n in drawing["nodes"]} >= {"__start__", "count", "__end__"}
+    # As LangGraph's server draws it: a node's data is its name (no class path of the runnable behind it).
+    assert next(n for n in drawing["nodes"] if n["id"] == "count") == {"id": "count", "type": "runnable",
+                                                                       "data": {"name": "count"}}
     subs = await sdk.assistants.get_subgraphs("nested")
     assert "child" in subs
     xray = await sdk.assistants.get_graph("nested", xray=True)

@@ -6,14 +6,17 @@ runs through it on both backends.
 
 from __future__ import annotations
 
-from typing import Any, get_args
+from typing import Any, TypedDict, get_args
 
 import pytest
+from langchain_core.runnables import RunnableLambda
+from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, Send
 
 from threadline.core.executor import (
     STREAM_MODES,
     Outcome,
+    _with_events,
     build_config,
     error_of,
     failed,
@@ -159,9 +162,12 @@ def test_build_config_puts_the_run_over_its_assistant_and_names_the_run() -> Non
     configurable = config["configurable"]
     assert configurable["model"] == "x" and configurable["shared"] == "run" and configurable["ctx"] == 1
     assert {k: configurable[k] for k in ("thread_id", "run_id", "assistant_id", "graph_id", "run_attempt",
-                                         "checkpoint_id", "checkpoint_ns")} == {
+                                         "checkpoint_id")} == {
         "thread_id": "t1", "run_id": "r1", "assistant_id": "a1", "graph_id": "agent", "run_attempt": 2,
-        "checkpoint_id": "c9", "checkpoint_ns": ""}
+        "checkpoint_id": "c9"}
+    # As LangGraph's server: no `checkpoint_ns` unless the run names one (LangGraph's own default is the root's ""),
+    # so it is not copied into every event's metadata.
+    assert "checkpoint_ns" not in configurable
     assert config["metadata"] == {"from": "assistant", "m": 1, "run_id": "r1", "thread_id": "t1",
                                   "assistant_id": "a1", "graph_id": "agent"}
 
@@ -181,3 +187,31 @@ def test_graph_input_is_the_input_or_the_command() -> None:
     sent = graph_input({"command": {"goto": {"node": "n1", "input": {"x": 1}}}})
     assert isinstance(sent, Command) and sent.goto == [Send("n1", {"x": 1})]
     assert graph_input({"command": {"goto": "n2"}}).goto == "n2"
+
+
+class _Numbered(TypedDict, total=False):
+    x: int
+
+
+async def test_events_mode_leaves_out_hidden_runs_and_yields_the_roots_chunks() -> None:
+    """As LangGraph's server (checked on `langgraph dev` 0.16.7): no events of runs tagged `langsmith:hidden`
+    (the `__start__` task of a conditional entry, its routing function, a node's runnable hidden by its author),
+    and the graph's own `on_chain_stream` chunks are the other modes' parts, not events."""
+    builder = StateGraph(_Numbered)
+    builder.add_node("visible", lambda state: {"x": 1})
+    builder.add_node("secret", RunnableLambda(lambda state: {"x": 2}).with_config(tags=["langsmith:hidden"]))
+    builder.add_conditional_edges(START, lambda state: "visible", ["visible"])
+    builder.add_edge("visible", "secret")
+    builder.add_edge("secret", END)
+    events: list[tuple[str, str]] = []
+
+    async def publish(mode: str, event: Any) -> None:
+        assert mode == "events"
+        events.append((event["event"], event["name"]))
+
+    parts = [part async for part in _with_events(builder.compile(name="g"), {"x": 0}, {}, {
+        "stream_mode": ["updates"], "subgraphs": False}, publish)]
+    assert events == [("on_chain_start", "g"), ("on_chain_start", "visible"), ("on_chain_stream", "visible"),
+                      ("on_chain_end", "visible"), ("on_chain_start", "secret"), ("on_chain_stream", "secret"),
+                      ("on_chain_end", "secret"), ("on_chain_end", "g")], events
+    assert parts == [("updates", {"visible": {"x": 1}}), ("updates", {"secret": {"x": 2}})]

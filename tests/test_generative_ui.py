@@ -6,6 +6,7 @@ the values). Bundling needs the front-end build (tests/environments.py); the sta
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,9 @@ import pytest
 from langgraph_sdk.client import LangGraphClient
 
 from tests.environments import frontend_build, frontend_missing, in_ci
-from tests.processes import clean_env, threadline_cmd
+from tests.processes import clean_env, serving, threadline_cmd
 from tests.services import Backend
+from tests.waits import until_sync
 from threadline.config import load_config
 from threadline.errors import ConfigError
 from threadline.settings import Settings
@@ -91,6 +93,33 @@ async def test_push_ui_message_streams_in_custom_and_in_the_values(sdk: LangGrap
     assert final["ui"] == [card]  # `values.ui`, which useStream shows after the run and on reload
     state = await sdk.threads.get_state(thread["thread_id"])
     assert state["values"]["ui"] == [card]
+
+
+@pytest.mark.slow  # `threadline dev` and LangGraph's bundler in watch mode: node processes
+def test_dev_rebundles_a_changed_component_without_a_restart(tmp_path: Path) -> None:
+    """As `langgraph dev` (which runs the bundler's `watch` beside the server): a change to ui.tsx is served
+    by the same server process, and a change that does not compile keeps the last good bundle."""
+    if WHY is not None:
+        pytest.fail(WHY) if in_ci() else pytest.skip(WHY)
+    folder = tmp_path / "project"
+    shutil.copytree(PROJECT.parent, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    source = folder / "ui.tsx"
+
+    def served() -> str:
+        return httpx.get(f"{url}/ui/agent/entrypoint.js", timeout=10).text
+
+    with serving(folder, "--config", str(folder / "langgraph.json"), "--ui-bundler", str(BUNDLER),
+                 "--database-url", f"sqlite:///{tmp_path / 'db'}", command="dev") as (url, _):
+        assert "Weather card: " in served()
+        source.write_text(source.read_text().replace("Weather card: ", "Forecast card: "))
+        until_sync(lambda: "Forecast card: " in served(), timeout=60, what="the changed component to be served")
+        source.write_text(source.read_text() + "\nconst broken = (<div>;\n")  # a typo: the last bundle stays
+        until_sync(lambda: "ui bundler: " in (folder / "server.log").read_text(), timeout=60,
+                   what="the bundler's error in the server's log")
+        assert "Forecast card: " in served()
+    log = (folder / "server.log").read_text()
+    assert log.count("bundling the generative UI of agent") == 1, log  # rebundled by the watcher, not a restart
+    assert "[ERROR]" in log, log  # esbuild's message, relayed to the log
 
 
 # --- startup, with no front-end build needed ------------------------------------------------------------------

@@ -104,7 +104,8 @@ async def test_since_replays_exactly_the_missed_events(base: str) -> None:
     assert all(f["event"] == f["data"]["method"] for f in everything)
     steps = [f["data"]["params"]["data"]["payload"]["step"] for f in everything if f["event"] == "custom"]
     assert steps == [0, 1, 2, 3, 4]
-    assert everything[0]["data"]["params"]["data"] == {"event": "started", "graph_name": "counter"}
+    # The root's lifecycle starts with `running`, as LangGraph's server's (a subgraph's with `started`).
+    assert everything[0]["data"]["params"]["data"] == {"event": "running", "graph_name": "counter"}
     cut = seqs[len(seqs) // 2]
     rest = await read_sse(base, tid, {"channels": ["values", "custom", "lifecycle"], "since": cut}, root_done)
     assert [f["data"]["event_id"] for f in rest] == [f["data"]["event_id"] for f in everything if int(f["id"]) > cut]
@@ -113,7 +114,7 @@ async def test_since_replays_exactly_the_missed_events(base: str) -> None:
                                           lambda fs: len(fs) == 2))
     await command(base, tid, "run.start", {"assistant_id": "counter", "input": {"tag": "again"}})
     second = await asyncio.wait_for(follow, 30)
-    assert [f["data"]["params"]["data"]["event"] for f in second] == ["started", "completed"]
+    assert [f["data"]["params"]["data"]["event"] for f in second] == ["running", "completed"]
     assert int(second[0]["id"]) > seqs[-1]
 
 
@@ -138,8 +139,13 @@ async def test_interrupt_events_and_input_respond_errors(base: str) -> None:
     frames = await read_sse(base, tid, {"channels": ["input", "lifecycle", "values"]}, root_done)
     asked = [f["data"]["params"]["data"] for f in frames if f["event"] == "input.requested"]
     assert asked[0]["payload"] == asked[0]["value"] == {"question": "Approve 'x'?"}
-    assert frames[-1]["data"]["params"]["data"]["event"] == "interrupted"
-    assert all("__interrupt__" not in f["data"]["params"]["data"] for f in frames if f["event"] == "values")
+    # As LangGraph's server streams a run stopping at `interrupt()`: its `input.requested`, the root's `interrupted`,
+    # then the state at the interrupt (without `__interrupt__`), once.
+    frames += await read_sse(base, tid, {"channels": ["input", "lifecycle", "values"], "since": int(frames[-1]["id"])},
+                             lambda fs: fs[-1]["event"] == "values")
+    assert [f["event"] for f in frames] == ["lifecycle", "values", "input.requested", "lifecycle", "values"], frames
+    assert frames[1]["data"]["params"]["data"] == frames[-1]["data"]["params"]["data"] == {"request": "x"}
+    assert frames[3]["data"]["params"]["data"]["event"] == "interrupted"
     wrong = await command(base, tid, "input.respond", {"interrupt_id": "nope", "response": True}, cid=7)
     assert wrong["type"] == "error" and wrong["id"] == 7 and wrong["error"] == "no_such_interrupt"
     tree = await command(base, tid, "agent.getTree", {})
@@ -166,7 +172,7 @@ async def test_websocket_subscribe_commands_and_unsubscribe(base: str) -> None:
         await ws.send(json.dumps({"id": 2, "method": "run.start", "params": {"assistant_id": "counter", "input": {}}}))
         frames = [json.loads(await ws.recv()) for _ in range(3)]
         assert frames[0] == {**frames[0], "type": "success", "id": 2}
-        assert [f["params"]["data"]["event"] for f in frames[1:]] == ["started", "completed"]
+        assert [f["params"]["data"]["event"] for f in frames[1:]] == ["running", "completed"]
         await ws.send(json.dumps({"id": 3, "method": "agent.getTree", "params": {}}))
         tree = json.loads(await ws.recv())["result"]["tree"]
         assert tree == {"namespace": [], "status": "completed", "graph_name": "counter"}
@@ -212,7 +218,7 @@ async def test_runs_that_never_stream_still_end_their_lifecycle(base: str) -> No
     assert ends[ids[1]]["event"] == "interrupted"  # cancelled while queued: it never ran
     assert ends[ids[2]]["event"] == "interrupted"  # its assistant was deleted while it was queued
     assert ends[ids[3]]["event"] == "failed" and "prefix must not be empty" in ends[ids[3]]["error"]
-    starts = [f["data"]["event_id"].split(":")[0] for f in frames if f["data"]["params"]["data"]["event"] == "started"]
+    starts = [f["data"]["event_id"].split(":")[0] for f in frames if f["data"]["params"]["data"]["event"] == "running"]
     assert sorted(starts) == sorted(ids)
 
 

@@ -243,7 +243,7 @@ def test_a_protocol_run_stopped_by_a_shutdown_ends_once_with_its_real_end(tmp_pa
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
         proc = _start(db, port, log)
-        ends = [event for rid, event in _lifecycle(base, tid) if rid == run_id and event != "started"]
+        ends = [event for rid, event in _lifecycle(base, tid) if rid == run_id and event != "running"]
         assert ends == ["completed"]
     finally:
         proc.kill()
@@ -263,7 +263,7 @@ def test_a_protocol_run_whose_worker_died_without_retries_ends_failed(tmp_path: 
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
         proc = _start(db, port, log, run_retries="0")
-        assert [event for rid, event in _lifecycle(base, tid) if rid == run_id] == ["started", "failed"]
+        assert [event for rid, event in _lifecycle(base, tid) if rid == run_id] == ["running", "failed"]
     finally:
         proc.kill()
         proc.wait(10)

@@ -112,8 +112,23 @@ async def test_stream_subgraphs(sdk: LangGraphClient) -> None:
 
 async def test_stream_events_mode(sdk: LangGraphClient) -> None:
     parts = [p async for p in sdk.runs.stream(None, "counter", input={}, stream_mode="events")]
-    kinds = {p.data["event"] for p in parts if p.event == "events"}
-    assert "on_chain_start" in kinds and "on_chain_end" in kinds
+    events = [(p.data["event"], p.data["name"]) for p in parts if p.event == "events"]
+    # As LangGraph's server streams them: the graph's run around its node's, and no `on_chain_stream` of the
+    # graph itself (its chunks are the run's other stream modes).
+    assert events == [("on_chain_start", "counter"), ("on_chain_start", "count"), ("on_chain_stream", "count"),
+                      ("on_chain_end", "count"), ("on_chain_end", "counter")], events
+    root = next(p.data for p in parts if p.event == "events")
+    assert "checkpoint_ns" not in root["metadata"] and root["metadata"]["graph_id"] == "counter"
+
+
+async def test_stream_events_mode_beside_other_modes(sdk: LangGraphClient) -> None:
+    """`events` with `values` and `updates`: each mode's events, interleaved as the graph runs."""
+    parts = [p async for p in sdk.runs.stream(None, "counter", input={"increment": 2}, stream_mode=[
+        "events", "values", "updates"])]
+    names = [p.event if p.event != "events" else f"{p.data['event']}:{p.data['name']}" for p in parts]
+    assert names == ["metadata", "on_chain_start:counter", "values", "on_chain_start:count", "on_chain_stream:count",
+                     "on_chain_end:count", "updates", "values", "on_chain_end:counter"], names
+    assert [p.data for p in parts if p.event == "updates"] == [{"count": {"count": 2, "log": [""]}}]
 
 
 async def test_error_run(sdk: LangGraphClient) -> None:

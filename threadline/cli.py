@@ -143,7 +143,7 @@ def reloading_app() -> Any:
     logs.configure(settings.log_level, settings.log_format)
     tracing.setup("dev")
     try:
-        return create_app(settings)
+        return create_app(settings, watch_ui=True)  # a `ui` component's change is rebundled, as `langgraph dev`
     except ConfigError as exc:  # e.g. a graph that does not import: say so, and wait for the next change
         log = logging.getLogger("threadline")
         log.error("cannot start: %s", exc)

@@ -133,8 +133,8 @@ class Settings:
     ui: str = _setting("on", "The web console at /console (on), or none (off).", choices=("on", "off"))
     ui_bundler: str = _setting(
         "npx -y @langchain/langgraph-ui@1.5.1", "The command that bundles langgraph.json's `ui` components at "
-        "startup (LangGraph's own bundler, on esbuild; it is given `build -o <folder>`), or off: no bundle, and "
-        "/ui/{graph} answers 404."
+        "startup (LangGraph's own bundler, on esbuild; it is given `build -o <folder>`, and under `threadline dev` "
+        "also `watch -o <folder>`), or off: no bundle, and /ui/{graph} answers 404."
     )
     api_keys: str | None = _setting(
         None, "Built-in API keys, for a project without an auth.py: comma-separated 'identity=key' entries. A "

@@ -59,21 +59,20 @@ _PLATFORM = r"(langgraph_(host|plan|api_url|api_version|version|request_id|auth_
 _ERR = r"body\.(code|message|errors|metadata)"  # our error body's extra keys (the SDK shows `detail`)
 
 ACCEPTED: list[Accepted] = [
-    # --- real differences nobody is fixing yet ---------------------------------------------------------------
-    Accepted("run-kwargs-config", "open", r"/runs",
+    Accepted("run-kwargs-config", "deliberate", r"/runs",
              r"body(\[\])?\.kwargs\.config\.(configurable\.graph_id|metadata\.(run_id|thread_id))",
-             "A run's `kwargs.config` (Threadline renders it from the stored request and the run's ids): no "
-             "`graph_id` in `configurable` for a run that created its thread (its metadata has none to take it "
-             "from), and for a graph factory the reference's `metadata` also has `run_id`/`thread_id`."),
-    Accepted("events-mode", "open", r"/stream", r"sse\[events\](\.data.*)?",
-             "`events` mode: node runs' events come in another order (the reference starts a node's run before "
-             "the root's stream event for it), and their metadata differ (`checkpoint_ns` on the root)."),
+             "A run's `kwargs.config`, rendered from the run's row alone: no `graph_id` in `configurable` for a run "
+             "that created its thread (its metadata has none to take it from), and for a graph factory the "
+             "reference's `metadata` also has `run_id`/`thread_id`; the graph gets both in its config either way: "
+             "docs/compatibility.md, Runs."),
     Accepted("thread-interrupts-error", "deliberate", r"/threads", r"body(\[\])?\.(interrupts|error)",
              "Thread objects: Threadline always has `interrupts` and `error`, so a client reading them never "
              "gets a KeyError; the reference leaves them out of a new, copied or patched thread: "
              "docs/compatibility.md, Threads.", extra_only=True),
-    Accepted("thread-config-configurable", "open", r"/threads", r"body(\[\])?\.config\.configurable",
-             "Thread `config`: the reference has `{\"configurable\": {}}` once a run has touched it, Threadline `{}`."),
+    Accepted("thread-config-configurable", "deliberate", r"/threads", r"body(\[\])?\.config\.configurable",
+             "Thread `config` stays as created (`{}`); the reference rewrites it at each run's creation (the request's "
+             "top-level keys, the assistant's `configurable`, the request's own dropped), which leaves "
+             "`{\"configurable\": {}}` after a plain run: docs/compatibility.md, Threads and state."),
     Accepted("thread-copy-values", "deliberate", r"POST /threads/<uuid>/copy$", r"body\.values",
              "`POST /threads/{id}/copy` answers the copy as it is once copied (its `values`, and the status they "
              "imply); the reference answers the new row before its state is copied (no `values`, `idle`)."),
@@ -81,20 +80,19 @@ ACCEPTED: list[Accepted] = [
              "A thread whose run was cancelled: the error message names the run (`interrupt requested for run "
              "<id>`); the reference's is the route's template with its placeholders left in (`… via POST "
              "/threads/{thread_id}/runs/{run_id}/cancel`)."),
-    Accepted("schema-state-defaults", "open", r"/schemas$|/subgraphs",
+    Accepted("schema-state-defaults", "deliberate", r"/schemas$|/subgraphs",
              r"body(\.\w+)?\.state_schema\.(properties\.\w+\.default|required)",
              "State schemas: the reference gives every field `default: null` and no `required`; Threadline the "
-             "declared defaults (pydantic, dataclass) or none, and `required`."),
-    Accepted("schema-node-input-fields", "open", r"/schemas$", r"body\.state_schema\.properties\.\w+",
+             "declared defaults (pydantic, dataclass) or none, and `required`: docs/compatibility.md, Assistants."),
+    Accepted("schema-node-input-fields", "deliberate", r"/schemas$", r"body\.state_schema\.properties\.\w+",
              "State schemas: the reference also lists the fields of a node's own input state (a `Send` target's "
-             "`subject`); Threadline only the graph's state.", sessions=r"^schemas$",
-             steps=r"^schemas send$"),
-    Accepted("schema-agent-state", "open", r"/schemas$",
+             "`subject`); Threadline only the graph's state, what a thread holds: docs/compatibility.md, "
+             "Assistants.", sessions=r"^schemas$", steps=r"^schemas send$"),
+    Accepted("schema-agent-state", "deliberate", r"/schemas$",
              r"body\.state_schema\.(additionalProperties|deprecated|description|properties(\.remaining_steps)?)",
-             "State schemas the reference prunes: `create_react_agent`'s (Threadline keeps `remaining_steps`, "
-             "`deprecated`, the description) and an `@entrypoint`'s (the reference lists `__end__`)."),
-    Accepted("graph-node-data", "open", r"/graph", r"body\.nodes\[\]\.data\.id",
-             "Drawn graphs: node `data.id` of function nodes (Threadline names the runnable's class path)."),
+             "State schemas the reference prunes or pads: `create_react_agent`'s (Threadline keeps `remaining_steps`, "
+             "a channel of its state, `deprecated` and the description) and an `@entrypoint`'s (the reference lists "
+             "the internal `__end__` channel): docs/compatibility.md, Assistants."),
     Accepted("store-search-order", "deliberate", r"POST /store/items/search$",
              r"body\.items\[\]\.(key|namespace\.length|value\.\w+)",
              "Store search without a query: the reference lists items in its in-memory store's insertion order; "
@@ -111,10 +109,9 @@ ACCEPTED: list[Accepted] = [
     Accepted("protocol-input-value", "deliberate", r"/stream/events$",
              r"sse\[input\.requested\]\.data\.params\.data\.value",
              "`input.requested` carries `value` besides `payload` (langgraph-sdk reads `value`): docs, Protocol v2."),
-    Accepted("protocol-event-sequence", "open", r"/stream/events$", r"sse\[[^\]]+\](\.data\.params.*)?",
-             "Protocol v2 events of a run stopping at `interrupt()`: the reference's root lifecycle starts with "
-             "`running` (Threadline `started`), it sends no `updates` on that channel, and its last `values` "
-             "comes after `input.requested` (Threadline's before)."),
+    Accepted("protocol-updates", "deliberate", r"/stream/events$", r"sse\[[^\]]*updates\](\.data\.params.*)?",
+             "Protocol v2: a subscriber of `updates` gets the root's `updates` events (a channel of the protocol); "
+             "the reference 0.16.7 sends none: docs/compatibility.md, Protocol v2."),
     # --- deliberate, or the reference's deployment ---------------------------------------------------------------
     Accepted("typeddict-io-schemas-311", "deliberate", r"/schemas$|/subgraphs", r"body(\.\w+)?\.(input|output)_schema",
              "Graphs whose state is a `typing.TypedDict`, on Python 3.11: the reference answers `null` input and "

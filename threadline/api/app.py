@@ -73,7 +73,8 @@ class App(FastAPI):
         return errors.Contained(self.front(stack) if self.front is not None else stack)
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, *, watch_ui: bool = False) -> FastAPI:
+    """The app. `watch_ui` (`threadline dev`): the generative UI is rebundled when its sources change."""
     settings = settings or Settings.resolve()
     project, graphs = Runtime.load_project(settings)
     http = project.http
@@ -86,6 +87,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if project.ui and "ui" not in http.disabled:  # before the first request: LangGraph's `/ui/{graph}`
                 folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="threadline-ui-"))
                 app.state.ui_bundle = await _bundle_ui(app, project, settings, Path(folder))
+                if watch_ui and app.state.ui_bundle is not None:
+                    await stack.enter_async_context(bundler.watching(project, settings.ui_bundler, Path(folder)))
 
             def prepare(runtime: Runtime) -> None:  # before its workers start: relative webhooks reach the app
                 client, runtime.webhooks.local = user_app.local_webhooks(app, http)

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -54,6 +54,10 @@ class StopSignal:
         self.started = False
 
 
+#: The tag LangGraph gives its own steps (and a project its runs) to keep them out of traces and `events`.
+HIDDEN = "langsmith:hidden"
+
+
 def build_config(run: RunRecord, assistant: AssistantRecord, thread_id: str) -> dict[str, Any]:
     kwargs = run["kwargs"]
     base = assistant.get("config") or {}
@@ -73,7 +77,6 @@ def build_config(run: RunRecord, assistant: AssistantRecord, thread_id: str) -> 
     for key in ("checkpoint_id", "checkpoint_ns", "checkpoint_map"):
         if checkpoint.get(key) is not None:
             configurable[key] = checkpoint[key]
-    configurable.setdefault("checkpoint_ns", "")
     config["configurable"] = user_in_config(configurable)
     config["metadata"] = {**(base.get("metadata") or {}), **(given.get("metadata") or {}), **run["metadata"],
                           "run_id": run["run_id"], "thread_id": thread_id,
@@ -505,13 +508,12 @@ class Executor:
         async def publish(event: str, data: Any) -> None:
             await self._publish(lease, event, data)
 
-        if "events" in modes:
-            await self._stream_events(graph, given, config, options, publish)
-            return
         if protocol is not None:  # Protocol v2 events go into the thread's log
             await protocol.stream(graph, given, config, options)
             return
-        async for part in graph.astream(given, config, **options):
+        parts = (_with_events(graph, given, config, options, publish) if "events" in modes
+                 else graph.astream(given, config, **options))
+        async for part in parts:
             ns, mode, chunk = part if subgraphs else ((), *part)
             suffix = "|" + "|".join(ns) if ns else ""
             if mode == "messages":
@@ -524,10 +526,16 @@ class Executor:
             elif mode in modes:
                 await publish(mode + suffix, chunk)
 
-    async def _stream_events(self, graph: Any, given: Any, config: dict[str, Any], options: dict[str, Any],
-                             publish: Any) -> None:
-        options = {k: v for k, v in options.items() if k not in ("stream_mode", "subgraphs")}
-        async for event in graph.astream_events(given, config, version="v2", **options):
+
+async def _with_events(graph: Any, given: Any, config: dict[str, Any], options: dict[str, Any],
+                       publish: Callable[[str, Any], Awaitable[None]]) -> AsyncIterator[Any]:
+    """`events` mode as LangGraph's server streams it: the events of `astream_events` but those of runs tagged
+    `langsmith:hidden` (LangGraph's own steps: `__start__`, routing functions) and the root's own
+    `on_chain_stream`, whose chunks are what `astream` would yield for the run's other modes (yielded here)."""
+    async for event in graph.astream_events(given, config, version="v2", **options):
+        if event["event"] == "on_chain_stream" and not event.get("parent_ids"):
+            yield event["data"]["chunk"]
+        elif HIDDEN not in (event.get("tags") or ()):
             await publish("events", event)
 
 

@@ -289,8 +289,13 @@ def _typed_dict_twin(tp: Any, seen: dict[Any, Any]) -> Any:
 
 
 def draw(graph: CompiledGraph, xray: int | bool = False) -> dict[str, Any]:
-    drawn = graph.get_graph(xray=xray).to_json()
-    return dict(drawn)
+    """The drawn graph as LangGraph's server answers it: a node's `data` is its name, without the class path of
+    the runnable behind it (`["langgraph", "_internal", "_runnable", "RunnableCallable"]` for every function)."""
+    drawn = dict(graph.get_graph(xray=xray).to_json())
+    for node in drawn.get("nodes") or ():
+        if node.get("type") == "runnable" and isinstance(node.get("data"), dict):
+            node["data"] = {k: v for k, v in node["data"].items() if k != "id"}
+    return drawn
 
 
 def subgraph_schemas(graph: CompiledGraph, namespace: str | None, recurse: bool) -> dict[str, Any]:

@@ -60,6 +60,7 @@ class StreamConverter:
     def __init__(self, graph_name: str) -> None:
         self.graph_name = graph_name
         self.root_interrupts: list[str] = []
+        self.ended = False  # the root's terminal lifecycle event was made
         self._interrupts_seen: set[str] = set()
         self._message_ids: dict[str, str] = {}  # LangChain run id of a model call -> its message id
         self._subgraphs: dict[tuple[str, ...], str] = {}  # started namespaces -> their task id
@@ -72,8 +73,13 @@ class StreamConverter:
             values = to_jsonable(data)
             if isinstance(values, dict):
                 values.pop("__interrupt__", None)
+            interrupts = part.get("interrupts") or ()
+            # As LangGraph's server: the state at an interrupt comes after its `input.requested` and, at the root,
+            # after the run's `interrupted` (the run stops there).
+            out += self._interrupts(ns, interrupts)
+            if interrupts and not ns and self.root_interrupts and not self.ended:
+                out.append(self.finished("interrupted"))
             out.append(("values", ns, values, None))
-            out += self._interrupts(ns, part.get("interrupts") or ())
         elif mode == "updates":
             for node, delta in (data or {}).items():
                 if node != "__interrupt__":  # interrupts are announced as input.requested (from values)
@@ -92,9 +98,12 @@ class StreamConverter:
         return out
 
     def started(self) -> Event:
-        return ("lifecycle", [], {"event": "started", "graph_name": self.graph_name}, None)
+        """The root's first lifecycle event: `running`, as LangGraph's server (a subgraph's is `started`)."""
+        return ("lifecycle", [], {"event": "running", "graph_name": self.graph_name}, None)
 
     def finished(self, status: str, error: str | None = None) -> Event:
+        """The root's terminal lifecycle event (once: `ended` says whether it was made)."""
+        self.ended = True
         data: dict[str, Any] = {"event": status, "graph_name": self.graph_name}
         if error is not None:
             data["error"] = error
@@ -273,7 +282,9 @@ class ProtocolRun:
 
     async def _finish(self, status: str, error: str | None = None) -> None:
         events = [] if self.started else [self.converter.started()]
-        await self.writer.add([*events, self.converter.finished(status, error)])
+        if not self.converter.ended:  # else the graph's stream made it (`interrupted`, at the root's interrupt)
+            events.append(self.converter.finished(status, error))
+        await self.writer.add(events)
         await self.writer.flush()
         self.started = self.ended = True
 
