@@ -93,7 +93,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool | None:
-    """pytest-timeout's `thread` method (pyproject): a test past its timeout ends the whole run, because a
+    """pytest-timeout's `thread` method (pyproject): a test past its timeout ends its test process (the whole
+    run; under pytest-xdist, its worker, which xdist reports as crashed and replaces), because a
     hung asyncio test cannot be stopped from inside (its loop may hang again in its own teardown). First,
     the report names the test and shows its loop's tasks, which thread stacks alone do not, and the
     processes the tests started are ended."""
@@ -106,7 +107,7 @@ def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool | None:
         if capture is not None:
             capture.suspend_global_capture(item)
         sys.stderr.write(f"\n+++ Timeout: {item.nodeid} still running after {settings.timeout:.0f} s; "
-                         "the run stops here\n")
+                         "this test process stops here\n")
         _dump_loop_tasks()
         ended = end_processes()
         if ended:
