@@ -85,8 +85,14 @@ def module_backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
     return fresh_backend(request, tmp_path_factory.mktemp(f"module-{request.param}"))
 
 
+@pytest.fixture(scope="module")
+def module_settings(module_backend: Backend) -> Settings:
+    """`settings` for a module that shares its app (a module may override it, as it may `settings`)."""
+    return Settings(config=str(PROJECT), workers=4, heartbeat_seconds=5.0, **module_backend.settings())
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def module_served(module_backend: Backend) -> AsyncIterator[tuple[Any, object]]:
+async def module_served(module_settings: Settings) -> AsyncIterator[tuple[Any, object]]:
     """`served` shared by a module's tests, once per backend. Such a module runs in one event loop, the app's,
     and points the fixtures its tests take at the shared ones (`tests/shared_app.py`):
 
@@ -94,8 +100,7 @@ async def module_served(module_backend: Backend) -> AsyncIterator[tuple[Any, obj
         backend, served, http = shared_app()
 
     (`app`, `runtime`, `settings` and `sdk` follow.)"""
-    settings = Settings(config=str(PROJECT), workers=4, heartbeat_seconds=5.0, **module_backend.settings())
-    application = create_app(settings)
+    application = create_app(module_settings)
     async with LifespanManager(application, startup_timeout=30, shutdown_timeout=30) as manager:
         yield application, manager.app
 
