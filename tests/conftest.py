@@ -15,7 +15,6 @@ import os
 import shutil
 import socket
 import sys
-import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ import uvicorn
 from asgi_lifespan import LifespanManager
 from langgraph_sdk.client import LangGraphClient
 
-from tests import processes
+from tests import ending, processes
 from tests.services import Backend, ScaleOut, sweep_stale
 from threadline.api.app import create_app
 from threadline.core.runtime import Runtime
@@ -44,6 +43,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     processes.watch(config)
+    if not config.pluginmanager.has_plugin("threadline-ending"):
+        config.pluginmanager.register(ending, "threadline-ending")  # timeouts, and processes left running
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -57,54 +58,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
         else:
             item.add_marker(pytest.mark.unit)
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool | None:
-    """pytest-timeout's `thread` method (pyproject): a test past its timeout ends the whole run, because a
-    hung asyncio test cannot be stopped from inside (its loop may hang again in its own teardown). First,
-    the report names the test and shows its loop's tasks, which thread stacks alone do not."""
-    if settings.method != "thread":
-        return None
-    import pytest_timeout
-
-    def expire() -> None:
-        capture = item.config.pluginmanager.getplugin("capturemanager")
-        if capture is not None:
-            capture.suspend_global_capture(item)
-        sys.stderr.write(f"\n+++ Timeout: {item.nodeid} still running after {settings.timeout:.0f} s; "
-                         "the run stops here\n")
-        _dump_loop_tasks()
-        pytest_timeout.timeout_timer(item, settings)  # thread stacks, then os._exit(1)
-
-    timer = threading.Timer(settings.timeout, expire)
-    timer.name = f"timeout {item.nodeid}"
-    timer.daemon = True
-
-    def cancel() -> None:
-        timer.cancel()
-        timer.join()
-
-    item.cancel_timeout = cancel  # type: ignore[attr-defined]
-    timer.start()
-    return True
-
-
-def _dump_loop_tasks() -> None:
-    """The asyncio tasks of the loop running in the main thread, if one is, with their stacks."""
-    frame = sys._current_frames().get(threading.main_thread().ident or 0)
-    while frame is not None and not (frame.f_code.co_name == "run_forever" and "self" in frame.f_locals):
-        frame = frame.f_back
-    if frame is None:
-        return
-    try:
-        tasks = asyncio.all_tasks(frame.f_locals["self"])
-    except Exception:  # noqa: BLE001 - a diagnostic on the way out: its own failure must not hide the test's
-        return
-    for task in tasks:
-        sys.stderr.write(f"--- {task!r}\n")
-        task.print_stack(file=sys.stderr)
-    sys.stderr.flush()
 
 
 @pytest.fixture(params=BACKENDS)
@@ -132,8 +85,14 @@ def module_backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
     return fresh_backend(request, tmp_path_factory.mktemp(f"module-{request.param}"))
 
 
+@pytest.fixture(scope="module")
+def module_settings(module_backend: Backend) -> Settings:
+    """`settings` for a module that shares its app (a module may override it, as it may `settings`)."""
+    return Settings(config=str(PROJECT), workers=4, heartbeat_seconds=5.0, **module_backend.settings())
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def module_served(module_backend: Backend) -> AsyncIterator[tuple[Any, object]]:
+async def module_served(module_settings: Settings) -> AsyncIterator[tuple[Any, object]]:
     """`served` shared by a module's tests, once per backend. Such a module runs in one event loop, the app's,
     and points the fixtures its tests take at the shared ones (`tests/shared_app.py`):
 
@@ -141,8 +100,7 @@ async def module_served(module_backend: Backend) -> AsyncIterator[tuple[Any, obj
         backend, served, http = shared_app()
 
     (`app`, `runtime`, `settings` and `sdk` follow.)"""
-    settings = Settings(config=str(PROJECT), workers=4, heartbeat_seconds=5.0, **module_backend.settings())
-    application = create_app(settings)
+    application = create_app(module_settings)
     async with LifespanManager(application, startup_timeout=30, shutdown_timeout=30) as manager:
         yield application, manager.app
 

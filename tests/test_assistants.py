@@ -7,13 +7,21 @@ import httpx
 import pytest
 from langgraph_sdk.client import LangGraphClient
 
+from tests.shared_app import shared_app
+
+# The module's tests share one started app per backend (tests/conftest.py, `module_served`): each reads what it
+# made, or the system assistants, which no test changes. They run in the app's event loop.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+backend, served, http = shared_app()
+
 
 def system_id(graph_id: str) -> str:
     return str(uuid.uuid5(uuid.UUID("6ba7b821-9dad-11d1-80b4-00c04fd430c8"), graph_id))
 
 
 async def test_system_assistants_have_deterministic_ids(sdk: LangGraphClient) -> None:
-    found = await sdk.assistants.search(graph_id="echo")
+    found = await sdk.assistants.search(graph_id="echo", metadata={"created_by": "system"})
     assert [a["assistant_id"] for a in found] == [system_id("echo")]
     assert found[0]["metadata"] == {"created_by": "system"}
     assert found[0]["name"] == "echo" and found[0]["version"] == 1
@@ -66,7 +74,8 @@ async def test_search_and_count_for_a_graph_the_server_does_not_have_are_404(htt
             assert r.status_code == 404, (path, graph_id, r.status_code, r.text)
             assert r.json()["detail"].startswith(f"Graph '{graph_id}' not found. Expected one of: ["), r.text
     r = await http.post("/assistants/search", json={"graph_id": "echo"})
-    assert r.status_code == 200 and [a["graph_id"] for a in r.json()] == ["echo"]
+    assert r.status_code == 200 and {a["graph_id"] for a in r.json()} == {"echo"}
+    assert system_id("echo") in {a["assistant_id"] for a in r.json()}
 
 
 async def test_a_graph_with_langgraphs_default_name_is_named_after_its_id(http: httpx.AsyncClient) -> None:
@@ -86,15 +95,17 @@ async def test_a_graph_with_langgraphs_default_name_is_named_after_its_id(http: 
 
 
 async def test_search_filters_sort_select_count(sdk: LangGraphClient) -> None:
+    group = uuid.uuid4().hex  # the module's app is shared: this test's assistants are the ones in its group
+    counters = await sdk.assistants.count(graph_id="counter")
     for i in range(3):
-        await sdk.assistants.create("counter", metadata={"group": "g", "i": i}, name=f"c{i}")
-    found = await sdk.assistants.search(metadata={"group": "g"}, sort_by="name", sort_order="asc")
+        await sdk.assistants.create("counter", metadata={"group": group, "i": i}, name=f"c{i}")
+    found = await sdk.assistants.search(metadata={"group": group}, sort_by="name", sort_order="asc")
     assert [a["name"] for a in found] == ["c0", "c1", "c2"]
-    page = await sdk.assistants.search(metadata={"group": "g"}, limit=1, offset=1, sort_by="name",
+    page = await sdk.assistants.search(metadata={"group": group}, limit=1, offset=1, sort_by="name",
                                        sort_order="asc", select=["assistant_id", "name"])
     assert page == [{"assistant_id": page[0]["assistant_id"], "name": "c1"}]
-    assert await sdk.assistants.count(metadata={"group": "g"}) == 3
-    assert await sdk.assistants.count(graph_id="counter") == 4
+    assert await sdk.assistants.count(metadata={"group": group}) == 3
+    assert await sdk.assistants.count(graph_id="counter") == counters + 3
 
 
 async def test_schemas_graph_subgraphs(sdk: LangGraphClient) -> None:

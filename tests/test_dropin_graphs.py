@@ -12,8 +12,15 @@ import pytest
 from langgraph_sdk.client import LangGraphClient
 
 from tests.project.userstyle import FACTORY_CALLS, greeter
+from tests.shared_app import shared_app
 from tests.waits import logged, until
 from threadline.core.graphs import GraphEntry, GraphRegistry
+
+# The module's tests share one started app per backend (tests/conftest.py, `module_served`): each reads what it
+# made, under ids and tags of its own. They run in the app's event loop.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+backend, served, http = shared_app()
 
 
 @pytest.fixture(autouse=True)
@@ -207,26 +214,6 @@ async def test_an_agent_calls_its_own_server_with_get_client(sdk: LangGraphClien
     assert threads and all(t["thread_id"] != tid for t in threads)
     [run] = await sdk.runs.list(threads[0]["thread_id"])
     assert run["status"] == "success" and run["assistant_id"] == (await sdk.assistants.get("echo"))["assistant_id"]
-
-
-def test_loopback_is_unwired_at_shutdown() -> None:
-    from langgraph_sdk import get_client
-    from langgraph_sdk._shared import utilities
-
-    from threadline.api.loopback import serving_loopback
-
-    def app(scope, receive, send):  # type: ignore[no-untyped-def]
-        raise AssertionError("not called")
-
-    early = get_client()  # made before the server starts, as a module-level client in a graph file
-    sdk_list = utilities._registered_transports
-    with serving_loopback(app):
-        during = get_client()
-        assert early.http.client._transport.app is not None and during.http.client._transport.app is not None
-        assert len(utilities._registered_transports) == len(sdk_list)  # per-call clients do not pile up
-    assert utilities._registered_transports is sdk_list
-    assert early.http.client._transport.app is None and during.http.client._transport.app is None
-    assert get_client().http.client._transport.app is None
 
 
 async def _working(tag: str) -> None:

@@ -13,15 +13,23 @@ from langgraph_sdk.client import LangGraphClient
 from pydantic import BaseModel
 
 from tests.services import Backend
+from tests.shared_app import shared_app
 from threadline.core.state import interrupt_json, run_output
 from threadline.settings import Settings
 
 GALLERY = Path(__file__).parent / "gallery" / "langgraph.json"
 
 
-@pytest.fixture
-def settings(backend: Backend) -> Settings:
-    return Settings(config=str(GALLERY), workers=4, heartbeat_seconds=5.0, **backend.settings())
+# The module's tests share one started app per backend (tests/conftest.py, `module_served`), on the gallery's
+# project: each reads what it made. They run in the app's event loop.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+backend, served, http = shared_app()
+
+
+@pytest.fixture(scope="module")
+def module_settings(module_backend: Backend) -> Settings:
+    return Settings(config=str(GALLERY), workers=4, heartbeat_seconds=5.0, **module_backend.settings())
 
 
 # --- /wait outputs -------------------------------------------------------------------------------------------

@@ -6,7 +6,14 @@ import httpx
 import pytest
 from langgraph_sdk.client import LangGraphClient
 
+from tests.shared_app import shared_app
 from tests.waits import logged, until
+
+# The module's tests share one started app per backend (tests/conftest.py, `module_served`): each reads and
+# counts only the threads it made. They run in the app's event loop.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+backend, served, http = shared_app()
 
 
 async def test_create_get_patch_delete(sdk: LangGraphClient) -> None:
@@ -43,16 +50,17 @@ async def test_if_exists(sdk: LangGraphClient) -> None:
 
 
 async def test_search_and_count(sdk: LangGraphClient) -> None:
-    ids = [(await sdk.threads.create(metadata={"kind": "s", "i": i}))["thread_id"] for i in range(3)]
-    found = await sdk.threads.search(metadata={"kind": "s"}, sort_by="created_at", sort_order="asc")
+    kind = uuid.uuid4().hex  # the module's app is shared: this test's threads are the ones of its kind
+    ids = [(await sdk.threads.create(metadata={"kind": kind, "i": i}))["thread_id"] for i in range(3)]
+    found = await sdk.threads.search(metadata={"kind": kind}, sort_by="created_at", sort_order="asc")
     assert [t["thread_id"] for t in found] == ids
-    assert len(await sdk.threads.search(metadata={"kind": "s"}, limit=2)) == 2
+    assert len(await sdk.threads.search(metadata={"kind": kind}, limit=2)) == 2
     assert [t["thread_id"] for t in await sdk.threads.search(ids=[ids[1]])] == [ids[1]]
     sel = await sdk.threads.search(ids=[ids[0]], select=["thread_id", "status"])
     assert sel == [{"thread_id": ids[0], "status": "idle"}]
-    assert await sdk.threads.count(metadata={"kind": "s"}) == 3
-    assert await sdk.threads.count(status="busy") == 0
-    assert [t["thread_id"] for t in await sdk.threads.search(metadata={"kind": "s"}, status="idle",
+    assert await sdk.threads.count(metadata={"kind": kind}) == 3
+    assert await sdk.threads.count(metadata={"kind": kind}, status="busy") == 0
+    assert [t["thread_id"] for t in await sdk.threads.search(metadata={"kind": kind}, status="idle",
                                                              sort_order="asc")] == ids
 
 
@@ -184,10 +192,11 @@ async def test_supersteps_seed_state(sdk: LangGraphClient, http: httpx.AsyncClie
     assert again["values"]["count"] == 6
     r = await http.post("/threads", json={"supersteps": [{"updates": [{"values": {}}]}]})
     assert r.status_code == 400 and "graph_id" in r.json()["detail"]
+    threads = await sdk.threads.count(metadata={"graph_id": "counter"})
     r = await http.post("/threads", json={"graph_id": "counter", "supersteps": [
         {"updates": [{"values": {"count": 1}, "as_node": "nope"}]}]})
     assert r.status_code == 400
-    assert await sdk.threads.count(metadata={"graph_id": "counter"}) == 1  # the failed one left nothing
+    assert await sdk.threads.count(metadata={"graph_id": "counter"}) == threads  # the failed one left nothing
 
 
 async def test_fields_nobody_defines_are_ignored(http: httpx.AsyncClient) -> None:
