@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 
 import httpx
 import pytest
@@ -267,6 +268,19 @@ async def test_deleting_an_assistant_cancels_its_runs(sdk: LangGraphClient, http
         assert (await http.get(f"/runs/{run['run_id']}")).json()["status"] == "interrupted"
     assert (await http.get(f"/runs/{other['run_id']}/wait")).json()["run"]["status"] == "success"
     assert (await sdk.threads.get(tid))["status"] != "busy"
+
+
+async def test_a_run_whose_assistant_is_gone_when_it_starts_ends_interrupted(sdk: LangGraphClient,
+                                                                             http: httpx.AsyncClient,
+                                                                             runtime: Any) -> None:
+    """The window of `DELETE /assistants/{id}` between the delete and its runs' cancel: a run claimed there
+    (here: due after the assistant's row went, and never cancelled) ends as the cancel would have ended it."""
+    mine = await sdk.assistants.create("slow")
+    run = await sdk.runs.create(None, mine["assistant_id"], input={"tag": "orphan", "steps": 1}, after_seconds=1,
+                                on_completion="keep")
+    assert await runtime.storage.delete_assistant(mine["assistant_id"])  # the row only: no cancel is sent
+    ended = (await http.get(f"/runs/{run['run_id']}/wait")).json()
+    assert ended["run"]["status"] == "interrupted", ended
 
 
 async def test_deleting_an_assistant_with_delete_threads(sdk: LangGraphClient, http: httpx.AsyncClient) -> None:

@@ -105,6 +105,10 @@ def graph_input(kwargs: RunKwargs) -> Any:
     return kwargs.get("input")
 
 
+class AssistantGone(LookupError):
+    """The run's assistant was deleted before the run started."""
+
+
 @dataclass(frozen=True)
 class Outcome:
     """How a run ended, as this worker records it: the run's status, error and output, what its thread becomes,
@@ -277,6 +281,10 @@ class Executor:
             if claim.stop.action is None:
                 raise
             return await self._stopped(claim, claim.stop.action)
+        except AssistantGone:
+            # Deleted after this run was queued: deleting an assistant cancels its runs (`Runs.delete_assistant`),
+            # and a run claimed between the delete and its cancel ends as the cancel would have ended it.
+            return await self._stopped(claim, "interrupt")
         except Exception as exc:  # noqa: BLE001 - the agent's own failure: recorded on the run, shown to the client
             return await self._failed(claim, exc)
 
@@ -293,7 +301,7 @@ class Executor:
         if assistant is None:
             assistant = await self.storage.get_assistant(run["assistant_id"])
         if assistant is None:
-            raise LookupError(f"Assistant {run['assistant_id']} no longer exists")
+            raise AssistantGone(f"Assistant {run['assistant_id']} no longer exists")
         claim.fields["graph_id"] = assistant["graph_id"]
         log.info("run started", extra=claim.fields)
         if protocol is not None:
