@@ -34,17 +34,16 @@ async def idle(pool: WorkerPool | None) -> None:
 
 
 def record_claims(runtime: Runtime) -> list[str]:
-    """The ids of the runs the worker loops claimed from the queue."""
+    """The ids of the runs the worker's claimer claimed from the queue."""
     claimed: list[str] = []
-    claim = runtime.storage.claim_run
+    claim = runtime.storage.claim_runs
 
     async def recording(*args: Any, **kwargs: Any) -> Any:
-        run = await claim(*args, **kwargs)
-        if run is not None:
-            claimed.append(run["run_id"])
-        return run
+        runs = await claim(*args, **kwargs)
+        claimed.extend(run["run_id"] for run in runs)
+        return runs
 
-    runtime.storage.claim_run = recording  # type: ignore[method-assign]
+    runtime.storage.claim_runs = recording  # type: ignore[method-assign]
     return claimed
 
 

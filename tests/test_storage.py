@@ -232,6 +232,34 @@ async def test_concurrent_claims_take_each_thread_once(storage: Storage, peer: S
     assert sorted(claimed) == sorted(r["run_id"] for r in firsts)
 
 
+async def test_one_claim_fills_several_slots_oldest_first_and_one_run_per_thread(storage: Storage) -> None:
+    """A worker process claims for all its free slots in one statement: up to `limit` runs, oldest first,
+    never two of one thread, each leased and fenced as a single claim is."""
+    first = await enqueue(storage)
+    second = await enqueue(storage, first["thread_id"])  # behind `first` on its thread
+    others = [await enqueue(storage) for _ in range(3)]
+    claimed = await storage.claim_runs("w1", 30, limit=3)
+    assert [r["run_id"] for r in claimed] == [first["run_id"], others[0]["run_id"], others[1]["run_id"]]
+    assert {(r["status"], r["worker_id"], r["attempt"]) for r in claimed} == {("running", "w1", 1)}
+    assert all(r["lease_expires_at"] for r in claimed)
+    rest = await storage.claim_runs("w2", 30, limit=10)  # not `second`: its thread's first run is running
+    assert [r["run_id"] for r in rest] == [others[2]["run_id"]]
+    assert await storage.claim_runs("w2", 30, limit=10) == []
+    await storage.finish_run(first["run_id"], "success", worker_id="w1", attempt=1)
+    assert [r["run_id"] for r in await storage.claim_runs("w2", 30, limit=10)] == [second["run_id"]]
+
+
+async def test_concurrent_multi_claims_take_each_run_once(storage: Storage, peer: Storage) -> None:
+    """Claimers of several slots racing from two processes: each run is claimed by exactly one, and the
+    claims together take every claimable run."""
+    runs = [await enqueue(storage) for _ in range(30)]
+    claims = await asyncio.gather(*(s.claim_runs(f"w{i}", 30, limit=4) for i in range(6) for s in (storage, peer)))
+    claimed = [r["run_id"] for batch in claims for r in batch]
+    assert len(claimed) == len(set(claimed))
+    claimed += [r["run_id"] for r in await storage.claim_runs("w-last", 30, limit=30)]
+    assert sorted(claimed) == sorted(r["run_id"] for r in runs)
+
+
 async def test_a_run_started_at_once_is_inserted_claimed_only_on_a_free_thread(storage: Storage) -> None:
     started = await enqueue(storage, claim_for=("w1", 30))
     assert (started["status"], started["worker_id"], started["attempt"]) == ("running", "w1", 1)

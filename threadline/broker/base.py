@@ -78,11 +78,17 @@ class Broker(abc.ABC):
 
     @abc.abstractmethod
     async def wake_workers(self) -> None:
-        """Wake one idle worker slot (a slot that claims a run passes the wake-up on)."""
+        """Wake the worker of every process (one waiter in each: the process's claimer)."""
+
+    async def wake_here(self) -> None:
+        """Wake this process's worker only (a run ended here: its thread's next run may now be claimable, and
+        this process has the free slot). By default, `wake_workers`."""
+        await self.wake_workers()
 
     @abc.abstractmethod
     async def wait_for_work(self, timeout: float) -> None:
-        """Return when woken or after `timeout` seconds, whichever comes first."""
+        """Return when woken or after `timeout` seconds, whichever comes first. A waiter takes every wake-up
+        that arrived while none was waiting: one claim that follows answers them all."""
 
     @abc.abstractmethod
     async def notify_run_done(self, run_id: str) -> None: ...

@@ -18,12 +18,10 @@ CancelCallback = Callable[[str], Any]
 class LocalSignals:
     """Counted wake-ups, run-done events and cancel callbacks of this process."""
 
-    #: Wake-ups are counted, so one enqueued run wakes one idle worker slot, not all of them (each woken slot
-    #: opens a write transaction to claim). Capped: extra wake-ups only cost an empty claim.
-    max_wakeups = 1024
-
     def __init__(self) -> None:
-        self._wakeups = 0  # wake-ups no idle slot has taken yet
+        # Wake-ups no waiter has taken yet. A process has one waiter, its claimer, which claims for all its
+        # free slots at once: the first wait takes them all, and one claim answers every run they announced.
+        self._wakeups = 0
         self._idle: deque[asyncio.Future[None]] = deque()  # slots waiting for work, oldest first
         self._done: dict[str, asyncio.Event] = {}
         self._cancel: dict[str, list[CancelCallback]] = {}
@@ -43,11 +41,11 @@ class LocalSignals:
             if not waiter.done():
                 waiter.set_result(None)
                 return
-        self._wakeups = min(self._wakeups + 1, self.max_wakeups)
+        self._wakeups += 1
 
     async def wait_for_work(self, timeout: float) -> None:
         if self._wakeups > 0:
-            self._wakeups -= 1
+            self._wakeups = 0
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._idle.append(waiter)

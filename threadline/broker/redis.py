@@ -322,6 +322,9 @@ class RedisBroker(Broker):
         await self._signals.wake()  # an idle slot of this process at once, without a round trip
         self._signal(self._keys.wake_channel)
 
+    async def wake_here(self) -> None:
+        await self._signals.wake()
+
     async def wait_for_work(self, timeout: float) -> None:
         await self._signals.wait_for_work(timeout)
 

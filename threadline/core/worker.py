@@ -1,8 +1,11 @@
 """Workers: claim runs from the durable queue, execute them, and keep their leases alive.
 
-Each process has one pool of `size` slots. Wake-ups come from the broker; polling is the backstop. One
-heartbeat task extends the leases of every run this pool holds; in a multi-process deployment a sweeper
-retries or fails the runs of workers whose leases lapsed.
+Each process has one pool of `size` slots and one claimer: it claims for every free slot in one statement
+(`claim_runs`), then waits for a wake-up from the broker (a run was enqueued somewhere, or one ended here and
+its thread's next run may be claimable); polling every `poll_seconds` is the backstop, so a lost wake-up
+costs latency, never a stuck run. An idle process therefore costs the database one empty claim a poll, not
+one per slot. One heartbeat task extends the leases of every run this pool holds; in a multi-process
+deployment a sweeper retries or fails the runs of workers whose leases lapsed.
 
 A run whose client waits for it (`/wait`, `/stream`) and that this process can start at once is claimed in
 the transaction that creates it and executed here (`reserve`, `adopt`): no wake-up, no separate claim, and
@@ -51,11 +54,13 @@ class WorkerPool:
         self.sweep = sweep
         self.worker_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._loops: list[asyncio.Task[None]] = []
+        self._claimed: set[asyncio.Task[RunRecord | None]] = set()  # executions of runs the claimer took
         self._running: dict[str, tuple[asyncio.Task[Any], Lease]] = {}
         self._adopted: dict[str, tuple[asyncio.Task[RunRecord | None], Lease]] = {}
-        self._reserved = 0  # slots taken for a claim in flight, not yet in `_running`
-        self._freed = asyncio.Condition()  # notified when a slot frees: a loop that found none full tries again
+        self._reserved = 0  # slots taken for claims in flight, not yet in `_running`
+        self._freed = asyncio.Condition()  # notified when a slot frees: a claimer that found them all full goes on
         self._stopping = False
+        self._full = False  # the claimer waits for a slot to free
 
     @property
     def busy(self) -> int:
@@ -117,8 +122,8 @@ class WorkerPool:
     async def start(self) -> None:
         # LangGraph runs synchronous nodes on the loop's default executor; ours knows which run each is for.
         asyncio.get_running_loop().set_default_executor(self.executor.node_threads)
-        self._loops = [asyncio.create_task(self._loop(i), name=f"threadline-worker-{i}") for i in range(self.size)]
-        self._loops.append(asyncio.create_task(self._heartbeat(), name="threadline-heartbeat"))
+        self._loops = [asyncio.create_task(self._claimer(), name="threadline-claimer"),
+                       asyncio.create_task(self._heartbeat(), name="threadline-heartbeat")]
         if self.sweep:
             self._loops.append(asyncio.create_task(self._sweeper(), name="threadline-sweeper"))
         log.info("worker started: %d slots", self.size, extra={"worker_id": self.worker_id})
@@ -130,12 +135,12 @@ class WorkerPool:
                  extra={"worker_id": self.worker_id})
         # An adopted run is held from its creation, before its task has started and joined `_running`.
         holding = {**self._adopted, **self._running}
-        for task in [*self._loops, *(t for t, _ in self._adopted.values())]:
+        for task in [*self._loops, *(t for t, _ in self._adopted.values()), *self._claimed]:
             task.cancel()
         held = {run_id: lease.attempt for run_id, (_, lease) in holding.items() if lease.valid()}
         for task, _ in list(self._running.values()):
             task.cancel()
-        tasks = {*self._loops, *(t for t, _ in holding.values())}
+        tasks = {*self._loops, *(t for t, _ in holding.values()), *self._claimed}
         # Bounded: a run whose code swallows its cancellation must not hold the shutdown. Its lease is
         # released below all the same, so nothing it writes afterwards is accepted.
         ended, stuck = await asyncio.wait(tasks, timeout=self.stop_seconds) if tasks else (set(), set())
@@ -155,37 +160,52 @@ class WorkerPool:
                 log.exception("could not return runs to the queue at shutdown")
         log.info("worker stopped", extra={"worker_id": self.worker_id})
 
-    async def _loop(self, slot: int) -> None:
+    async def _claimer(self) -> None:
         while not self._stopping:
-            if not self.reserve():  # every slot holds a run, some of them adopted
-                async with self._freed:
-                    await self._freed.wait_for(lambda: self._stopping or self.free > 0)
+            wanted = self.free
+            if wanted <= 0:  # every slot holds a run, some of them adopted
+                self._full = True
+                try:
+                    async with self._freed:
+                        await self._freed.wait_for(lambda: self._stopping or self.free > 0)
+                finally:
+                    self._full = False
                 continue
+            self._reserved += wanted
             try:
                 sent = time.monotonic()
-                # The run's deadline (limits) is stamped by the claim: its start writes nothing of its own.
-                run = await self.storage.claim_run(self.worker_id, self.lease_seconds, self.executor.run_timeout)
+                # The runs' deadlines (limits) are stamped by the claim: a start writes nothing of its own.
+                runs = await self.storage.claim_runs(self.worker_id, self.lease_seconds, self.executor.run_timeout,
+                                                     limit=wanted)
             except Unavailable as exc:  # the database is away: no traceback, it is not our bug
-                await self.unreserve()
-                log.warning("claiming a run failed: %s", exc.message)
-                await asyncio.sleep(self.poll_seconds)
-                continue
+                runs = None
+                log.warning("claiming runs failed: %s", exc.message)
             except Exception:
-                await self.unreserve()
-                log.exception("claiming a run failed; retrying")
+                runs = None
+                log.exception("claiming runs failed; retrying")
+            if runs is None:
+                self._reserved -= wanted
                 await asyncio.sleep(self.poll_seconds)
                 continue
-            if run is None:
-                await self.unreserve()
+            self._reserved -= wanted - len(runs)
+            for run in runs:
+                self._start(run, Lease(run["run_id"], run["attempt"], self.lease_seconds, since=sent))
+            if len(runs) < wanted:  # the queue had no more: until a wake-up, or the poll
                 await self.broker.wait_for_work(self.poll_seconds)
-                continue
-            # Every enqueued run sends its own wake-up (counted: one idle slot each), so none is passed on.
-            # Finishing this run may unblock its thread's next run: this slot claims again at once.
-            await self._execute(run, Lease(run["run_id"], run["attempt"], self.lease_seconds, since=sent))
+            # else every free slot was filled and more may be waiting: claim again as soon as one frees
 
-    async def _execute(self, run: RunRecord, lease: Lease,
-                       assistant: AssistantRecord | None = None) -> RunRecord | None:
-        """Execute a claimed run on the slot `reserve`d for it; the finished run, or None (see `started_here`)."""
+    def _start(self, run: RunRecord, lease: Lease) -> None:
+        """Execute a run the claimer took, on one of the slots it reserved."""
+        task = asyncio.create_task(self._execute(run, lease, claimed=True), name=f"threadline-run-{run['run_id']}")
+        self._claimed.add(task)
+        task.add_done_callback(self._claimed.discard)
+
+    async def _execute(self, run: RunRecord, lease: Lease, assistant: AssistantRecord | None = None, *,
+                       claimed: bool = False) -> RunRecord | None:
+        """Execute a claimed run on the slot `reserve`d for it; the finished run, or None (see `started_here`).
+        `claimed`: by the claimer (not created here), so storage sets this task up for it (`enter_run`)."""
+        if claimed:
+            self.storage.enter_run(run)
         stop = StopSignal()
         holder: list[asyncio.Task[Any]] = []
 
@@ -223,7 +243,10 @@ class WorkerPool:
         finally:
             unregister()
             self._running.pop(run["run_id"], None)
+            full = self._full  # the claimer waits for a free slot: it claims at once, no wake-up needed
             await asyncio.shield(self._slot_freed())
+            if not self._stopping and not full:  # the run's thread may have its next run waiting, and here is
+                await asyncio.shield(self.broker.wake_here())  # a free slot
 
     async def _heartbeat(self) -> None:
         """Extend every held lease each third of the lease; stop runs whose lease is gone."""

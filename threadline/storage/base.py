@@ -200,13 +200,27 @@ class Storage(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def claim_run(self, worker_id: str, lease_seconds: float, deadline_seconds: float = 0.0) -> RunRecord | None:
-        """Atomically take the oldest pending, available run whose thread has no running run.
+    async def claim_runs(self, worker_id: str, lease_seconds: float, deadline_seconds: float = 0.0, *,
+                         limit: int = 1) -> list[RunRecord]:
+        """Atomically take up to `limit` of the oldest pending, available runs whose threads have no running
+        run, at most one per thread, oldest first (one worker process claims for all its free slots at once).
 
-        The claim increments `attempt` (the fencing token) and holds a lease for `lease_seconds`. With
+        Each claim increments `attempt` (the fencing token) and holds a lease for `lease_seconds`. With
         `deadline_seconds`, it stamps the run's deadline that far from now unless the run has one (see
         `set_run_deadline`), in the same statement: a run's start costs no write of its own.
         """
+
+    async def claim_run(self, worker_id: str, lease_seconds: float,
+                        deadline_seconds: float = 0.0) -> RunRecord | None:
+        """`claim_runs` for one run: the run claimed, or None."""
+        claimed = await self.claim_runs(worker_id, lease_seconds, deadline_seconds, limit=1)
+        return claimed[0] if claimed else None
+
+    def enter_run(self, run: RunRecord) -> None:
+        """Called in the task that executes a claimed `run`, before it starts: what this task writes for it is
+        written as the run was stored (encrypted storage takes the run's encryption context). By default,
+        nothing."""
+        return None
 
     @abc.abstractmethod
     async def heartbeat_runs(self, worker_id: str, held: dict[str, int], lease_seconds: float) -> set[str]:

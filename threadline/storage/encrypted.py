@@ -52,6 +52,7 @@ class EncryptedStorage:
         self.store = EncryptedStore(inner.store, codec)
         self._run_savers: dict[int, EncryptedSaver] = {}
         self._cron_contexts: dict[str, dict[str, Any]] = {}  # of the crons `due_crons` last gave
+        self._run_contexts: dict[str, dict[str, Any]] = {}  # of the runs `claim_runs` gave, until they start
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -154,13 +155,20 @@ class EncryptedStorage:
             **kwargs)
         return await self._opened("run", created)
 
-    async def claim_run(self, worker_id: str, lease_seconds: float,
-                        deadline_seconds: float = 0.0) -> RunRecord | None:
-        claimed = await self.inner.claim_run(worker_id, lease_seconds, deadline_seconds)
-        if claimed is not None:
-            # The run executes in a task started from here: its checkpoints take the context it was stored with.
-            use_context(stored_context(claimed.get("kwargs")))
-        return await self._open("run", claimed)
+    async def claim_runs(self, worker_id: str, lease_seconds: float, deadline_seconds: float = 0.0, *,
+                         limit: int = 1) -> list[RunRecord]:
+        claimed = await self.inner.claim_runs(worker_id, lease_seconds, deadline_seconds, limit=limit)
+        if len(self._run_contexts) > 10_000:  # runs claimed here but never started (a crash): forgotten
+            self._run_contexts.clear()
+        for run in claimed:  # for `enter_run`, in the task that executes it
+            self._run_contexts[run["run_id"]] = stored_context(run.get("kwargs"))
+        return await self._open_all("run", claimed)
+
+    def enter_run(self, run: RunRecord) -> None:
+        # The run executes in this task: its checkpoints take the context it was stored with.
+        found = self._run_contexts.pop(run["run_id"], None)
+        if found is not None:
+            use_context(found)
 
     async def finish_run(self, run_id: str, status: FinalRunStatus, *, error: Any = None, output: Any = None,
                          thread_changes: Row | None = None, **kwargs: Any) -> RunRecord | None:

@@ -299,19 +299,21 @@ class PostgresStorage(SQLStorage):
             self._read_turns.release()
 
     # --- what only this backend does ---------------------------------------------
-    async def claim_run(self, worker_id: str, lease_seconds: float,
-                        deadline_seconds: float = 0.0) -> RunRecord | None:
+    async def claim_runs(self, worker_id: str, lease_seconds: float, deadline_seconds: float = 0.0, *,
+                         limit: int = 1) -> list[RunRecord]:
         since = time.monotonic()
         try:
             # One statement is its own transaction: no BEGIN/COMMIT round trips on the hottest path.
             async with self._pool.connection() as db:
-                cur = await db.execute(POSTGRES.statement("claim_run"), {
-                    "worker_id": worker_id, "lease_seconds": lease_seconds, "deadline_seconds": deadline_seconds})
-                found = await cur.fetchone()
+                cur = await db.execute(POSTGRES.statement("claim_runs"), {
+                    "worker_id": worker_id, "lease_seconds": lease_seconds, "deadline_seconds": deadline_seconds,
+                    "limit": limit})
+                found = await cur.fetchall()
         except psycopg.errors.UniqueViolation:
-            return None  # another worker just started a run of that thread; the next claim moves on
-        claimed = cast("RunRecord", _row(found)) if found else None
-        self._remember_deadline(claimed, deadline_seconds, since)
+            return []  # another worker just started a run of one of those threads; the next claim moves on
+        claimed = sorted((cast("RunRecord", _row(r)) for r in found), key=lambda r: r["seq"])
+        for run in claimed:
+            self._remember_deadline(run, deadline_seconds, since)
         return claimed
 
     async def prune_checkpoints(self, thread_id: str, strategy: Literal["delete", "keep_latest"]) -> None:

@@ -158,11 +158,12 @@ class SQLiteStorage(SQLStorage):
         # `sync` commits each write before the next step; `async` and `exit` allow the group commit.
         return self.checkpointer if durability == "sync" else self.checkpointer.grouped()
 
-    async def claim_run(self, worker_id: str, lease_seconds: float,
-                        deadline_seconds: float = 0.0) -> RunRecord | None:
+    async def claim_runs(self, worker_id: str, lease_seconds: float, deadline_seconds: float = 0.0, *,
+                         limit: int = 1) -> list[RunRecord]:
         since = time.monotonic()
-        claimed: RunRecord | None = await self.writer.run(_claim, worker_id, lease_seconds, deadline_seconds)
-        self._remember_deadline(claimed, deadline_seconds, since)
+        claimed: list[RunRecord] = await self.writer.run(_claim, worker_id, lease_seconds, deadline_seconds, limit)
+        for run in claimed:
+            self._remember_deadline(run, deadline_seconds, since)
         return claimed
 
     async def prune_checkpoints(self, thread_id: str, strategy: Literal["delete", "keep_latest"]) -> None:
@@ -209,19 +210,22 @@ def _bind(params: dict[str, Any], now: str) -> dict[str, Any]:
     return bound
 
 
-def _claim(db: sqlite3.Connection, worker_id: str, lease_seconds: float, deadline_seconds: float) -> Row | None:
-    """The oldest claimable run, claimed. The search is a plain read: an idle slot's claim usually finds nothing,
-    and then takes no write lock. Every writer of `runs` uses this connection under the writer's lock, so what
-    it found is still claimable when the transaction begins (the UPDATE checks it is still pending anyway)."""
+def _claim(db: sqlite3.Connection, worker_id: str, lease_seconds: float, deadline_seconds: float,
+           limit: int) -> list[RunRecord]:
+    """Up to `limit` of the oldest claimable runs, claimed. The search is a plain read: an idle worker's claim
+    usually finds nothing, and then takes no write lock. Every writer of `runs` uses this connection under the
+    writer's lock, so what it found is still claimable when the transaction begins (the UPDATE checks it is
+    still pending anyway)."""
     now = now_iso()
-    params = {"worker_id": worker_id, "lease_seconds": lease_seconds, "deadline_seconds": deadline_seconds}
+    params = {"worker_id": worker_id, "lease_seconds": lease_seconds, "deadline_seconds": deadline_seconds,
+              "limit": limit}
     cur = db.execute(SQLITE.statement("next_claimable_run"), {"now": now})
     found = cur.fetchone()
     cur.close()
     if found is None:
-        return None
-    claimed = in_transaction(db, _execute, Q(SQLITE.statement("claim_run"), params), now)
-    return claimed[0] if claimed else None
+        return []
+    claimed = in_transaction(db, _execute, Q(SQLITE.statement("claim_runs"), params), now) or []
+    return sorted(claimed, key=lambda r: r["seq"])
 
 
 def _lower(text: Any) -> Any:

@@ -33,11 +33,13 @@ from threadline.storage.sql import JSON_COLUMNS, dumps, filter_terms
 DialectName = Literal["sqlite", "postgres"]
 ACTIVE = "status IN ('pending', 'running')"
 _ACTIVE_RUN = f"EXISTS (SELECT 1 FROM runs r WHERE r.thread_id = threads.thread_id AND r.{ACTIVE})"
+#: Claimable: pending, available, and the oldest pending run of a thread with no running run (so no two
+#: claimed together share a thread).
 _CLAIMABLE = (
     "SELECT run_id FROM runs r WHERE status = 'pending' AND available_at <= {now} "
     "AND NOT EXISTS (SELECT 1 FROM runs o WHERE o.thread_id = r.thread_id AND o.status = 'running') "
     "AND NOT EXISTS (SELECT 1 FROM runs e WHERE e.thread_id = r.thread_id AND e.status = 'pending' AND e.seq < r.seq) "
-    "ORDER BY seq LIMIT 1"
+    "ORDER BY seq LIMIT "
 )
 #: A running run's deadline has passed (limits, issue 16), on the clock `{now}` names.
 _PAST_DEADLINE = "(deadline_at IS NOT NULL AND deadline_at <= {now}) AS past_deadline"
@@ -118,14 +120,16 @@ STATEMENTS: dict[str, str] = {
     "active_runs": f"SELECT * FROM runs WHERE thread_id = :thread_id AND {ACTIVE} ORDER BY seq",
     "next_run": "SELECT * FROM runs WHERE thread_id = :thread_id AND seq > :after_seq ORDER BY seq LIMIT 1",
     "last_run_seq": "SELECT MAX(seq) AS seq FROM runs WHERE thread_id = :thread_id",
-    "next_claimable_run": _CLAIMABLE,
-    # The oldest pending, available run whose thread has no running run and no older pending one.
-    "claim_run": (
+    "next_claimable_run": _CLAIMABLE + "1",
+    # Up to `:limit` of the oldest claimable runs, for one worker process's free slots: one statement, one
+    # transaction, however many slots it fills; runs another claimer has locked are skipped, not waited for.
+    "claim_runs": (
+        f"WITH picked AS ({_CLAIMABLE}:limit {{skip_locked}}) "
         "UPDATE runs SET status = 'running', worker_id = :worker_id, attempt = attempt + 1, "
         "lease_expires_at = {lease}, updated_at = {now}, "
         # The run's deadline (limits) from its first start, unless it has one (a retried run keeps it).
         "deadline_at = CASE WHEN :deadline_seconds > 0 THEN COALESCE(deadline_at, {deadline}) ELSE deadline_at END "
-        f"WHERE run_id = ({_CLAIMABLE} {{skip_locked}}) AND status = 'pending' RETURNING *"),
+        "WHERE run_id IN (SELECT run_id FROM picked) AND status = 'pending' RETURNING *"),
     # The finish guard: with a worker named, only the holder of that attempt ends the run.
     "finish_run": (
         "UPDATE runs SET status = :status, error = {json:error}, output = {json:output}, lease_expires_at = NULL, "
