@@ -1,0 +1,74 @@
+"""One claimer per worker process (`WorkerPool._claimer`): it claims for all its free slots in one statement,
+so an idle process costs the database one claim a poll whatever its slots."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from tests.conftest import PROJECT
+from tests.test_storage import enqueue
+from tests.waits import until
+from threadline.core.runtime import Runtime
+from threadline.settings import Settings
+
+SLOTS = 8
+
+
+@pytest.fixture
+def settings(backend: Any) -> Settings:
+    return Settings(config=str(PROJECT), workers=SLOTS, heartbeat_seconds=5.0, **backend.settings())
+
+
+def count_claims(runtime: Runtime) -> list[int]:
+    """Claim statements sent from now on (one claim for one slot or for many counts one), and the runs they took."""
+    storage = runtime.storage
+    counted = [0, 0]
+    claim_runs, claim_run = getattr(storage, "claim_runs", None), storage.claim_run
+
+    async def many(*args: Any, **kwargs: Any) -> Any:
+        assert claim_runs is not None
+        runs = await claim_runs(*args, **kwargs)
+        counted[0] += 1
+        counted[1] += len(runs)
+        return runs
+
+    async def one(*args: Any, **kwargs: Any) -> Any:  # a claim for one slot, as each slot's loop made before
+        run = await claim_run(*args, **kwargs)
+        counted[0] += 1
+        counted[1] += run is not None
+        return run
+
+    storage.claim_runs = many  # type: ignore[method-assign]
+    storage.claim_run = one  # type: ignore[method-assign]  # the pool claims through `claim_runs`: unused
+    return counted
+
+
+async def test_an_idle_pool_claims_once_a_poll_not_once_per_slot(runtime: Runtime) -> None:
+    pool = runtime.workers
+    assert pool is not None
+    pool.poll_seconds = 0.1
+    await until(lambda: pool.free == SLOTS, timeout=30, what="the pool idle")
+    await asyncio.sleep(0.3)  # the claimer's wait started before the shorter poll has ended
+    counted = count_claims(runtime)
+    await asyncio.sleep(1.0)
+    # One claimer: about 10 polls in the second (fewer on a loaded machine, never more). One loop per slot
+    # made about SLOTS times as many.
+    assert 1 <= counted[0] <= 13, counted
+
+
+async def test_one_wake_up_fills_every_free_slot_in_one_claim(runtime: Runtime) -> None:
+    pool = runtime.workers
+    assert pool is not None
+    pool.poll_seconds = 60.0  # no poll during the test: only the wake-up below makes the claimer claim
+    await until(lambda: pool.free == SLOTS, timeout=30, what="the pool idle")
+    await asyncio.sleep(1.2)  # the claimer's wait started with the default poll has ended, a 60 s one began
+    counted = count_claims(runtime)
+    for _ in range(SLOTS):  # queued without a wake-up each, as runs released or recovered in bulk could be
+        await enqueue(runtime.storage)
+    await runtime.broker.wake_workers()
+    # Per-slot loops took one run per wake-up and left the rest to the poll, 60 s away.
+    await until(lambda: counted[1] == SLOTS, timeout=10, what=f"all {SLOTS} runs claimed after one wake-up")
+    assert counted[0] <= 2, counted
