@@ -306,7 +306,7 @@ class PostgresBroker(Broker):
     # Signals.
 
     async def wake_workers(self) -> None:
-        await self._signals.wake()  # an idle slot of this process at once, without a round trip
+        await self._signals.wake()  # this process's claimer at once, without a round trip
         self._signal("w", "")
 
     async def wake_here(self) -> None:

@@ -319,7 +319,7 @@ class RedisBroker(Broker):
     # Wake-ups.
 
     async def wake_workers(self) -> None:
-        await self._signals.wake()  # an idle slot of this process at once, without a round trip
+        await self._signals.wake()  # this process's claimer at once, without a round trip
         self._signal(self._keys.wake_channel)
 
     async def wake_here(self) -> None:
