@@ -54,7 +54,9 @@ class WorkerPool:
         self.sweep = sweep
         self.worker_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._loops: list[asyncio.Task[None]] = []
-        self._claimed: set[asyncio.Task[RunRecord | None]] = set()  # executions of runs the claimer took
+        # Runs the claimer took, from their claim: a task not yet started is not in `_running`, and a shutdown
+        # must still give its run back.
+        self._claimed: dict[str, tuple[asyncio.Task[RunRecord | None], Lease]] = {}
         self._running: dict[str, tuple[asyncio.Task[Any], Lease]] = {}
         self._adopted: dict[str, tuple[asyncio.Task[RunRecord | None], Lease]] = {}
         self._reserved = 0  # slots taken for claims in flight, not yet in `_running`
@@ -131,16 +133,18 @@ class WorkerPool:
     async def stop(self) -> None:
         """Stop claiming; cancel runs in flight and put them back in the queue for another worker."""
         self._stopping = True
-        log.info("worker stopping: %d run(s) in flight go back to the queue", len({**self._adopted, **self._running}),
+        # An adopted or claimed run is held from its creation or claim, before its task has started and joined
+        # `_running` (whose tasks are the runs' own, inside theirs).
+        outer = [t for t, _ in [*self._adopted.values(), *self._claimed.values()]]
+        holding = {**self._adopted, **self._claimed, **self._running}
+        log.info("worker stopping: %d run(s) in flight go back to the queue", len(holding),
                  extra={"worker_id": self.worker_id})
-        # An adopted run is held from its creation, before its task has started and joined `_running`.
-        holding = {**self._adopted, **self._running}
-        for task in [*self._loops, *(t for t, _ in self._adopted.values()), *self._claimed]:
+        for task in [*self._loops, *outer]:
             task.cancel()
         held = {run_id: lease.attempt for run_id, (_, lease) in holding.items() if lease.valid()}
         for task, _ in list(self._running.values()):
             task.cancel()
-        tasks = {*self._loops, *(t for t, _ in holding.values()), *self._claimed}
+        tasks = {*self._loops, *outer, *(t for t, _ in holding.values())}
         # Bounded: a run whose code swallows its cancellation must not hold the shutdown. Its lease is
         # released below all the same, so nothing it writes afterwards is accepted.
         ended, stuck = await asyncio.wait(tasks, timeout=self.stop_seconds) if tasks else (set(), set())
@@ -197,8 +201,8 @@ class WorkerPool:
     def _start(self, run: RunRecord, lease: Lease) -> None:
         """Execute a run the claimer took, on one of the slots it reserved."""
         task = asyncio.create_task(self._execute(run, lease, claimed=True), name=f"threadline-run-{run['run_id']}")
-        self._claimed.add(task)
-        task.add_done_callback(self._claimed.discard)
+        self._claimed[run["run_id"]] = (task, lease)
+        task.add_done_callback(lambda _: self._claimed.pop(run["run_id"], None))
 
     async def _execute(self, run: RunRecord, lease: Lease, assistant: AssistantRecord | None = None, *,
                        claimed: bool = False) -> RunRecord | None:
