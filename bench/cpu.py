@@ -40,6 +40,7 @@ HERE = Path(__file__).resolve().parent
 PROJECT = HERE / "project"
 WORKLOADS = HERE / "workloads_project"
 INPUT = {"messages": [{"role": "user", "content": "hi"}]}
+SENDS = [0]  # body messages the app sent (each is a pass through the middleware and a socket write when served)
 
 
 async def _call(app: Any, path: str, body: bytes) -> tuple[int, bytes]:
@@ -62,6 +63,7 @@ async def _call(app: Any, path: str, body: bytes) -> tuple[int, bytes]:
             status = message["status"]
         elif message["type"] == "http.response.body":
             chunks.append(message.get("body", b""))
+            SENDS[0] += 1
             if not message.get("more_body"):
                 done.set()
 
@@ -75,7 +77,7 @@ async def _call(app: Any, path: str, body: bytes) -> tuple[int, bytes]:
 
 
 async def measure(runs: int, kind: str, profile: str | None, tokens: int = 4000,
-                  mode: str = "messages-tuple") -> dict[str, float]:
+                  mode: str = "messages-tuple", settings: dict[str, Any] | None = None) -> dict[str, float]:
     import cProfile
 
     import orjson
@@ -102,6 +104,7 @@ async def measure(runs: int, kind: str, profile: str | None, tokens: int = 4000,
     request = orjson.dumps(body)
     with tempfile.TemporaryDirectory() as tmp:
         app = create_app(Settings(config=str(project / "langgraph.json"), database_url=f"sqlite:///{tmp}/bench.db",
+                                  **(settings or {}),
                                   log_level="warning"))
         async with LifespanManager(app):
             threads = []
@@ -111,6 +114,7 @@ async def measure(runs: int, kind: str, profile: str | None, tokens: int = 4000,
             path = {"thread": None, "stateless": "/runs/wait", "stream": "/runs/stream", "long": "/runs/stream"}[kind]
             profiler = cProfile.Profile() if profile else None
             app_cpu = floor_cpu = 0.0
+            ratios = []  # each request's app CPU over the floor run right after it: robust to a loaded minute
             warmup = 2 if kind == "long" else 20
             for i in range(runs + warmup):  # the first ones warm up
                 timed = i >= warmup
@@ -130,12 +134,16 @@ async def measure(runs: int, kind: str, profile: str | None, tokens: int = 4000,
                         pass
                 else:
                     await floor.ainvoke(INPUT, config)
+                if i == warmup - 1:
+                    SENDS[0] = 0
                 if timed:
                     app_cpu += between - started
                     floor_cpu += time.process_time() - between
+                    ratios.append((between - started) / max(time.process_time() - between, 1e-9))
             if profiler is not None:
                 profiler.dump_stats(profile)
-    return {"app_ms": app_cpu / runs * 1000, "floor_ms": floor_cpu / runs * 1000, "ratio": app_cpu / floor_cpu}
+    return {"app_ms": app_cpu / runs * 1000, "floor_ms": floor_cpu / runs * 1000, "ratio": app_cpu / floor_cpu,
+            "median": statistics.median(ratios), "sends": SENDS[0] / runs}
 
 
 def _against(old: str, runs: int, kind: str, pairs: int, extra: list[str]) -> None:
@@ -149,11 +157,13 @@ def _against(old: str, runs: int, kind: str, pairs: int, extra: list[str]) -> No
             results[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
             print(f"{name}: {_line(results[name][-1])}", flush=True)
     for name in ("old", "new"):
-        print(f"{name} ratio mean {statistics.mean(r['ratio'] for r in results[name]):.3f}")
+        print(f"{name} ratio mean {statistics.mean(r['ratio'] for r in results[name]):.3f}  median of the "
+              f"per-request ratios, mean {statistics.mean(r['median'] for r in results[name]):.3f}")
 
 
 def _line(r: dict[str, float]) -> str:
-    return f"ratio {r['ratio']:.3f}  app {r['app_ms']:.3f} ms/run  floor {r['floor_ms']:.3f} ms/run"
+    return (f"ratio {r['ratio']:.3f} (per-request median {r['median']:.3f})  app {r['app_ms']:.3f} ms/run  "
+            f"floor {r['floor_ms']:.3f} ms/run  {r.get('sends', 0):.0f} sends/run")
 
 
 def main() -> None:
@@ -165,14 +175,18 @@ def main() -> None:
     parser.add_argument("--against", help="a checkout of older code, measured in alternating processes")
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--profile", help="write a cProfile of the app's timed requests here")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a setting of the app (e.g. stream_coalesce_ms=0), for both sides of --against")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.against:
-        _against(args.against, args.runs, args.kind, args.pairs, ["--tokens", str(args.tokens), "--mode", args.mode])
+        _against(args.against, args.runs, args.kind, args.pairs, ["--tokens", str(args.tokens), "--mode", args.mode,
+                                                                  *(f"--set={s}" for s in args.set)])
         return
     from threadline.cli import run_loop  # the loop `threadline serve` runs on
 
-    result = run_loop(measure(args.runs, args.kind, args.profile, args.tokens, args.mode))
+    settings = {name: json.loads(value) for name, _, value in (s.partition("=") for s in args.set)}
+    result = run_loop(measure(args.runs, args.kind, args.profile, args.tokens, args.mode, settings))
     print(json.dumps(result) if args.json else _line(result))
 
 
