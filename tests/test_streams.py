@@ -164,7 +164,7 @@ async def test_a_broker_failure_mid_stream_is_reported_and_does_not_cancel_the_r
         raise Unavailable("Redis is unavailable: connection reset")
         yield  # an async generator
 
-    runtime.broker.subscribe = failing_subscribe
+    runtime.broker.subscribe_batches = failing_subscribe
     tid = (await http.post("/threads", json={})).json()["thread_id"]
     r = await http.post(f"/threads/{tid}/runs/stream", json={
         "assistant_id": "slow", "input": {"tag": "bf", "steps": 3, "delay": 0.01}, "stream_mode": "custom"})

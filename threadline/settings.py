@@ -127,6 +127,11 @@ class Settings:
         30.0, "A stream whose client has not taken a frame for this long (its connection's buffers are full) "
         "is closed; the run goes on, and the client can resume with Last-Event-ID. 0: never."
     )
+    stream_coalesce_ms: float = _setting(
+        2.0, "Events of a stream that come within this many milliseconds of its last write wait for that time "
+        "and go out together in one write; the first event after a quiet spell goes out at once. 0: each batch "
+        "of ready events at once."
+    )
     trusted_proxies: str = _setting(
         "", "Comma-separated addresses or CIDR blocks of reverse proxies whose X-Forwarded-For names the client."
     )

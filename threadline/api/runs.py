@@ -57,7 +57,7 @@ def _stream(rt: Runtime, run: RunRecord, *, last_event_id: str | None = None, re
         await rt.runs.stop(run["run_id"], action="interrupt")
 
     return event_response(
-        rt.runs.stream(run["run_id"], last_event_id=last_event_id, replay=replay, modes=modes),
+        batches=rt.runs.stream_batches(run["run_id"], last_event_id=last_event_id, replay=replay, modes=modes),
         heartbeat=rt.settings.heartbeat_seconds,
         headers={"Location": f"{path}/stream", "Content-Location": path},
         on_disconnect=disconnect if cancel_on_disconnect else None, draining=rt.draining, slot=slot,

@@ -81,13 +81,15 @@ async def stream_slot(request: Any) -> Release | None:
 
 
 def event_response(
-    events: AsyncIterator[StreamEvent], *, heartbeat: float, headers: dict[str, str] | None = None,
+    events: AsyncIterator[StreamEvent] | None = None, *, heartbeat: float, headers: dict[str, str] | None = None,
     on_disconnect: Callable[[], Awaitable[Any]] | None = None, draining: Draining | None = None,
     slot: Release | None = None, send_timeout: float | None = None,
+    batches: AsyncIterator[list[StreamEvent]] | None = None,
 ) -> EventSourceResponse:
-    """Relay `events`; `on_disconnect` runs when the client leaves before the stream ends. When `draining`
-    is set (this process is stopping), the stream ends at once with `RECONNECT`, the response completes,
-    and `on_disconnect` does not run: the run is not the client's to stop, it goes back to the queue."""
+    """Relay `events` (read ahead by a `Pump`), or `batches` (a broker's lists of what was ready, taken on the
+    response's own task: `Batches`); `on_disconnect` runs when the client leaves before the stream ends. When
+    `draining` is set (this process is stopping), the stream ends at once with `RECONNECT`, the response
+    completes, and `on_disconnect` does not run: the run is not the client's to stop, it goes back to the queue."""
 
     async def frames() -> AsyncIterator[bytes | ServerSentEvent]:
         left = True  # until the events end or fail, stopping early means the client went away
@@ -98,9 +100,11 @@ def event_response(
                 scope.reschedule(asyncio.get_running_loop().time())  # expires now: the wait ends
 
         unwatch = draining.watch(stop_waiting) if draining is not None else None
-        pump = Pump(events)
+        pump: Pump | Batches = Batches(batches) if batches is not None else Pump(events)  # type: ignore[arg-type]
         if response.metrics is not None:
             response.metrics.track_read_ahead(pump)
+        loop = asyncio.get_running_loop()
+        written = -1e9  # when the last batch was taken to be written
         try:
             while True:
                 if draining is not None and draining.is_set():
@@ -111,6 +115,11 @@ def event_response(
                     async with asyncio.timeout(None) as scope:
                         waiting.append(scope)
                         try:
+                            # Within `coalesce` of the last write, wait for its end: what comes meanwhile goes
+                            # out in one write (a pass through the middleware and one wake-up for them all);
+                            # after a quiet spell, the next event goes out at once.
+                            if (pause := written + response.coalesce - loop.time()) > 0:
+                                await asyncio.sleep(pause)
                             batch = await pump.take()
                         finally:
                             waiting.clear()
@@ -121,6 +130,7 @@ def event_response(
                 if not batch:  # the run's stream ended
                     left = False
                     break
+                written = loop.time()
                 yield b"".join(map(frame_bytes, batch))  # whatever is ready: one send, one socket write
         except Exception as exc:  # noqa: BLE001 - our side failed (the broker, say): tell the client; the run goes on
             left = False
@@ -203,6 +213,37 @@ class Pump:
         self._task.cancel()
 
 
+class Batches:
+    """A stream's events as its source hands them over, a list of what was ready at a time (a broker's
+    `subscribe_batches`), taken on the response's own task: no reading task between the broker and the
+    response, so an event costs one task wake-up less than through a `Pump`. While the response sends a
+    batch, what comes next waits in the run's buffer (bounded by the broker), not here."""
+
+    def __init__(self, batches: AsyncIterator[list[StreamEvent]]) -> None:
+        self._batches = batches
+        self._batch: list[StreamEvent] = []
+        self._closing: asyncio.Future[Any] | None = None
+
+    async def take(self) -> list[StreamEvent]:
+        """The next batch (at least one event), or [] once the events have ended."""
+        self._batch = []
+        self._batch = await anext(self._batches, [])
+        return self._batch
+
+    @property
+    def held(self) -> int:
+        """Bytes of the batch being sent (counted when scraped, nothing per event)."""
+        return sum(len(ev.data) for ev in self._batch)
+
+    def close(self) -> None:
+        """Close the source (a generator stopped at a yield; one that raised is closed already), not awaited,
+        as `Pump.close`."""
+        self._batch = []
+        aclose = getattr(self._batches, "aclose", None)
+        if aclose is not None:
+            self._closing = asyncio.ensure_future(aclose())
+
+
 def frame_bytes(ev: StreamEvent) -> bytes:
     framed = frame(ev)
     return framed if isinstance(framed, bytes) else framed.encode()
@@ -223,6 +264,7 @@ class CountedEventSource(EventSourceResponse):
 
     slot: Release | None = None
     metrics: Metrics | None = None  # the app's, once served (its streams' read-ahead is counted there)
+    coalesce = 0.0  # seconds: the app's `stream_coalesce_ms`, once served
 
     _sender: asyncio.Task[Any] | None = None  # the task that sends the frames
     _send_started: float | None = None  # when the send in progress began (None: none in progress)
@@ -260,9 +302,10 @@ class CountedEventSource(EventSourceResponse):
                 return
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        settings = getattr(getattr(scope.get("app"), "state", None), "settings", None)
         if self.send_timeout is None:  # the app's `stream_send_timeout_seconds` (0: never)
-            settings = getattr(getattr(scope.get("app"), "state", None), "settings", None)
             self.send_timeout = getattr(settings, "stream_send_timeout_seconds", 0) or None
+        self.coalesce = getattr(settings, "stream_coalesce_ms", 0) / 1000
         if self.slot is None:
             try:
                 self.slot = await stream_slot(Request(scope))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 import uuid
 from collections import deque
@@ -120,6 +119,12 @@ class MemoryBroker(Broker):
             self._held -= largest.drop_oldest()
 
     async def publish(self, run_id: str, event: str, data: bytes) -> str:
+        return self._append(run_id, event, data)
+
+    async def post(self, run_id: str, event: str, data: bytes) -> None:
+        self._append(run_id, event, data)  # stored at once: no other coroutine in between, per token
+
+    def _append(self, run_id: str, event: str, data: bytes) -> str:
         stream = self._stream(run_id)
         stream.seq += 1
         ev = StreamEvent(f"{int(time.time() * 1000)}-{stream.seq}", event, data)
@@ -152,8 +157,8 @@ class MemoryBroker(Broker):
     async def stream_started(self, run_id: str) -> bool:
         return run_id in self._streams
 
-    async def subscribe(self, run_id: str, *, after: str | None = None, replay: bool = False,
-                        context: bool = False) -> AsyncIterator[StreamEvent]:
+    async def subscribe_batches(self, run_id: str, *, after: str | None = None, replay: bool = False,
+                                context: bool = False) -> AsyncIterator[list[StreamEvent]]:
         stream = self._stream(run_id)
         if after is not None:
             # An id from before this process started (a client resuming across a restart) numbers another
@@ -164,10 +169,9 @@ class MemoryBroker(Broker):
         else:
             cursor = stream.seq
         if context and cursor:
-            for seq, ev, _ in list(stream.events):
-                if seq > cursor:
-                    break
-                yield dataclasses.replace(ev, context=True)
+            before = [ev._replace(context=True) for seq, ev, _ in list(stream.events) if seq <= cursor]
+            if before:
+                yield before
         while True:
             while not stream.ended and (not stream.events or stream.events[-1][0] <= cursor):
                 waiter = asyncio.get_running_loop().create_future()
@@ -178,16 +182,18 @@ class MemoryBroker(Broker):
             fresh = min(max(stream.seq - cursor, 0), len(stream.events))
             batch, taken = [], 0
             for index in range(len(stream.events) - fresh, len(stream.events)):
-                batch.append(stream.events[index])
-                taken += batch[-1][2]
+                seq, ev, size = stream.events[index]
+                batch.append(ev)
+                taken += size
                 if taken >= self.batch_bytes:
                     break
             ended = stream.ended
-            for seq, ev, _ in batch:
-                cursor = seq
-                yield ev
-            if ended and not batch:
-                return
+            if not batch:
+                if ended:
+                    return
+                continue
+            cursor = seq
+            yield batch
 
     async def wake_workers(self) -> None:
         await self._signals.wake()

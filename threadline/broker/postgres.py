@@ -225,8 +225,8 @@ class PostgresBroker(Broker):
     async def stream_started(self, run_id: str) -> bool:
         return bool(await self._fetch(self._names.newest, {"run": run_id}))
 
-    async def subscribe(self, run_id: str, *, after: str | None = None, replay: bool = False,
-                        context: bool = False) -> AsyncIterator[StreamEvent]:
+    async def subscribe_batches(self, run_id: str, *, after: str | None = None, replay: bool = False,
+                                context: bool = False) -> AsyncIterator[list[StreamEvent]]:
         if after is not None:
             cursor = _cursor(after)
         elif replay:
@@ -237,8 +237,8 @@ class PostgresBroker(Broker):
         self._watching[run_id] = self._watching.get(run_id, 0) + 1
         try:
             if context and cursor != (0, 0):
-                async for ev in self._context(run_id, cursor):
-                    yield ev
+                async for before in self._context(run_id, cursor):
+                    yield before
             limit = self.batch_events
             while True:
                 changed = self._changed.setdefault(run_id, asyncio.Event())  # before reading: none is missed
@@ -249,10 +249,9 @@ class PostgresBroker(Broker):
                 if batch:
                     size = sum(len(row[4]) for row in batch) // len(batch) + 1
                     limit = max(1, min(self.batch_events, self.batch_bytes // size))
-                for _, ms, seq, event, data in batch:
-                    cursor = (ms, seq)
-                    yield StreamEvent(f"{ms}-{seq}", event, bytes(data))
                 if batch:
+                    cursor = (batch[-1][1], batch[-1][2])
+                    yield [StreamEvent(f"{ms}-{seq}", event, bytes(data)) for _, ms, seq, event, data in batch]
                     continue
                 if ended:
                     return
@@ -265,14 +264,14 @@ class PostgresBroker(Broker):
                 del self._watching[run_id]
                 self._changed.pop(run_id, None)
 
-    async def _context(self, run_id: str, cursor: Cursor) -> AsyncIterator[StreamEvent]:
+    async def _context(self, run_id: str, cursor: Cursor) -> AsyncIterator[list[StreamEvent]]:
         start = 0
         while True:
             rows = await self._fetch(self._names.context, {"run": run_id, "ms": cursor[0], "seq": cursor[1],
                                                            "from": start, "limit": self.batch_events})
-            for ms, seq, event, data in rows:
-                start = seq
-                yield StreamEvent(f"{ms}-{seq}", event, bytes(data), context=True)
+            if rows:
+                start = rows[-1][1]
+                yield [StreamEvent(f"{ms}-{seq}", event, bytes(data), context=True) for ms, seq, event, data in rows]
             if len(rows) < self.batch_events:
                 return
 

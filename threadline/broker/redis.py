@@ -245,8 +245,8 @@ class RedisBroker(Broker):
         async with self._exchange():
             return bool(await self._redis.exists(self._keys.events(run_id), self._keys.end(run_id)))
 
-    async def subscribe(self, run_id: str, *, after: str | None = None, replay: bool = False,
-                        context: bool = False) -> AsyncIterator[StreamEvent]:
+    async def subscribe_batches(self, run_id: str, *, after: str | None = None, replay: bool = False,
+                                context: bool = False) -> AsyncIterator[list[StreamEvent]]:
         events, end = self._keys.events(run_id), self._keys.end(run_id)
         if after is not None:
             cursor = _after_id(after)
@@ -257,8 +257,8 @@ class RedisBroker(Broker):
                 newest: Any = await self._redis.xrevrange(events, count=1)
             cursor = newest[0][0].decode() if newest else "0-0"
         if context and cursor != "0-0":
-            async for ev in self._context(events, cursor):
-                yield ev
+            async for before in self._context(events, cursor):
+                yield before
         ended, count = False, self.batch_events
         while True:
             # Once ended, drain what is buffered without blocking, as MemoryBroker does.
@@ -272,10 +272,11 @@ class RedisBroker(Broker):
                 else:
                     batch = entries
             count = self._next_count(batch)
-            for entry_id, fields in batch:
-                cursor = entry_id.decode()
-                yield StreamEvent(cursor, fields[b"e"].decode(), fields[b"d"])
-            if ended and not batch:
+            if batch:
+                cursor = batch[-1][0].decode()
+                yield [StreamEvent(entry_id.decode(), fields[b"e"].decode(), fields[b"d"])
+                       for entry_id, fields in batch]
+            elif ended:
                 return
 
     def _next_count(self, batch: list[Any]) -> int:
@@ -285,14 +286,15 @@ class RedisBroker(Broker):
         size = sum(len(fields[b"d"]) for _, fields in batch) // len(batch) + 1
         return max(1, min(self.batch_events, self.batch_bytes // size))
 
-    async def _context(self, events: str, cursor: str) -> AsyncIterator[StreamEvent]:
-        """The events still kept up to `cursor` (included), marked as context."""
+    async def _context(self, events: str, cursor: str) -> AsyncIterator[list[StreamEvent]]:
+        """The events still kept up to `cursor` (included), marked as context, in batches."""
         start = "-"
         while True:
             async with self._exchange():
                 entries: Any = await self._reader.xrange(events, min=start, max=cursor, count=self.batch_events)
-            for entry_id, fields in entries:
-                yield StreamEvent(entry_id.decode(), fields[b"e"].decode(), fields[b"d"], context=True)
+            if entries:
+                yield [StreamEvent(entry_id.decode(), fields[b"e"].decode(), fields[b"d"], context=True)
+                       for entry_id, fields in entries]
             if len(entries) < self.batch_events:
                 return
             start = "(" + entries[-1][0].decode()

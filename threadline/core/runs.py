@@ -422,7 +422,15 @@ class Runs:
 
     async def stream(self, run_id: str, *, last_event_id: str | None = None, replay: bool = False,
                      modes: list[str] | None = None) -> AsyncIterator[StreamEvent]:
-        """The run's events. A finished run whose events are no longer buffered has an empty stream.
+        """The run's events, one by one (`stream_batches`, flattened)."""
+        async for batch in self.stream_batches(run_id, last_event_id=last_event_id, replay=replay, modes=modes):
+            for event in batch:
+                yield event
+
+    async def stream_batches(self, run_id: str, *, last_event_id: str | None = None, replay: bool = False,
+                             modes: list[str] | None = None) -> AsyncIterator[list[StreamEvent]]:
+        """The run's events, in the lists the broker hands them over in (never empty). A finished run whose
+        events are no longer buffered has an empty stream.
 
         `modes` (a join's `stream_mode`): only the events of those modes, as LangGraph's server: `metadata` is
         one, `messages` takes every `messages/*` event, a subgraph's `updates|<ns>` counts as `updates`, and
@@ -443,20 +451,25 @@ class Runs:
         context = (last_event_id is not None or not replay) and (not modes or "messages" in wanted) \
             and (run is None or _partial_messages(run))
         partials = PartialDecoder()
-        async for event in self.broker.subscribe(run_id, after=last_event_id, replay=replay, context=context):
-            if modes and event.event.split("|", 1)[0].split("/", 1)[0] not in wanted:
-                continue
-            if is_partial(event.data):
-                data = partials.decode(event.data)
-                if data is None and not event.context and not gap and self.metrics is not None:
-                    gap = True  # a partial it builds on was dropped: not sent rather than sent wrong
-                    self.metrics.replay_gap()
-                if data is None or event.context:
+        async for batch in self.broker.subscribe_batches(run_id, after=last_event_id, replay=replay,
+                                                         context=context):
+            out = []
+            for event in batch:
+                if modes and event.event.split("|", 1)[0].split("/", 1)[0] not in wanted:
                     continue
-                event = StreamEvent(event.id, event.event, data)
-            elif event.context:
-                continue
-            yield event
+                if is_partial(event.data):
+                    data = partials.decode(event.data)
+                    if data is None and not event.context and not gap and self.metrics is not None:
+                        gap = True  # a partial it builds on was dropped: not sent rather than sent wrong
+                        self.metrics.replay_gap()
+                    if data is None or event.context:
+                        continue
+                    event = StreamEvent(event.id, event.event, data)
+                elif event.context:
+                    continue
+                out.append(event)
+            if out:
+                yield out
 
     async def output(self, run: RunRecord) -> Any:
         """What /wait answers for a finished run: the thread's values, an error object, or interrupts."""
