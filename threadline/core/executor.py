@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -189,43 +189,43 @@ class Claim:
                                                  "attempt": run.get("attempt", 1)})
 
 
-_RUN: ContextVar[str | None] = ContextVar("threadline_run", default=None)  # the run this task executes
+#: The calls to the node threads that the run this task executes has submitted and that have not returned.
+_RUN: ContextVar[set[Future[Any]] | None] = ContextVar("threadline_run", default=None)
 
 
 class NodeThreads(ThreadPoolExecutor):
     """The loop's default thread pool, where LangGraph runs synchronous nodes: it remembers which run
     submitted each call, so that a cancelled run ends only once its nodes' threads have returned (a thread
-    cannot be stopped: cancelling the node's task only stops waiting for it)."""
+    cannot be stopped: cancelling the node's task only stops waiting for it). Per call (a model that streams
+    from a thread submits one per token), one `set.add` and one `set.discard` on the run's own set: no lock
+    (each is atomic under the GIL), no table of runs."""
 
     def __init__(self) -> None:
         super().__init__(thread_name_prefix="threadline-node")
-        self._lock = threading.Lock()
-        self._by_run: dict[str, set[Future[Any]]] = {}
 
     def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
         future = super().submit(fn, *args, **kwargs)
-        run_id = _RUN.get()
-        if run_id is not None:
-            with self._lock:
-                self._by_run.setdefault(run_id, set()).add(future)
-            future.add_done_callback(lambda f: self._forget(run_id, f))
+        running = _RUN.get()
+        if running is not None:
+            running.add(future)
+            future.add_done_callback(running.discard)
         return future
 
-    def _forget(self, run_id: str, future: Future[Any]) -> None:
-        with self._lock:
-            futures = self._by_run.get(run_id)
-            if futures is not None:
-                futures.discard(future)
-                if not futures:
-                    del self._by_run[run_id]
+    @staticmethod
+    def track() -> set[Future[Any]]:
+        """From now on, this task's (and its children's) calls count as the run's; the set of those running."""
+        running: set[Future[Any]] = set()
+        _RUN.set(running)
+        return running
 
-    async def settled(self, run_id: str) -> None:
-        """Return once no call `run_id` submitted is still running."""
-        with self._lock:
-            running = list(self._by_run.get(run_id, ()))
-        if running:
-            log.info("run %s: cancelled; waiting for %d synchronous node(s) to return", run_id, len(running))
-            await asyncio.wait([asyncio.wrap_future(f) for f in running])
+    @staticmethod
+    async def settled(run_id: str, running: set[Future[Any]] | None = None) -> None:
+        """Return once no call the run submitted (`running`, by default this task's) is still running."""
+        running = _RUN.get() if running is None else running
+        pending = list(running.copy()) if running is not None else []
+        if pending:
+            log.info("run %s: cancelled; waiting for %d synchronous node(s) to return", run_id, len(pending))
+            await asyncio.wait([asyncio.wrap_future(f) for f in pending])
 
 
 class Executor:
@@ -255,7 +255,7 @@ class Executor:
         # caller, and the server's bookkeeping must not be authorized as that caller (`core/access.py`). The
         # agent still runs as the caller: its identity travels in the run's `config["configurable"]`.
         set_current_user(None)
-        _RUN.set(run["run_id"])  # this task's own context: the node threads it starts are counted as the run's
+        NodeThreads.track()  # this task's own context: the node threads it starts count as the run's
         claim, started = Claim.of(run, worker_id, stop, lease), time.monotonic()
         protocol = ProtocolRun(self.storage, self.broker, run, lease, run["assistant_id"]) \
             if (run["kwargs"] or {}).get("protocol") else None  # started through /commands
@@ -513,9 +513,7 @@ class Executor:
         # no `checkpoints` events and no `checkpoint` debug events (the debug stream keeps its tasks).
         stateless = bool(kwargs.get("temporary"))
 
-        async def publish(event: str, data: Any) -> None:
-            await self._publish(lease, event, data)
-
+        publish = functools.partial(self._publish, lease)  # per token: no coroutine of its own around it
         if protocol is not None:  # Protocol v2 events go into the thread's log
             await protocol.stream(graph, given, config, options)
             return
