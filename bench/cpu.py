@@ -17,8 +17,11 @@ and this one in alternating processes, `--pairs` times. A change of about 0.1 ms
 ones need more runs or pairs. `--kind long` streams `bench/workloads_project`'s `chat` graph (a reply of
 `--tokens` chunks) in `--mode` (`messages-tuple`, `messages`, `values`, `updates`), read whole, against the
 same graph's `astream(stream_mode="messages")` in process: the per-token cost of the server's stream path
-without sockets (`bench/workloads.py` measures it over HTTP). No timing assertions anywhere: a measuring tool,
-not a test.
+without sockets (`bench/workloads.py` measures it over HTTP). Each line also gives the median of the
+per-request ratios (each request against the floor run right after it: steadier than the sums when the
+machine's load moves) and the body messages the app sent per run (each is a pass through the middleware and,
+served, a socket write). `--set NAME=VALUE` gives the app a setting (`stream_coalesce_ms=0`), on both sides of
+`--against`. No timing assertions anywhere: a measuring tool, not a test.
 """
 
 from __future__ import annotations
