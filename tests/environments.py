@@ -7,8 +7,9 @@
 - the front-end tests' page and tools (`tests/frontend/`): its npm packages as `package-lock.json` pins them
   (`npm ci`: `useStream`, React, esbuild, and LangGraph's generative UI bundler), and the page built with esbuild;
 - a venv per other supported Python this machine has (`python3.12` on PATH or in pyenv), for
-  `tests/test_pythons.py`, with Threadline's dependencies (the test extras included) but not Threadline: the test
-  runs the checkout itself through PYTHONPATH, so a change to the code needs no reinstall.
+  `tests/test_pythons.py`, with Threadline's dependencies (the test extras included, at the versions
+  `constraints.txt` pins) but not Threadline: the test runs the checkout itself through PYTHONPATH, so a change
+  to the code needs no reinstall.
 
 Each lives in a cache outside the checkout (`$THREADLINE_ENV_CACHE`, else `$XDG_CACHE_HOME/threadline`, else
 `~/.cache/threadline`), in a folder named for what it holds (the Python's version and a hash of the pins), so a
@@ -33,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SUPPORTED = ["3.11", "3.12", "3.13"]
 REFERENCE_PINS = ROOT / "tests" / "differential" / "reference.txt"
+CONSTRAINTS = ROOT / "constraints.txt"  # the versions scripts/test installs (scripts/lock writes it)
 BUILD_SECONDS = 900  # one venv's pip install, on a slow machine with a cold cache
 COMPLETE = ".complete"  # written last: a folder without it is a build that did not finish
 
@@ -118,7 +120,7 @@ def ready(venv: Path) -> bool:
     return (venv / COMPLETE).exists() and (venv / "bin" / "python").exists()
 
 
-def _build(link: Path, name: str, python: str, requirements: list[str]) -> str | None:
+def _build(link: Path, name: str, python: str, requirements: list[str], *, constrained: bool = False) -> str | None:
     """Build (or find) the cached venv `name` with `requirements` and point `link` at it; an error, or None."""
     target = cache_root() / name
     if not ready(target):
@@ -129,8 +131,9 @@ def _build(link: Path, name: str, python: str, requirements: list[str]) -> str |
             subprocess.run([python, "-m", "venv", str(target)], check=True, timeout=300, capture_output=True)
             pip = [str(target / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
             subprocess.run([*pip, "--upgrade", "pip"], check=True, timeout=BUILD_SECONDS, capture_output=True)
-            subprocess.run([*pip, *requirements], check=True, timeout=BUILD_SECONDS, capture_output=True,
-                           cwd=ROOT)
+            constraints = ["-c", str(CONSTRAINTS)] if constrained and CONSTRAINTS.exists() else []
+            subprocess.run([*pip, *requirements, *constraints], check=True, timeout=BUILD_SECONDS,
+                           capture_output=True, cwd=ROOT)
         except subprocess.TimeoutExpired as exc:
             return f"building {target} took longer than {exc.timeout:.0f} s"
         except subprocess.CalledProcessError as exc:
@@ -165,7 +168,9 @@ def build_other_python(version: str) -> str | None:
     if python is None:
         return None  # not installed here: tests/test_pythons.py skips and says so
     requirements = threadline_requirements()
-    return _build(python_venv(version), f"deps-py{version}-{_key(python, *requirements)}", python, requirements)
+    pins = CONSTRAINTS.read_text() if CONSTRAINTS.exists() else ""
+    return _build(python_venv(version), f"deps-py{version}-{_key(python, *requirements, pins)}", python, requirements,
+                  constrained=True)
 
 
 FRONTEND = ROOT / "tests" / "frontend"
