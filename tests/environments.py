@@ -3,7 +3,8 @@
     .venv/bin/python -m tests.environments        # build what is missing (scripts/test runs this)
 
 - LangGraph's own server, the differential suite's oracle (`tests/differential/`), pinned in
-  `tests/differential/reference.txt`;
+  `tests/differential/reference.txt`, with every package beneath it at the versions
+  `tests/differential/reference-constraints.txt` pins (`scripts/lock` writes both constraint files);
 - the front-end tests' page and tools (`tests/frontend/`): its npm packages as `package-lock.json` pins them
   (`npm ci`: `useStream`, React, esbuild, and LangGraph's generative UI bundler), and the page built with esbuild;
 - a venv per other supported Python this machine has (`python3.12` on PATH or in pyenv), for
@@ -35,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SUPPORTED = ["3.11", "3.12", "3.13"]
 REFERENCE_PINS = ROOT / "tests" / "differential" / "reference.txt"
 CONSTRAINTS = ROOT / "constraints.txt"  # the versions scripts/test installs (scripts/lock writes it)
+REFERENCE_CONSTRAINTS = ROOT / "tests" / "differential" / "reference-constraints.txt"  # the same, for .venv-ref
 BUILD_SECONDS = 900  # one venv's pip install, on a slow machine with a cold cache
 COMPLETE = ".complete"  # written last: a folder without it is a build that did not finish
 
@@ -120,8 +122,10 @@ def ready(venv: Path) -> bool:
     return (venv / COMPLETE).exists() and (venv / "bin" / "python").exists()
 
 
-def _build(link: Path, name: str, python: str, requirements: list[str], *, constrained: bool = False) -> str | None:
-    """Build (or find) the cached venv `name` with `requirements` and point `link` at it; an error, or None."""
+def _build(link: Path, name: str, python: str, requirements: list[str], *,
+           constraints: Path | None = None) -> str | None:
+    """Build (or find) the cached venv `name` with `requirements` (at the versions `constraints` pins) and point
+    `link` at it; an error, or None."""
     target = cache_root() / name
     if not ready(target):
         shutil.rmtree(target, ignore_errors=True)
@@ -131,8 +135,8 @@ def _build(link: Path, name: str, python: str, requirements: list[str], *, const
             subprocess.run([python, "-m", "venv", str(target)], check=True, timeout=300, capture_output=True)
             pip = [str(target / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
             subprocess.run([*pip, "--upgrade", "pip"], check=True, timeout=BUILD_SECONDS, capture_output=True)
-            constraints = ["-c", str(CONSTRAINTS)] if constrained and CONSTRAINTS.exists() else []
-            subprocess.run([*pip, *requirements, *constraints], check=True, timeout=BUILD_SECONDS,
+            pinned = ["-c", str(constraints)] if constraints is not None and constraints.exists() else []
+            subprocess.run([*pip, *requirements, *pinned], check=True, timeout=BUILD_SECONDS,
                            capture_output=True, cwd=ROOT)
         except subprocess.TimeoutExpired as exc:
             return f"building {target} took longer than {exc.timeout:.0f} s"
@@ -160,7 +164,9 @@ def build_reference(python: str) -> str | None:
     pins = REFERENCE_PINS.read_text()
     version = "{}.{}".format(*sys.version_info[:2])
     requirements = [line.strip() for line in pins.splitlines() if line.strip() and not line.startswith("#")]
-    return _build(ROOT / ".venv-ref", f"reference-py{version}-{_key(python, pins)}", python, requirements)
+    locked = REFERENCE_CONSTRAINTS.read_text() if REFERENCE_CONSTRAINTS.exists() else ""
+    return _build(ROOT / ".venv-ref", f"reference-py{version}-{_key(python, pins, locked)}", python, requirements,
+                  constraints=REFERENCE_CONSTRAINTS)
 
 
 def build_other_python(version: str) -> str | None:
@@ -170,7 +176,7 @@ def build_other_python(version: str) -> str | None:
     requirements = threadline_requirements()
     pins = CONSTRAINTS.read_text() if CONSTRAINTS.exists() else ""
     return _build(python_venv(version), f"deps-py{version}-{_key(python, *requirements, pins)}", python, requirements,
-                  constrained=True)
+                  constraints=CONSTRAINTS)
 
 
 FRONTEND = ROOT / "tests" / "frontend"
