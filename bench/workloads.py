@@ -449,6 +449,16 @@ def order_for(targets: list[Target], index: int) -> list[Target]:
     return out
 
 
+def median_cell(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """With `--rounds` N: the round whose server CPU is the median (failed rounds left out), with every round's
+    CPU by role beside it (`rounds_cpu_by_role_s`)."""
+    done = sorted((c for c in cells if not c.get("failed")), key=lambda c: c["cpu_s"])
+    if len(cells) == 1 or not done:
+        return cells[0]
+    return {**done[(len(done) - 1) // 2], "rounds": len(cells), "rounds_failed": len(cells) - len(done),
+            "rounds_cpu_by_role_s": [c["cpu_by_role_s"] for c in done]}
+
+
 def ratios(rows: dict[str, dict[str, Any]]) -> None:
     for wl_rows in rows.values():
         floor = (wl_rows.get("floor") or {}).get("wall_s")
@@ -507,6 +517,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--threadline-arg", action="append", default=[], metavar="ARG",
                    help="Passed to `threadline serve` (embedded) and to the pg target's serve and worker processes, "
                         "e.g. --threadline-arg=--stream-buffer-events=100 (repeatable).")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="Run each (workload, target) this many times, the order of an A/B's two sides swapped "
+                        "from one round to the next; the table shows the round of median server CPU (default 1).")
     p.add_argument("--after-seconds", type=float, default=5.0, help="When RSS is read after the workload (default 5).")
     p.add_argument("--slow-ms", type=float, default=10.0,
                    help="The slow readers' pause after each event (default 10 ms).")
@@ -564,8 +577,12 @@ def main(argv: list[str] | None = None) -> int:
     rows: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="threadline-workloads-") as tmp:
         for i, wl in enumerate(workloads):
-            harness.log(f"\n[{wl.name}]")
-            rows[wl.name] = {t.name: one_cell(t, wl, cfg, Path(tmp)) for t in order_for(targets, i)}
+            rounds: dict[str, list[dict[str, Any]]] = {}
+            for r in range(cfg.rounds):
+                harness.log(f"\n[{wl.name}]" + (f" round {r + 1}/{cfg.rounds}" if cfg.rounds > 1 else ""))
+                for t in order_for(targets, i + r):
+                    rounds.setdefault(t.name, []).append(one_cell(t, wl, cfg, Path(tmp)))
+            rows[wl.name] = {name: median_cell(cells) for name, cells in rounds.items()}
     ratios(rows)
     text = table(rows, targets, skipped)
     harness.log("\n" + text)
@@ -574,7 +591,8 @@ def main(argv: list[str] | None = None) -> int:
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started_at)),
         "duration_s": round(time.time() - started_at, 1), "python": sys.version.split()[0],
         "platform": platform.platform(), "cpu_count": os.cpu_count(), "load_avg_at_end": os.getloadavg(),
-        "event_loop": event_loop_name(), "pg_workers": cfg.pg_workers, "pg_slots": cfg.scaleout_slots,
+        "event_loop": event_loop_name(), "rounds": cfg.rounds, "pg_workers": cfg.pg_workers,
+        "pg_slots": cfg.scaleout_slots,
         "threadline_src": cfg.threadline_src, "threadline_args": cfg.threadline_arg,
         "threadline_imported_from": cfg.imported_from, "reference_bin": str(cfg.ref_bin) if cfg.ref_bin else None,
         "versions": {d: bench_run.package_version(None, d) for d in ("threadline", "langgraph", "langchain-core")},

@@ -395,7 +395,7 @@ class RedisBroker(Broker):
                     await self._dispatch(message)
         except BaseException:
             with contextlib.suppress(*_ERRORS):
-                await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+                await pubsub.aclose()
             raise
         return pubsub
 
@@ -403,7 +403,7 @@ class RedisBroker(Broker):
         pubsub, self._pubsub = self._pubsub, None
         if pubsub is not None:
             with contextlib.suppress(*_ERRORS):
-                await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+                await pubsub.aclose()
 
     async def _listen(self) -> None:
         backoff = 0.1
