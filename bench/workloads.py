@@ -451,7 +451,7 @@ def order_for(targets: list[Target], index: int) -> list[Target]:
 
 def median_cell(cells: list[dict[str, Any]]) -> dict[str, Any]:
     """With `--rounds` N: the round whose server CPU is the median (failed rounds left out), with every round's
-    CPU by role beside it (`rounds_cpu_by_role_s`)."""
+    CPU by role beside it (`rounds_cpu_by_role_s`, sorted by server CPU)."""
     done = sorted((c for c in cells if not c.get("failed")), key=lambda c: c["cpu_s"])
     if len(cells) == 1 or not done:
         return cells[0]
