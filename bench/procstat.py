@@ -5,6 +5,7 @@ so its group holds it and everything it spawns). ``Sampler`` rescans the groups 
 
 * CPU = utime + stime of every process ever seen in the groups (its last reading; a process that exits
   between two scans loses at most one interval of CPU);
+  ``cpu_by_group()`` gives the same per process group (a target's roles: the API process, each worker);
 * RSS = the sum of ``VmRSS`` over the processes alive at a scan; ``peak()`` is the largest sum since ``reset_peak()``.
 """
 
@@ -45,6 +46,7 @@ class Sampler:
         self.groups = set(groups)
         self.interval_s = interval_s
         self.cpu_by_pid: dict[int, float] = {}
+        self.group_of: dict[int, int] = {}
         self.last_rss = 0
         self._peak = 0
         self._task: asyncio.Task[None] | None = None
@@ -59,6 +61,7 @@ class Sampler:
             if st is None or st[0] not in self.groups:
                 continue
             self.cpu_by_pid[pid] = st[1]
+            self.group_of[pid] = st[0]
             rss += _rss_bytes(pid)
         self.last_rss = rss
         self._peak = max(self._peak, rss)
@@ -66,6 +69,14 @@ class Sampler:
     def cpu_s(self) -> float:
         self.scan()
         return sum(self.cpu_by_pid.values())
+
+    def cpu_by_group(self) -> dict[int, float]:
+        """CPU seconds so far of each process group (its processes summed), e.g. to split a target by role."""
+        self.scan()
+        out = dict.fromkeys(self.groups, 0.0)
+        for pid, cpu in self.cpu_by_pid.items():
+            out[self.group_of[pid]] += cpu
+        return out
 
     def rss(self) -> int:
         self.scan()

@@ -16,7 +16,9 @@ Targets (each started fresh for each workload, one at a time, never concurrently
 
 For each (workload, target): wall time of the measured part, its ratio to the floor and to the reference, the
 CPU seconds of the target's processes (utime + stime from /proc, every process of the target's process groups:
-workers included) per token streamed and per graph step, and the summed RSS of those processes before, at peak
+workers included) per token streamed and per graph step, split by role on the pg target (the API process, the
+worker processes, and, outside the server CPU column, the database's backends: ``cpu_by_role_s``, and per token or
+step ``cpu_ms_by_role``; printed after each cell and as a column), and the summed RSS of those processes before, at peak
 (sampled every 100 ms) and ``--after-seconds`` (5) after. Writes ``bench/results/workloads-<date>.json`` and prints a
 markdown table. Many short runs are ``bench/run.py``'s job (not repeated here). No assertions: a measuring tool.
 """
@@ -30,13 +32,14 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +94,8 @@ class Live:
     groups: list[int]
     base_url: str | None = None
     child: subprocess.Popen | None = None
+    roles: dict[int, str] = field(default_factory=dict)  # process group -> role ("api", "worker"); default "server"
+    db_url: str | None = None  # the pg target's database: its backends' CPU is read too (role "postgres")
 
 
 # --------------------------------------------------------------------------- starting targets
@@ -135,13 +140,14 @@ def started(target: Target, wl: Workload, cfg: argparse.Namespace, tmp: Path) ->
         with harness.server_process(target.name, argv, project, env, log_path) as proc:
             yield Live([proc.pid], base_url=url)
     else:
-        with started_pg(target, cfg, env, port, log_path) as groups:
-            yield Live(groups, base_url=url)
+        with started_pg(target, cfg, env, port, log_path) as (groups, db_url):
+            roles = {g: "api" if i == 0 else "worker" for i, g in enumerate(groups)}
+            yield Live(groups, base_url=url, roles=roles, db_url=db_url)
 
 
 @contextlib.contextmanager
 def started_pg(target: Target, cfg: argparse.Namespace, env: dict[str, str], port: int,
-               log_path: Path) -> Iterator[list[int]]:
+               log_path: Path) -> Iterator[tuple[list[int], str]]:
     """A fresh database and Redis prefix, `threadline migrate`, N workers and one API process; all gone after."""
     token = uuid.uuid4().hex[:10]
     dbname, prefix = f"threadline_bench_{token}", f"tlbench-{token}"
@@ -160,7 +166,7 @@ def started_pg(target: Target, cfg: argparse.Namespace, env: dict[str, str], por
         api = procs.start("api", [*cfg.tl_argv, "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", "0",
                            *cfg.threadline_arg], env, log_path)
         run_loop(scaleout.wait_workers(workers, cfg.startup_timeout))
-        yield [api.pid, *(p.pid for p, _ in workers)]
+        yield [api.pid, *(p.pid for p, _ in workers)], db_url
     finally:
         procs.stop_all()
         scaleout.drop_database(cfg.scaleout_pg_admin_url, dbname)
@@ -238,7 +244,83 @@ class HttpDriver:
             await self.session.close()
 
 
-async def measure(live: Live, wl: Workload, cfg: argparse.Namespace) -> dict[str, Any]:
+class PostgresBackends:
+    """CPU seconds of the PostgreSQL backends connected to the pg target's database (they are the database
+    server's processes, not in the target's process groups; read from /proc when they run on this machine)."""
+
+    def __init__(self, db_url: str | None) -> None:
+        self.db_url, self.start = db_url, dict[int, float]()
+
+    def read(self) -> dict[int, float]:
+        if self.db_url is None:
+            return {}
+        try:
+            pids = scaleout.backend_pids(self.db_url)
+        except Exception:  # noqa: BLE001 - a measuring aid: no backends counted
+            return {}
+        return {pid: st[1] for pid in pids if (st := procstat._stat(pid)) is not None}
+
+    def begin(self) -> None:
+        self.start = self.read()
+
+    def cpu_s(self) -> float | None:
+        """Since `begin()`: a backend that connected since counts whole; one that left in between is lost."""
+        return sum(cpu - self.start.get(pid, 0.0) for pid, cpu in self.read().items()) if self.db_url else None
+
+
+@contextlib.contextmanager
+def spied(live: Live, cfg: argparse.Namespace, label: str) -> Iterator[None]:
+    """With `--py-spy DIR`: `py-spy record` (raw, collapsed stacks, idle threads left out) of each root process
+    of the target while the measured part runs, to DIR/<workload>-<target>-<role>-<pid>.txt (`python
+    bench/workloads.py --collapse FILE` sums it by function)."""
+    if not cfg.py_spy:
+        yield
+        return
+    exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    spies = []
+    for group in live.groups:
+        out = Path(cfg.py_spy) / f"{label}-{live.roles.get(group, 'server')}-{group}.txt".replace(" ", "_")
+        spies.append(subprocess.Popen([exe, "record", "-p", str(group), "-r", "250", "--format", "raw",
+                                       "--nonblocking", "-o", str(out)],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    try:
+        yield
+    finally:
+        for spy in spies:
+            spy.send_signal(signal.SIGINT)  # it writes its file and exits
+        for spy in spies:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                spy.wait(timeout=30)
+
+
+def collapse(path: str, top: int = 40) -> None:
+    """A py-spy raw file summed by function: samples where it is on the stack (cum) and where it runs (self)."""
+    cum: dict[str, int] = {}
+    own: dict[str, int] = {}
+    total = 0
+    for line in Path(path).read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        frames, count = stack.split(";"), int(n)
+        total += count
+        for frame in dict.fromkeys(frames):
+            cum[frame] = cum.get(frame, 0) + count
+        own[frames[-1]] = own.get(frames[-1], 0) + count
+    print(f"{path}: {total} samples (on-CPU)")
+    for title, table_ in (("self", own), ("cumulative", cum)):
+        print(f"-- {title}")
+        for frame, count in sorted(table_.items(), key=lambda kv: -kv[1])[:top]:
+            print(f"{100 * count / total:6.1f}%  {frame}")
+
+
+def by_role(live: Live, before: dict[int, float], after: dict[int, float]) -> dict[str, float]:
+    out = dict.fromkeys(("server", "api", "worker"), 0.0)
+    for group, cpu in after.items():
+        role = live.roles.get(group, "server")
+        out[role] += cpu - before.get(group, 0.0)
+    return {role: cpu for role, cpu in out.items() if role in live.roles.values() or role == "server" and cpu}
+
+
+async def measure(live: Live, wl: Workload, cfg: argparse.Namespace, target_name: str = "") -> dict[str, Any]:
     """Ready, set up and warm (untimed); then RSS before, the measured part (peak sampled), RSS after."""
     driver = FloorDriver(live) if live.child is not None else HttpDriver(live, wl, cfg)
     sampler = procstat.Sampler(live.groups)
@@ -247,17 +329,26 @@ async def measure(live: Live, wl: Workload, cfg: argparse.Namespace) -> dict[str
         await asyncio.sleep(1.0)
         rss_before = sampler.rss()
         sampler.reset_peak()
-        cpu0, client0 = sampler.cpu_s(), time.process_time()
+        backends = PostgresBackends(live.db_url)
+        backends.begin()
+        cpu0, groups0, client0 = sampler.cpu_s(), sampler.cpu_by_group(), time.process_time()
         sampler.start()
-        wall, tokens, out = await driver.run()
+        with spied(live, cfg, f"{wl.name}-{target_name}"):
+            wall, tokens, out = await driver.run()
         cpu, client_cpu, peak = sampler.cpu_s() - cpu0, time.process_time() - client0, sampler.peak()
+        roles = by_role(live, groups0, sampler.cpu_by_group())
+        if (pg_cpu := backends.cpu_s()) is not None:
+            roles["postgres"] = pg_cpu
         await asyncio.sleep(cfg.after_seconds)
         rss_after = sampler.rss()
     finally:
         await sampler.stop()
         await driver.close()
     steps = ops.steps_of(wl, out["completed"])
-    return {**out, "wall_s": round(wall, 3), "tokens": tokens, "steps": steps, "cpu_s": round(cpu, 3),
+    per = tokens if wl.kind == "stream" else steps
+    return {**out, "cpu_by_role_s": {r: round(v, 3) for r, v in roles.items()},
+            "cpu_ms_by_role": {r: round(1000 * v / per, 4) for r, v in roles.items()} if per else None,
+            "wall_s": round(wall, 3), "tokens": tokens, "steps": steps, "cpu_s": round(cpu, 3),
             "cpu_ms_per_token": round(1000 * cpu / tokens, 4) if tokens else None,
             "cpu_ms_per_step": round(1000 * cpu / steps, 3) if steps else None,
             "client_cpu_s": round(client_cpu, 3) if live.child is None else None,
@@ -283,7 +374,7 @@ def one_cell(target: Target, wl: Workload, cfg: argparse.Namespace, tmp: Path) -
     harness.log(f"  {wl.name:<34} {target.name:<18} ...")
     try:
         with started(target, wl, cfg, tmp) as live:
-            cell = run_loop(measure(live, wl, cfg))
+            cell = run_loop(measure(live, wl, cfg, target.name))
             if live.child is not None:
                 live.child.stdin.write("exit\n")
                 live.child.stdin.flush()
@@ -297,8 +388,15 @@ def summary_line(c: dict[str, Any]) -> str:
     if c.get("failed"):
         return f"FAILED: {c['failed']}"
     err = f" errors={c['errors']} ({c['first_error']})" if c.get("errors") else ""
-    return (f"wall {c['wall_s']:.2f}s  cpu {c['cpu_s']:.2f}s  rss {c['rss_before_mb']}/{c['rss_peak_mb']}/"
-            f"{c['rss_after_mb']} MB{err}")
+    return (f"wall {c['wall_s']:.2f}s  cpu {c['cpu_s']:.2f}s ({role_split(c)})  "
+            f"rss {c['rss_before_mb']}/{c['rss_peak_mb']}/{c['rss_after_mb']} MB{err}")
+
+
+def role_split(c: dict[str, Any]) -> str:
+    """e.g. `api 1.20 + worker 2.31 s; postgres 0.40 s` (postgres is outside the server CPU column)."""
+    roles = c.get("cpu_by_role_s") or {}
+    own = " + ".join(f"{r} {v:.2f}" for r, v in roles.items() if r != "postgres") + " s"
+    return own + (f"; postgres {roles['postgres']:.2f} s" if "postgres" in roles else "")
 
 
 # --------------------------------------------------------------------------- floor child
@@ -351,6 +449,16 @@ def order_for(targets: list[Target], index: int) -> list[Target]:
     return out
 
 
+def median_cell(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """With `--rounds` N: the round whose server CPU is the median (failed rounds left out), with every round's
+    CPU by role beside it (`rounds_cpu_by_role_s`, sorted by server CPU)."""
+    done = sorted((c for c in cells if not c.get("failed")), key=lambda c: c["cpu_s"])
+    if len(cells) == 1 or not done:
+        return cells[0]
+    return {**done[(len(done) - 1) // 2], "rounds": len(cells), "rounds_failed": len(cells) - len(done),
+            "rounds_cpu_by_role_s": [c["cpu_by_role_s"] for c in done]}
+
+
 def ratios(rows: dict[str, dict[str, Any]]) -> None:
     for wl_rows in rows.values():
         floor = (wl_rows.get("floor") or {}).get("wall_s")
@@ -364,7 +472,7 @@ def ratios(rows: dict[str, dict[str, Any]]) -> None:
 def table(rows: dict[str, dict[str, Any]], targets: list[Target], skipped: dict[str, str]) -> str:
     f = harness.fmt
     head = ("| workload | target | wall s | x floor | x ref | server CPU s | CPU ms/token | CPU ms/step | "
-            "RSS before MB | RSS peak MB | RSS +after MB | client CPU s | err |")
+            "CPU ms/unit by role | RSS before MB | RSS peak MB | RSS +after MB | client CPU s | err |")
     lines = [head, "|" + "|".join("---" for _ in range(head.count("|") - 1)) + "|"]
     for name, wl_rows in rows.items():
         for t in targets:
@@ -372,17 +480,26 @@ def table(rows: dict[str, dict[str, Any]], targets: list[Target], skipped: dict[
             if c is None:
                 continue
             if c.get("failed"):
-                lines.append(f"| {name} | {t.name} | FAILED: {c['failed'][:120]} |" + " |" * 10)
+                lines.append(f"| {name} | {t.name} | FAILED: {c['failed'][:120]} |" + " |" * 11)
                 continue
             lines.append(
                 f"| {name} | {t.name} | {c['wall_s']:.2f} | {f(c.get('over_floor'), 2)} | "
                 f"{f(c.get('over_reference'), 2)} | "
                 f"{c['cpu_s']:.2f} | {f(c['cpu_ms_per_token'], 3)} | {f(c['cpu_ms_per_step'], 2)} | "
+                f"{roles_cell(c)} | "
                 f"{c['rss_before_mb']:.0f} | {c['rss_peak_mb']:.0f} | {c['rss_after_mb']:.0f} | "
                 f"{f(c.get('client_cpu_s'), 2)} | {c['errors']} |")
     for t, why in skipped.items():
         lines.append(f"\n{t}: SKIPPED: {why}")
     return "\n".join(lines)
+
+
+def roles_cell(c: dict[str, Any]) -> str:
+    """CPU ms per token (or per step) of each role, when the target has more than one (pg: api / worker / postgres)."""
+    per = c.get("cpu_ms_by_role") or {}
+    if len(per) < 2:
+        return ""
+    return " / ".join(f"{r} {v:.3f}" if v < 1 else f"{r} {v:.2f}" for r, v in per.items())
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -400,12 +517,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--threadline-arg", action="append", default=[], metavar="ARG",
                    help="Passed to `threadline serve` (embedded) and to the pg target's serve and worker processes, "
                         "e.g. --threadline-arg=--stream-buffer-events=100 (repeatable).")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="Run each (workload, target) this many times, the order of an A/B's two sides swapped "
+                        "from one round to the next; the table shows the round of median server CPU (default 1).")
     p.add_argument("--after-seconds", type=float, default=5.0, help="When RSS is read after the workload (default 5).")
     p.add_argument("--slow-ms", type=float, default=10.0,
                    help="The slow readers' pause after each event (default 10 ms).")
     p.add_argument("--request-timeout", type=float, default=600.0)
     p.add_argument("--startup-timeout", type=float, default=120.0)
     p.add_argument("--output", default=None, help="JSON path (default bench/results/workloads-<date>.json).")
+    p.add_argument("--py-spy", default=None, metavar="DIR",
+                   help="Record each server process (pg: the API and each worker) with py-spy while the measured "
+                        "part runs (on-CPU samples, raw) into DIR; `pip install py-spy` first.")
+    p.add_argument("--collapse", default=None, metavar="FILE", help="Print a --py-spy file summed by function.")
     p.add_argument("--floor-child", default=None, help=argparse.SUPPRESS)
     scaleout.add_arguments(p)
     cfg = p.parse_args(argv)
@@ -421,6 +545,11 @@ def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
     if cfg.floor_child:
         return floor_child(cfg.floor_child)
+    if cfg.collapse:
+        collapse(cfg.collapse)
+        return 0
+    if cfg.py_spy:
+        Path(cfg.py_spy).mkdir(parents=True, exist_ok=True)
     started_at = time.time()
     profile = "quick" if cfg.quick else "full"
     workloads = [replace(w, slow_ms=cfg.slow_ms) for w in PROFILES[profile]]
@@ -448,8 +577,12 @@ def main(argv: list[str] | None = None) -> int:
     rows: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="threadline-workloads-") as tmp:
         for i, wl in enumerate(workloads):
-            harness.log(f"\n[{wl.name}]")
-            rows[wl.name] = {t.name: one_cell(t, wl, cfg, Path(tmp)) for t in order_for(targets, i)}
+            rounds: dict[str, list[dict[str, Any]]] = {}
+            for r in range(cfg.rounds):
+                harness.log(f"\n[{wl.name}]" + (f" round {r + 1}/{cfg.rounds}" if cfg.rounds > 1 else ""))
+                for t in order_for(targets, i + r):
+                    rounds.setdefault(t.name, []).append(one_cell(t, wl, cfg, Path(tmp)))
+            rows[wl.name] = {name: median_cell(cells) for name, cells in rounds.items()}
     ratios(rows)
     text = table(rows, targets, skipped)
     harness.log("\n" + text)
@@ -458,7 +591,8 @@ def main(argv: list[str] | None = None) -> int:
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started_at)),
         "duration_s": round(time.time() - started_at, 1), "python": sys.version.split()[0],
         "platform": platform.platform(), "cpu_count": os.cpu_count(), "load_avg_at_end": os.getloadavg(),
-        "event_loop": event_loop_name(), "pg_workers": cfg.pg_workers, "pg_slots": cfg.scaleout_slots,
+        "event_loop": event_loop_name(), "rounds": cfg.rounds, "pg_workers": cfg.pg_workers,
+        "pg_slots": cfg.scaleout_slots,
         "threadline_src": cfg.threadline_src, "threadline_args": cfg.threadline_arg,
         "threadline_imported_from": cfg.imported_from, "reference_bin": str(cfg.ref_bin) if cfg.ref_bin else None,
         "versions": {d: bench_run.package_version(None, d) for d in ("threadline", "langgraph", "langchain-core")},

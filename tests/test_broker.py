@@ -855,3 +855,11 @@ async def test_posts_wait_once_the_outbox_holds_its_bytes(kind: str) -> None:
         assert await asyncio.wait_for(live, 10) == [data] * 200
     finally:
         await deployment.close()
+
+
+def test_redis_replies_are_parsed_in_c() -> None:
+    """redis-py parses replies and packs commands with hiredis when it is installed (a declared dependency):
+    half the CPU of an event's trip through Redis (`bench/redis_path.py`). Fails if packaging drops it."""
+    import redis.utils
+
+    assert redis.utils.HIREDIS_AVAILABLE
