@@ -87,6 +87,7 @@ async def measure(runs: int, kind: str, profile: str | None, tokens: int = 4000,
     from asgi_lifespan import LifespanManager
     from langgraph.checkpoint.memory import InMemorySaver
 
+    from threadline import cli
     from threadline.api.app import create_app
     from threadline.settings import Settings
 
@@ -114,6 +115,9 @@ async def measure(runs: int, kind: str, profile: str | None, tokens: int = 4000,
             if kind == "thread":
                 for _ in range(runs + 20):
                     threads.append(orjson.loads((await _call(app, "/threads", b"{}"))[1])["thread_id"])
+            freeze = getattr(cli, "freeze_startup_heap", None)
+            if freeze is not None:  # as `threadline serve` does once started (a tree before it had none)
+                freeze()
             path = {"thread": None, "stateless": "/runs/wait", "stream": "/runs/stream", "long": "/runs/stream"}[kind]
             profiler = cProfile.Profile() if profile else None
             app_cpu = floor_cpu = 0.0
