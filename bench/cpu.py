@@ -21,7 +21,8 @@ without sockets (`bench/workloads.py` measures it over HTTP). Each line also giv
 per-request ratios (each request against the floor run right after it: steadier than the sums when the
 machine's load moves) and the body messages the app sent per run (each is a pass through the middleware and,
 served, a socket write). `--set NAME=VALUE` gives the app a setting (`stream_coalesce_ms=0`), on both sides of
-`--against`. No timing assertions anywhere: a measuring tool, not a test.
+`--against`. Once started, the app's heap is frozen as `threadline serve` freezes it (`cli.freeze_startup_heap`), when
+the measured tree has that function. No timing assertions anywhere: a measuring tool, not a test.
 """
 
 from __future__ import annotations
