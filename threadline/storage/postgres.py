@@ -201,6 +201,8 @@ class PostgresStorage(SQLStorage):
                 await asyncio.sleep(0.1)
             try:
                 applied = await _apply_migrations(conn)
+                # Runs active without their quota slots (migration 0010) take them, so a cap counts them.
+                await conn.execute("SELECT threadline_adopt_quota_runs()")
                 await self.checkpointer.setup()
                 await self.store.setup()
             finally:
