@@ -134,15 +134,6 @@ async def test_concurrent_enqueues_never_pass_the_caps_and_give_every_place_back
     assert (await _active(storages[0]))[0] == CAP
 
 
-@pytest.fixture
-async def storage(database_url: str) -> AsyncIterator[Storage]:
-    opened = await open_storage(database_url)
-    try:
-        yield opened
-    finally:
-        await opened.close()
-
-
 async def _burst(storage: Storage, quota: Quota, n: int = 6) -> int:
     """How many of `n` concurrent enqueues under `quota` are admitted."""
     async def one() -> bool:
@@ -157,18 +148,27 @@ async def _burst(storage: Storage, quota: Quota, n: int = 6) -> int:
 
 
 async def test_runs_enqueued_without_a_cap_count_once_one_is_set_and_a_lowered_cap_waits_for_them(
-        storage: Storage) -> None:
+        database_url: str) -> None:
+    """A cap is a setting: a process started with one counts the runs enqueued before it without one."""
     ids = []
-    for _ in range(4):
-        run = _run(str(uuid.uuid4()))
-        await storage.enqueue_run(run, thread_metadata={}, create_thread=True, reject_if_active=False)
-        ids.append(run["run_id"])
-    assert await _burst(storage, Quota(None, 0, 5)) == 1  # four active without a cap, one place left
-    # A cap below the runs already active (lowered, say): full until enough of them end, in whatever order.
-    assert await _burst(storage, Quota(None, 0, 3)) == 0
-    for run_id in ids[:3]:
-        await storage.cancel_pending_runs([run_id], "interrupted")
-    assert await _burst(storage, Quota(None, 0, 3)) == 1
+    uncapped = await open_storage(database_url)
+    try:
+        for _ in range(4):
+            run = _run(str(uuid.uuid4()))
+            await uncapped.enqueue_run(run, thread_metadata={}, create_thread=True, reject_if_active=False)
+            ids.append(run["run_id"])
+    finally:
+        await uncapped.close()
+    storage = await open_storage(database_url)  # restarted with a cap
+    try:
+        assert await _burst(storage, Quota(None, 0, 5)) == 1  # four active from before the cap, one place left
+        # A cap below the runs already active (lowered, say): full until enough of them end, in whatever order.
+        assert await _burst(storage, Quota(None, 0, 3)) == 0
+        for run_id in ids[:3]:
+            await storage.cancel_pending_runs([run_id], "interrupted")
+        assert await _burst(storage, Quota(None, 0, 3)) == 1
+    finally:
+        await storage.close()
 
 
 async def test_an_upgraded_postgres_database_counts_the_runs_already_active(

@@ -152,8 +152,8 @@ class PostgresStorage(SQLStorage):
     # idle inside a transaction (ours last milliseconds), and the stalled process finds its connection gone.
     idle_in_transaction_ms = 10_000
     #: Connections kept for reads (`_read`: thread, run, assistant reads and searches, `/ok?check_db`). Writes
-    #: may all wait at once (run enqueues queue on the whole-queue quota's lock under a burst) holding every
-    #: connection of the main pool; a read must not wait behind them for a connection.
+    #: may all wait at once (a burst of run enqueues, each waiting on its thread's row lock or the database)
+    #: holding every connection of the main pool; a read must not wait behind them for a connection.
     read_pool_size = 4
 
     @classmethod

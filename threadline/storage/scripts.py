@@ -161,8 +161,7 @@ def enqueue_run(d: Dialect, run: NewRun, thread_metadata: dict[str, Any], create
     plan = plan_enqueue(run, thread[0]["metadata"] if thread else None, created=created,
                         active=bool(found[-1]) if need_active else False, thread_metadata=thread_metadata,
                         reject_if_active=reject_if_active, claim_for=claim_for, run_metadata=run_metadata)
-    # Without a cap, PostgreSQL's run still takes its place in the queue's count, so a cap set later counts it.
-    checks: tuple[Q, ...] = (q(d, "hold_run_slot", wait=False, run_id=plan.run["run_id"]),)
+    checks: tuple[Q, ...] = ()
     if quota is not None:  # limits (issue 16): refused in the transaction, nothing of this run is written
         counted = counted_identity(quota)
         plan = plan._replace(run={**plan.run, "identity": counted}) if counted is not None else plan

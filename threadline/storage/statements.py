@@ -220,8 +220,6 @@ DIALECT_STATEMENTS: dict[DialectName, dict[str, str]] = {
         "check_quota": (
             "SELECT COUNT(CASE WHEN identity = :identity THEN 1 END) AS mine, COUNT(*) AS total, 1 AS ok "
             f"FROM runs WHERE {ACTIVE}"),
-        # Nothing to hold: the count above counts every active run.
-        "hold_run_slot": "SELECT :run_id AS held",
         "delete_thread_checkpoints": (
             "DELETE FROM checkpoints WHERE thread_id {in:thread_ids}; "
             "DELETE FROM writes WHERE thread_id {in:thread_ids}"),
@@ -245,9 +243,6 @@ DIALECT_STATEMENTS: dict[DialectName, dict[str, str]] = {
         # so concurrent enqueues never wait for each other) or is refused in this statement (TL429, with the
         # counts for `rules.quota_refusal` to word, through `threadline_check_quota`).
         "check_quota": "SELECT threadline_take_quota(:run_id, CAST(:identity AS text), :per_identity, :cap) AS ok",
-        # A run enqueued with no cap takes a place in the queue's count all the same (one that never runs out),
-        # so a cap set later, or by another process, counts it.
-        "hold_run_slot": "SELECT threadline_take_quota(:run_id, NULL, 0, 0) AS ok",
         "delete_thread_checkpoints": (
             "DELETE FROM checkpoints WHERE thread_id {in:thread_ids}; "
             "DELETE FROM checkpoint_blobs WHERE thread_id {in:thread_ids}; "

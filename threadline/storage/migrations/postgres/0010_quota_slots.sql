@@ -69,9 +69,8 @@ BEGIN
 END
 $$;
 
--- The enqueue's quota check (`check_quota`, PostgreSQL): run `r` takes a slot of the whole queue (always, so
--- that a cap set later counts it; without a cap, one that never runs out) and of its identity `who`
--- (`per_identity` > 0, `who` not null), in that order. Refused: the rule's own
+-- The enqueue's quota check (`check_quota`, PostgreSQL): run `r` takes a slot of the whole queue (`cap` > 0)
+-- and of its identity `who` (`per_identity` > 0, `who` not null), in that order. Refused: the rule's own
 -- refusal (`threadline_check_quota`, TL429, with the counts), its counts raised to the cap that had no free
 -- slot when enqueues in flight hold slots they have not committed yet.
 CREATE OR REPLACE FUNCTION threadline_take_quota(r text, who text, per_identity integer, cap integer)
@@ -82,7 +81,7 @@ DECLARE
     total bigint;
     full_queue boolean := false;
 BEGIN
-    IF threadline_take_quota_slot('*', r, CASE WHEN cap > 0 THEN cap ELSE 2147483647 END) IS NULL THEN
+    IF cap > 0 AND threadline_take_quota_slot('*', r, cap) IS NULL THEN
         full_queue := true;
     ELSIF who IS NOT NULL AND per_identity > 0
             AND threadline_take_quota_slot('i:' || who, r, per_identity) IS NULL THEN
@@ -102,9 +101,10 @@ BEGIN
 END
 $$;
 
--- Runs active without a slot (enqueued before this migration, or by a process of an older version during an
--- upgrade) take one of each key that counts them, so a cap counts them too: at every start, after the
--- migrations (this one's upgrade included), `PostgresStorage.migrate`.
+-- Runs active without a slot (enqueued with no cap, before this migration, or by a process of an older
+-- version) take one of each key that counts them, so a cap counts them: at every start, after the
+-- migrations (this one's upgrade included), `PostgresStorage.migrate`. A cap is a setting, so a process
+-- that starts with one has adopted every run enqueued without it before its start.
 CREATE OR REPLACE FUNCTION threadline_adopt_quota_runs() RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
