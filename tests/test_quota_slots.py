@@ -192,3 +192,17 @@ async def test_an_upgraded_postgres_database_counts_the_runs_already_active(
         assert await _burst(upgraded, Quota("bob", 2, 10)) == 2
     finally:
         await upgraded.close()
+
+
+async def test_a_large_cap_makes_rows_only_for_the_runs_active(scaleout_services: ScaleOut) -> None:
+    """PostgreSQL's slot rows are made on demand, doubling: a burst under a cap of a million makes rows for
+    about its own runs (at most twice them), not for the cap, however many enqueues wait to make them."""
+    url = scaleout_services.fresh().database_url
+    storage = await open_storage(url)
+    try:
+        assert await _burst(storage, Quota(None, 0, 1_000_000), n=40) == 40
+    finally:
+        await storage.close()
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows, held = conn.execute("SELECT COUNT(*), COUNT(run_id) FROM run_quota_slots").fetchone() or (0, 0)
+    assert held == 40 and rows <= 80, rows

@@ -39,9 +39,11 @@ LANGUAGE plpgsql AS $$
 DECLARE
     taken integer;
     made integer;
+    locked boolean := false;
 BEGIN
     IF EXISTS (SELECT 1 FROM run_quota_slots WHERE key = k AND slot >= cap AND run_id IS NOT NULL) THEN
         PERFORM pg_advisory_xact_lock(hashtext('threadline:quota-slots:' || k));
+        locked := true;
         IF (SELECT COUNT(*) FROM run_quota_slots WHERE key = k AND run_id IS NOT NULL) >= cap THEN
             RETURN NULL;
         END IF;
@@ -53,14 +55,15 @@ BEGIN
         IF taken IS NOT NULL THEN
             RETURN taken;
         END IF;
-        PERFORM pg_advisory_xact_lock(hashtext('threadline:quota-slots:' || k));
+        IF NOT locked THEN
+            -- Once more under the lock: the rows the enqueue that held it last made may be free.
+            PERFORM pg_advisory_xact_lock(hashtext('threadline:quota-slots:' || k));
+            locked := true;
+            CONTINUE;
+        END IF;
         SELECT COALESCE(MAX(slot) + 1, 0) INTO made FROM run_quota_slots WHERE key = k;
         IF made >= cap THEN
-            -- The last check, now that no other enqueue can be making rows: a free row another one made.
-            UPDATE run_quota_slots SET run_id = r WHERE key = k AND slot = (
-                SELECT slot FROM run_quota_slots WHERE key = k AND slot < cap AND run_id IS NULL
-                LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING slot INTO taken;
-            RETURN taken;
+            RETURN NULL;
         END IF;
         INSERT INTO run_quota_slots (key, slot)
             SELECT k, g FROM generate_series(made, LEAST(cap, GREATEST(2 * made, 16)) - 1) AS g
