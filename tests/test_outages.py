@@ -596,7 +596,7 @@ async def test_the_operators_connection_options_are_kept(scaleout_services: Scal
 
 
 async def test_a_read_does_not_wait_behind_writes_holding_every_connection(scaleout_services: ScaleOut) -> None:
-    """Under a burst, run creations can all wait at once (on the whole-queue quota's lock), each holding a
+    """Under a burst, run creations can all wait at once (on their threads' row locks, say), each holding a
     pooled connection: reads (a thread read, a health check) have connections of their own, so they answer at
     once instead of waiting for one, then failing after `checkout_seconds`."""
     from threadline.storage.postgres import PostgresStorage

@@ -152,8 +152,8 @@ class PostgresStorage(SQLStorage):
     # idle inside a transaction (ours last milliseconds), and the stalled process finds its connection gone.
     idle_in_transaction_ms = 10_000
     #: Connections kept for reads (`_read`: thread, run, assistant reads and searches, `/ok?check_db`). Writes
-    #: may all wait at once (run enqueues queue on the whole-queue quota's lock under a burst) holding every
-    #: connection of the main pool; a read must not wait behind them for a connection.
+    #: may all wait at once (a burst of run enqueues, each waiting on its thread's row lock or the database)
+    #: holding every connection of the main pool; a read must not wait behind them for a connection.
     read_pool_size = 4
 
     @classmethod
@@ -201,6 +201,8 @@ class PostgresStorage(SQLStorage):
                 await asyncio.sleep(0.1)
             try:
                 applied = await _apply_migrations(conn)
+                # Runs active without their quota slots (migration 0010) take them, so a cap counts them.
+                await conn.execute("SELECT threadline_adopt_quota_runs()")
                 await self.checkpointer.setup()
                 await self.store.setup()
             finally:

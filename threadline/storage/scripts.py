@@ -143,8 +143,9 @@ def enqueue_run(d: Dialect, run: NewRun, thread_metadata: dict[str, Any], create
                 quota: Quota | None = None) -> Script[RunRecord]:
     """Two round trips: one reads what decides (the thread, created if asked; its row lock orders concurrent
     enqueues, so a reject sees the other's run; its active run), one writes and commits (`Final`). With a
-    `quota`, the second also takes its locks and counts the active runs (`_quota_locks`, `check_quota`),
-    refused in that statement: no lock of the whole queue is held while the client takes its next step."""
+    `quota`, the second also checks its caps (`check_quota`): on PostgreSQL the run takes a free slot of each
+    cap (slot rows taken with SKIP LOCKED: concurrent enqueues never wait for each other, and no lock is held
+    across round trips), or is refused in that statement; SQLite's one writer counts the active runs."""
     now, thread_id = run["created_at"], run["thread_id"]
     need_active = reject_if_active or claim_for is not None
     steps = [q(d, "lock_thread", thread_id=thread_id)]
@@ -164,8 +165,8 @@ def enqueue_run(d: Dialect, run: NewRun, thread_metadata: dict[str, Any], create
     if quota is not None:  # limits (issue 16): refused in the transaction, nothing of this run is written
         counted = counted_identity(quota)
         plan = plan._replace(run={**plan.run, "identity": counted}) if counted is not None else plan
-        checks = (*_quota_locks(d, quota), q(d, "check_quota", identity=counted, per_identity=quota.per_identity,
-                                             cap=quota.total))
+        checks = (q(d, "check_quota", run_id=plan.run["run_id"], identity=counted, per_identity=quota.per_identity,
+                    cap=quota.total),)
     stamp = plan.claimed and claim_for is not None and claim_for.deadline_seconds > 0
     insert = Q(d.insert("runs", plan.run, lease=plan.claimed, deadline=stamp, returning=True),
                {**plan.run, "lease_seconds": claim_for.lease_seconds if plan.claimed and claim_for else None,
@@ -178,21 +179,10 @@ def enqueue_run(d: Dialect, run: NewRun, thread_metadata: dict[str, Any], create
         if quota is not None:
             quota_refusal(quota, refused.mine, refused.total)
         raise
-    if quota is not None:  # the counts before this run (SQLite: refused here, which rolls its writer back)
-        counts = results[len(checks) - 1][0]
+    counts = results[0][0] if quota is not None else {}
+    if quota is not None and "total" in counts:  # SQLite's counts before this run: refused here, rolled back
         quota_refusal(quota, int(counts["mine"] or 0), int(counts["total"] or 0))
     return cast("RunRecord", results[-1][0])
-
-
-def _quota_locks(d: Dialect, quota: Quota) -> list[Q]:
-    """The quota's locks (PostgreSQL: transaction-scoped advisory locks; SQLite: none needed, its one writer
-    runs one enqueue at a time), always in this order, the whole queue's then the identity's, and always
-    after the thread's row lock: concurrent enqueues then count one after another, so no two both take the
-    last place, and no two wait for each other. Released at commit, with the run visible to the next count:
-    the insert and the commit go in one round trip (`Final`), so the lock is held across one round trip."""
-    keys = (["threadline:quota"] if quota.total else []) + (
-        [f"threadline:quota:{quota.identity}"] if quota.per_identity and quota.identity is not None else [])
-    return [q(d, "lock_quota", wait=False, key=key) for key in keys]
 
 
 def set_run_deadline(d: Dialect, run_id: str, seconds: float, replace: bool = False) -> Script[float]:

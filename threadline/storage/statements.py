@@ -8,7 +8,6 @@ and the few true differences between the dialects are slots, which `Dialect.sql`
 | `{now}` | `:now`, the transaction's one timestamp (app clock) | `now()`, the transaction's start (database clock) |
 | `{lease}` | `:lease_at` (now + `:lease_seconds`) | `now() + make_interval(secs => :lease_seconds)` |
 | `{deadline}` | `:deadline_at` (now + `:deadline_seconds`) | `now() + make_interval(secs => :deadline_seconds)` |
-| `{check_quota}` | `1` (the script checks the counts) | `threadline_check_quota(...)`, which raises TL429 |
 | `{for_update}`, `{skip_locked}` | nothing (the one writer holds the lock) | `FOR UPDATE`, `FOR UPDATE SKIP LOCKED` |
 | `{json:p}` | `:p` (JSON text) | `CAST(:p AS jsonb)` |
 | `{ts:p}` | `:p` | `CAST(:p AS timestamptz)` |
@@ -173,13 +172,6 @@ STATEMENTS: dict[str, str] = {
     # A deadline the claim stamped with the worker's default, replaced by the run's own (its config's).
     "replace_run_deadline": (
         "UPDATE runs SET deadline_at = {deadline} WHERE run_id = :run_id RETURNING deadline_at, {now} AS now_at"),
-    # The active runs of one identity and of the whole deployment, counted inside the enqueue transaction.
-    # The active runs of one identity and of the whole deployment, counted inside the enqueue transaction and
-    # refused in the statement where it can be (PostgreSQL: `threadline_check_quota`, which raises; SQLite:
-    # the script checks the counts, its one writer commits after it).
-    "check_quota": (
-        "SELECT c.mine, c.total, {check_quota} AS ok FROM (SELECT COUNT(CASE WHEN identity = :identity THEN 1 END) "
-        f"AS mine, COUNT(*) AS total FROM runs WHERE {ACTIVE}) AS c"),
     # --- protocol events
     "bump_event_counter": (
         "INSERT INTO thread_event_counters AS c (thread_id, last_seq) VALUES (:thread_id, :count) "
@@ -222,8 +214,12 @@ STATEMENTS: dict[str, str] = {
 #: be several statements, separated by "; " (`Dialect.statements` splits them; a script runs them in order).
 DIALECT_STATEMENTS: dict[DialectName, dict[str, str]] = {
     "sqlite": {
-        # The quota's count and the insert after it are already one at a time: the one writer, BEGIN IMMEDIATE.
-        "lock_quota": "SELECT :key AS unlocked",
+        # The enqueue's caps on active runs: the active runs of one identity and of the whole deployment,
+        # counted in the enqueue's transaction, which the one writer (BEGIN IMMEDIATE) runs one at a time;
+        # the script applies the rule to the counts (`rules.quota_refusal`), and a refusal rolls it back.
+        "check_quota": (
+            "SELECT COUNT(CASE WHEN identity = :identity THEN 1 END) AS mine, COUNT(*) AS total, 1 AS ok "
+            f"FROM runs WHERE {ACTIVE}"),
         "delete_thread_checkpoints": (
             "DELETE FROM checkpoints WHERE thread_id {in:thread_ids}; "
             "DELETE FROM writes WHERE thread_id {in:thread_ids}"),
@@ -243,9 +239,10 @@ DIALECT_STATEMENTS: dict[DialectName, dict[str, str]] = {
             "type, value FROM writes WHERE thread_id = :source"),
     },
     "postgres": {
-        # Held to commit, so concurrent enqueues count one after another (`scripts.enqueue_run` takes them in
-        # one fixed order, after the thread's row lock).
-        "lock_quota": "SELECT pg_advisory_xact_lock(hashtext(:key))",
+        # The run takes a free slot of each cap that applies (migration 0010: slot rows taken with SKIP LOCKED,
+        # so concurrent enqueues never wait for each other) or is refused in this statement (TL429, with the
+        # counts for `rules.quota_refusal` to word, through `threadline_check_quota`).
+        "check_quota": "SELECT threadline_take_quota(:run_id, CAST(:identity AS text), :per_identity, :cap) AS ok",
         "delete_thread_checkpoints": (
             "DELETE FROM checkpoints WHERE thread_id {in:thread_ids}; "
             "DELETE FROM checkpoint_blobs WHERE thread_id {in:thread_ids}; "
@@ -288,9 +285,6 @@ class Dialect:
             return ":lease_at" if lite else "now() + make_interval(secs => :lease_seconds)"
         if slot == "deadline":
             return ":deadline_at" if lite else "now() + make_interval(secs => :deadline_seconds)"
-        if slot == "check_quota":
-            return "1" if lite else (
-                "threadline_check_quota(c.mine, c.total, :per_identity, :cap, CAST(:identity AS text) IS NOT NULL)")
         if slot == "for_update":
             return "" if lite else "FOR UPDATE"
         if slot == "skip_locked":

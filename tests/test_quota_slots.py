@@ -1,0 +1,208 @@
+"""The caps on active runs under concurrency: enqueues from several connections (on PostgreSQL, several
+processes' storages, each with its own pool) race while runs end by every path (finish, cancel, delete), and a
+reader checks between them that no committed state ever shows more active runs than the cap; at the end, every
+admitted run is stored, no refused one is, and every place a run took was given back (a burst on the emptied
+queue fills the cap exactly)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from collections.abc import AsyncIterator
+
+import psycopg
+import pytest
+
+from tests.services import ScaleOut
+from threadline.errors import QuotaExceeded
+from threadline.storage import open_storage
+from threadline.storage.base import Quota, Storage
+from threadline.storage.records import NewRun
+from threadline.storage.sql import now_iso
+
+pytestmark = pytest.mark.integration
+
+CAP, PER_IDENTITY = 5, 3
+IDENTITIES = ["alice", "bob"]
+
+
+@pytest.fixture
+async def storages(database_url: str) -> AsyncIterator[list[Storage]]:
+    """Three storages of one deployment (on a one-process backend, one storage three times)."""
+    first = await open_storage(database_url)
+    opened = [first]
+    try:
+        while len(opened) < 3:
+            opened.append(await open_storage(database_url) if first.capabilities.get("multi_process") else first)
+        yield opened
+    finally:
+        for storage in {id(s): s for s in opened}.values():
+            await storage.close()
+
+
+def _run(thread_id: str) -> NewRun:
+    now = now_iso()
+    return NewRun(run_id=str(uuid.uuid4()), thread_id=thread_id, assistant_id=str(uuid.uuid4()), status="pending",
+                  kwargs={}, metadata={}, multitask_strategy="enqueue", available_at=now, created_at=now,
+                  updated_at=now)
+
+
+async def _enqueue(storage: Storage, identity: str, *, claimed: bool = False) -> str | None:
+    """A run on a new thread under both caps: its id, or None when refused."""
+    run = _run(str(uuid.uuid4()))
+    try:
+        await storage.enqueue_run(run, thread_metadata={}, create_thread=True, reject_if_active=False,
+                                  claim_for=("w", 30.0) if claimed else None,
+                                  quota=Quota(identity, PER_IDENTITY, CAP))
+    except QuotaExceeded:
+        return None
+    return run["run_id"]
+
+
+async def _active(storage: Storage) -> tuple[int, dict[str, int]]:
+    """The active runs in one committed state (one statement): in all, and per identity."""
+    runs = [r for r in await storage.search_runs(thread_id=None, assistant_id=None, status=None, metadata=None,
+                                                 limit=10_000, offset=0) if r["status"] in ("pending", "running")]
+    return len(runs), {who: sum(1 for r in runs if r["identity"] == who) for who in IDENTITIES}
+
+
+async def _end(storage: Storage, run_id: str, way: int) -> None:
+    if way == 0:
+        await storage.cancel_pending_runs([run_id], "interrupted")
+    elif way == 1:
+        await storage.delete_run(run_id)
+    else:
+        await storage.finish_run(run_id, "success")
+
+
+async def test_concurrent_enqueues_never_pass_the_caps_and_give_every_place_back(storages: list[Storage]) -> None:
+    admitted: list[str] = []
+    refused: list[str] = []
+    ended: list[str] = []
+    rng = random.Random(28)
+    done = asyncio.Event()
+    peaks: list[int] = []
+
+    async def client(n: int) -> None:
+        storage, identity = storages[n % len(storages)], IDENTITIES[n % len(IDENTITIES)]
+        for _ in range(12):
+            way = rng.randrange(3)
+            run_id = await _enqueue(storage, identity, claimed=way == 2)  # finished runs are running first
+            if run_id is None:
+                refused.append(identity)
+                await asyncio.sleep(rng.random() / 100)
+                continue
+            admitted.append(run_id)
+            if rng.random() < 0.7:  # the rest stay active, so the caps stay reached
+                await asyncio.sleep(rng.random() / 50)
+                await _end(storages[(n + 1) % len(storages)], run_id, way)
+                ended.append(run_id)
+
+    async def watch() -> None:
+        while not done.is_set():
+            total, mine = await _active(storages[-1])
+            peaks.append(total)
+            assert total <= CAP and all(count <= PER_IDENTITY for count in mine.values()), (total, mine)
+            await asyncio.sleep(0)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        await asyncio.gather(*(client(n) for n in range(16)))
+    finally:
+        done.set()
+        await watcher
+    total, mine = await _active(storages[0])
+    assert total <= CAP and all(count <= PER_IDENTITY for count in mine.values())
+    # The burst did reach the caps (so the watcher saw them held), and churned through many more runs.
+    assert refused and max(peaks) == CAP and len(admitted) > 2 * CAP
+    # No admitted run lost, and each ended one ended.
+    for run_id in admitted:
+        found = await storages[0].get_run(run_id)
+        if run_id in ended:
+            assert found is None or found["status"] not in ("pending", "running")
+        else:
+            assert found is not None and found["status"] in ("pending", "running"), run_id
+
+    # Every place an ended run held was given back: once the rest end, a burst fills each cap exactly.
+    for run_id in set(admitted) - set(ended):
+        await storages[0].finish_run(run_id, "interrupted")
+    burst = await asyncio.gather(*(_enqueue(storages[n % len(storages)], "alice") for n in range(10)))
+    assert sum(1 for r in burst if r is not None) == PER_IDENTITY
+    burst = await asyncio.gather(*(_enqueue(storages[n % len(storages)], "bob") for n in range(10)))
+    assert sum(1 for r in burst if r is not None) == CAP - PER_IDENTITY
+    assert (await _active(storages[0]))[0] == CAP
+
+
+async def _burst(storage: Storage, quota: Quota, n: int = 6) -> int:
+    """How many of `n` concurrent enqueues under `quota` are admitted."""
+    async def one() -> bool:
+        try:
+            await storage.enqueue_run(_run(str(uuid.uuid4())), thread_metadata={}, create_thread=True,
+                                      reject_if_active=False, quota=quota)
+        except QuotaExceeded:
+            return False
+        return True
+
+    return sum(await asyncio.gather(*(one() for _ in range(n))))
+
+
+async def test_runs_enqueued_without_a_cap_count_once_one_is_set_and_a_lowered_cap_waits_for_them(
+        database_url: str) -> None:
+    """A cap is a setting: a process started with one counts the runs enqueued before it without one."""
+    ids = []
+    uncapped = await open_storage(database_url)
+    try:
+        for _ in range(4):
+            run = _run(str(uuid.uuid4()))
+            await uncapped.enqueue_run(run, thread_metadata={}, create_thread=True, reject_if_active=False)
+            ids.append(run["run_id"])
+    finally:
+        await uncapped.close()
+    storage = await open_storage(database_url)  # restarted with a cap
+    try:
+        assert await _burst(storage, Quota(None, 0, 5)) == 1  # four active from before the cap, one place left
+        # A cap below the runs already active (lowered, say): full until enough of them end, in whatever order.
+        assert await _burst(storage, Quota(None, 0, 3)) == 0
+        for run_id in ids[:3]:
+            await storage.cancel_pending_runs([run_id], "interrupted")
+        assert await _burst(storage, Quota(None, 0, 3)) == 1
+    finally:
+        await storage.close()
+
+
+async def test_an_upgraded_postgres_database_counts_the_runs_already_active(
+        scaleout_services: ScaleOut) -> None:
+    """Migration 0010 on a database that has active runs: they take their places, so a cap counts them."""
+    url = scaleout_services.fresh().database_url
+    await (await open_storage(url)).close()  # migrated
+    with psycopg.connect(url, autocommit=True) as conn:  # back to the schema before 0010, with runs active
+        conn.execute("DROP TABLE run_quota_slots; DROP TRIGGER runs_release_quota_slots ON runs; "
+                     "DROP TRIGGER runs_release_quota_slots_on_delete ON runs; "
+                     "DELETE FROM threadline_migrations WHERE name = '0010_quota_slots.sql'")
+        for n in range(3):
+            conn.execute("INSERT INTO runs (run_id, thread_id, assistant_id, status, identity, available_at, "
+                         "created_at, updated_at) VALUES (%s, %s, 'a', %s, %s, now(), now(), now())",
+                         (str(uuid.uuid4()), str(uuid.uuid4()), "running" if n else "pending",
+                          "alice" if n < 2 else None))
+    upgraded = await open_storage(url)
+    try:
+        assert await _burst(upgraded, Quota("alice", 3, 4)) == 1
+        assert await _burst(upgraded, Quota("alice", 2, 10)) == 0  # alice's two old runs count against her
+        assert await _burst(upgraded, Quota("bob", 2, 10)) == 2
+    finally:
+        await upgraded.close()
+
+
+async def test_a_large_cap_makes_rows_only_for_the_runs_active(scaleout_services: ScaleOut) -> None:
+    """PostgreSQL's slot rows are made on demand, doubling: a burst under a cap of a million makes rows for
+    about its own runs (at most twice them), not for the cap, however many enqueues wait to make them."""
+    url = scaleout_services.fresh().database_url
+    storage = await open_storage(url)
+    try:
+        assert await _burst(storage, Quota(None, 0, 1_000_000), n=40) == 40
+    finally:
+        await storage.close()
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows, held = conn.execute("SELECT COUNT(*), COUNT(run_id) FROM run_quota_slots").fetchone() or (0, 0)
+    assert held == 40 and rows <= 80, rows
