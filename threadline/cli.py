@@ -215,6 +215,7 @@ def _broker_line(settings: Settings) -> str:
 async def work(settings: Settings) -> None:
     """Workers without an HTTP server, until SIGTERM or SIGINT; then unfinished runs go back to the queue."""
     from threadline.core.runtime import Runtime
+    from threadline.heap import startup_frozen
     from threadline.shutdown import Stop, without_stuck_threads
 
     if settings.workers < 1:
@@ -231,7 +232,8 @@ async def work(settings: Settings) -> None:
             assert runtime.workers is not None
             print(f"Threadline {__version__} worker {runtime.workers.worker_id}: {settings.workers} slots, "
                   f"agents {', '.join(runtime.project.graphs)}", flush=True)
-            await stop.wait()
+            with startup_frozen():
+                await stop.wait()
         finally:
             await runtime.close()
     await without_stuck_threads()
