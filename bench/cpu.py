@@ -21,8 +21,8 @@ without sockets (`bench/workloads.py` measures it over HTTP). Each line also giv
 per-request ratios (each request against the floor run right after it: steadier than the sums when the
 machine's load moves) and the body messages the app sent per run (each is a pass through the middleware and,
 served, a socket write). `--set NAME=VALUE` gives the app a setting (`stream_coalesce_ms=0`), on both sides of
-`--against`. Once started, the app's heap is frozen as `threadline serve` freezes it (`cli.freeze_startup_heap`), when
-the measured tree has that function. No timing assertions anywhere: a measuring tool, not a test.
+`--against`. The app freezes its startup heap itself while it serves (`threadline.heap`), as a served process does.
+No timing assertions anywhere: a measuring tool, not a test.
 """
 
 from __future__ import annotations
@@ -88,7 +88,6 @@ async def measure(runs: int, kind: str, profile: str | None, tokens: int = 4000,
     from asgi_lifespan import LifespanManager
     from langgraph.checkpoint.memory import InMemorySaver
 
-    from threadline import cli
     from threadline.api.app import create_app
     from threadline.settings import Settings
 
@@ -116,9 +115,6 @@ async def measure(runs: int, kind: str, profile: str | None, tokens: int = 4000,
             if kind == "thread":
                 for _ in range(runs + 20):
                     threads.append(orjson.loads((await _call(app, "/threads", b"{}"))[1])["thread_id"])
-            freeze = getattr(cli, "freeze_startup_heap", None)
-            if freeze is not None:  # as `threadline serve` does once started (a tree before it had none)
-                freeze()
             path = {"thread": None, "stateless": "/runs/wait", "stream": "/runs/stream", "long": "/runs/stream"}[kind]
             profiler = cProfile.Profile() if profile else None
             app_cpu = floor_cpu = 0.0

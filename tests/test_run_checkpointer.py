@@ -4,11 +4,15 @@ whenever writes were put against that checkpoint."""
 
 from __future__ import annotations
 
+import contextlib
 import operator
+import sqlite3
 import uuid
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 import pytest
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 from typing_extensions import TypedDict
@@ -133,3 +137,68 @@ async def test_a_tasks_writes_come_back_in_order(database_url: str, count: int) 
         assert [w[1:] for w in found.pending_writes] == [("log", f"w{i}") for i in range(count)]
     finally:
         await storage.close()
+
+
+async def test_a_history_lists_what_langgraphs_own_saver_lists(database_url: str) -> None:
+    """Our savers read a thread's checkpoints their own way (SQLite: LangGraph's sync `list` on the writer's
+    connection thread; PostgreSQL: loaded inline, jsonb with our one decoder): the tuples must be those
+    LangGraph's own async saver reads from the same tables, pending writes (an interrupt's, two tasks') and
+    subgraph namespaces included, whatever `limit`, `before` or `filter` selects."""
+    storage = await open_storage(database_url)
+    try:
+        saver = storage.checkpointer
+        graph = _graph(_ask, subgraph=True).copy(update={"checkpointer": saver})
+        thread = thread_config(str(uuid.uuid4()))
+        await graph.ainvoke({"log": ["input"]}, thread)
+        checkpoint = empty_checkpoint()
+        at = await saver.aput(thread, checkpoint, {"source": "update", "step": 9, "n": 2**62}, {})
+        await saver.aput_writes(at, [("log", "a1"), ("log", "a2")], "task-a")
+        await saver.aput_writes(at, [("log", "b1")], "task-b", "~path")
+        everything = [t async for t in saver.alist(thread)]
+        newest = everything[0].config
+        async with _langgraphs_saver(database_url, saver.serde) as theirs:
+            for config, kwargs in [
+                (thread, {}), ({"configurable": {"thread_id": thread["configurable"]["thread_id"]}}, {}),
+                (thread, {"limit": 2}), (thread, {"before": newest}), (thread, {"filter": {"source": "loop"}}),
+                (thread, {"filter": {"n": 2**62}, "limit": 1}),
+            ]:
+                ours = [t async for t in saver.alist(config, **kwargs)]
+                assert ours == [t async for t in theirs.alist(config, **kwargs)], kwargs
+                assert ours, kwargs
+        assert len({t.config["configurable"]["checkpoint_ns"] for t in everything}) == 1  # root only, as asked
+        whole = {"configurable": {"thread_id": thread["configurable"]["thread_id"]}}
+        namespaced = [t async for t in saver.alist(whole)]
+        assert len({t.config["configurable"]["checkpoint_ns"] for t in namespaced}) == 2  # and the subgraph's
+        assert [w[:2] for w in everything[0].pending_writes] == [("task-a", "log"), ("task-a", "log"),
+                                                                  ("task-b", "log")]
+        assert any(w[1] == "__interrupt__" for t in everything for w in t.pending_writes)
+    finally:
+        await storage.close()
+
+
+@contextlib.asynccontextmanager
+async def _langgraphs_saver(database_url: str, serde: Any) -> AsyncIterator[Any]:
+    """LangGraph's own saver on the same database (SQLite: its sync saver, whose `alist` is not callable on
+    the loop, behind an async `alist`)."""
+    if database_url.startswith("sqlite:"):
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        conn = sqlite3.connect(database_url.removeprefix("sqlite:").removeprefix("///"), check_same_thread=False)
+        sync = SqliteSaver(conn, serde=serde)
+
+        class Async:
+            async def alist(self, config: Any, **kwargs: Any) -> AsyncIterator[Any]:
+                for item in sync.list(config, **kwargs):
+                    yield item
+
+        try:
+            yield Async()
+        finally:
+            conn.close()
+        return
+    import psycopg
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+    from psycopg.rows import dict_row
+
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True, row_factory=dict_row) as conn:
+        yield AsyncPostgresSaver(conn, serde=serde)

@@ -21,6 +21,7 @@ import sqlite3
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -439,6 +440,70 @@ async def test_storing_a_threads_state_keeps_a_busy_thread_busy(storage: Storage
     busy = await storage.get_thread(run["thread_id"])
     assert busy["status"] == "busy" and busy["values"] == {"n": 2}
     assert not await storage.store_thread_state(str(uuid.uuid4()), fields)
+
+
+async def count_row_writes(other: OtherConnection) -> None:
+    """From now on, every write of a `threads` row (a trigger's own included) adds a row to `row_writes`."""
+    if other.sqlite:
+        await other.execute("CREATE TABLE row_writes (thread_id TEXT)")
+        await other.execute("CREATE TRIGGER count_row_writes AFTER UPDATE ON threads BEGIN "
+                            "INSERT INTO row_writes VALUES (NEW.thread_id); END")
+        return
+    await other.execute("CREATE TABLE row_writes (thread_id TEXT)")
+    await other.execute("CREATE FUNCTION count_row_write() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                        "INSERT INTO row_writes VALUES (NEW.thread_id); RETURN NEW; END $$")
+    await other.execute("CREATE TRIGGER count_row_writes AFTER UPDATE ON threads FOR EACH ROW "
+                        "EXECUTE FUNCTION count_row_write()")
+
+
+async def test_storing_a_threads_state_writes_its_row_once(storage: Storage, database_url: str) -> None:
+    """A thread's row holds its values (1 MB for a large state): SQLite's stamping trigger wrote it all a second
+    time after each state write, to set `state_updated_at`; the write stamps it itself now."""
+    thread = await create_thread(storage)
+    async with OtherConnection(database_url) as other:
+        await count_row_writes(other)
+        assert await storage.store_thread_state(thread["thread_id"], {"values": {"n": 1}, "interrupts": {},
+                                                                      "status": "idle"})
+        assert await other.count("row_writes", thread["thread_id"]) == 1
+    stored = await storage.get_thread(thread["thread_id"])
+    assert stored is not None and stored["values"] == {"n": 1}
+    assert ts(stored["state_updated_at"]) == ts(stored["updated_at"]) > ts(thread["updated_at"])
+    # Another write of the values (none of ours does it today) is still stamped by the trigger.
+    async with OtherConnection(database_url) as other:
+        await other.execute("UPDATE threads SET \"values\" = '{\"n\": 2}', updated_at = ? WHERE thread_id = ?",
+                            (now_iso(), thread["thread_id"]))
+    restamped = await storage.get_thread(thread["thread_id"])
+    assert restamped is not None and ts(restamped["state_updated_at"]) == ts(restamped["updated_at"])
+    assert ts(restamped["state_updated_at"]) > ts(stored["state_updated_at"])
+
+
+async def test_an_sqlite_database_from_before_the_in_place_stamp_is_upgraded(tmp_path: Path) -> None:
+    """SQLite only (PostgreSQL's stamp was always set in the written row, by a BEFORE trigger): a database the
+    migrations before `0012_thread_state_stamped_in_place.sql` made, with a thread in it, is upgraded when
+    opened, and its thread's state is then written once and stamped."""
+    path = tmp_path / "old.db"
+    url = f"sqlite:///{path}"
+    await (await open_storage(url)).close()
+    old = sqlite3.connect(path, isolation_level=None)  # back to the trigger 0008 made, 0012 not applied
+    old.execute("DROP TRIGGER threads_state_updated_on_update")
+    old.execute('CREATE TRIGGER threads_state_updated_on_update AFTER UPDATE OF "values", interrupts ON threads '
+                "BEGIN UPDATE threads SET state_updated_at = NEW.updated_at WHERE thread_id = NEW.thread_id; END")
+    old.execute("DELETE FROM threadline_migrations WHERE name = '0012_thread_state_stamped_in_place.sql'")
+    stamp = now_iso()
+    old.execute("INSERT INTO threads (thread_id, created_at, updated_at) VALUES ('t', ?, ?)", (stamp, stamp))
+    old.close()
+    storage = await open_storage(url)
+    try:
+        assert "0012_thread_state_stamped_in_place.sql" in storage.applied_migrations
+        async with OtherConnection(url) as other:
+            await count_row_writes(other)
+            assert await storage.store_thread_state("t", {"values": {"n": 1}, "interrupts": {}, "status": "idle"})
+            assert await other.count("row_writes", "t") == 1
+        stored = await storage.get_thread("t")
+        assert stored is not None and stored["values"] == {"n": 1}
+        assert ts(stored["state_updated_at"]) == ts(stored["updated_at"]) > ts(stamp)
+    finally:
+        await storage.close()
 
 
 async def test_cancelling_a_pending_run_leaves_a_running_one_alone(storage: Storage) -> None:

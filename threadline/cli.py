@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import errno
-import gc
 import importlib.util
 import logging
 import os
@@ -185,18 +184,6 @@ class _Server(StoppableServer):
         if self.started and app is not None and sockets:
             host, port = sockets[0].getsockname()[:2]
             print(banner(app.state.settings, app.state.project, f"http://{host}:{port}"), flush=True)
-        if self.started:
-            freeze_startup_heap()
-
-
-def freeze_startup_heap() -> None:
-    """Once the process has started: what startup built (modules, the app, the graphs, about 200,000 objects)
-    lives as long as the process, so it is moved out of the garbage collector's reach (`gc.freeze`). A full
-    collection then scans only what came after; it scanned all of them, about 100 ms, once every few hundred
-    short runs (numbers in `bench/README.md`). Only the `serve` and `worker` processes do this: an app started
-    in a test process is not there for good."""
-    gc.collect()
-    gc.freeze()
 
 
 def banner(settings: Settings, project: Any, url: str) -> str:
@@ -228,6 +215,7 @@ def _broker_line(settings: Settings) -> str:
 async def work(settings: Settings) -> None:
     """Workers without an HTTP server, until SIGTERM or SIGINT; then unfinished runs go back to the queue."""
     from threadline.core.runtime import Runtime
+    from threadline.heap import startup_frozen
     from threadline.shutdown import Stop, without_stuck_threads
 
     if settings.workers < 1:
@@ -241,11 +229,11 @@ async def work(settings: Settings) -> None:
     with Stop(asyncio.get_running_loop(), graceful=stop.set, now=stop.set).installed():
         try:
             await runtime.start()
-            freeze_startup_heap()
             assert runtime.workers is not None
             print(f"Threadline {__version__} worker {runtime.workers.worker_id}: {settings.workers} slots, "
                   f"agents {', '.join(runtime.project.graphs)}", flush=True)
-            await stop.wait()
+            with startup_frozen():
+                await stop.wait()
         finally:
             await runtime.close()
     await without_stuck_threads()

@@ -44,6 +44,7 @@ from threadline.core.auth import CustomAuth
 from threadline.core.encryption import load_encryption
 from threadline.core.runtime import Runtime
 from threadline.errors import ConfigError
+from threadline.heap import startup_frozen
 from threadline.loader import load_object, missing_package
 from threadline.settings import Settings
 from threadline.tracing import tracer
@@ -97,7 +98,7 @@ def create_app(settings: Settings | None = None, *, watch_ui: bool = False) -> F
             app.state.runtime = await _start(app, settings, project, graphs, prepare, access)
             stack.push_async_callback(app.state.runtime.close)
             stack.push_async_callback(app.state.stream_slots.close)  # (first: before the broker closes)
-            with serving_loopback(app):  # `langgraph_sdk.get_client()` in an agent reaches this app
+            with serving_loopback(app), startup_frozen():  # `get_client()` in an agent reaches this app
                 yield state
 
     app = App(

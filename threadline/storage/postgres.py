@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import logging
 import os
@@ -402,11 +401,21 @@ def _json_int(text: str) -> int | float:
     return value if -(2**63) <= value < 2**63 else float(text)
 
 
-_JSON_LOADS = functools.partial(json.loads, parse_int=_json_int)
+#: One decoder for every jsonb value: `json.loads(..., parse_int=...)` builds a new one at each call, which was
+#: half of parsing a small document (a history of 200 checkpoints reads 400 of them: their checkpoint and
+#: metadata). orjson is faster still but reads an integer from 2**63 to 2**64 - 1 as an int, where jsonb has
+#: written a float of that size in full: it would come back another type than the SQLite backend gives.
+_JSON_DECODER = json.JSONDecoder(parse_int=_json_int)
+
+
+def _loads(data: str | bytes) -> Any:
+    """A jsonb value (every JSON column, and LangGraph's checkpoints and their metadata): as `json.loads`
+    with `parse_int=_json_int` reads it (psycopg gives UTF-8 bytes), with one decoder made once."""
+    return _JSON_DECODER.decode(data if isinstance(data, str) else data.decode("utf-8", "surrogatepass"))
 
 
 async def _configure(conn: Any) -> None:
-    psycopg.types.json.set_json_loads(_JSON_LOADS, conn)
+    psycopg.types.json.set_json_loads(_loads, conn)
 
 
 def _row(r: Any) -> Row:

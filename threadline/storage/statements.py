@@ -87,11 +87,12 @@ STATEMENTS: dict[str, str] = {
     "get_thread": "SELECT * FROM threads WHERE thread_id = :thread_id",
     "get_thread_head": f"SELECT {THREAD_HEAD} FROM threads WHERE thread_id = :thread_id",
     # The thread's cache of its latest state, written after a change to its checkpoints; a thread a run holds
-    # busy stays busy (the run's end reconciles it). Nothing read back: the caller has what it wrote.
+    # busy stays busy (the run's end reconciles it). Nothing read back: the caller has what it wrote. It
+    # stamps `state_updated_at` itself: on SQLite the stamping trigger would write the whole row again.
     "store_thread_state": (
         "UPDATE threads SET \"values\" = {json:values}, interrupts = {json:interrupts}, "
-        "status = CASE WHEN status = 'busy' THEN status ELSE :status END, updated_at = {now} "
-        "WHERE thread_id = :thread_id RETURNING thread_id"),
+        "status = CASE WHEN status = 'busy' THEN status ELSE :status END, updated_at = {now}, "
+        "state_updated_at = {now} WHERE thread_id = :thread_id RETURNING thread_id"),
     "lock_thread": "SELECT metadata FROM threads WHERE thread_id = :thread_id {for_update}",
     "insert_thread_if_missing": (
         "INSERT INTO threads (thread_id, status, metadata, config, interrupts, ttl_strategy, ttl_minutes, "
