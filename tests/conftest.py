@@ -85,6 +85,18 @@ def module_backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
     return fresh_backend(request, tmp_path_factory.mktemp(f"module-{request.param}"))
 
 
+@pytest.fixture
+def own_backend(module_backend: Backend, request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """For a test of a module that shares its app but starts an app (or opens storage) of its own beside it:
+    a SQLite file belongs to one process, so a fresh copy of its own; PostgreSQL + Redis are shared by
+    processes by design, so the module's (emptying it would pull the tables from under the shared app)."""
+    if module_backend.kind == "sqlite":
+        path = tmp_path / "own.db"
+        shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
+        return Backend("sqlite", f"sqlite:///{path}")
+    return module_backend
+
+
 @pytest.fixture(scope="module")
 def module_settings(module_backend: Backend) -> Settings:
     """`settings` for a module that shares its app (a module may override it, as it may `settings`)."""

@@ -1,4 +1,7 @@
-"""Two runs on one thread under each multitask strategy: no lost or mixed updates."""
+"""Two runs on one thread under each multitask strategy: no lost or mixed updates.
+
+The module's tests share one started app per backend (tests/shared_app.py): each works on a thread of its own,
+with tags of its own in the work log."""
 
 from __future__ import annotations
 
@@ -6,7 +9,12 @@ import httpx
 import pytest
 from langgraph_sdk.client import LangGraphClient
 
+from tests.shared_app import shared_app
 from tests.waits import logged, until
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+backend, served, http = shared_app()
 
 
 async def _start_slow(sdk: LangGraphClient, tid: str, tag: str) -> dict:

@@ -1,7 +1,8 @@
 """Protocol v2: `/threads/{id}/commands` and `/threads/{id}/stream/events` (SSE and WebSocket).
 
 Driven by langgraph-sdk's own `client.threads.stream(...)` against a real server, and by raw HTTP for the
-envelope rules. Every test runs on each backend (SQLite; PostgreSQL + Redis).
+envelope rules. Every test runs on each backend (SQLite; PostgreSQL + Redis). The tests share one started
+app per backend (tests/shared_app.py), each on threads of its own; the restart test starts its own apps.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -17,16 +18,16 @@ import pytest
 from langgraph_sdk import get_client
 from websockets.asyncio.client import connect
 
-from tests.conftest import serving
+from tests.conftest import PROJECT, serving
+from tests.services import Backend
+from tests.shared_app import shared_app
 from threadline.settings import Settings
 
 Frame = dict[str, Any]
 
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-@pytest.fixture
-async def base(settings: Settings) -> AsyncIterator[str]:
-    async with serving(settings) as url:
-        yield url
+backend, served, http, base = shared_app(live_url=True)  # `base`: the shared app over uvicorn
 
 
 async def read_sse(url: str, tid: str, body: dict[str, Any], until: Callable[[list[Frame]], bool]) -> list[Frame]:
@@ -222,7 +223,8 @@ async def test_runs_that_never_stream_still_end_their_lifecycle(base: str) -> No
     assert sorted(starts) == sorted(ids)
 
 
-async def test_since_survives_a_restart(settings: Settings) -> None:
+async def test_since_survives_a_restart(own_backend: Backend) -> None:
+    settings = Settings(config=str(PROJECT), workers=4, heartbeat_seconds=5.0, **own_backend.settings())
     tid = str(uuid.uuid4())
     async with serving(settings) as url:
         await command(url, tid, "run.start", {"assistant_id": "counter", "input": {"steps": 2}})
@@ -281,12 +283,12 @@ async def test_stream_request_errors(http: httpx.AsyncClient) -> None:
 
 
 async def test_storage_numbers_events_per_thread_keeps_the_newest_and_deletes_with_the_thread(
-        database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        own_backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
     from threadline.storage import open_storage
     from threadline.storage.base import NewThreadEvent
 
     monkeypatch.setattr("threadline.storage.scripts.THREAD_EVENTS_KEPT", 50)  # the one append, for every backend
-    storage = await open_storage(database_url)
+    storage = await open_storage(own_backend.database_url)
     try:
         tid, other = str(uuid.uuid4()), str(uuid.uuid4())
         await storage.create_thread({"thread_id": tid, "status": "idle", "metadata": {}, "config": {}, "values": None,

@@ -3,6 +3,9 @@
 Through langgraph-sdk where it has a method; raw HTTP for what the sdk cannot send (bad inputs).
 Semantic search runs against a second app whose project configures `store.index` with a fake embedding,
 on each backend; PostgreSQL's exact scan (no pgvector) is also tested on its own, pgvector or not.
+
+The plain project's tests share one started app per backend (tests/shared_app.py): each starts from an empty
+store (`http` below deletes what the test before it left), so a test may still count and list everything.
 """
 
 from __future__ import annotations
@@ -18,12 +21,15 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+import pytest_asyncio
 from asgi_lifespan import LifespanManager
 from langgraph_sdk.client import LangGraphClient
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from tests.conftest import BACKENDS, fresh_backend
 from tests.services import Backend, ScaleOut
+from tests.shared_app import shared_app
 from threadline.api.app import create_app
 from threadline.loader import resolve_store_index
 from threadline.settings import Settings
@@ -37,6 +43,27 @@ FILE_EMBED_PROJECT = STORE_PROJECT.with_name("file_embed.json")
 # Semantic search in LangGraph's SQLite store needs the sqlite-vec extension, so a Python whose sqlite3
 # can load extensions (pyenv builds often cannot). PostgreSQL needs nothing: pgvector, or an exact scan.
 CAN_LOAD_EXTENSIONS = hasattr(sqlite3.Connection, "enable_load_extension")
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+backend, served = shared_app()[:2]  # `http` below
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def http(module_http: httpx.AsyncClient) -> httpx.AsyncClient:
+    """The shared app's client, its store emptied of what earlier tests put there."""
+    await empty_store(module_http)
+    return module_http
+
+
+async def empty_store(http: httpx.AsyncClient) -> None:
+    """Delete every item through the API, as a user would (search lists at most 1,000 at a time)."""
+    search = {"namespace_prefix": [], "limit": 1000}
+    while items := (await http.post("/store/items/search", json=search)).json()["items"]:
+        for item in items:
+            where = {"namespace": item["namespace"], "key": item["key"]}
+            assert (await http.request("DELETE", "/store/items", json=where)).status_code == 204
+    assert (await http.post("/store/namespaces", json={})).json()["namespaces"] == []
 
 
 def ts(value: str) -> datetime:
@@ -161,7 +188,7 @@ async def test_put_with_ttl_stores_the_item(sdk: LangGraphClient, http: httpx.As
     assert (await sdk.store.get_item(["ttl"], "k2"))["value"] == {"v": 2}
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="module")
 async def ttl_sdk(tmp_path: Path) -> AsyncIterator[LangGraphClient]:
     """The app over a project whose `store.ttl` sweeps expired items every 0.3 s."""
     settings = Settings(config=str(TTL_PROJECT), database_url=f"sqlite:///{tmp_path / 'ttl.db'}", workers=0)
@@ -438,7 +465,7 @@ async def test_list_namespaces_bad_input_is_422_naming_the_field(http: httpx.Asy
 # --- semantic search (store.index) ---------------------------------------------------------------------------------
 
 
-def test_resolve_store_index_loads_module_and_file_embeds() -> None:
+async def test_resolve_store_index_loads_module_and_file_embeds() -> None:
     root = STORE_PROJECT.parent
     by_module = resolve_store_index({"dims": 26, "embed": "embeddings:embed"}, root)
     assert by_module is not None and callable(by_module["embed"])
@@ -456,15 +483,16 @@ def open_app(config: Path, backend: Backend) -> LifespanManager:
     return LifespanManager(create_app(settings), startup_timeout=30, shutdown_timeout=30)
 
 
-@pytest.fixture
-def semantic_backend(backend: Backend) -> Backend:
-    """The test's backend, where it can search by meaning: on SQLite, only with loadable extensions."""
-    if backend.kind == "sqlite" and not CAN_LOAD_EXTENSIONS:
+@pytest.fixture(params=BACKENDS)
+def semantic_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """A backend of the test's own (the shared app's holds no `store.index`), where it can search by meaning:
+    on SQLite, only with loadable extensions."""
+    if request.param == "sqlite" and not CAN_LOAD_EXTENSIONS:
         pytest.skip("this Python's sqlite3 cannot load extensions (sqlite-vec)")
-    return backend
+    return fresh_backend(request, tmp_path)
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="module")
 async def semantic_app(semantic_backend: Backend) -> AsyncIterator[object]:
     """The app over tests/project/store_index: `store.index` with a fake bag-of-letters embedding,
     named in langgraph.json as the string "embeddings:embed" (module form). On PostgreSQL without
@@ -473,7 +501,7 @@ async def semantic_app(semantic_backend: Backend) -> AsyncIterator[object]:
         yield manager.app
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="module")
 async def semantic_sdk(semantic_app: object) -> AsyncIterator[LangGraphClient]:
     transport = httpx.ASGITransport(app=semantic_app)  # type: ignore[arg-type]
     async with httpx.AsyncClient(transport=transport, base_url="http://threadline", timeout=30) as client:
@@ -600,7 +628,7 @@ async def test_info_says_how_postgres_searches_by_meaning(scaleout_services: Sca
 # --- PostgreSQL's exact scan, on its own (whether or not this server has pgvector) ----------------------------------
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="module")
 async def exact_scan(scaleout_services: ScaleOut) -> AsyncIterator[ExactScanStore]:
     """The exact-scan store over a clean PostgreSQL database, with the fake embedding and a TTL config."""
     url = scaleout_services.fresh().database_url

@@ -1,4 +1,8 @@
-"""Joining live runs and resuming with Last-Event-ID, over a real HTTP server (in-process uvicorn)."""
+"""Joining live runs and resuming with Last-Event-ID, over a real HTTP server (in-process uvicorn).
+
+The module's tests share one started app per backend (tests/shared_app.py), served over uvicorn as `live_url`:
+each works on threads of its own, and a test that finds "the newest run" made it itself, after the others'
+runs ended."""
 
 from __future__ import annotations
 
@@ -8,18 +12,25 @@ from typing import Any
 
 import httpx
 import pytest
+import pytest_asyncio
 from langgraph_sdk.client import LangGraphClient
+from langgraph_sdk.schema import Run
 from sse_starlette import ServerSentEvent
 from sse_starlette.event import ensure_bytes
 
 from tests.conftest import serving_asgi
+from tests.shared_app import shared_app
 from tests.waits import logged, until
 from threadline.api.sse import frame
 from threadline.broker.base import StreamEvent
 from threadline.shapes import OnCompletion
 
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-@pytest.fixture
+backend, served, http, live_url = shared_app(live_url=True)
+
+
+@pytest_asyncio.fixture(loop_scope="module")
 async def live(live_url: str) -> AsyncIterator[LangGraphClient]:
     async with httpx.AsyncClient(base_url=live_url, timeout=30) as client:
         yield LangGraphClient(client)
@@ -107,11 +118,11 @@ async def _assert_finished(live: LangGraphClient, tag: str, steps: int) -> None:
     """The newest run did all its work and succeeded, though its client left."""
     from tests.project.agents import WORK_LOG
 
-    for _ in range(500):
+    async def newest_ended() -> dict[str, Any] | None:
         [run] = (await live.http.client.post("/runs/search", json={"limit": 1})).json()
-        if run["status"] not in ("pending", "running"):
-            break
-        await asyncio.sleep(0.02)
+        return run if run["status"] not in ("pending", "running") else None
+
+    run = await until(newest_ended, what="the newest run to end")
     assert run["status"] == "success"
     assert sum(w.startswith(f"{tag}:") for w in WORK_LOG) == steps
 
@@ -143,11 +154,11 @@ async def _assert_cancelled_and_stopped(live: LangGraphClient, tid: str, tag: st
     """The thread's run ends `interrupted`, and the agent does no work after that (by WORK_LOG)."""
     from tests.project.agents import WORK_LOG
 
-    for _ in range(200):
+    async def interrupted() -> list[Run] | None:
         runs = await live.runs.list(tid)
-        if runs[0]["status"] == "interrupted":
-            break
-        await asyncio.sleep(0.02)
+        return runs if runs[0]["status"] == "interrupted" else None
+
+    runs = await until(interrupted, what="the thread's run to end interrupted")
     assert runs[0]["status"] == "interrupted"
     done = len([w for w in WORK_LOG if w.startswith(f"{tag}:")])
     await asyncio.sleep(0.2)
@@ -155,7 +166,7 @@ async def _assert_cancelled_and_stopped(live: LangGraphClient, tid: str, tag: st
 
 
 async def test_a_broker_failure_mid_stream_is_reported_and_does_not_cancel_the_run(
-        runtime: Any, http: httpx.AsyncClient) -> None:
+        runtime: Any, http: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
     """Only a client that leaves cancels a streamed run: our own failure (the broker) ends the stream with an
     `error` event and the run goes on."""
     from threadline.errors import Unavailable
@@ -164,7 +175,7 @@ async def test_a_broker_failure_mid_stream_is_reported_and_does_not_cancel_the_r
         raise Unavailable("Redis is unavailable: connection reset")
         yield  # an async generator
 
-    runtime.broker.subscribe_batches = failing_subscribe
+    monkeypatch.setattr(runtime.broker, "subscribe_batches", failing_subscribe)  # undone for the next test
     tid = (await http.post("/threads", json={})).json()["thread_id"]
     r = await http.post(f"/threads/{tid}/runs/stream", json={
         "assistant_id": "slow", "input": {"tag": "bf", "steps": 3, "delay": 0.01}, "stream_mode": "custom"})
@@ -182,12 +193,12 @@ async def test_a_broker_failure_mid_stream_is_reported_and_does_not_cancel_the_r
     StreamEvent("1764500000000-3", "custom", b'"two\\nlines"'),  # an escaped newline: one line of JSON
     StreamEvent("1764500000000-4", "custom", b"two\nlines"),  # a raw one: two data lines
 ])
-def test_an_event_is_framed_as_sse_starlette_frames_it(event: StreamEvent) -> None:
+async def test_an_event_is_framed_as_sse_starlette_frames_it(event: StreamEvent) -> None:
     expected = ensure_bytes(ServerSentEvent(data=event.data.decode(), event=event.event, id=event.id), "\r\n")
     assert ensure_bytes(frame(event), "\r\n") == expected
 
 
-def test_the_send_override_still_replaces_sse_starlettes_method() -> None:
+async def test_the_send_override_still_replaces_sse_starlettes_method() -> None:
     """`CountedEventSource` skips sse-starlette's per-event cancel scope by overriding a method of its own: if
     sse-starlette renames it, the override is dead and this says so."""
     from sse_starlette import EventSourceResponse

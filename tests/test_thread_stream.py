@@ -1,4 +1,6 @@
-"""Following a thread (`GET /threads/{id}/stream`, langgraph-sdk `threads.join_stream`) across its runs."""
+"""Following a thread (`GET /threads/{id}/stream`, langgraph-sdk `threads.join_stream`) across its runs.
+
+The module's tests share one started app per backend (tests/shared_app.py), each following a thread of its own."""
 
 from __future__ import annotations
 
@@ -7,13 +9,19 @@ import json
 from typing import Any
 
 import httpx
+import pytest
 from langgraph_sdk.client import LangGraphClient
 from langgraph_sdk.schema import StreamPart
 
+from tests.shared_app import shared_app
 from tests.test_streams import live  # noqa: F401  (the live-server fixture)
 from tests.waits import until
 from threadline.core.runtime import Runtime
 from threadline.core.thread_stream import follow_thread
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+backend, served, http, live_url = shared_app(live_url=True)
 
 
 async def _follow(client: LangGraphClient, tid: str, runs_to_finish: int, **kwargs: Any) -> list[StreamPart]:
