@@ -20,6 +20,7 @@ allocator and with `--malloc` (`PYTHONMALLOC=malloc`) to tell live data from mem
     python bench/memory_after.py --retain-seconds 2       # the finished runs' buffers dropped before `+5s`
     python bench/memory_after.py --malloc                 # glibc's allocator for everything (then `trim` tells)
     python bench/memory_after.py --mode values            # few events: the baseline
+    PYTHONPATH=/tmp/other-checkout python bench/memory_after.py   # that checkout's `threadline` package
 
 A measuring tool: no thresholds, numbers in bench/README.md.
 """
@@ -72,7 +73,8 @@ async def one_run(client: httpx.AsyncClient, tokens: int, mode: str, stream: boo
 
 def start_server(cfg: argparse.Namespace, folder: Path) -> subprocess.Popen[bytes]:
     (folder / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    env = {**os.environ, "PYTHONPATH": str(folder)}
+    # Its own folder first, then a PYTHONPATH given (another checkout's `threadline`, for an A/B).
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))}
     if cfg.retain_seconds is not None:
         env["BENCH_RETAIN_SECONDS"] = str(cfg.retain_seconds)
     if cfg.malloc:

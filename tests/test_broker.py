@@ -24,7 +24,7 @@ from threadline.broker.base import Broker, StreamEvent, event_bytes
 from threadline.broker.budget import ByteBudget
 from threadline.broker.keys import Keys
 from threadline.broker.leases import Leases
-from threadline.broker.memory import MemoryBroker
+from threadline.broker.memory import PACK_EVENTS, MemoryBroker
 from threadline.broker.pgsql import PgNames
 from threadline.broker.postgres import PostgresBroker
 from threadline.broker.redis import RedisBroker
@@ -131,6 +131,33 @@ async def test_replay_after_cursor_and_from_start(broker: Broker) -> None:
     assert await _collect(broker, "r", after=ids[19]) == _numbers(*range(20, 50))
     assert len(await _collect(broker, "r", replay=True)) == 50
     assert await _collect(broker, "r") == []  # a join after the end sees nothing new
+
+
+async def test_a_long_finished_run_reads_back_as_it_streamed(deployment: Deployment) -> None:
+    """More events than a finished run is packed from (the in-process broker holds them in one buffer then:
+    `_Packed`): replayed whole, from a cursor, with context, and dropped by the process budget, each event comes
+    back with its id, name and bytes (partial markers and non-ASCII included)."""
+    n = 3 * PACK_EVENTS
+    events = [("messages|sub:1" if i % 3 else "values", b"\x00[1,2]\n\xc3\xa9%05d" % i if i % 2 else b"%05d" % i)
+              for i in range(n)]
+    small = event_bytes("values", b"%05d" % 0)
+    broker = await deployment.open(total_bytes=sum(event_bytes(*ev) for ev in events) + 5 * small)
+    live = broker.subscribe("r", replay=True)
+    sent = [StreamEvent(await broker.publish("r", name, data), name, data) for name, data in events]
+    await broker.end_stream("r")
+    assert [ev async for ev in live] == sent
+    assert await _collect_events(broker, "r", replay=True) == sent
+    assert await _collect_events(broker, "r", after=sent[n // 2].id) == sent[n // 2 + 1:]
+    with_context = await _collect_events(broker, "r", after=sent[9].id, context=True)
+    assert [ev._replace(context=False) for ev in with_context] == sent and \
+        [ev.context for ev in with_context] == [True] * 10 + [False] * (n - 10)
+    assert await _collect(broker, "r") == []
+    for i in range(12):  # a running run past the process budget: the finished one goes first, whole
+        await broker.publish("s", "values", b"%05d" % i)
+    assert await _collect(broker, "r", replay=True) == []
+    assert await broker.resume_gap("r", "-1")
+    await broker.end_stream("s")
+    assert await _collect(broker, "s", replay=True) == [b"%05d" % i for i in range(12)]
 
 
 async def test_bounded_buffer_keeps_the_latest(deployment: Deployment) -> None:
