@@ -47,7 +47,7 @@ INPUT = {"messages": [{"role": "user", "content": "hi"}]}
 SENDS = [0]  # body messages the app sent (each is a pass through the middleware and a socket write when served)
 
 
-async def _call(app: Any, path: str, body: bytes) -> tuple[int, bytes]:
+async def _call(app: Any, path: str, body: bytes, method: str = "POST") -> tuple[int, bytes]:
     """One HTTP request through ASGI; its status and body. The client "disconnects" once the body is sent."""
     received = False
     done = asyncio.Event()
@@ -71,7 +71,7 @@ async def _call(app: Any, path: str, body: bytes) -> tuple[int, bytes]:
             if not message.get("more_body"):
                 done.set()
 
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
              "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
              "headers": [(b"host", b"bench"), (b"content-type", b"application/json"),
                          (b"content-length", str(len(body)).encode())],

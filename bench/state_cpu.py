@@ -19,7 +19,6 @@ archive <commit> | tar -x -C PATH`) and this checkout in alternating processes, 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import subprocess
 import sys
@@ -29,39 +28,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from cpu import _call
+
 HERE = Path(__file__).resolve().parent
 WORKLOADS = HERE / "workloads_project"
 
 
 async def call(app: Any, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
-    """One HTTP request through ASGI: its status and body."""
-    received, done = False, asyncio.Event()
-    status, chunks = 0, []
-
-    async def receive() -> dict[str, Any]:
-        nonlocal received
-        if not received:
-            received = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        await done.wait()
-        return {"type": "http.disconnect"}
-
-    async def send(message: dict[str, Any]) -> None:
-        nonlocal status
-        if message["type"] == "http.response.start":
-            status = message["status"]
-        elif message["type"] == "http.response.body":
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                done.set()
-
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
-             "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
-             "headers": [(b"host", b"bench"), (b"content-type", b"application/json"),
-                         (b"content-length", str(len(body)).encode())],
-             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
-    await app(scope, receive, send)
-    return status, b"".join(chunks)
+    """One HTTP request through ASGI: its status and body (bench/cpu.py's, with the method first)."""
+    return await _call(app, path, body, method)
 
 
 async def measure(backend: str, kind: str, requests: int, profile: str | None, pg_url: str) -> float:
