@@ -177,3 +177,48 @@ async def test_disable_ui_serves_no_generative_ui_and_bundles_nothing(backend: B
         assert (await http.post("/ui/agent", json={"name": "weather"})).status_code == 404
         assert (await http.get("/ui/agent/entrypoint.js")).status_code == 404
         assert (await http.get("/console")).status_code == 307  # the console is another thing
+
+
+# --- a bundle rewritten while it is served ------------------------------------------------------------------
+async def test_an_asset_rewritten_while_served_is_sent_whole(tmp_path: Path) -> None:
+    """`threadline dev`'s bundler rewrites the bundle's files in place: each answer is a whole file, its body as
+    long as its Content-Length (sized from one file and read from another, it was shorter, and a client saw the
+    connection close mid-body)."""
+    import threading
+
+    from fastapi import FastAPI
+
+    from threadline.api.generative_ui import router
+    from threadline.bundler import Bundle
+
+    (tmp_path / "public" / "agent").mkdir(parents=True)
+    (tmp_path / "schemas.json").write_text(json.dumps({"agent": {"assets": ["entrypoint.js"]}}))
+    asset = tmp_path / "public" / "agent" / "entrypoint.js"
+    versions = [b"// a\n" + b"x" * 200_000, b"// b\n" + b"y" * 100]
+    asset.write_bytes(versions[0])
+    app = FastAPI()
+    app.include_router(router)
+    app.state.ui_bundle = Bundle(tmp_path)
+    stop = threading.Event()
+
+    def rewrite() -> None:  # as a bundler does: truncate, then write
+        i = 0
+        while not stop.is_set():
+            with asset.open("wb") as out:
+                out.write(versions[i % 2][:10])
+                out.flush()
+                out.write(versions[i % 2][10:])
+            i += 1
+
+    writer = threading.Thread(target=rewrite)
+    writer.start()
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+            for _ in range(200):
+                response = await client.get("/ui/agent/entrypoint.js")
+                assert response.status_code == 200
+                assert len(response.content) == int(response.headers["content-length"])
+                assert response.headers["content-type"].startswith("text/javascript")
+    finally:
+        stop.set()
+        writer.join()

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import html
 import json
+import mimetypes
 import re
 from typing import Any
 from urllib.parse import quote
 
 from fastapi import Request
 from fastapi.responses import FileResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from threadline.api.common import Router
 from threadline.api.ratelimit import from_trusted_proxy
@@ -71,9 +73,17 @@ async def component_tags(request: Request, graph_id: str) -> Response:
 
 @router.get("/ui/{graph_id}/{asset}", response_class=FileResponse)
 @router.head("/ui/{graph_id}/{asset}", response_class=FileResponse, include_in_schema=False)  # one operation id
-async def asset_file(request: Request, graph_id: str, asset: str) -> FileResponse:
-    """One file of a graph's UI bundle."""
+async def asset_file(request: Request, graph_id: str, asset: str) -> Response:
+    """One file of a graph's UI bundle, read whole before it is answered: `threadline dev`'s bundler rewrites
+    these files in place, and a `FileResponse` sizes the file before it reads it, so a rewrite in between sent a
+    body shorter than its Content-Length (a client saw the connection closed mid-body)."""
     path = _bundle(request, graph_id).asset(graph_id, asset)
     if path is None or not path.is_file():
         raise NotFound(f"no file {asset!r} in the generative UI of graph {graph_id!r}")
-    return FileResponse(path)
+    if request.method == "HEAD":
+        return FileResponse(path)
+    try:
+        content = await run_in_threadpool(path.read_bytes)
+    except FileNotFoundError:  # removed since `is_file` (a rebundle)
+        raise NotFound(f"no file {asset!r} in the generative UI of graph {graph_id!r}") from None
+    return Response(content, media_type=mimetypes.guess_type(path.name)[0] or "text/plain")  # as FileResponse
