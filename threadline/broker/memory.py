@@ -114,6 +114,14 @@ class _RunStream:
         self.dropped, self.bytes = seq, self.bytes - size
         return size
 
+    def drop_all(self) -> int:
+        """Drop every buffered event at once (a packed buffer is not rebuilt event by event); the bytes freed."""
+        freed = self.bytes
+        if self.events:
+            self.dropped = self.events[-1][0]
+        self.events, self.bytes = deque(), 0
+        return freed
+
 
 class MemoryBroker(Broker):
     """Everything in this process: a bounded buffer per run, asyncio events for signals."""
@@ -171,8 +179,8 @@ class MemoryBroker(Broker):
             return
         while self._ended_holding and self._held > self._total_bytes:  # finished runs first, oldest first, whole
             ended = self._streams.get(self._ended_holding.popleft())
-            while ended is not None and ended.events:
-                self._held -= ended.drop_oldest()
+            if ended is not None:
+                self._held -= ended.drop_all()
         while self._held > self._total_bytes:  # then the oldest events of the largest running stream
             largest = max(self._streams.values(), key=lambda s: s.bytes if len(s.events) > 1 else 0)
             if len(largest.events) <= 1:
