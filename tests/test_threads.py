@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import httpx
 import pytest
@@ -139,6 +140,68 @@ async def test_a_state_update_shows_in_the_thread_and_in_search_by_values(sdk: L
     assert tid in [t["thread_id"] for t in await sdk.threads.search(values={"count": 7}, limit=100)]
     copy = await sdk.threads.copy(tid)
     assert copy["values"] == (await sdk.threads.get_state(tid))["values"]
+
+
+def _fields(state: dict[str, Any]) -> dict[str, Any]:
+    """What a thread's row should cache of `state` (its values, pending interrupts and the status they imply)."""
+    interrupts = {t["id"]: t["interrupts"] for t in state["tasks"] if t["interrupts"]}
+    return {"values": state["values"], "interrupts": interrupts,
+            "status": "interrupted" if interrupts or state["next"] else "idle"}
+
+
+async def test_after_each_kind_of_state_update_the_thread_caches_its_latest_state(sdk: LangGraphClient) -> None:
+    """The thread's fields after an update come from the checkpoint the update wrote (`core/remembered.py`),
+    not from reading it back: they must be what reading the latest state shows, whatever the update."""
+    async def check(tid: str) -> None:
+        thread, state = await sdk.threads.get(tid), await sdk.threads.get_state(tid)
+        assert {k: thread[k] for k in ("values", "interrupts", "status")} == _fields(state)
+
+    tid = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(tid, "approval", input={"request": "deploy"})  # waits on an interrupt in `ask`
+    await check(tid)
+    assert (await sdk.threads.get(tid))["status"] == "interrupted"
+    await sdk.threads.update_state(tid, {"request": "deploy twice"})  # as the last node that wrote: `ask`
+    await check(tid)
+    await sdk.threads.update_state(tid, {"approved": True}, as_node="ask")  # `act` is next
+    await check(tid)
+    assert (await sdk.threads.get_state(tid))["next"] == ["act"]
+    await sdk.threads.update_state(tid, {"outcome": "skipped"}, as_node="act")  # nothing left to run
+    await check(tid)
+    assert (await sdk.threads.get(tid))["status"] == "idle"
+    # An update made at an earlier checkpoint forks from it: the fork is the thread's latest state.
+    first = (await sdk.threads.get_history(tid, limit=100))[-2]
+    await sdk.threads.update_state(tid, {"request": "forked"}, as_node="ask",
+                                   checkpoint_id=first["checkpoint"]["checkpoint_id"])
+    await check(tid)
+    assert (await sdk.threads.get(tid))["values"]["request"] == "forked"
+    # Through a reducer, on a graph with a subgraph node next.
+    nested = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(nested, "nested", input={"items": ["a"]})
+    await sdk.threads.update_state(nested, {"items": ["b"]}, as_node="parent_step")
+    await check(nested)
+    assert (await sdk.threads.get(nested))["values"]["items"][-1] == "b"
+
+
+async def test_a_state_update_reads_its_checkpoint_once(sdk: LangGraphClient, runtime: Any,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The update reads the latest checkpoint to apply the change to; the thread's fields are built from the
+    one it wrote, which is not read back (on a 1 MB state, a second load of the whole checkpoint)."""
+    tid = (await sdk.threads.create())["thread_id"]
+    await sdk.runs.wait(tid, "counter", input={"increment": 2, "tag": "a"})
+    saver = runtime.storage.checkpointer
+    reads: list[Any] = []
+    read = saver.aget_tuple
+
+    async def counted(config: Any) -> Any:
+        if config["configurable"]["thread_id"] == tid:
+            reads.append(config["configurable"].get("checkpoint_id"))
+        return await read(config)
+
+    monkeypatch.setattr(saver, "aget_tuple", counted)
+    await sdk.threads.update_state(tid, {"count": 5}, as_node="count")
+    assert reads == [None]
+    monkeypatch.undo()
+    assert (await sdk.threads.get(tid))["values"]["count"] == 7
 
 
 async def test_spec_history_and_patch_values(http: httpx.AsyncClient, sdk: LangGraphClient) -> None:

@@ -14,6 +14,7 @@ from threadline.config import CheckpointerTTL
 from threadline.core.access import Access
 from threadline.core.assistants import factory_config, system_assistant_id
 from threadline.core.graphs import AccessContext, CompiledGraph, GraphRegistry
+from threadline.core.remembered import Remembering
 from threadline.core.state import bind, checkpoint_ref, empty_state, snapshot_json, thread_config, thread_fields
 from threadline.errors import BadRequest, Conflict, NotFound
 from threadline.ids import is_uuid
@@ -213,10 +214,13 @@ class Threads:
                 # the config's metadata into it), as a run's does.
                 update_config = thread_config(thread_id, checkpoint)
                 update_config["metadata"] = {"graph_id": thread["metadata"].get("graph_id")}
+                graph.checkpointer = Remembering(graph.checkpointer)
                 config = await graph.aupdate_state(update_config, values, as_node=as_node)
             except Exception as exc:  # LangGraph raises InvalidUpdateError/ValueError for bad updates
                 raise BadRequest(f"{type(exc).__name__}: {exc}") from exc
-        await self.refresh(thread)
+            # The thread's fields from the checkpoint the update just wrote, without reading it back.
+            state = snapshot_json(await graph.aget_state(thread_config(thread_id)))
+        await self._store(thread, state)
         # As LangGraph's server: the new checkpoint, also as `configurable` and by its id.
         ref = checkpoint_ref(config)
         return {"checkpoint": ref, "configurable": ref, "checkpoint_id": (ref or {}).get("checkpoint_id")}
@@ -259,8 +263,10 @@ class Threads:
         graph; it is not read again, and nothing is read back. (The server's own bookkeeping after a change
         the caller was authorized for: not checked again.) `NotFound` when the thread is gone (the TTL
         sweeper, a concurrent DELETE)."""
-        fields = thread_fields(await self._state(thread))
-        if not await self.storage.store_thread_state(thread["thread_id"], fields):
+        await self._store(thread, await self._state(thread))
+
+    async def _store(self, thread: ThreadRecord, state: dict[str, Any]) -> None:
+        if not await self.storage.store_thread_state(thread["thread_id"], thread_fields(state)):
             raise NotFound(f"Thread with ID {thread['thread_id']} not found")
 
     async def _reread(self, thread_id: str) -> ThreadRecord:
