@@ -31,7 +31,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from threadline.errors import Conflict, NotFound, QuotaExceeded
 from threadline.shapes import FinalRunStatus
 from threadline.storage import open_storage
-from threadline.storage.base import Claim, NewThreadEvent, Quota, Row, Storage
+from threadline.storage.base import Claim, NewThreadEvent, Quota, Row, Storage, ValuesPatch
 from threadline.storage.records import AssistantRecord, NewRun, RunRecord, ThreadRecord
 from threadline.storage.sql import now_iso, thread_ttl_columns
 
@@ -421,7 +421,8 @@ async def test_a_thread_read_without_values_is_the_row_without_them(storage: Sto
     whole = await storage.get_thread(thread["thread_id"])
     assert whole is not None and whole["values"] == values
     head = await storage.get_thread(thread["thread_id"], values=False)
-    assert head == {k: v for k, v in whole.items() if k != "values"}  # every other column, as read whole
+    # Every other column, as read whole (but PostgreSQL's `values_checkpoint_id`, which goes with the values).
+    assert head == {k: v for k, v in whole.items() if k not in ("values", "values_checkpoint_id")}
     assert await storage.get_thread(thread["thread_id"], filters={"owner": "a"}, values=False) == head
     assert await storage.get_thread(thread["thread_id"], filters={"owner": "b"}, values=False) is None
 
@@ -440,6 +441,41 @@ async def test_storing_a_threads_state_keeps_a_busy_thread_busy(storage: Storage
     busy = await storage.get_thread(run["thread_id"])
     assert busy["status"] == "busy" and busy["values"] == {"n": 2}
     assert not await storage.store_thread_state(str(uuid.uuid4()), fields)
+
+
+async def test_a_state_write_given_a_patch_leaves_the_row_with_the_whole_values(storage: Storage) -> None:
+    """A state update may give the keys it changed against its parent checkpoint (`ValuesPatch`): a backend
+    may send only those, but only onto the values of that checkpoint. Whatever the path, the row ends up with
+    the state's whole values: also after a write of `values` that named no checkpoint (a run's end, PATCH
+    /threads), when the row's values are not the parent's any more."""
+    thread = await create_thread(storage)
+    tid = thread["thread_id"]
+
+    async def store(values: dict[str, Any], checkpoint_id: str, patch: ValuesPatch | None = None) -> Any:
+        fields = {"values": values, "interrupts": {}, "status": "idle", "checkpoint_id": checkpoint_id}
+        assert await storage.store_thread_state(tid, fields, patch)
+        return (await storage.get_thread(tid))["values"]
+
+    big = "x" * 10_000
+    assert await store({"docs": [big], "notes": "a", "gone": 1}, "c1") == {"docs": [big], "notes": "a", "gone": 1}
+    after = {"docs": [big], "notes": {"b": [1, None]}, "new": None}
+    assert await store(after, "c2", ValuesPatch("c1", {"notes": {"b": [1, None]}, "new": None}, ["gone"])) == after
+    assert await store({**after, "notes": "c"}, "c3", ValuesPatch("c2", {"notes": "c"}, [])) == {**after, "notes": "c"}
+    # A patch against a checkpoint the row does not hold: the whole values.
+    assert await store({"docs": [], "notes": "d"}, "c4", ValuesPatch("c1", {"notes": "d"}, [])) == {
+        "docs": [], "notes": "d"}
+    # The values written without a checkpoint: a patch against the one before is not applied onto them.
+    await storage.update_thread(tid, {"values": {"patched": "by hand"}})
+    assert await store({"docs": [], "notes": "e"}, "c5", ValuesPatch("c4", {"notes": "e"}, [])) == {
+        "docs": [], "notes": "e"}
+    # Nor after a write naming no checkpoint at all (a state with none).
+    await storage.store_thread_state(tid, {"values": {"other": 1}, "interrupts": {}, "status": "idle",
+                                           "checkpoint_id": None})
+    assert await store({"docs": [], "notes": "f"}, "c6", ValuesPatch("c5", {"notes": "f"}, [])) == {
+        "docs": [], "notes": "f"}
+    assert not await storage.store_thread_state(str(uuid.uuid4()), {"values": {}, "interrupts": {}, "status": "idle",
+                                                                      "checkpoint_id": "c7"},
+                                                ValuesPatch("c6", {}, []))
 
 
 async def count_row_writes(other: OtherConnection) -> None:

@@ -12,6 +12,11 @@ checkpoint with that tuple, so that LangGraph's own `aget_state` builds the snap
 What is remembered is what LangGraph handed the saver, not the stored bytes read back: the values are the
 same objects the serializer wrote. The metadata is LangGraph's, without what a saver adds when it stores it
 (the config's keys); only the state's values, tasks and interrupts are read from it.
+
+It also knows what the update changed: the channels LangGraph gave new versions when it put the checkpoint
+(a channel whose version did not change holds the same value as in the parent checkpoint). `values_patch`
+turns them into the top-level keys of the state's values that changed, for the thread row's write
+(`Storage.store_thread_state`), which then sends the row those keys instead of the whole state.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
+from threadline.storage.base import ValuesPatch
+
 
 class Remembering(BaseCheckpointSaver[Any]):
     """See the module docstring. Everything it does not define is the wrapped saver's."""
@@ -29,6 +36,7 @@ class Remembering(BaseCheckpointSaver[Any]):
         super().__init__(serde=inner.serde)
         self.inner = inner
         self.latest: CheckpointTuple | None = None
+        self.new_versions: frozenset[str] = frozenset()  # the channels `latest` wrote
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -49,7 +57,22 @@ class Remembering(BaseCheckpointSaver[Any]):
         parent_config = ({"configurable": {"thread_id": configurable["thread_id"], "checkpoint_ns": "",
                                            "checkpoint_id": parent}} if parent else None)
         self.latest = CheckpointTuple(written, checkpoint, metadata, parent_config, [])
+        self.new_versions = frozenset(new_versions)
         return written
+
+    def values_patch(self, state: dict[str, Any], channels: Any) -> ValuesPatch | None:
+        """The top-level keys of `state` (the snapshot of `latest`, as `snapshot_json` shows it) that the update
+        changed against its parent checkpoint, for a graph whose values are its `channels` by name (LangGraph's
+        `stream_channels_asis`, a list); None when there is no such comparison (no parent, values that are not
+        a dict, a state that is not the remembered checkpoint's)."""
+        latest, values = self.latest, state.get("values")
+        if (latest is None or latest.parent_config is None or not isinstance(values, dict)
+                or not isinstance(channels, list)
+                or state.get("checkpoint_id") != latest.config["configurable"].get("checkpoint_id")):
+            return None
+        touched = [c for c in channels if c in self.new_versions]
+        return ValuesPatch(latest.parent_config["configurable"]["checkpoint_id"],
+                           {k: values[k] for k in touched if k in values}, [k for k in touched if k not in values])
 
     async def aput_writes(self, config: Any, writes: Sequence[tuple[str, Any]], task_id: str,
                           task_path: str = "") -> None:

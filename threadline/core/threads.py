@@ -19,7 +19,7 @@ from threadline.core.state import bind, checkpoint_ref, empty_state, snapshot_js
 from threadline.errors import BadRequest, Conflict, NotFound
 from threadline.ids import is_uuid
 from threadline.shapes import IfExists
-from threadline.storage.base import Storage
+from threadline.storage.base import Storage, ValuesPatch
 from threadline.storage.records import AssistantRecord, ThreadRecord
 from threadline.storage.sql import now_iso, thread_ttl_columns
 
@@ -214,13 +214,15 @@ class Threads:
                 # the config's metadata into it), as a run's does.
                 update_config = thread_config(thread_id, checkpoint)
                 update_config["metadata"] = {"graph_id": thread["metadata"].get("graph_id")}
-                graph.checkpointer = Remembering(graph.checkpointer)
+                graph.checkpointer = remembering = Remembering(graph.checkpointer)
                 config = await graph.aupdate_state(update_config, values, as_node=as_node)
             except Exception as exc:  # LangGraph raises InvalidUpdateError/ValueError for bad updates
                 raise BadRequest(f"{type(exc).__name__}: {exc}") from exc
-            # The thread's fields from the checkpoint the update just wrote, without reading it back.
+            # The thread's fields from the checkpoint the update just wrote, without reading it back; the row
+            # is sent only the keys it changed where the backend can apply them (`core/remembered.py`).
             state = snapshot_json(await graph.aget_state(thread_config(thread_id)))
-        await self._store(thread, state)
+            patch = remembering.values_patch(state, graph.stream_channels_asis)
+        await self._store(thread, state, patch)
         # As LangGraph's server: the new checkpoint, also as `configurable` and by its id.
         ref = checkpoint_ref(config)
         return {"checkpoint": ref, "configurable": ref, "checkpoint_id": (ref or {}).get("checkpoint_id")}
@@ -265,8 +267,9 @@ class Threads:
         sweeper, a concurrent DELETE)."""
         await self._store(thread, await self._state(thread))
 
-    async def _store(self, thread: ThreadRecord, state: dict[str, Any]) -> None:
-        if not await self.storage.store_thread_state(thread["thread_id"], thread_fields(state)):
+    async def _store(self, thread: ThreadRecord, state: dict[str, Any], patch: ValuesPatch | None = None) -> None:
+        fields = {**thread_fields(state), "checkpoint_id": state["checkpoint_id"]}
+        if not await self.storage.store_thread_state(thread["thread_id"], fields, patch):
             raise NotFound(f"Thread with ID {thread['thread_id']} not found")
 
     async def _reread(self, thread_id: str) -> ThreadRecord:

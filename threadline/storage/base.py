@@ -39,6 +39,15 @@ def checkpoint_metadata(config: Any, metadata: Any) -> dict[str, Any]:
     return {**get_checkpoint_metadata(config, metadata), "thread_id": str(config["configurable"]["thread_id"])}
 
 
+class ValuesPatch(NamedTuple):
+    """What a state update changed of the thread's values (a dict of top-level keys): the keys whose channels
+    it wrote, with their new values, and those it emptied, against its parent checkpoint's values."""
+
+    parent_checkpoint_id: str
+    changed: dict[str, Any]
+    removed: list[str]
+
+
 class NewThreadEvent(NamedTuple):
     """A protocol event to append to a thread; `namespace` and `params` are JSON text."""
 
@@ -139,10 +148,12 @@ class Storage(abc.ABC):
         """Set columns in `changes` and shallow-merge `merge_metadata` into metadata."""
 
     @abc.abstractmethod
-    async def store_thread_state(self, thread_id: str, fields: Row) -> bool:
+    async def store_thread_state(self, thread_id: str, fields: Row, patch: ValuesPatch | None = None) -> bool:
         """Write the thread's cache of its latest state (`values`, `interrupts`, and `status`, which a thread
-        held busy by a run keeps) and stamp `updated_at`; False when there is no such thread. Returns no row:
-        the values can be large, and the caller has them."""
+        held busy by a run keeps; `checkpoint_id`, the checkpoint they are the state of) and stamp
+        `updated_at`; False when there is no such thread. Returns no row: the values can be large, and the
+        caller has them. With `patch`, a backend may write only what it changed, when the row holds the
+        values of the patch's parent checkpoint (PostgreSQL); the result is the same row."""
 
     @abc.abstractmethod
     async def delete_thread(self, thread_id: str) -> bool:

@@ -19,7 +19,7 @@ from typing import Any, Literal, TypeVar, cast
 import orjson
 
 from threadline.shapes import FinalRunStatus
-from threadline.storage.base import NewThreadEvent, Row, Storage
+from threadline.storage.base import NewThreadEvent, Row, Storage, ValuesPatch
 from threadline.storage.encryption import CONTEXT_KEY, Codec, stored_context, use_context
 from threadline.storage.encryption_savers import EncryptedSaver, EncryptedStore
 from threadline.storage.records import (
@@ -127,7 +127,8 @@ class EncryptedStorage:
                          values: bool = True) -> ThreadRecord | None:
         return await self._open("thread", await self.inner.get_thread(thread_id, filters=filters, values=values))
 
-    async def store_thread_state(self, thread_id: str, fields: Row) -> bool:
+    async def store_thread_state(self, thread_id: str, fields: Row, patch: ValuesPatch | None = None) -> bool:
+        # Sealed values are one opaque value: written whole, never patched.
         return await self.inner.store_thread_state(thread_id, await self._seal("thread", fields))
 
     async def update_thread(self, thread_id: str, changes: Row, *,

@@ -81,6 +81,9 @@ class ThreadRecord(TypedDict):
     metadata: JSONObject
     config: JSONObject
     values: NotRequired[Any]  # not read by `get_thread(..., values=False)`: the cache can be large
+    # PostgreSQL, read with `values`: the checkpoint whose state they are, when the write named it (the state
+    # write's patch applies onto it; migration 0011).
+    values_checkpoint_id: NotRequired[str | None]
     interrupts: JSONObject
     error: Any
     created_at: str

@@ -14,7 +14,7 @@ from collections.abc import Callable, Generator
 from typing import Any, NamedTuple, TypeVar, cast
 
 from threadline.errors import Conflict, NotFound
-from threadline.storage.base import THREAD_EVENTS_KEPT, Claim, NewThreadEvent, Quota
+from threadline.storage.base import THREAD_EVENTS_KEPT, Claim, NewThreadEvent, Quota, ValuesPatch
 from threadline.storage.records import AssistantRecord, NewRun, RunRecord, ThreadRecord
 from threadline.storage.rules import (
     VERSION_COLUMNS,
@@ -99,9 +99,18 @@ def update_thread(d: Dialect, thread_id: str, changes: Row,
     return found[0] if found else None
 
 
-def store_thread_state(d: Dialect, thread_id: str, fields: Row) -> Script[bool]:
-    rows = yield q(d, "store_thread_state", thread_id=thread_id, values=fields["values"],
-                   interrupts=fields["interrupts"], status=fields["status"])
+def store_thread_state(d: Dialect, thread_id: str, fields: Row, patch: ValuesPatch | None) -> Script[bool]:
+    """The thread's cache of its latest state. PostgreSQL first tries `patch` (the keys an update changed),
+    which applies only onto its parent checkpoint's values, and writes the values whole when it did not."""
+    row = {"thread_id": thread_id, "interrupts": fields["interrupts"], "status": fields["status"],
+           "checkpoint_id": fields.get("checkpoint_id")}
+    if patch is not None and not d.sqlite:
+        patched = yield q(d, "store_thread_state", **row, values=None, patch=patch.changed, removed=patch.removed,
+                          parent_checkpoint_id=patch.parent_checkpoint_id)
+        if patched:
+            return True
+    rows = yield q(d, "store_thread_state", **row, values=fields["values"], patch=None, removed=[],
+                   parent_checkpoint_id=None)
     return bool(rows)
 
 

@@ -15,7 +15,7 @@ from typing import Any, Literal, cast
 
 from threadline.shapes import FinalRunStatus
 from threadline.storage import crons, scripts
-from threadline.storage.base import Claim, NewThreadEvent, Quota, Row, SortOrder, Storage
+from threadline.storage.base import Claim, NewThreadEvent, Quota, Row, SortOrder, Storage, ValuesPatch
 from threadline.storage.records import (
     AssistantRecord,
     CronRecord,
@@ -153,8 +153,8 @@ class SQLStorage(Storage):
                             merge_metadata: dict[str, Any] | None = None) -> ThreadRecord | None:
         return await self._transact(scripts.update_thread, thread_id, changes, merge_metadata)
 
-    async def store_thread_state(self, thread_id: str, fields: Row) -> bool:
-        return await self._transact(scripts.store_thread_state, thread_id, fields)
+    async def store_thread_state(self, thread_id: str, fields: Row, patch: ValuesPatch | None = None) -> bool:
+        return await self._transact(scripts.store_thread_state, thread_id, fields, patch)
 
     async def delete_thread(self, thread_id: str) -> bool:
         # With its runs, events and checkpoints, in one transaction.
