@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
 from threadline.storage.base import ValuesPatch
@@ -54,8 +55,9 @@ class Remembering(BaseCheckpointSaver[Any]):
         if configurable.get("checkpoint_ns", ""):
             return written  # a subgraph's: the thread's latest root checkpoint is not it
         parent = config["configurable"].get("checkpoint_id")
-        parent_config = ({"configurable": {"thread_id": configurable["thread_id"], "checkpoint_ns": "",
-                                           "checkpoint_id": parent}} if parent else None)
+        parent_config: RunnableConfig | None = (
+            {"configurable": {"thread_id": configurable["thread_id"], "checkpoint_ns": "", "checkpoint_id": parent}}
+            if parent else None)
         self.latest = CheckpointTuple(written, checkpoint, metadata, parent_config, [])
         self.new_versions = frozenset(new_versions)
         return written

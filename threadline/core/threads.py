@@ -8,6 +8,7 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.types import StateUpdate
 
 from threadline.config import CheckpointerTTL
@@ -209,12 +210,13 @@ class Threads:
             if graph is None:
                 raise BadRequest(f"Thread {thread_id} has no graph yet: run it once, or create it with "
                                  "metadata.graph_id, before updating its state")
+            assert isinstance(graph.checkpointer, BaseCheckpointSaver)  # `bind` gave it the storage's
+            graph.checkpointer = remembering = Remembering(graph.checkpointer)
             try:
                 # As LangGraph's server: the update's checkpoint metadata names the graph (LangGraph copies
                 # the config's metadata into it), as a run's does.
                 update_config = thread_config(thread_id, checkpoint)
                 update_config["metadata"] = {"graph_id": thread["metadata"].get("graph_id")}
-                graph.checkpointer = remembering = Remembering(graph.checkpointer)
                 config = await graph.aupdate_state(update_config, values, as_node=as_node)
             except Exception as exc:  # LangGraph raises InvalidUpdateError/ValueError for bad updates
                 raise BadRequest(f"{type(exc).__name__}: {exc}") from exc
