@@ -13,10 +13,12 @@ What is remembered is what LangGraph handed the saver, not the stored bytes read
 same objects the serializer wrote. The metadata is LangGraph's, without what a saver adds when it stores it
 (the config's keys); only the state's values, tasks and interrupts are read from it.
 
-It also knows what the update changed: the channels LangGraph gave new versions when it put the checkpoint
-(a channel whose version did not change holds the same value as in the parent checkpoint). `values_patch`
-turns them into the top-level keys of the state's values that changed, for the thread row's write
-(`Storage.store_thread_state`), which then sends the row those keys instead of the whole state.
+It also knows what the update changed: the channels whose versions differ between the checkpoint it put and
+its parent, as the update read the parent (a channel keeps its version while its value stays the same; the
+versions LangGraph hands `aput` as new are not compared, since a copy (`as_node="__copy__"`) hands none while
+its values are another checkpoint's). `values_patch` turns them into the top-level keys of the state's
+values that changed, for the thread row's write (`Storage.store_thread_state`), which then sends the row
+those keys instead of the whole state.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class Remembering(BaseCheckpointSaver[Any]):
         super().__init__(serde=inner.serde)
         self.inner = inner
         self.latest: CheckpointTuple | None = None
-        self.new_versions: frozenset[str] = frozenset()  # the channels `latest` wrote
+        self.versions: dict[str, dict[str, Any]] = {}  # the channel versions of the root checkpoints read, by id
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -59,22 +61,26 @@ class Remembering(BaseCheckpointSaver[Any]):
             {"configurable": {"thread_id": configurable["thread_id"], "checkpoint_ns": "", "checkpoint_id": parent}}
             if parent else None)
         self.latest = CheckpointTuple(written, checkpoint, metadata, parent_config, [])
-        self.new_versions = frozenset(new_versions)
         return written
 
     def values_patch(self, state: dict[str, Any], channels: Any) -> ValuesPatch | None:
         """The top-level keys of `state` (the snapshot of `latest`, as `snapshot_json` shows it) that the update
         changed against its parent checkpoint, for a graph whose values are its `channels` by name (LangGraph's
         `stream_channels_asis`, a list); None when there is no such comparison (no parent, values that are not
-        a dict, a state that is not the remembered checkpoint's)."""
+        a dict, a parent this request did not read, a state that is not the remembered checkpoint's)."""
         latest, values = self.latest, state.get("values")
         if (latest is None or latest.parent_config is None or not isinstance(values, dict)
                 or not isinstance(channels, list)
                 or state.get("checkpoint_id") != latest.config["configurable"].get("checkpoint_id")):
             return None
-        touched = [c for c in channels if c in self.new_versions]
-        return ValuesPatch(latest.parent_config["configurable"]["checkpoint_id"],
-                           {k: values[k] for k in touched if k in values}, [k for k in touched if k not in values])
+        parent_id = latest.parent_config["configurable"]["checkpoint_id"]
+        before = self.versions.get(parent_id)
+        if before is None:
+            return None
+        after = latest.checkpoint.get("channel_versions") or {}
+        touched = [c for c in channels if after.get(c) != before.get(c)]
+        return ValuesPatch(parent_id, {k: values[k] for k in touched if k in values},
+                           [k for k in touched if k not in values])
 
     async def aput_writes(self, config: Any, writes: Sequence[tuple[str, Any]], task_id: str,
                           task_path: str = "") -> None:
@@ -90,7 +96,11 @@ class Remembering(BaseCheckpointSaver[Any]):
         if (latest is not None and not configurable.get("checkpoint_id") and not configurable.get("checkpoint_ns")
                 and str(configurable["thread_id"]) == str(latest.config["configurable"]["thread_id"])):
             return latest
-        return await self.inner.aget_tuple(config)
+        found = await self.inner.aget_tuple(config)
+        if found is not None and not found.config["configurable"].get("checkpoint_ns"):
+            self.versions[found.config["configurable"]["checkpoint_id"]] = dict(
+                found.checkpoint.get("channel_versions") or {})
+        return found
 
     async def alist(self, config: Any, **kwargs: Any) -> AsyncIterator[CheckpointTuple]:
         async for found in self.inner.alist(config, **kwargs):
