@@ -461,6 +461,9 @@ async def test_a_state_write_given_a_patch_leaves_the_row_with_the_whole_values(
     after = {"docs": [big], "notes": {"b": [1, None]}, "new": None}
     assert await store(after, "c2", ValuesPatch("c1", {"notes": {"b": [1, None]}, "new": None}, ["gone"])) == after
     assert await store({**after, "notes": "c"}, "c3", ValuesPatch("c2", {"notes": "c"}, [])) == {**after, "notes": "c"}
+    # An update that changed none of the keys: the values stay, and the row names the new checkpoint.
+    assert await store({**after, "notes": "c"}, "c3b", ValuesPatch("c3", {}, [])) == {**after, "notes": "c"}
+    assert await store({**after, "notes": "c"}, "c3", ValuesPatch("c3b", {}, [])) == {**after, "notes": "c"}
     # A patch against a checkpoint the row does not hold: the whole values.
     assert await store({"docs": [], "notes": "d"}, "c4", ValuesPatch("c1", {"notes": "d"}, [])) == {
         "docs": [], "notes": "d"}

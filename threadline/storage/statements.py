@@ -250,10 +250,13 @@ DIALECT_STATEMENTS: dict[DialectName, dict[str, str]] = {
         # `:parent_checkpoint_id`, only the top-level keys the update changed are sent (`:patch`, `:removed`),
         # applied only onto the values of that parent checkpoint: no row when the row holds other values
         # (the script then writes them whole). jsonb keeps its keys in its own order, so the result is the
-        # same value as the whole write's.
+        # same value as the whole write's. An update that changed no key leaves the stored value as it is
+        # (`"values" = "values"` keeps its TOAST pointer: no 1 MB compressed again; 0.3 against 1.9-5.3 ms of
+        # PostgreSQL's time for `values || '{}'` in a microbenchmark).
         "store_thread_state": (
             "UPDATE threads SET \"values\" = CASE WHEN CAST(:parent_checkpoint_id AS text) IS NULL "
-            "THEN {json:values} ELSE (\"values\" || {json:patch}) - CAST(:removed AS text[]) END, "
+            "THEN {json:values} WHEN {json:patch} = CAST('{}' AS jsonb) AND cardinality(CAST(:removed AS text[])) = 0 "
+            "THEN \"values\" ELSE (\"values\" || {json:patch}) - CAST(:removed AS text[]) END, "
             "values_checkpoint_id = :checkpoint_id, interrupts = {json:interrupts}, "
             "status = CASE WHEN status = 'busy' THEN status ELSE :status END, updated_at = {now}, "
             "state_updated_at = {now} WHERE thread_id = :thread_id AND (CAST(:parent_checkpoint_id AS text) IS NULL "
