@@ -159,7 +159,7 @@ async def test_runs_enqueued_without_a_cap_count_once_one_is_set_and_a_lowered_c
             ids.append(run["run_id"])
     finally:
         await uncapped.close()
-    storage = await open_storage(database_url)  # restarted with a cap
+    storage = await open_storage(database_url, caps_active_runs=True)  # restarted with a cap
     try:
         assert await _burst(storage, Quota(None, 0, 5)) == 1  # four active from before the cap, one place left
         # A cap below the runs already active (lowered, say): full until enough of them end, in whatever order.
@@ -169,6 +169,29 @@ async def test_runs_enqueued_without_a_cap_count_once_one_is_set_and_a_lowered_c
         assert await _burst(storage, Quota(None, 0, 3)) == 1
     finally:
         await storage.close()
+
+
+async def test_a_start_without_a_cap_leaves_the_runs_without_slots(scaleout_services: ScaleOut) -> None:
+    """Adoption walks every active run, so only a process that enqueues under a cap does it at start: one with
+    none leaves them as they are, and the next start with a cap counts them."""
+    url = scaleout_services.fresh().database_url
+    uncapped = await open_storage(url)
+    try:
+        for _ in range(3):
+            await uncapped.enqueue_run(_run(str(uuid.uuid4())), thread_metadata={}, create_thread=True,
+                                       reject_if_active=False)
+    finally:
+        await uncapped.close()
+
+    def held() -> int:
+        with psycopg.connect(url, autocommit=True) as conn:
+            found = conn.execute("SELECT COUNT(run_id) FROM run_quota_slots").fetchone()
+        return int(found[0]) if found else 0
+
+    await (await open_storage(url)).close()  # restarted with no cap
+    assert held() == 0
+    await (await open_storage(url, caps_active_runs=True)).close()  # and with one
+    assert held() == 3
 
 
 async def test_an_upgraded_postgres_database_counts_the_runs_already_active(
@@ -185,7 +208,7 @@ async def test_an_upgraded_postgres_database_counts_the_runs_already_active(
                          "created_at, updated_at) VALUES (%s, %s, 'a', %s, %s, now(), now(), now())",
                          (str(uuid.uuid4()), str(uuid.uuid4()), "running" if n else "pending",
                           "alice" if n < 2 else None))
-    upgraded = await open_storage(url)
+    upgraded = await open_storage(url, caps_active_runs=True)
     try:
         assert await _burst(upgraded, Quota("alice", 3, 4)) == 1
         assert await _burst(upgraded, Quota("alice", 2, 10)) == 0  # alice's two old runs count against her

@@ -157,7 +157,8 @@ class PostgresStorage(SQLStorage):
 
     @classmethod
     async def open(cls, url: str, *, store_index: dict[str, Any] | None = None, store_ttl: dict[str, Any] | None = None,
-                   pool_size: int = 10, serde: SerializerProtocol | None = None) -> PostgresStorage:
+                   pool_size: int = 10, serde: SerializerProtocol | None = None,
+                   caps_active_runs: bool = False) -> PostgresStorage:
         from threadline.storage.postgres_saver import InlinePostgresSaver
         from threadline.storage.vectors import postgres_store
 
@@ -180,7 +181,7 @@ class PostgresStorage(SQLStorage):
             saver = InlinePostgresSaver(pool, serde=serde)
             store, vector_index = postgres_store(pool, index=store_index, ttl=store_ttl, pgvector=vector)
             self = cls(url, pool, saver, store, vector_index, reads)
-            self.applied_migrations = await self.migrate()
+            self.applied_migrations = await self.migrate(adopt_quota_runs=caps_active_runs)
             if store_ttl and store_ttl.get("sweep_interval_minutes"):
                 await store.start_ttl_sweeper()
         except BaseException:
@@ -189,8 +190,11 @@ class PostgresStorage(SQLStorage):
             raise
         return self
 
-    async def migrate(self) -> list[str]:
-        """Our numbered migrations, then LangGraph's saver and store setup, one process at a time."""
+    async def migrate(self, *, adopt_quota_runs: bool = False) -> list[str]:
+        """Our numbered migrations, then LangGraph's saver and store setup, one process at a time.
+        `adopt_quota_runs` (a process that enqueues under a cap): the active runs that hold no quota slots
+        (enqueued with no cap) take theirs, so the cap counts them. Without a cap nothing reads the slots, and a
+        start skips the walk over every active run."""
         async with self._pool.connection() as conn:
             # Try, don't wait, for the lock: a session blocked in pg_advisory_lock() is an open
             # transaction, and the CREATE INDEX CONCURRENTLY in LangGraph's setup waits for every open
@@ -200,8 +204,8 @@ class PostgresStorage(SQLStorage):
                 await asyncio.sleep(0.1)
             try:
                 applied = await _apply_migrations(conn)
-                # Runs active without their quota slots (migration 0010) take them, so a cap counts them.
-                await conn.execute("SELECT threadline_adopt_quota_runs()")
+                if adopt_quota_runs:
+                    await conn.execute("SELECT threadline_adopt_quota_runs()")
                 await self.checkpointer.setup()
                 await self.store.setup()
             finally:
