@@ -284,6 +284,13 @@ class Storage(abc.ABC):
         """
 
     @abc.abstractmethod
+    async def sweep_quota_slots(self) -> int:
+        """Give back what a cap on active runs holds for runs no longer active, and drop what no run holds
+        (PostgreSQL's quota slots: a run's end gives its own back; this catches what bypassed that, and the rows
+        of identities no longer active). Safe beside concurrent enqueues; the lease sweeper calls it. How many
+        slots it gave back or dropped (0 where a backend counts the active runs themselves)."""
+
+    @abc.abstractmethod
     async def queue_stats(self) -> QueueStats:
         """Pending count, running count and the age in seconds of the oldest pending run."""
 

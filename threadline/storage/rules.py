@@ -102,6 +102,11 @@ def counted_identity(quota: Quota) -> str | None:
     return quota.identity if quota.per_identity and quota.identity is not None else None
 
 
+def quota_slots(quota: Quota) -> int:
+    """How many caps of `quota` count a run (the whole queue's, its identity's): PostgreSQL's slots it takes."""
+    return (1 if quota.total else 0) + (1 if counted_identity(quota) is not None else 0)
+
+
 def seconds_left(now_at: str, deadline_at: str | None) -> float:
     """Seconds from `now_at` to `deadline_at` (ISO timestamps, both on the database's clock); 0 without one."""
     if deadline_at is None:

@@ -23,6 +23,7 @@ from threadline.storage.rules import (
     next_assistant_version,
     plan_enqueue,
     quota_refusal,
+    quota_slots,
     seconds_left,
     split_recovery,
     thread_status_changes,
@@ -164,7 +165,7 @@ def enqueue_run(d: Dialect, run: NewRun, thread_metadata: dict[str, Any], create
     checks: tuple[Q, ...] = ()
     if quota is not None:  # limits (issue 16): refused in the transaction, nothing of this run is written
         counted = counted_identity(quota)
-        plan = plan._replace(run={**plan.run, "identity": counted}) if counted is not None else plan
+        plan = plan._replace(run={**plan.run, "identity": counted, "quota_slots": quota_slots(quota)})
         checks = (q(d, "check_quota", run_id=plan.run["run_id"], identity=counted, per_identity=quota.per_identity,
                     cap=quota.total),)
     stamp = plan.claimed and claim_for is not None and claim_for.deadline_seconds > 0
@@ -183,6 +184,11 @@ def enqueue_run(d: Dialect, run: NewRun, thread_metadata: dict[str, Any], create
     if quota is not None and "total" in counts:  # SQLite's counts before this run: refused here, rolled back
         quota_refusal(quota, int(counts["mine"] or 0), int(counts["total"] or 0))
     return cast("RunRecord", results[-1][0])
+
+
+def sweep_quota_slots(d: Dialect) -> Script[int]:
+    rows = yield q(d, "sweep_quota_slots")
+    return int(rows[0]["n"] or 0) if rows else 0
 
 
 def set_run_deadline(d: Dialect, run_id: str, seconds: float, replace: bool = False) -> Script[float]:

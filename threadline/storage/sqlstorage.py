@@ -256,6 +256,9 @@ class SQLStorage(Storage):
     async def recover_runs(self, max_attempts: int, *, expired_only: bool) -> tuple[list[RunRecord], list[RunRecord]]:
         return await self._transact(scripts.recover_runs, max_attempts, expired_only, heavy=True)
 
+    async def sweep_quota_slots(self) -> int:
+        return await self._transact(scripts.sweep_quota_slots, idempotent=True)
+
     async def queue_stats(self) -> QueueStats:
         rows = await self._named("queue_stats")
         row = rows[0] if rows else {}

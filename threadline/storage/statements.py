@@ -221,6 +221,8 @@ DIALECT_STATEMENTS: dict[DialectName, dict[str, str]] = {
         "check_quota": (
             "SELECT COUNT(CASE WHEN identity = :identity THEN 1 END) AS mine, COUNT(*) AS total, 1 AS ok "
             f"FROM runs WHERE {ACTIVE}"),
+        # Nothing to sweep: SQLite counts the active runs themselves, and holds no slots.
+        "sweep_quota_slots": "SELECT 0 AS n",
         "delete_thread_checkpoints": (
             "DELETE FROM checkpoints WHERE thread_id {in:thread_ids}; "
             "DELETE FROM writes WHERE thread_id {in:thread_ids}"),
@@ -244,6 +246,9 @@ DIALECT_STATEMENTS: dict[DialectName, dict[str, str]] = {
         # so concurrent enqueues never wait for each other) or is refused in this statement (TL429, with the
         # counts for `rules.quota_refusal` to word, through `threadline_check_quota`).
         "check_quota": "SELECT threadline_take_quota(:run_id, CAST(:identity AS text), :per_identity, :cap) AS ok",
+        # Slots held by runs no longer active given back, and the rows of keys with none held deleted
+        # (migration 0011): the lease sweeper's pass.
+        "sweep_quota_slots": "SELECT threadline_sweep_quota_slots() AS n",
         "delete_thread_checkpoints": (
             "DELETE FROM checkpoints WHERE thread_id {in:thread_ids}; "
             "DELETE FROM checkpoint_blobs WHERE thread_id {in:thread_ids}; "
