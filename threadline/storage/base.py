@@ -57,6 +57,20 @@ class Quota(NamedTuple):
     total: int  # pending + running runs of the whole deployment
 
 
+class RunMetadata(NamedTuple):
+    """A run's `metadata`, made in its enqueue's transaction (as LangGraph's server makes it): `base`, then its
+    thread's metadata as the enqueue leaves it (the thread's before, `thread_metadata` merged in; nothing when
+    the enqueue creates the thread), then `over`. Data, not a callback, so that a server can make it in the
+    enqueue's one statement (PostgreSQL's `threadline_enqueue_run`)."""
+
+    base: dict[str, Any]
+    over: dict[str, Any]
+
+    def made(self, thread_metadata: dict[str, Any] | None) -> dict[str, Any]:
+        """The metadata, given the thread's as the enqueue leaves it (None: the enqueue creates it)."""
+        return {**self.base, **(thread_metadata or {}), **self.over}
+
+
 class Claim(NamedTuple):
     """A run claimed for a worker as it is enqueued (`enqueue_run(claim_for=...)`): as `claim_run` claims."""
 
@@ -183,12 +197,11 @@ class Storage(abc.ABC):
                           reject_if_active: bool, thread_ttl_minutes: float | None = None,
                           new_thread_metadata: dict[str, Any] | None = None,
                           claim_for: Claim | tuple[str, float] | None = None,
-                          run_metadata: Callable[[dict[str, Any] | None], dict[str, Any]] | None = None,
+                          run_metadata: RunMetadata | None = None,
                           quota: Quota | None = None) -> RunRecord:
         """Insert a pending run, mark its thread busy and merge `thread_metadata` into it, atomically.
 
-        `run_metadata`, when given, makes the run's `metadata`: it is called in the transaction with the
-        thread's metadata as it was before this run (None when this call creates the thread).
+        `run_metadata`, when given, makes the run's `metadata` in the transaction (see `RunMetadata`).
 
         A missing thread is created (with `new_thread_metadata` under `thread_metadata`, expiring after
         `thread_ttl_minutes`) when `create_thread`, else

@@ -211,6 +211,18 @@ STATEMENTS: dict[str, str] = {
         "UPDATE crons SET claim_until = NULL WHERE cron_id = :cron_id AND next_run_date = {ts:tick} RETURNING cron_id"),
 }
 
+#: Statements that call a server's own functions: PostgreSQL's only (SQLite's writer steps the scripts they
+#: replace there, at no round trip's cost). `tests/test_statements.py` prepares them on PostgreSQL.
+SERVER_STATEMENTS: dict[str, str] = {
+    # `scripts.enqueue_run_at_once`: the enqueue in one statement (migration 0012).
+    "enqueue_run": (
+        "SELECT * FROM threadline_enqueue_run(CAST(:run AS jsonb), CAST(:new_thread AS jsonb), "
+        "CAST(:thread_metadata AS jsonb), CAST(:now AS timestamptz), CAST(:reject_if_active AS boolean), "
+        "CAST(:metadata_base AS jsonb), CAST(:metadata_over AS jsonb), CAST(:worker AS text), "
+        "CAST(:lease_seconds AS double precision), CAST(:deadline_seconds AS double precision), "
+        "CAST(:identity AS text), CAST(:per_identity AS integer), CAST(:cap AS integer))"),
+}
+
 #: Statements on LangGraph's checkpoint tables, which each saver names and shapes its own way. One name may
 #: be several statements, separated by "; " (`Dialect.statements` splits them; a script runs them in order).
 DIALECT_STATEMENTS: dict[DialectName, dict[str, str]] = {
@@ -317,7 +329,11 @@ class Dialect:
         return _PARAM.sub(r"%(\1)s", text.replace("%", "%%"))
 
     def statement(self, name: str) -> str:
-        template = STATEMENTS.get(name) or DIALECT_STATEMENTS[self.name][name]
+        template = STATEMENTS.get(name) or DIALECT_STATEMENTS[self.name].get(name)
+        if template is None and not self.sqlite:
+            template = SERVER_STATEMENTS[name]
+        if template is None:
+            raise KeyError(name)
         return self.sql(template)
 
     def params(self, params: dict[str, Any]) -> dict[str, Any]:
