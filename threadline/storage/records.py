@@ -70,6 +70,7 @@ class RunRecord(NewRun):
     output: Any
     deadline_at: str | None  # limits (issue 16): stamped when the run first starts, kept when it is retried
     identity: str | None  # the creator, when a per-identity cap applies (else None: not counted)
+    quota_slots: int  # how many caps on active runs count it (PostgreSQL: the quota slots it holds)
     past_deadline: NotRequired[bool]  # only on the rows `recover_runs` reads (`running_runs`, `lapsed_runs`)
 
 
