@@ -29,6 +29,11 @@ def _stat(pid: int) -> tuple[int, float] | None:
     return int(fields[2]), (int(fields[11]) + int(fields[12])) / TICKS
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU seconds so far of the processes `pids` (those still alive), e.g. a database's server processes."""
+    return sum(st[1] for st in map(_stat, pids) if st is not None)
+
+
 def _rss_bytes(pid: int) -> int:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():

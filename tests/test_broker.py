@@ -17,6 +17,8 @@ from collections.abc import AsyncIterator
 import psycopg
 import pytest
 import redis.asyncio as aioredis
+from limits import parse
+from limits.aio.strategies import SlidingWindowCounterRateLimiter
 
 from tests.services import KEY_PREFIX, PG_ADMIN_URL, REDIS_URL, owned_name, unavailable
 from tests.waits import until
@@ -76,7 +78,7 @@ class Deployment:
             names = PgNames(self.keys.prefix)
             async with await psycopg.AsyncConnection.connect(PG_ADMIN_URL, autocommit=True) as conn:
                 await conn.execute(f"DROP TABLE IF EXISTS {names.streams}, {names.events}, {names.cancels}, "
-                                   f"{names.leases}")
+                                   f"{names.leases}, {names.windows}")
         elif self.reached:
             client = aioredis.Redis.from_url(REDIS_URL)
             keys = [key async for key in client.scan_iter(match=self.keys.everything, count=1000)]
@@ -668,6 +670,51 @@ async def test_leases_are_counted_across_processes_up_to_the_limit(broker: Broke
 async def test_concurrent_takes_never_pass_the_limit(broker: Broker, peer: Broker) -> None:
     taken = await asyncio.gather(*(b.take_lease("streams:a", 3, 60) for b in [broker, peer] * 10))
     assert sum(1 for lease in taken if lease) == 3
+
+
+# Rate limits: `Broker.rate_counters`, the `limits` storage of the deployment's budgets (api/ratelimit.py).
+
+DAILY = parse("4/day")
+
+
+async def test_a_rate_budget_is_spent_across_processes(broker: Broker, peer: Broker) -> None:
+    """Every process of a deployment counts into one budget (in process, the process is the deployment)."""
+    here, there = (SlidingWindowCounterRateLimiter(b.rate_counters) for b in (broker, peer))
+    taken = [await limiter.hit(DAILY, "runs", "ip:a") for limiter in (here, there) * 3]
+    assert taken == [True, True, True, True, False, False]
+    assert await here.hit(DAILY, "runs", "ip:b")  # another identity's budget
+    stats = await there.get_window_stats(DAILY, "runs", "ip:a")
+    assert stats.remaining == 0 and time.time() < stats.reset_time <= time.time() + 2 * 86400 + 1
+    assert not await there.test(DAILY, "runs", "ip:a")
+    await here.clear(DAILY, "runs", "ip:a")
+    assert await there.hit(DAILY, "runs", "ip:a")
+
+
+async def test_concurrent_hits_never_pass_the_rate_budget(broker: Broker, peer: Broker) -> None:
+    limiters = [SlidingWindowCounterRateLimiter(b.rate_counters) for b in (broker, peer)]
+    taken = await asyncio.gather(*(limiter.hit(DAILY, "runs", "ip:a") for limiter in limiters * 10))
+    assert sum(taken) == 4
+
+
+async def test_postgres_rate_windows_slide_on_the_databases_clock(pg_deployment: Deployment) -> None:
+    """The previous window's hits count while it overlaps the last `expiry` seconds; older ones not at all;
+    idle keys are swept."""
+    broker = await pg_deployment.open()
+    assert isinstance(broker, PostgresBroker)
+    limiter = SlidingWindowCounterRateLimiter(broker.rate_counters)
+    assert [await limiter.hit(DAILY, "runs", "ip:a") for _ in range(5)] == [True] * 4 + [False]
+    names = PgNames(pg_deployment.keys.prefix)
+    async with await psycopg.AsyncConnection.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        await conn.execute(f"UPDATE {names.windows} SET win = win - 1")  # the hits are the previous window's now
+        previous, weight, current, _ = await broker.rate_counters.get_sliding_window(  # type: ignore[attr-defined]
+            DAILY.key_for("runs", "ip:a"), DAILY.get_expiry())
+        assert (previous, current) == (4, 0) and 0 < weight <= 86400
+        await conn.execute(f"UPDATE {names.windows} SET win = win - 1")  # two windows back: forgotten
+        assert [await limiter.hit(DAILY, "runs", "ip:a") for _ in range(5)] == [True] * 4 + [False]
+        await conn.execute(f"UPDATE {names.windows} SET expires_at = now() - interval '1 second'")
+        broker._swept_at = -broker.sweep_seconds  # due now
+        await broker._housekeeping()
+        assert not await (await conn.execute(f"SELECT 1 FROM {names.windows}")).fetchall()
 
 
 async def test_a_lease_not_renewed_expires_and_a_renewed_one_does_not(broker: Broker, peer: Broker) -> None:

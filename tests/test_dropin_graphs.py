@@ -315,7 +315,7 @@ async def test_deleting_an_assistant_with_delete_threads(sdk: LangGraphClient, h
     assert (await http.get(f"/threads/{kept}")).status_code == 200
 
 
-def test_a_remote_subgraph_is_described_without_schemas() -> None:
+async def test_a_remote_subgraph_is_described_without_schemas() -> None:
     """A node that is a `RemoteGraph` is a subgraph to LangGraph but has no local schemas: it is listed with
     null schemas (before, `describe_schemas` called a method RemoteGraph lacks, and the request failed)."""
     from langgraph.graph import START, StateGraph

@@ -106,12 +106,18 @@ async def test_concurrent_enqueues_never_pass_the_caps_and_give_every_place_back
             assert total <= CAP and all(count <= PER_IDENTITY for count in mine.values()), (total, mine)
             await asyncio.sleep(0)
 
-    watcher = asyncio.create_task(watch())
+    async def sweep() -> None:  # the lease sweeper's pass, racing the enqueues: it frees no slot in use
+        while not done.is_set():
+            await storages[1].sweep_quota_slots()
+            await asyncio.sleep(0)
+
+    watcher, sweeper = asyncio.create_task(watch()), asyncio.create_task(sweep())
     try:
         await asyncio.gather(*(client(n) for n in range(16)))
     finally:
         done.set()
         await watcher
+        await sweeper
     total, mine = await _active(storages[0])
     assert total <= CAP and all(count <= PER_IDENTITY for count in mine.values())
     # The burst did reach the caps (so the watcher saw them held), and churned through many more runs.
@@ -159,7 +165,7 @@ async def test_runs_enqueued_without_a_cap_count_once_one_is_set_and_a_lowered_c
             ids.append(run["run_id"])
     finally:
         await uncapped.close()
-    storage = await open_storage(database_url)  # restarted with a cap
+    storage = await open_storage(database_url, caps_active_runs=True)  # restarted with a cap
     try:
         assert await _burst(storage, Quota(None, 0, 5)) == 1  # four active from before the cap, one place left
         # A cap below the runs already active (lowered, say): full until enough of them end, in whatever order.
@@ -171,21 +177,47 @@ async def test_runs_enqueued_without_a_cap_count_once_one_is_set_and_a_lowered_c
         await storage.close()
 
 
+async def test_a_start_without_a_cap_leaves_the_runs_without_slots(scaleout_services: ScaleOut) -> None:
+    """Adoption walks every active run, so only a process that enqueues under a cap does it at start: one with
+    none leaves them as they are, and the next start with a cap counts them."""
+    url = scaleout_services.fresh().database_url
+    uncapped = await open_storage(url)
+    try:
+        for _ in range(3):
+            await uncapped.enqueue_run(_run(str(uuid.uuid4())), thread_metadata={}, create_thread=True,
+                                       reject_if_active=False)
+    finally:
+        await uncapped.close()
+
+    def held() -> int:
+        with psycopg.connect(url, autocommit=True) as conn:
+            found = conn.execute("SELECT COUNT(run_id) FROM run_quota_slots").fetchone()
+        return int(found[0]) if found else 0
+
+    await (await open_storage(url)).close()  # restarted with no cap
+    assert held() == 0
+    await (await open_storage(url, caps_active_runs=True)).close()  # and with one
+    assert held() == 3
+
+
 async def test_an_upgraded_postgres_database_counts_the_runs_already_active(
         scaleout_services: ScaleOut) -> None:
-    """Migration 0010 on a database that has active runs: they take their places, so a cap counts them."""
+    """Migrations 0010 and 0011 on a database that has active runs: they take their places, so a cap counts
+    them."""
     url = scaleout_services.fresh().database_url
     await (await open_storage(url)).close()  # migrated
     with psycopg.connect(url, autocommit=True) as conn:  # back to the schema before 0010, with runs active
         conn.execute("DROP TABLE run_quota_slots; DROP TRIGGER runs_release_quota_slots ON runs; "
                      "DROP TRIGGER runs_release_quota_slots_on_delete ON runs; "
-                     "DELETE FROM threadline_migrations WHERE name = '0010_quota_slots.sql'")
+                     "ALTER TABLE runs DROP COLUMN quota_slots; "
+                     "DELETE FROM threadline_migrations WHERE name IN ('0010_quota_slots.sql', "
+                     "'0011_quota_slots_swept.sql')")
         for n in range(3):
             conn.execute("INSERT INTO runs (run_id, thread_id, assistant_id, status, identity, available_at, "
                          "created_at, updated_at) VALUES (%s, %s, 'a', %s, %s, now(), now(), now())",
                          (str(uuid.uuid4()), str(uuid.uuid4()), "running" if n else "pending",
                           "alice" if n < 2 else None))
-    upgraded = await open_storage(url)
+    upgraded = await open_storage(url, caps_active_runs=True)
     try:
         assert await _burst(upgraded, Quota("alice", 3, 4)) == 1
         assert await _burst(upgraded, Quota("alice", 2, 10)) == 0  # alice's two old runs count against her
@@ -206,3 +238,62 @@ async def test_a_large_cap_makes_rows_only_for_the_runs_active(scaleout_services
     with psycopg.connect(url, autocommit=True) as conn:
         rows, held = conn.execute("SELECT COUNT(*), COUNT(run_id) FROM run_quota_slots").fetchone() or (0, 0)
     assert held == 40 and rows <= 80, rows
+
+
+async def test_the_sweep_gives_back_slots_whose_runs_ended_unseen_and_drops_idle_keys(
+        scaleout_services: ScaleOut) -> None:
+    """Whatever bypasses the release triggers (a restore, replication, a trigger disabled by hand: here
+    `session_replication_role = replica`) leaves slots held by runs that are gone or finished: the cap stays
+    full until the sweep gives them back. An identity whose runs have all ended keeps no rows after it."""
+    url = scaleout_services.fresh().database_url
+    storage = await open_storage(url)
+    try:
+        ids = [await _enqueue(storage, "alice") for _ in range(3)]
+        assert all(ids) and await _burst(storage, Quota("alice", PER_IDENTITY, CAP)) == 0
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("SET session_replication_role = replica")
+            conn.execute("UPDATE runs SET status = 'success' WHERE run_id = %s", (ids[0],))
+            conn.execute("DELETE FROM runs WHERE run_id = ANY(%s)", (ids[1:],))
+        assert await _burst(storage, Quota("alice", PER_IDENTITY, CAP)) == 0  # still held
+        assert await storage.sweep_quota_slots() >= 3
+        assert await _burst(storage, Quota("alice", PER_IDENTITY, CAP), n=5) == PER_IDENTITY
+
+        carol = await _enqueue(storage, "carol")
+        assert carol is not None
+        await storage.finish_run(carol, "success")
+        with psycopg.connect(url, autocommit=True) as conn:
+            def rows(key: str) -> int:
+                found = conn.execute("SELECT COUNT(*) FROM run_quota_slots WHERE key = %s", (key,)).fetchone()
+                return int(found[0]) if found else 0
+
+            assert rows("i:carol") > 0
+            await storage.sweep_quota_slots()
+            assert rows("i:carol") == 0 and rows("i:alice") > 0  # alice's three runs hold theirs
+        # carol's key is made again on demand, whole.
+        assert await _burst(storage, Quota("carol", PER_IDENTITY, 100), n=5) == PER_IDENTITY
+    finally:
+        await storage.close()
+
+
+async def test_a_run_enqueued_without_a_cap_ends_without_the_release_trigger(scaleout_services: ScaleOut) -> None:
+    """The release trigger fires only for runs that hold slots: with no cap, a run's end costs no call."""
+    url = scaleout_services.fresh().database_url
+    storage = await open_storage(url)
+    try:
+        free = _run(str(uuid.uuid4()))
+        await storage.enqueue_run(free, thread_metadata={}, create_thread=True, reject_if_active=False)
+        capped = await _enqueue(storage, "alice")
+    finally:
+        await storage.close()
+    with psycopg.connect(url) as conn:  # one transaction, rolled back: EXPLAIN ANALYZE counts trigger calls
+
+        def trigger_calls(run_id: str) -> list[str]:
+            plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) UPDATE runs SET status = 'success' "
+                                "WHERE run_id = %s", (run_id,)).fetchone()
+            assert plan is not None
+            return [f"{t['Trigger Name']} x{t['Calls']}" for t in plan[0][0].get("Triggers", [])
+                    if "quota" in t["Trigger Name"]]
+
+        assert trigger_calls(free["run_id"]) == []
+        assert trigger_calls(capped) == ["runs_release_quota_slots x1"]  # the plan does show one that fires
+        conn.rollback()

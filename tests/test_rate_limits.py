@@ -1,5 +1,5 @@
 """Rate limits per identity: a spent budget answers 429 with Retry-After and RateLimit headers, refills,
-and is shared by every API process on PostgreSQL + Redis."""
+and is shared by every API process on PostgreSQL + Redis and on PostgreSQL alone."""
 
 from __future__ import annotations
 
@@ -126,9 +126,14 @@ def _api(backend: Backend, tmp: Path, env: dict[str, str]) -> tuple[subprocess.P
     raise AssertionError(log.read_text())
 
 
-@pytest.mark.e2e  # two real API processes on one PostgreSQL + Redis
-def test_the_budget_is_shared_by_every_api_process(scaleout_services: ScaleOut, tmp_path: Path) -> None:
+@pytest.mark.e2e  # two real API processes on one PostgreSQL, with Redis or alone (then it counts the budgets)
+@pytest.mark.parametrize("broker", ["redis", "postgres"])
+def test_the_budget_is_shared_by_every_api_process(scaleout_services: ScaleOut, tmp_path: Path, broker: str) -> None:
     backend = scaleout_services.fresh()
+    if broker == "postgres":
+        backend = Backend("postgres", backend.database_url)
+    elif not backend.redis_url:
+        pytest.skip("THREADLINE_TEST_REDIS=memory: no Redis")
     env = {"THREADLINE_RATE_LIMIT_RUNS": "4/day"}
     procs = [_api(backend, tmp_path, env), _api(backend, tmp_path, env)]
     try:

@@ -55,7 +55,7 @@ class Answer(BaseModel):
     approved: bool
 
 
-def test_an_interrupts_response_schema_is_json_schema() -> None:
+async def test_an_interrupts_response_schema_is_json_schema() -> None:
     given = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
     assert interrupt_json(Interrupt(value=1, id="a", response_schema=given))["response_schema"] == given
     typed = interrupt_json(Interrupt(value=1, id="b", response_schema=Answer))["response_schema"]

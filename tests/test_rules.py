@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from threadline.errors import Conflict, NotFound, QuotaExceeded
-from threadline.storage.base import Quota
+from threadline.storage.base import Quota, RunMetadata
 from threadline.storage.rules import (
     next_assistant_version,
     plan_enqueue,
@@ -66,21 +66,19 @@ def test_the_thread_metadata_is_merged_over_what_the_transaction_found() -> None
     assert found == {"a": 1, "b": 2}
 
 
-def test_run_metadata_is_given_the_thread_metadata_of_an_existing_thread_only() -> None:
-    seen: list[dict[str, Any] | None] = []
-
-    def metadata(thread: dict[str, Any] | None) -> dict[str, Any]:
-        seen.append(thread)
-        return {"from": "rule"}
-
-    assert plan(before={"owner": "x"}, run_metadata=metadata).run["metadata"] == {"from": "rule"}
-    assert plan(before={"owner": "x"}, run_metadata=metadata, created=True).run["metadata"] == {"from": "rule"}
-    assert seen == [{"owner": "x"}, None]  # a thread this transaction created has no metadata of its own yet
+def test_run_metadata_takes_the_thread_metadata_of_an_existing_thread_only() -> None:
+    made = RunMetadata({"owner": "base", "b": 1}, {"o": 2, "graph_id": "over"})
+    # Base, then the thread as the run leaves it (before, its own metadata merged in), then over.
+    assert plan(before={"owner": "x", "graph_id": "old"}, thread_metadata={"graph_id": "g", "t": 3},
+                run_metadata=made).run["metadata"] == {"owner": "x", "b": 1, "graph_id": "over", "t": 3, "o": 2}
+    # A thread this transaction created has no metadata of its own yet.
+    assert plan(before={"owner": "x"}, thread_metadata={"t": 3}, run_metadata=made, created=True).run["metadata"] \
+        == {"owner": "base", "b": 1, "o": 2, "graph_id": "over"}
 
 
 def test_plan_enqueue_does_not_change_the_run_it_is_given() -> None:
     given = run()
-    plan(given, claim_for=("w1", 30.0), run_metadata=lambda _: {"m": 1})
+    plan(given, claim_for=("w1", 30.0), run_metadata=RunMetadata({}, {"m": 1}))
     assert given == run()
 
 

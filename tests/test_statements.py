@@ -16,6 +16,7 @@ from threadline.storage.statements import (
     CRON_COLUMNS,
     DIALECT_STATEMENTS,
     POSTGRES,
+    SERVER_STATEMENTS,
     SQLITE,
     STATEMENTS,
     Dialect,
@@ -50,6 +51,8 @@ def test_a_slot_is_filled_the_dialects_way() -> None:
 def every_statement(d: Dialect) -> dict[str, str]:
     """Each named statement (each part of one that is several) and each shape of those whose columns vary."""
     out = {f"{name}#{i}": sql for name in sorted(statement_names(d.name)) for i, sql in enumerate(d.statements(name))}
+    if not d.sqlite:  # the calls of PostgreSQL's own functions
+        out.update({f"server:{name}": d.statement(name) for name in SERVER_STATEMENTS})
     out["insert:threads"] = d.insert("threads", THREAD_COLUMNS, conflict="(thread_id) DO NOTHING RETURNING thread_id")
     out["insert:runs"] = d.insert("runs", RUN_COLUMNS, returning=True)
     out["insert:runs:leased"] = d.insert("runs", RUN_COLUMNS, lease=True, returning=True)

@@ -31,7 +31,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from threadline.errors import Conflict, NotFound, QuotaExceeded
 from threadline.shapes import FinalRunStatus
 from threadline.storage import open_storage
-from threadline.storage.base import Claim, NewThreadEvent, Quota, Row, Storage, ValuesPatch
+from threadline.storage.base import Claim, NewThreadEvent, Quota, Row, RunMetadata, Storage, ValuesPatch
 from threadline.storage.records import AssistantRecord, NewRun, RunRecord, ThreadRecord
 from threadline.storage.sql import now_iso, thread_ttl_columns
 
@@ -278,20 +278,17 @@ async def test_a_run_started_at_once_is_inserted_claimed_only_on_a_free_thread(s
 async def test_enqueue_creates_the_thread_or_needs_it(storage: Storage) -> None:
     with pytest.raises(NotFound):
         await enqueue(storage, create=False)
-    seen: list[Any] = []
-
-    def run_metadata(thread: dict[str, Any] | None) -> dict[str, Any]:
-        seen.append(thread)
-        return {"from_thread": thread}
-
+    made = RunMetadata({"base": 1, "k": "base", "graph_id": "base"}, {"over": 2, "assistant_id": "over"})
     run = await enqueue(storage, thread_metadata={"graph_id": "agent"}, new_thread_metadata={"graph_id": "x", "k": 1},
-                        run_metadata=run_metadata)
+                        run_metadata=made)
     thread = await storage.get_thread(run["thread_id"])
     assert thread["status"] == "busy" and thread["metadata"] == {"graph_id": "agent", "k": 1}
-    assert seen == [None] and run["metadata"] == {"from_thread": None}
+    # A run that creates its thread takes none of the thread's metadata.
+    assert run["metadata"] == {"base": 1, "k": "base", "graph_id": "base", "over": 2, "assistant_id": "over"}
     again = await enqueue(storage, run["thread_id"], create=False, thread_metadata={"assistant_id": "a"},
-                          run_metadata=run_metadata)
-    assert seen[1] == {"graph_id": "agent", "k": 1} and again["metadata"] == {"from_thread": seen[1]}
+                          run_metadata=made)
+    # Base, then the thread as this run leaves it (its own metadata merged in), then over.
+    assert again["metadata"] == {"base": 1, "k": 1, "graph_id": "agent", "over": 2, "assistant_id": "over"}
     merged = (await storage.get_thread(run["thread_id"]))["metadata"]
     assert merged == {"graph_id": "agent", "k": 1, "assistant_id": "a"}
 

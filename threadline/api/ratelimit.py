@@ -1,12 +1,13 @@
 """Rate limits per identity: one budget for creating runs, one for every other request (issue 16).
 
 Budgets are `limits` rate strings (`"10/second"`, `"600 per minute"`), counted with its sliding-window
-counter: in this process on the embedded default, in Redis on PostgreSQL + Redis, so every API process of a
-deployment draws on the same budget. A spent budget answers 429 with `Retry-After` and the RateLimit header
-fields of draft-ietf-httpapi-ratelimit-headers in their separate form (`RateLimit-Limit`, `RateLimit-Remaining`,
+counter: in this process on the embedded default, in Redis on PostgreSQL + Redis, and in PostgreSQL when it
+is the only service (`broker/windows.py`), so every API process of a deployment draws on the same budget.
+A spent budget answers 429 with `Retry-After` and the RateLimit header fields of
+draft-ietf-httpapi-ratelimit-headers in their separate form (`RateLimit-Limit`, `RateLimit-Remaining`,
 `RateLimit-Reset`, seconds). `GET /ok` and `/metrics` are never limited: probes and scrapes must not be
-throttled. When Redis cannot answer, a request is let through (and logged): a limiter must not take the API
-down with it.
+throttled. When that store cannot answer, a request is let through (and logged): a limiter must not take the
+API down with it.
 
 Who is limited is `identity_of(request)`, the one seam: the authenticated caller's identity, else the client's
 address (`X-Forwarded-For` counts only when the peer is a configured trusted proxy). So `RateLimit` runs inside
@@ -30,13 +31,13 @@ from typing import Any
 
 import orjson
 from limits import RateLimitItem, parse
-from limits.aio.storage import MemoryStorage, RedisStorage, Storage
+from limits.aio.storage import MemoryStorage
 from limits.aio.strategies import SlidingWindowCounterRateLimiter
 from starlette.requests import HTTPConnection, Request
 
 from threadline.api.auth import AUTHENTICATED, REFUSED
 from threadline.api.metrics import metrics_of
-from threadline.broker.keys import Keys
+from threadline.broker.base import Broker
 from threadline.errors import ConfigError
 
 log = logging.getLogger("threadline.api")
@@ -111,31 +112,37 @@ class Budget:
 
 
 class RateLimiter:
-    """The budgets of one app, counted in `storage` (memory, or Redis shared by every process)."""
+    """The budgets of one app. The shared budgets are counted where the deployment's broker counts them
+    (`Broker.rate_counters`: this process's memory on the embedded default, Redis, or PostgreSQL when it is
+    the only service), so every API process of a deployment spends one budget."""
 
-    def __init__(self, runs: str, requests: str, *, auth_failures: str = "", redis_url: str | None = None,
-                 key_prefix: str = "threadline") -> None:
+    def __init__(self, runs: str, requests: str, *, auth_failures: str = "") -> None:
         self.budgets = {name: Budget(name, _parse(name, spec)) for name, spec in
                         (("runs", runs), ("requests", requests)) if spec}
         #: Refused credentials per address, on by default (`rate_limit_auth_failures`). Counted in this
         #: process's memory, whatever the backend: checking it costs every unauthenticated request, which a
-        #: Redis round trip would make dear; so each API process allows the budget once.
+        #: round trip to a shared store would make dear; so each API process allows the budget once.
         self.failures = Budget("auth_failures", _parse("auth_failures", auth_failures)) if auth_failures else None
         self.failure_strategy = SlidingWindowCounterRateLimiter(MemoryStorage())
-        storage: Storage
-        if redis_url and self.budgets:
-            uri = "async+" + redis_url if not redis_url.startswith("async+") else redis_url
-            storage = RedisStorage(uri, implementation="redispy", key_prefix=Keys(key_prefix).rate_limits)
-        else:
-            storage = MemoryStorage()
-        self.storage = storage
-        self.strategy = SlidingWindowCounterRateLimiter(storage)
+        #: Before the app has a runtime (and so a broker), the shared budgets are counted in this process.
+        self._local = SlidingWindowCounterRateLimiter(MemoryStorage())
+        self._shared: tuple[Broker, SlidingWindowCounterRateLimiter] | None = None
 
     @classmethod
     def of(cls, settings: Any) -> RateLimiter:
         return cls(settings.rate_limit_runs, settings.rate_limit_requests,
-                   auth_failures=settings.rate_limit_auth_failures, redis_url=settings.redis_url,
-                   key_prefix=settings.redis_key_prefix)
+                   auth_failures=settings.rate_limit_auth_failures)
+
+    def strategy(self, scope: Any) -> SlidingWindowCounterRateLimiter:
+        """The shared budgets' counter: in the storage of the broker of the app serving `scope`."""
+        app = scope.get("app")
+        runtime = getattr(app.state, "runtime", None) if app is not None else None
+        broker = getattr(runtime, "broker", None)
+        if broker is None:
+            return self._local
+        if self._shared is None or self._shared[0] is not broker:  # (a new runtime: a restarted app)
+            self._shared = broker, SlidingWindowCounterRateLimiter(broker.rate_counters)
+        return self._shared[1]
 
     @property
     def enabled(self) -> bool:
@@ -148,15 +155,15 @@ class RateLimiter:
             return self.budgets.get("runs")
         return self.budgets.get("requests")
 
-    async def hit(self, budget: Budget, identity: str, *, spend: bool = True) -> tuple[bool, int, int]:
+    async def hit(self, scope: Any, budget: Budget, identity: str, *, spend: bool = True) -> tuple[bool, int, int]:
         """Spend one of `identity`'s `budget` (or, without `spend`, only look whether one is left):
         (allowed, remaining, seconds until it refills)."""
-        strategy = self.failure_strategy if budget is self.failures else self.strategy
+        strategy = self.failure_strategy if budget is self.failures else self.strategy(scope)
         try:
             if await (strategy.hit if spend else strategy.test)(budget.item, budget.name, identity):
                 return True, -1, 0
             stats = await strategy.get_window_stats(budget.item, budget.name, identity)
-        except Exception as exc:  # noqa: BLE001 - Redis away: let the request through rather than fail it
+        except Exception as exc:  # noqa: BLE001 - the store away: let the request through rather than fail it
             log.warning("rate limit not checked (%s: %s); request allowed", type(exc).__name__, exc)
             return True, -1, 0
         return False, max(stats.remaining, 0), max(1, math.ceil(stats.reset_time - time.time()))
@@ -184,7 +191,7 @@ class RateLimit:
         if budget is None or (budget.name == "requests" and scope.get(ON_BEHALF)):
             await self.app(scope, receive, send)
             return
-        allowed, remaining, reset = await self.limiter.hit(budget, identity_of(Request(scope)))
+        allowed, remaining, reset = await self.limiter.hit(scope, budget, identity_of(Request(scope)))
         if allowed:
             await self.app(scope, receive, send)
             return
@@ -213,7 +220,7 @@ class AuthFailures:
             return
         address = identity_of(Request(scope))  # not authenticated yet: the client's address
         for budget in budgets:
-            allowed, remaining, reset = await self.limiter.hit(budget, address, spend=False)
+            allowed, remaining, reset = await self.limiter.hit(scope, budget, address, spend=False)
             if not allowed:
                 metrics = metrics_of(scope)
                 if metrics is not None:
@@ -223,7 +230,7 @@ class AuthFailures:
         await self.app(scope, receive, send)
         if scope.get(REFUSED):
             for budget in budgets:
-                await self.limiter.hit(budget, address)
+                await self.limiter.hit(scope, budget, address)
 
     def _budgets(self, scope: Any) -> list[Budget]:
         path = scope.get("path", "")

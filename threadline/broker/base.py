@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import abc
+import functools
 from collections.abc import AsyncIterator, Collection, Mapping
 from typing import Any, NamedTuple
+
+from limits.aio.storage import MemoryStorage, Storage
 
 
 class StreamEvent(NamedTuple):
@@ -133,6 +136,14 @@ class Broker(abc.ABC):
     @abc.abstractmethod
     async def drop_lease(self, scope: str, lease: str) -> None:
         """Give a lease back (none left to drop is no error). Raises Unavailable."""
+
+    # Rate limits (`threadline.api.ratelimit`): counted where every process of the deployment counts them.
+
+    @functools.cached_property
+    def rate_counters(self) -> Storage:
+        """The `limits` storage of this deployment's rate limits: by default this process's memory (one process,
+        the embedded default); Redis or PostgreSQL, shared by every process, on a scale-out broker."""
+        return MemoryStorage()
 
     async def start(self) -> None:
         """Connect and start listening (called once before use)."""

@@ -21,6 +21,7 @@ class PgNames:
         self.events = f'"{base}_broker_events"'
         self.cancels = f'"{base}_broker_cancels"'
         self.leases = f'"{base}_broker_leases"'
+        self.windows = f'"{base}_broker_windows"'
         #: The one NOTIFY channel (payloads: see `PostgresBroker._dispatch`), and the listener's application_name.
         self.channel = f"{base}_broker"
         self.listener_name = f"{base}:listener"
@@ -54,6 +55,14 @@ class PgNames:
             lease text NOT NULL,
             expires_at timestamptz NOT NULL,
             PRIMARY KEY (scope, lease));
+        CREATE UNLOGGED TABLE IF NOT EXISTS {self.windows} (
+            key text PRIMARY KEY,                   -- a rate limit's key (its budget and identity)
+            win bigint NOT NULL,                    -- the current window: floor(epoch seconds / its length)
+            cur bigint NOT NULL,                    -- hits counted in it
+            prev bigint NOT NULL,                   -- and in the one before
+            at float8 NOT NULL,                     -- epoch seconds of the last hit (the database's clock)
+            taken boolean NOT NULL,                 -- whether the last hit was counted
+            expires_at timestamptz NOT NULL);       -- when the key counts for nothing any more
         """
 
     @property
@@ -161,15 +170,59 @@ class PgNames:
     def drop_lease(self) -> str:
         return f"DELETE FROM {self.leases} WHERE scope = %(scope)s AND lease = %(lease)s"
 
+    #: A rate limit's sliding window counter (the `limits` library's strategy: the current window's hits plus
+    #: the previous window's, weighted by how much of it still overlaps the last `expiry` seconds), shifted
+    #: to the database's current window. Read by `window_take` and `window_read` below, on the row `s`.
+    _NOW = "extract(epoch FROM clock_timestamp())::float8"
+    _PREV = "CASE s.win WHEN {w} THEN s.prev WHEN {w} - 1 THEN s.cur ELSE 0 END"
+    _CUR = "CASE s.win WHEN {w} THEN s.cur ELSE 0 END"
+
+    @property
+    def window_take(self) -> str:
+        """Count `amount` hits of `key` if the weighted count stays within `limit`, in one statement (the
+        row's lock serializes concurrent takes of one key); the row after it: (taken, prev, cur, at)."""
+        prev, cur = self._PREV.format(w="EXCLUDED.win"), self._CUR.format(w="EXCLUDED.win")
+        weighted = (f"floor(({prev}) * (%(expiry)s - (EXCLUDED.at - EXCLUDED.win * %(expiry)s)) / %(expiry)s"
+                    f" + ({cur}))")
+        ok = f"({weighted} + %(amount)s <= %(limit)s)"
+        return f"""
+        INSERT INTO {self.windows} AS s (key, win, cur, prev, at, taken, expires_at)
+        SELECT %(key)s, floor(n.now / %(expiry)s)::bigint, CASE WHEN %(amount)s <= %(limit)s THEN %(amount)s
+               ELSE 0 END, 0, n.now, %(amount)s <= %(limit)s,
+               to_timestamp((floor(n.now / %(expiry)s) + 2) * %(expiry)s)
+        FROM (SELECT {self._NOW} AS now) n
+        ON CONFLICT (key) DO UPDATE SET
+            win = EXCLUDED.win, prev = {prev}, cur = {cur} + CASE WHEN {ok} THEN %(amount)s ELSE 0 END,
+            at = EXCLUDED.at, taken = {ok}, expires_at = EXCLUDED.expires_at
+        RETURNING taken, prev, cur, at"""
+
+    @property
+    def window_read(self) -> str:
+        """`key`'s counts shifted to the current window, and the database's time: (prev, cur, now); none if
+        the key was never hit."""
+        w = "floor(n.now / %(expiry)s)::bigint"
+        return f"""
+        SELECT {self._PREV.format(w=w)}, {self._CUR.format(w=w)}, n.now
+        FROM (SELECT {self._NOW} AS now) n JOIN {self.windows} s ON s.key = %(key)s"""
+
+    @property
+    def window_clear(self) -> str:
+        return f"DELETE FROM {self.windows} WHERE key = %(key)s"
+
+    @property
+    def windows_reset(self) -> str:
+        return f"WITH d AS (DELETE FROM {self.windows} RETURNING 1) SELECT count(*) FROM d"
+
     @property
     def sweep(self) -> str:
         """Forget streams `retain` seconds after their end, or `live` seconds after the last event of a run
-        that never ended (its process died); cancels nobody took after `retain`; expired leases."""
+        that never ended (its process died); cancels nobody took after `retain`; expired leases and rate windows."""
         return f"""
         WITH gone AS (
             DELETE FROM {self.streams} WHERE ended_at < now() - make_interval(secs => %(retain)s)
                 OR (ended_at IS NULL AND touched_at < now() - make_interval(secs => %(live)s))
             RETURNING run_id),
         forgotten AS (DELETE FROM {self.events} WHERE run_id IN (SELECT run_id FROM gone)),
-        expired AS (DELETE FROM {self.leases} WHERE expires_at < now())
+        expired AS (DELETE FROM {self.leases} WHERE expires_at < now()),
+        idle AS (DELETE FROM {self.windows} WHERE expires_at < now())
         DELETE FROM {self.cancels} WHERE sent_at < now() - make_interval(secs => %(retain)s)"""

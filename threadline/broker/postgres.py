@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 import uuid
@@ -24,6 +25,7 @@ from collections.abc import AsyncIterator, Collection, Mapping
 from typing import Any
 
 import psycopg
+from limits.aio.storage import Storage
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from threadline.broker.base import Broker, StreamEvent, event_bytes
@@ -32,6 +34,7 @@ from threadline.broker.local import LocalSignals
 from threadline.broker.outage import Outage, exchange
 from threadline.broker.outbox import Item, Outbox
 from threadline.broker.pgsql import PgNames
+from threadline.broker.windows import PostgresWindows
 from threadline.errors import Unavailable
 
 log = logging.getLogger("threadline.broker")
@@ -301,6 +304,17 @@ class PostgresBroker(Broker):
     async def drop_lease(self, scope: str, lease: str) -> None:
         async with self._exchange(), self._pool.connection() as conn:
             await conn.execute(self._names.drop_lease, {"scope": scope, "lease": lease})
+
+    # Rate limits.
+
+    @functools.cached_property
+    def rate_counters(self) -> Storage:
+        return PostgresWindows(self._window_query, self._names, self.ping)
+
+    async def _window_query(self, statement: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        async with self._exchange(), self._pool.connection() as conn:
+            cur = await conn.execute(statement, params)
+            return await cur.fetchall() if cur.description is not None else []
 
     # Signals.
 

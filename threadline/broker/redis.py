@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import uuid
 from collections.abc import AsyncIterator, Collection, Mapping
 from typing import Any
 
+from limits.aio.storage import RedisStorage, Storage
 from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
 from redis.asyncio.client import PubSub
 from redis.asyncio.retry import Retry
@@ -102,6 +104,7 @@ class RedisBroker(Broker):
         self._buffer = buffer_events
         self._budget = ByteBudget(buffer_events, buffer_bytes, total_bytes, self.retain_seconds)
         self._keys = Keys(key_prefix)
+        self._url = url
         # Signals carry the sender's id: the sender applies its own at once, its listener skips them.
         self._id = uuid.uuid4().hex
         # Timeouts are ours (asyncio.timeout): redis-py's socket_timeout sends through asyncio.wait_for,
@@ -298,6 +301,14 @@ class RedisBroker(Broker):
             if len(entries) < self.batch_events:
                 return
             start = "(" + entries[-1][0].decode()
+
+    # Rate limits.
+
+    @functools.cached_property
+    def rate_counters(self) -> Storage:
+        """`limits`' own Redis storage (its scripts, on Redis's clock), under this deployment's prefix."""
+        uri = self._url if self._url.startswith("async+") else "async+" + self._url
+        return RedisStorage(uri, implementation="redispy", key_prefix=self._keys.rate_limits)
 
     # Leases.
 

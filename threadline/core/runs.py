@@ -20,7 +20,7 @@ from threadline.core.webhook_policy import WebhookGuard
 from threadline.core.worker import WorkerPool
 from threadline.errors import BadRequest, Conflict, InvalidInput, NotFound
 from threadline.shapes import FINAL_RUN_STATUSES, CancelAction, CancelStatus, MultitaskStrategy, RunStatus
-from threadline.storage.base import Claim, Quota, Storage
+from threadline.storage.base import Claim, Quota, RunMetadata, Storage
 from threadline.storage.records import AssistantRecord, NewRun, RunKwargs, RunRecord
 from threadline.tracing import TRACE_KEY, carrier
 
@@ -42,17 +42,19 @@ KWARG_KEYS = (
 )
 
 
-def run_metadata(assistant: AssistantRecord, thread_metadata: dict[str, Any] | None, body: dict[str,
-                 Any]) -> dict[str, Any]:
-    """As LangGraph's server: the assistant's metadata, then the thread's (None: the run creates the thread),
-    then the run config's, then the request's, and the assistant id. Clients find a run's context there
-    (deepagents finds the launching agent of a subagent's run in its thread's metadata)."""
-    ids = {"graph_id": assistant["graph_id"], "assistant_id": assistant["assistant_id"]}
-    # The run tags its thread with `ids` first.
-    from_thread = {**thread_metadata, **ids} if thread_metadata is not None else {}
-    return {**(assistant.get("metadata") or {}), **from_thread,
-            **((body.get("config") or {}).get("metadata") or {}), **(body.get("metadata") or {}),
-            "assistant_id": assistant["assistant_id"]}
+def run_metadata(assistant: AssistantRecord, body: dict[str, Any]) -> RunMetadata:
+    """As LangGraph's server: the assistant's metadata, then the thread's (nothing when the run creates the
+    thread; the thread as the run tags it, with `run_thread_metadata`), then the run config's, then the
+    request's, and the assistant id. Clients find a run's context there (deepagents finds the launching agent
+    of a subagent's run in its thread's metadata)."""
+    return RunMetadata(dict(assistant.get("metadata") or {}),
+                       {**((body.get("config") or {}).get("metadata") or {}), **(body.get("metadata") or {}),
+                        "assistant_id": assistant["assistant_id"]})
+
+
+def run_thread_metadata(assistant: AssistantRecord) -> dict[str, Any]:
+    """What a run merges into its thread's metadata as it is enqueued."""
+    return {"graph_id": assistant["graph_id"], "assistant_id": assistant["assistant_id"]}
 
 
 def check_command(body: dict[str, Any], *, stateless: bool) -> None:
@@ -198,12 +200,12 @@ class Runs:
         under the caps on active runs (limits)."""
         assistant, body = request.assistant, request.body
         return await self.storage.enqueue_run(
-            run, thread_metadata={"graph_id": assistant["graph_id"], "assistant_id": assistant["assistant_id"]},
+            run, thread_metadata=run_thread_metadata(assistant),
             create_thread=request.create_thread, reject_if_active=request.strategy == "reject",
             thread_ttl_minutes=self.threads.default_ttl,
             # As the reference: a thread a run creates also carries the run's metadata.
             new_thread_metadata={**((body.get("config") or {}).get("metadata") or {}), **(body.get("metadata") or {})},
-            claim_for=claim, run_metadata=lambda thread: run_metadata(assistant, thread, body),
+            claim_for=claim, run_metadata=run_metadata(assistant, body),
             quota=Quota(identity, self.max_per_identity, self.max_active)
             if self.max_per_identity or self.max_active else None,
         )

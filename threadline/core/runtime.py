@@ -122,7 +122,9 @@ class Runtime:
         checkpointer = None if project.checkpointer_path is None else load_object(
             project.checkpointer_path, project.root, what="checkpointer.path")
         storage = await open_storage(url, store_index=store_index, store_ttl=project.store_ttl, serde=serde,
-                                     encryption=load_encryption(project), checkpointer=checkpointer)
+                                     encryption=load_encryption(project), checkpointer=checkpointer,
+                                     caps_active_runs=bool(settings.max_active_runs
+                                                           or settings.max_active_runs_per_identity))
         chosen = broker_url(url, settings.redis_url)
         broker = open_broker(chosen, buffer_events=settings.stream_buffer_events,
                              buffer_bytes=settings.stream_buffer_bytes, total_bytes=settings.stream_memory_bytes,

@@ -279,12 +279,14 @@ class WorkerPool:
                     self._running[run_id][0].cancel()
 
     async def _sweeper(self) -> None:
-        """Retry or fail runs whose worker stopped heartbeating (it died, or stalled past its lease)."""
+        """Retry or fail runs whose worker stopped heartbeating (it died, or stalled past its lease); give back
+        the quota slots of runs no longer active that still hold them (`Storage.sweep_quota_slots`)."""
         while True:
             await asyncio.sleep(self.lease_seconds / 2)
             try:
                 await recover(self.storage, self.broker, self.max_attempts, expired_only=True,
                               metrics=self.executor.metrics)
+                await self.storage.sweep_quota_slots()
             except Exception:
                 log.exception("sweeping expired leases failed")
 

@@ -66,6 +66,20 @@ class Quota(NamedTuple):
     total: int  # pending + running runs of the whole deployment
 
 
+class RunMetadata(NamedTuple):
+    """A run's `metadata`, made in its enqueue's transaction (as LangGraph's server makes it): `base`, then its
+    thread's metadata as the enqueue leaves it (the thread's before, `thread_metadata` merged in; nothing when
+    the enqueue creates the thread), then `over`. Data, not a callback, so that a server can make it in the
+    enqueue's one statement (PostgreSQL's `threadline_enqueue_run`)."""
+
+    base: dict[str, Any]
+    over: dict[str, Any]
+
+    def made(self, thread_metadata: dict[str, Any] | None) -> dict[str, Any]:
+        """The metadata, given the thread's as the enqueue leaves it (None: the enqueue creates it)."""
+        return {**self.base, **(thread_metadata or {}), **self.over}
+
+
 class Claim(NamedTuple):
     """A run claimed for a worker as it is enqueued (`enqueue_run(claim_for=...)`): as `claim_run` claims."""
 
@@ -194,12 +208,11 @@ class Storage(abc.ABC):
                           reject_if_active: bool, thread_ttl_minutes: float | None = None,
                           new_thread_metadata: dict[str, Any] | None = None,
                           claim_for: Claim | tuple[str, float] | None = None,
-                          run_metadata: Callable[[dict[str, Any] | None], dict[str, Any]] | None = None,
+                          run_metadata: RunMetadata | None = None,
                           quota: Quota | None = None) -> RunRecord:
         """Insert a pending run, mark its thread busy and merge `thread_metadata` into it, atomically.
 
-        `run_metadata`, when given, makes the run's `metadata`: it is called in the transaction with the
-        thread's metadata as it was before this run (None when this call creates the thread).
+        `run_metadata`, when given, makes the run's `metadata` in the transaction (see `RunMetadata`).
 
         A missing thread is created (with `new_thread_metadata` under `thread_metadata`, expiring after
         `thread_ttl_minutes`) when `create_thread`, else
@@ -293,6 +306,13 @@ class Storage(abc.ABC):
         otherwise every run left `running` (the single-process backend at start).
         Returns (requeued runs, failed runs). Threads of failed runs are reconciled.
         """
+
+    @abc.abstractmethod
+    async def sweep_quota_slots(self) -> int:
+        """Give back what a cap on active runs holds for runs no longer active, and drop what no run holds
+        (PostgreSQL's quota slots: a run's end gives its own back; this catches what bypassed that, and the rows
+        of identities no longer active). Safe beside concurrent enqueues; the lease sweeper calls it. How many
+        slots it gave back or dropped (0 where a backend counts the active runs themselves)."""
 
     @abc.abstractmethod
     async def queue_stats(self) -> QueueStats:

@@ -19,7 +19,7 @@ from typing import Any, Literal, TypeVar, cast
 import orjson
 
 from threadline.shapes import FinalRunStatus
-from threadline.storage.base import NewThreadEvent, Row, Storage, ValuesPatch
+from threadline.storage.base import NewThreadEvent, Row, RunMetadata, Storage, ValuesPatch
 from threadline.storage.encryption import CONTEXT_KEY, Codec, stored_context, use_context
 from threadline.storage.encryption_savers import EncryptedSaver, EncryptedStore
 from threadline.storage.records import (
@@ -141,19 +141,17 @@ class EncryptedStorage:
         return await self._open_all("thread", await self.inner.search_threads(**kwargs))
 
     # --- runs -----------------------------------------------------------------------------------
-    async def enqueue_run(self, run: NewRun, *, run_metadata: Callable[[Row | None], Row] | None = None,
+    async def enqueue_run(self, run: NewRun, *, run_metadata: RunMetadata | None = None,
                           new_thread_metadata: Row | None = None, **kwargs: Any) -> RunRecord:
-        sealed = await self._seal("run", run)
-        made = None
         if run_metadata is not None:
-            # The run's metadata is made from its thread's as it is now (None: this run creates the thread).
+            # The run's metadata is made from its thread's as it is now (None: this run creates the thread) and
+            # sealed whole, so the backend stores it as it is given.
             thread = await self.get_thread(run["thread_id"])
-            plain = run_metadata(thread["metadata"] if thread is not None else None)
-            made = await self.codec.seal("run", "metadata", plain)
+            merged = None if thread is None else {**thread["metadata"], **kwargs.get("thread_metadata", {})}
+            run = cast("NewRun", {**run, "metadata": run_metadata.made(merged)})
+        sealed = await self._seal("run", run)
         new_meta = await self.codec.seal("thread", "metadata", new_thread_metadata or {})
-        created = await self.inner.enqueue_run(
-            sealed, run_metadata=None if made is None else (lambda _stored: made), new_thread_metadata=new_meta,
-            **kwargs)
+        created = await self.inner.enqueue_run(sealed, run_metadata=None, new_thread_metadata=new_meta, **kwargs)
         return await self._opened("run", created)
 
     async def claim_runs(self, worker_id: str, lease_seconds: float, deadline_seconds: float = 0.0, *,

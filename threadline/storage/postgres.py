@@ -34,7 +34,7 @@ from threadline.errors import ConfigError, StorageUnavailable
 from threadline.settings import redact_url
 from threadline.storage.base import Row
 from threadline.storage.records import RunRecord
-from threadline.storage.scripts import Final, Q, QuotaRefused, Script, T, Undo
+from threadline.storage.scripts import Final, Q, QuotaRefused, Script, T, ThreadRefused, Undo
 from threadline.storage.sql import MIGRATIONS_TABLE, now_iso, pending_migrations
 from threadline.storage.sqlstorage import SQLStorage
 from threadline.storage.statements import POSTGRES
@@ -109,6 +109,8 @@ async def _check(conn: _Conn) -> None:
 
 #: What `threadline_check_quota` (migration 0009) raises when a run would pass a cap on active runs.
 QUOTA_SQLSTATE = "TL429"
+#: What `threadline_enqueue_run` (migration 0012) raises: no such thread; `reject` and an active run.
+NO_THREAD_SQLSTATE, THREAD_BUSY_SQLSTATE = "TL404", "TL409"
 
 
 class _Pool(AsyncConnectionPool[_Conn]):
@@ -128,6 +130,8 @@ class PostgresStorage(SQLStorage):
     #: Longest a request waits for a pooled connection (all busy, or the database down) before its 503.
     checkout_seconds = 10.0
     dialect = POSTGRES
+    #: `threadline_enqueue_run` (migration 0012): an enqueue is one statement and one round trip.
+    enqueues_at_once = True
 
     def __init__(self, url: str, pool: _Pool, checkpointer: InlinePostgresSaver, store: AsyncPostgresStore,
                  vector_index: str | None, reads: _Pool | None = None) -> None:
@@ -157,7 +161,8 @@ class PostgresStorage(SQLStorage):
 
     @classmethod
     async def open(cls, url: str, *, store_index: dict[str, Any] | None = None, store_ttl: dict[str, Any] | None = None,
-                   pool_size: int = 10, serde: SerializerProtocol | None = None) -> PostgresStorage:
+                   pool_size: int = 10, serde: SerializerProtocol | None = None,
+                   caps_active_runs: bool = False) -> PostgresStorage:
         from threadline.storage.postgres_saver import InlinePostgresSaver
         from threadline.storage.vectors import postgres_store
 
@@ -180,7 +185,7 @@ class PostgresStorage(SQLStorage):
             saver = InlinePostgresSaver(pool, serde=serde)
             store, vector_index = postgres_store(pool, index=store_index, ttl=store_ttl, pgvector=vector)
             self = cls(url, pool, saver, store, vector_index, reads)
-            self.applied_migrations = await self.migrate()
+            self.applied_migrations = await self.migrate(adopt_quota_runs=caps_active_runs)
             if store_ttl and store_ttl.get("sweep_interval_minutes"):
                 await store.start_ttl_sweeper()
         except BaseException:
@@ -189,8 +194,11 @@ class PostgresStorage(SQLStorage):
             raise
         return self
 
-    async def migrate(self) -> list[str]:
-        """Our numbered migrations, then LangGraph's saver and store setup, one process at a time."""
+    async def migrate(self, *, adopt_quota_runs: bool = False) -> list[str]:
+        """Our numbered migrations, then LangGraph's saver and store setup, one process at a time.
+        `adopt_quota_runs` (a process that enqueues under a cap): the active runs that hold no quota slots
+        (enqueued with no cap) take theirs, so the cap counts them. Without a cap nothing reads the slots, and a
+        start skips the walk over every active run."""
         async with self._pool.connection() as conn:
             # Try, don't wait, for the lock: a session blocked in pg_advisory_lock() is an open
             # transaction, and the CREATE INDEX CONCURRENTLY in LangGraph's setup waits for every open
@@ -200,8 +208,8 @@ class PostgresStorage(SQLStorage):
                 await asyncio.sleep(0.1)
             try:
                 applied = await _apply_migrations(conn)
-                # Runs active without their quota slots (migration 0010) take them, so a cap counts them.
-                await conn.execute("SELECT threadline_adopt_quota_runs()")
+                if adopt_quota_runs:
+                    await conn.execute("SELECT threadline_adopt_quota_runs()")
                 await self.checkpointer.setup()
                 await self.store.setup()
             finally:
@@ -233,14 +241,21 @@ class PostgresStorage(SQLStorage):
         raise AssertionError("unreachable")
 
     async def _transact_once(self, script: Callable[..., Script[T]], *args: Any) -> T:
+        steps = script(POSTGRES, *args)
+        try:
+            step = next(steps)
+        except StopIteration as stop:
+            return cast(T, stop.value)
+        except Undo as undo:
+            return cast(T, undo.value)
+        if isinstance(step, Final) and isinstance(step.step, Q):
+            return await self._one_statement(steps, step.step)
         try:
             async with self._pool.connection() as conn, conn.pipeline():
-                steps = script(POSTGRES, *args)
                 final: Final | None = None
                 try:
                     async with conn.transaction():
                         try:
-                            step = next(steps)
                             while not isinstance(step, Final):
                                 if isinstance(step, Q):
                                     step = steps.send((await _execute(conn, [step]))[0])
@@ -265,6 +280,26 @@ class PostgresStorage(SQLStorage):
                 raise AssertionError(f"{script.__name__}: a script returns after its final step")
         except Undo as undo:
             return cast(T, undo.value)
+
+    async def _one_statement(self, steps: Script[T], q: Q) -> T:
+        """A script that is one statement (its first step a `Final` of one `Q`: the enqueue,
+        `threadline_enqueue_run`): the statement is its own transaction, sent alone in autocommit, so it costs
+        one round trip and no BEGIN, COMMIT or pipeline of its own."""
+        try:
+            async with self._pool.connection() as conn:
+                try:
+                    cur = await conn.execute(q.sql, POSTGRES.params(q.params))
+                    rows = [_row(r) for r in await cur.fetchall()] if q.wait else None
+                except psycopg.Error as exc:
+                    steps.throw(_refused(exc))  # the script words a refusal, or lets the error through
+                    raise
+            try:
+                steps.send(rows)
+            except StopIteration as stop:
+                return cast(T, stop.value)
+        except Undo as undo:
+            return cast(T, undo.value)
+        raise AssertionError("a script returns after its final step")
 
     async def _read(self, sql: str, params: dict[str, Any], *, point: bool = False) -> list[Row]:
         """A read; one whose connection was lost under it is read again, once, on a fresh connection (the
@@ -322,7 +357,10 @@ class PostgresStorage(SQLStorage):
 
 
 def _refused(exc: psycopg.Error) -> BaseException:
-    """`check_quota`'s refusal (SQLSTATE TL429, the counts in its detail) as `QuotaRefused`; else `exc`."""
+    """`check_quota`'s refusal (SQLSTATE TL429, the counts in its detail) as `QuotaRefused`, `enqueue_run`'s as
+    `ThreadRefused`; else `exc`."""
+    if exc.sqlstate in (NO_THREAD_SQLSTATE, THREAD_BUSY_SQLSTATE):
+        return ThreadRefused(busy=exc.sqlstate == THREAD_BUSY_SQLSTATE)
     if exc.sqlstate != QUOTA_SQLSTATE:
         return exc
     mine, total = (int(n) for n in (exc.diag.message_detail or "0 0").split())

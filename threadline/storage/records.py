@@ -70,6 +70,7 @@ class RunRecord(NewRun):
     output: Any
     deadline_at: str | None  # limits (issue 16): stamped when the run first starts, kept when it is retried
     identity: str | None  # the creator, when a per-identity cap applies (else None: not counted)
+    quota_slots: int  # how many caps on active runs count it (PostgreSQL: the quota slots it holds)
     past_deadline: NotRequired[bool]  # only on the rows `recover_runs` reads (`running_runs`, `lapsed_runs`)
 
 
@@ -82,7 +83,7 @@ class ThreadRecord(TypedDict):
     config: JSONObject
     values: NotRequired[Any]  # not read by `get_thread(..., values=False)`: the cache can be large
     # PostgreSQL, read with `values`: the checkpoint whose state they are, when the write named it (the state
-    # write's patch applies onto it; migration 0011).
+    # write's patch applies onto it; migration 0013).
     values_checkpoint_id: NotRequired[str | None]
     interrupts: JSONObject
     error: Any

@@ -7,14 +7,14 @@ finish waits for no result; `thread_status_changes` says what it is given).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from threadline.errors import Conflict, NotFound, QuotaExceeded
 
 if TYPE_CHECKING:
-    from threadline.storage.base import Claim, Quota
+    from threadline.storage.base import Claim, Quota, RunMetadata
 
 Row = dict[str, Any]
 
@@ -29,28 +29,38 @@ class EnqueuePlan(NamedTuple):
 
 def plan_enqueue(new: Mapping[str, Any], thread_metadata_before: dict[str, Any] | None, *, created: bool, active: bool,
                  thread_metadata: dict[str, Any], reject_if_active: bool, claim_for: Claim | None,
-                 run_metadata: Callable[[dict[str, Any] | None], dict[str, Any]] | None) -> EnqueuePlan:
+                 run_metadata: RunMetadata | None) -> EnqueuePlan:
     """Reject, claim at once, or just queue.
 
     `thread_metadata_before` is the thread's metadata as the transaction found it (None: no such thread);
     `created`: this transaction has just created it; `active`: it has a pending or running run.
     """
     run = cast(Row, new)  # the same row, as it was given: only ever replaced below, never changed
-    thread_id = run["thread_id"]
     if thread_metadata_before is None:
-        raise NotFound(f"Thread with ID {thread_id} not found")
+        raise no_thread(run["thread_id"])
     if reject_if_active and active:
-        raise Conflict("Thread is already running a task. Wait for it to finish or choose a "
-                       "different multitask strategy.")
+        raise thread_busy()
+    merged = {**thread_metadata_before, **thread_metadata}
     if run_metadata is not None:
-        run = {**run, "metadata": run_metadata(None if created else thread_metadata_before)}
+        run = {**run, "metadata": run_metadata.made(None if created else merged)}
     claimed = claim_for is not None and not active and run["available_at"] <= run["created_at"]
     if claimed:
         assert claim_for is not None
         # As `claim_run` claims: running, attempt 1, leased for `lease_seconds` (the lease on the
         # backend's clock, filled by the statement).
         run = {**run, "status": "running", "worker_id": claim_for[0], "attempt": 1}
-    return EnqueuePlan(run, {**thread_metadata_before, **thread_metadata}, claimed)
+    return EnqueuePlan(run, merged, claimed)
+
+
+def no_thread(thread_id: str) -> NotFound:
+    """An enqueue's refusal: its thread does not exist (and it was not asked to create it)."""
+    return NotFound(f"Thread with ID {thread_id} not found")
+
+
+def thread_busy() -> Conflict:
+    """An enqueue's refusal under the `reject` strategy: its thread has an active run."""
+    return Conflict("Thread is already running a task. Wait for it to finish or choose a "
+                    "different multitask strategy.")
 
 
 def split_recovery(running: list[Row], max_attempts: int) -> tuple[list[Row], list[Row]]:
@@ -100,6 +110,11 @@ def quota_refusal(quota: Quota, mine: int, total: int) -> str | None:
 def counted_identity(quota: Quota) -> str | None:
     """The identity a run is stored (and counted) under: its creator's, when a per-identity cap applies."""
     return quota.identity if quota.per_identity and quota.identity is not None else None
+
+
+def quota_slots(quota: Quota) -> int:
+    """How many caps of `quota` count a run (the whole queue's, its identity's): PostgreSQL's slots it takes."""
+    return (1 if quota.total else 0) + (1 if counted_identity(quota) is not None else 0)
 
 
 def seconds_left(now_at: str, deadline_at: str | None) -> float:

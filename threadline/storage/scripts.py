@@ -10,21 +10,24 @@ the statements of a tuple, and every `wait=False` one, are sent together, so a t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from typing import Any, NamedTuple, TypeVar, cast
 
 from threadline.errors import Conflict, NotFound
-from threadline.storage.base import THREAD_EVENTS_KEPT, Claim, NewThreadEvent, Quota, ValuesPatch
+from threadline.storage.base import THREAD_EVENTS_KEPT, Claim, NewThreadEvent, Quota, RunMetadata, ValuesPatch
 from threadline.storage.records import AssistantRecord, NewRun, RunRecord, ThreadRecord
 from threadline.storage.rules import (
     VERSION_COLUMNS,
     Row,
     counted_identity,
     next_assistant_version,
+    no_thread,
     plan_enqueue,
     quota_refusal,
+    quota_slots,
     seconds_left,
     split_recovery,
+    thread_busy,
     thread_status_changes,
 )
 from threadline.storage.sql import dumps, now_iso, thread_ttl_columns
@@ -61,6 +64,15 @@ class QuotaRefused(Exception):
     def __init__(self, mine: int, total: int) -> None:
         super().__init__(mine, total)
         self.mine, self.total = mine, total
+
+
+class ThreadRefused(Exception):
+    """A driver's translation of the database refusing an enqueue in `enqueue_run_at_once`: no such thread, or
+    (`busy`) the `reject` strategy's thread has an active run."""
+
+    def __init__(self, busy: bool) -> None:
+        super().__init__(busy)
+        self.busy = busy
 
 
 class Undo(Exception):
@@ -147,8 +159,7 @@ def reconcile(d: Dialect, changes: Row, *, thread_id: str | None = None, run_id:
 # --- runs and the queue ---------------------------------------------------------
 def enqueue_run(d: Dialect, run: NewRun, thread_metadata: dict[str, Any], create_thread: bool, reject_if_active: bool,
                 ttl_minutes: float | None, new_thread_metadata: dict[str, Any],
-                claim_for: Claim | None,
-                run_metadata: Callable[[dict[str, Any] | None], dict[str, Any]] | None,
+                claim_for: Claim | None, run_metadata: RunMetadata | None,
                 quota: Quota | None = None) -> Script[RunRecord]:
     """Two round trips: one reads what decides (the thread, created if asked; its row lock orders concurrent
     enqueues, so a reject sees the other's run; its active run), one writes and commits (`Final`). With a
@@ -173,7 +184,7 @@ def enqueue_run(d: Dialect, run: NewRun, thread_metadata: dict[str, Any], create
     checks: tuple[Q, ...] = ()
     if quota is not None:  # limits (issue 16): refused in the transaction, nothing of this run is written
         counted = counted_identity(quota)
-        plan = plan._replace(run={**plan.run, "identity": counted}) if counted is not None else plan
+        plan = plan._replace(run={**plan.run, "identity": counted, "quota_slots": quota_slots(quota)})
         checks = (q(d, "check_quota", run_id=plan.run["run_id"], identity=counted, per_identity=quota.per_identity,
                     cap=quota.total),)
     stamp = plan.claimed and claim_for is not None and claim_for.deadline_seconds > 0
@@ -192,6 +203,46 @@ def enqueue_run(d: Dialect, run: NewRun, thread_metadata: dict[str, Any], create
     if quota is not None and "total" in counts:  # SQLite's counts before this run: refused here, rolled back
         quota_refusal(quota, int(counts["mine"] or 0), int(counts["total"] or 0))
     return cast("RunRecord", results[-1][0])
+
+
+def sweep_quota_slots(d: Dialect) -> Script[int]:
+    rows = yield q(d, "sweep_quota_slots")
+    return int(rows[0]["n"] or 0) if rows else 0
+
+
+def enqueue_run_at_once(d: Dialect, run: NewRun, thread_metadata: dict[str, Any], create_thread: bool,
+                        reject_if_active: bool, ttl_minutes: float | None, new_thread_metadata: dict[str, Any],
+                        claim_for: Claim | None, run_metadata: RunMetadata | None,
+                        quota: Quota | None = None) -> Script[RunRecord]:
+    """`enqueue_run` in one statement, for a server that runs `plan_enqueue`'s rule itself (PostgreSQL's
+    `threadline_enqueue_run`, migration 0012): sent with its BEGIN and COMMIT, one round trip in all, the caps
+    included; a refusal rolls it back and is worded here, as `enqueue_run` words it."""
+    row: dict[str, Any] = dict(run)
+    counted = None
+    if quota is not None:
+        counted = counted_identity(quota)
+        row.update(identity=counted, quota_slots=quota_slots(quota))
+    new_thread = None if not create_thread else {
+        "metadata": {**new_thread_metadata, **thread_metadata},
+        **{"ttl_strategy": None, "ttl_minutes": None, **thread_ttl_columns(ttl_minutes)}}
+    try:
+        rows = yield Final(q(
+            d, "enqueue_run", run=Encoded(dumps(row)), new_thread=new_thread, thread_metadata=thread_metadata,
+            now=run["created_at"], reject_if_active=reject_if_active,
+            metadata_base=run_metadata.base if run_metadata is not None else None,
+            metadata_over=run_metadata.over if run_metadata is not None else {},
+            worker=claim_for.worker_id if claim_for is not None else None,
+            lease_seconds=claim_for.lease_seconds if claim_for is not None else 0.0,
+            deadline_seconds=claim_for.deadline_seconds if claim_for is not None else 0.0,
+            identity=counted, per_identity=quota.per_identity if quota is not None else 0,
+            cap=quota.total if quota is not None else 0))
+    except ThreadRefused as refused:
+        raise (thread_busy() if refused.busy else no_thread(run["thread_id"])) from None
+    except QuotaRefused as refused:
+        if quota is not None:
+            quota_refusal(quota, refused.mine, refused.total)
+        raise
+    return cast("RunRecord", rows[0])
 
 
 def set_run_deadline(d: Dialect, run_id: str, seconds: float, replace: bool = False) -> Script[float]:

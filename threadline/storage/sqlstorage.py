@@ -15,7 +15,7 @@ from typing import Any, Literal, cast
 
 from threadline.shapes import FinalRunStatus
 from threadline.storage import crons, scripts
-from threadline.storage.base import Claim, NewThreadEvent, Quota, Row, SortOrder, Storage, ValuesPatch
+from threadline.storage.base import Claim, NewThreadEvent, Quota, Row, RunMetadata, SortOrder, Storage, ValuesPatch
 from threadline.storage.records import (
     AssistantRecord,
     CronRecord,
@@ -39,6 +39,8 @@ class SQLStorage(Storage):
     """Storage in one SQL database (see the module docstring)."""
 
     dialect: Dialect
+    #: Enqueue in one statement the server runs (`scripts.enqueue_run_at_once`), not the two-step script.
+    enqueues_at_once = False
 
     @functools.cached_property
     def _stamped(self) -> dict[str, tuple[float, float, float]]:
@@ -192,11 +194,12 @@ class SQLStorage(Storage):
                           reject_if_active: bool, thread_ttl_minutes: float | None = None,
                           new_thread_metadata: dict[str, Any] | None = None,
                           claim_for: Claim | tuple[str, float] | None = None,
-                          run_metadata: Callable[[dict[str, Any] | None], dict[str, Any]] | None = None,
+                          run_metadata: RunMetadata | None = None,
                           quota: Quota | None = None) -> RunRecord:
         claim = Claim(*claim_for) if claim_for is not None else None
         since = time.monotonic()
-        created = await self._transact(scripts.enqueue_run, run, thread_metadata, create_thread, reject_if_active,
+        script = scripts.enqueue_run_at_once if self.enqueues_at_once else scripts.enqueue_run
+        created = await self._transact(script, run, thread_metadata, create_thread, reject_if_active,
                                        thread_ttl_minutes, new_thread_metadata or {}, claim, run_metadata, quota)
         if claim is not None and created["status"] == "running":
             self._remember_deadline(created, claim.deadline_seconds, since, fresh=True)
@@ -255,6 +258,9 @@ class SQLStorage(Storage):
 
     async def recover_runs(self, max_attempts: int, *, expired_only: bool) -> tuple[list[RunRecord], list[RunRecord]]:
         return await self._transact(scripts.recover_runs, max_attempts, expired_only, heavy=True)
+
+    async def sweep_quota_slots(self) -> int:
+        return await self._transact(scripts.sweep_quota_slots, idempotent=True)
 
     async def queue_stats(self) -> QueueStats:
         rows = await self._named("queue_stats")

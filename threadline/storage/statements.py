@@ -204,6 +204,18 @@ STATEMENTS: dict[str, str] = {
         "UPDATE crons SET claim_until = NULL WHERE cron_id = :cron_id AND next_run_date = {ts:tick} RETURNING cron_id"),
 }
 
+#: Statements that call a server's own functions: PostgreSQL's only (SQLite's writer steps the scripts they
+#: replace there, at no round trip's cost). `tests/test_statements.py` prepares them on PostgreSQL.
+SERVER_STATEMENTS: dict[str, str] = {
+    # `scripts.enqueue_run_at_once`: the enqueue in one statement (migration 0012).
+    "enqueue_run": (
+        "SELECT * FROM threadline_enqueue_run(CAST(:run AS jsonb), CAST(:new_thread AS jsonb), "
+        "CAST(:thread_metadata AS jsonb), CAST(:now AS timestamptz), CAST(:reject_if_active AS boolean), "
+        "CAST(:metadata_base AS jsonb), CAST(:metadata_over AS jsonb), CAST(:worker AS text), "
+        "CAST(:lease_seconds AS double precision), CAST(:deadline_seconds AS double precision), "
+        "CAST(:identity AS text), CAST(:per_identity AS integer), CAST(:cap AS integer))"),
+}
+
 #: Statements on LangGraph's checkpoint tables, which each saver names and shapes its own way. One name may
 #: be several statements, separated by "; " (`Dialect.statements` splits them; a script runs them in order).
 DIALECT_STATEMENTS: dict[DialectName, dict[str, str]] = {
@@ -214,6 +226,8 @@ DIALECT_STATEMENTS: dict[DialectName, dict[str, str]] = {
         "check_quota": (
             "SELECT COUNT(CASE WHEN identity = :identity THEN 1 END) AS mine, COUNT(*) AS total, 1 AS ok "
             f"FROM runs WHERE {ACTIVE}"),
+        # Nothing to sweep: SQLite counts the active runs themselves, and holds no slots.
+        "sweep_quota_slots": "SELECT 0 AS n",
         "delete_thread_checkpoints": (
             "DELETE FROM checkpoints WHERE thread_id {in:thread_ids}; "
             "DELETE FROM writes WHERE thread_id {in:thread_ids}"),
@@ -246,7 +260,10 @@ DIALECT_STATEMENTS: dict[DialectName, dict[str, str]] = {
         # so concurrent enqueues never wait for each other) or is refused in this statement (TL429, with the
         # counts for `rules.quota_refusal` to word, through `threadline_check_quota`).
         "check_quota": "SELECT threadline_take_quota(:run_id, CAST(:identity AS text), :per_identity, :cap) AS ok",
-        # As SQLite's, and the row names the checkpoint its values are the state of (migration 0011). With
+        # Slots held by runs no longer active given back, and the rows of keys with none held deleted
+        # (migration 0011): the lease sweeper's pass.
+        "sweep_quota_slots": "SELECT threadline_sweep_quota_slots() AS n",
+        # As SQLite's, and the row names the checkpoint its values are the state of (migration 0013). With
         # `:parent_checkpoint_id`, only the top-level keys the update changed are sent (`:patch`, `:removed`),
         # applied only onto the values of that parent checkpoint: no row when the row holds other values
         # (the script then writes them whole). jsonb keeps its keys in its own order, so the result is the
@@ -330,7 +347,11 @@ class Dialect:
         return _PARAM.sub(r"%(\1)s", text.replace("%", "%%"))
 
     def statement(self, name: str) -> str:
-        template = STATEMENTS.get(name) or DIALECT_STATEMENTS[self.name][name]
+        template = STATEMENTS.get(name) or DIALECT_STATEMENTS[self.name].get(name)
+        if template is None and not self.sqlite:
+            template = SERVER_STATEMENTS[name]
+        if template is None:
+            raise KeyError(name)
         return self.sql(template)
 
     def params(self, params: dict[str, Any]) -> dict[str, Any]:
