@@ -12,6 +12,8 @@ Targets (each started fresh for each workload, one at a time, never concurrently
 * ``embedded``  - ``threadline serve`` on a fresh SQLite file (its default in-process workers);
 * ``pg``        - ``threadline serve --workers 0`` + ``threadline worker`` processes on a fresh PostgreSQL
                   database and Redis key prefix (``bench/scaleout.py``'s helpers);
+* ``pgonly``    - the same processes on PostgreSQL alone (no Redis URL: PostgreSQL is the broker too); not in
+                  the default targets, ask for it with ``--targets``;
 * ``reference`` - ``langgraph dev`` (LangGraph's own server), skipped with the reason if it is not installed.
 
 For each (workload, target): wall time of the measured part, its ratio to the floor and to the reference, the
@@ -52,7 +54,7 @@ from workload_ops import Workload
 
 from threadline.cli import event_loop_name, run_loop
 
-TARGETS = ("floor", "embedded", "pg", "reference")
+TARGETS = ("floor", "embedded", "pg", "pgonly", "reference")
 MODES = ("messages-tuple", "messages", "values", "updates")
 
 
@@ -153,6 +155,8 @@ def started_pg(target: Target, cfg: argparse.Namespace, env: dict[str, str], por
     dbname, prefix = f"threadline_bench_{token}", f"tlbench-{token}"
     db_url = scaleout.database_url(cfg.scaleout_pg_admin_url, dbname)
     env = scaleout.clean_env(env, db_url, cfg.scaleout_redis_url, prefix)
+    if target.kind == "pgonly":
+        del env["THREADLINE_REDIS_URL"]
     env["THREADLINE_CONFIG"] = str(ops.PROJECT_DIR / "langgraph.json")
     procs = scaleout.Procs()
     scaleout.create_database(cfg.scaleout_pg_admin_url, dbname)
@@ -170,7 +174,8 @@ def started_pg(target: Target, cfg: argparse.Namespace, env: dict[str, str], por
     finally:
         procs.stop_all()
         scaleout.drop_database(cfg.scaleout_pg_admin_url, dbname)
-        scaleout.delete_redis_keys(cfg.scaleout_redis_url, prefix)
+        if target.kind != "pgonly":
+            scaleout.delete_redis_keys(cfg.scaleout_redis_url, prefix)
 
 
 def threadline_file(cfg: argparse.Namespace, target: Target) -> str:
@@ -433,7 +438,7 @@ def plan(cfg: argparse.Namespace) -> list[Target]:
     targets = []
     for kind in cfg.targets:
         targets.append(Target(kind, kind))
-        if cfg.threadline_src and kind in ("embedded", "pg"):
+        if cfg.threadline_src and kind in ("embedded", "pg", "pgonly"):
             targets.append(Target(f"{kind}@{Path(cfg.threadline_src).name}", kind, cfg.threadline_src))
     return targets
 
@@ -505,7 +510,8 @@ def roles_cell(c: dict[str, Any]) -> str:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="The quick profile (a few minutes).")
-    p.add_argument("--targets", default=",".join(TARGETS), help=f"Comma-separated, of {','.join(TARGETS)}.")
+    p.add_argument("--targets", default=",".join(t for t in TARGETS if t != "pgonly"),
+                   help=f"Comma-separated, of {','.join(TARGETS)}.")
     p.add_argument("--only", default="",
                    help="Run only the workloads whose name contains one of these (comma-separated).")
     p.add_argument("--threadline-src", default=None, help="A checkout whose `threadline` package is measured too "
@@ -564,10 +570,11 @@ def main(argv: list[str] | None = None) -> int:
     skipped: dict[str, str] = {}
     if "reference" in cfg.targets and (cfg.ref_bin is None or not cfg.ref_bin.exists()):
         skipped["reference"] = f"`langgraph dev` not installed; {bench_run.INSTALL_HINT}"
-    if "pg" in cfg.targets and (why := scaleout.check_services(cfg)):
-        skipped["pg"] = why
+    for kind in ("pg", "pgonly"):
+        if kind in cfg.targets and (why := scaleout.check_services(cfg)):
+            skipped[kind] = why
     targets = [t for t in plan(cfg) if t.kind not in skipped]
-    cfg.imported_from = {t.name: threadline_file(cfg, t) for t in targets if t.kind in ("embedded", "pg")}
+    cfg.imported_from = {t.name: threadline_file(cfg, t) for t in targets if t.kind in ("embedded", "pg", "pgonly")}
     for name, path in cfg.imported_from.items():
         harness.log(f"[{name}] threadline imported from {path}")
     for t, why in skipped.items():
