@@ -54,7 +54,9 @@ class MessageStreamer:
             if metadata is not self._metadata[0]:
                 self._metadata = (metadata, dumps(metadata))
             # `[message, metadata]` as `dumps` writes it (no spaces), the metadata serialized once.
-            yield "messages", self._partials.encode(msg_id, b"[" + dumps(message) + b"," + self._metadata[1] + b"]")
+            body = dumps(message)
+            yield "messages", self._partials.encode(msg_id, b"[" + body + b"," + self._metadata[1] + b"]",
+                                                    _content_span(body, message))
         if not self.legacy:
             return
         msg_id = getattr(message, "id", None) or ""
@@ -89,3 +91,20 @@ class MessageStreamer:
             current = prev + message if isinstance(prev, BaseMessageChunk) else message
             self._seen[msg_id] = current
         return self._partials.encode(msg_id, dumps([message_chunk_to_message(current)]))
+
+
+_CONTENT_KEY = b'{"content":'
+
+
+def _content_span(body: bytes, message: Any) -> tuple[int, int] | None:
+    """Where a message's text content lies in `[body, ...]` (its JSON `body` opened by the content, as a
+    message's fields are ordered), the part of a chunk's tuple frame that changes from one chunk to the next;
+    None when the content is not text or not found there."""
+    content = getattr(message, "content", None)
+    if not isinstance(content, str):
+        return None
+    text = dumps(content)
+    start = len(_CONTENT_KEY)
+    if not (body.startswith(_CONTENT_KEY) and body.startswith(text, start)):
+        return None
+    return 1 + start, 1 + start + len(text)
