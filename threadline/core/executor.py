@@ -6,7 +6,6 @@ import asyncio
 import functools
 import logging
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextvars import ContextVar
@@ -190,22 +189,16 @@ class Claim:
                                                  "attempt": run.get("attempt", 1)})
 
 
-#: The calls to the node threads that the run this task executes has submitted (those known to have returned
-#: are dropped now and then).
-_RUN: ContextVar[deque[Future[Any]] | None] = ContextVar("threadline_run", default=None)
+#: The calls to the node threads that the run this task executes has submitted and that have not returned.
+_RUN: ContextVar[set[Future[Any]] | None] = ContextVar("threadline_run", default=None)
 
 
 class NodeThreads(ThreadPoolExecutor):
     """The loop's default thread pool, where LangGraph runs synchronous nodes: it remembers which run
     submitted each call, so that a cancelled run ends only once its nodes' threads have returned (a thread
-    cannot be stopped: cancelling the node's task only stops waiting for it).
-
-    Per call (a model that streams from a thread submits one per token), one append to the run's own list: no
-    done-callback, whose lock the thread running the call takes too as it starts and ends, and which that thread
-    would have to call back. Calls end in about the order they start, so the list is trimmed from the front
-    once it holds `TRIM` of them: only the oldest are looked at, long done by then."""
-
-    TRIM = 32
+    cannot be stopped: cancelling the node's task only stops waiting for it). Per call (a model that streams
+    from a thread submits one per token), one `set.add` and one `set.discard` on the run's own set: no lock
+    (each is atomic under the GIL), no table of runs."""
 
     def __init__(self) -> None:
         super().__init__(thread_name_prefix="threadline-node")
@@ -214,24 +207,22 @@ class NodeThreads(ThreadPoolExecutor):
         future = super().submit(fn, *args, **kwargs)
         running = _RUN.get()
         if running is not None:
-            if len(running) >= self.TRIM:
-                while running and running[0].done():
-                    running.popleft()
-            running.append(future)
+            running.add(future)
+            future.add_done_callback(running.discard)
         return future
 
     @staticmethod
-    def track() -> deque[Future[Any]]:
-        """From now on, this task's (and its children's) calls count as the run's; the list of those made."""
-        running: deque[Future[Any]] = deque()
+    def track() -> set[Future[Any]]:
+        """From now on, this task's (and its children's) calls count as the run's; the set of those running."""
+        running: set[Future[Any]] = set()
         _RUN.set(running)
         return running
 
     @staticmethod
-    async def settled(run_id: str, running: deque[Future[Any]] | None = None) -> None:
+    async def settled(run_id: str, running: set[Future[Any]] | None = None) -> None:
         """Return once no call the run submitted (`running`, by default this task's) is still running."""
         running = _RUN.get() if running is None else running
-        pending = [f for f in list(running) if not f.done()] if running is not None else []
+        pending = list(running.copy()) if running is not None else []
         if pending:
             log.info("run %s: cancelled; waiting for %d synchronous node(s) to return", run_id, len(pending))
             await asyncio.wait([asyncio.wrap_future(f) for f in pending])
