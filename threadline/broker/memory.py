@@ -8,7 +8,6 @@ import uuid
 from array import array
 from collections import deque
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping
-from itertools import accumulate
 from typing import Any
 
 from threadline.broker.base import Broker, StreamEvent, event_bytes
@@ -46,10 +45,16 @@ class _Packed:
     __slots__ = ("_blob", "_bounds", "_seqs", "_sizes", "_start")
 
     def __init__(self, events: deque[tuple[int, StreamEvent, int]]) -> None:
-        # One pass in comprehensions and C (`accumulate`), not three appends and sums per event in Python.
-        parts = [part for _, ev, _ in events for part in (ev.id.encode(), ev.event.encode(), ev.data)]
+        parts: list[bytes] = []
+        bounds = array("Q", [0])  # per event: where its id, its name and its data end
+        end = 0
+        for _, ev, _ in events:
+            for part in (ev.id.encode(), ev.event.encode(), ev.data):
+                parts.append(part)
+                end += len(part)
+                bounds.append(end)
         self._blob = b"".join(parts)
-        self._bounds = array("Q", accumulate(map(len, parts), initial=0))  # per event: where its id, name, data end
+        self._bounds = bounds
         self._seqs = array("q", (seq for seq, _, _ in events))
         self._sizes = array("q", (size for _, _, size in events))
         self._start = 0  # events before it were dropped
