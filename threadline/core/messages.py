@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.messages import BaseMessage, BaseMessageChunk, message_chunk_to_message
+from pydantic import BaseModel
 
 from threadline.core.partials import Held, PartialEncoder
-from threadline.serde import dumps, loads
+from threadline.serde import dumps, loads, model_json
 
 #: Stands for a streamed message's text while the rest of the message is serialized (its JSON is cut there).
 _TEXT = "\x00threadline:text\x00"
@@ -54,7 +55,7 @@ class MessageStreamer:
             if metadata is not self._metadata[0]:
                 self._metadata = (metadata, dumps(metadata))
             # `[message, metadata]` as `dumps` writes it (no spaces), the metadata serialized once.
-            body = dumps(message)
+            body = model_json(message) if isinstance(message, BaseModel) else dumps(message)
             yield "messages", self._partials.encode(msg_id, b"[" + body + b"," + self._metadata[1] + b"]",
                                                     _content_span(body, message))
         if not self.legacy:
@@ -81,7 +82,7 @@ class MessageStreamer:
             self._seen[msg_id] = reply
             piece = dumps(message.content)[1:-1]
             reply.text += piece
-            cut = dumps([message_chunk_to_message(reply.rest.model_copy(update={"content": _TEXT}))]).split(_TEXT_JSON)
+            cut = _listed(message_chunk_to_message(reply.rest.model_copy(update={"content": _TEXT}))).split(_TEXT_JSON)
             if len(cut) == 2:
                 return self._partials.encode_parts(msg_id, cut[0], reply.text, cut[1], len(piece))
             current: BaseMessage = reply.whole()  # the marker was found elsewhere too: the whole message
@@ -90,7 +91,12 @@ class MessageStreamer:
                 prev = prev.whole()
             current = prev + message if isinstance(prev, BaseMessageChunk) else message
             self._seen[msg_id] = current
-        return self._partials.encode(msg_id, dumps([message_chunk_to_message(current)]))
+        return self._partials.encode(msg_id, _listed(message_chunk_to_message(current)))
+
+
+def _listed(message: BaseMessage) -> bytes:
+    """`dumps([message])`, the message written by pydantic-core (`model_json`)."""
+    return b"[" + model_json(message) + b"]"
 
 
 _CONTENT_KEY = b'{"content":'
