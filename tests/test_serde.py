@@ -77,7 +77,8 @@ def test_a_model_written_by_pydantic_is_byte_for_byte_what_dumps_writes() -> Non
     odd = {"when": when, "day": dt.date(2026, 1, 2), "id": uuid.UUID(int=7), "point": Point(3), "opaque": Opaque(),
            "raw": b"bytes", "nan": float("nan"), "inf": float("-inf"), "tuple": (1, 2.5), "set": {3},
            "floats": [0.1, 1e16, 1e-7, -0.0, 5e-324, 1.7976931348623157e308, 123456789012345680000.0],
-           "big": 2**63 - 1, "nested": {"deep": [{"x": None, "y": True}]}, "keys": {1: "int", 2.5: "float"}}
+           "big": 2**63 - 1, "nested": {"deep": [{"x": None, "y": True}]}, "keys": {1: "int", 2.5: "float"},
+           "error": ValueError("boom"), "interrupt": Interrupt(value={"ask": 1}, id="i")}
     texts = ["word", " ", "é", '"quoted"', "line\n", "\u2028", "tab\t", "\\", "\x00\x01\x1f\x7f", "🙂", "<b>&"]
     messages = [AIMessageChunk(content=text, id="run-1") for text in texts] + [
         AIMessage(content="x", id="m1", response_metadata=odd, additional_kwargs={"k": odd},
