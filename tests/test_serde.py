@@ -104,3 +104,16 @@ def test_a_model_whose_json_mode_fails_is_written_by_dumps() -> None:
             raise ValueError("not in JSON mode")
 
     assert model_json(Picky(name="x")) == dumps(Picky(name="x")) == b'{"name":"x"}'
+
+
+def test_floats_and_characters_are_written_by_pydantic_as_dumps_writes_them() -> None:
+    import math
+    import random
+    import struct
+
+    rng = random.Random(1)
+    floats = [x for x in (struct.unpack("d", struct.pack("Q", rng.getrandbits(64)))[0] for _ in range(20_000))
+              if math.isfinite(x)] + [rng.uniform(-1e6, 1e6) for _ in range(5_000)]
+    text = "".join(chr(i) for i in range(0x3000)) + "\ue000\U0001f642"
+    message = AIMessage(content=text, id="m", response_metadata={"floats": floats})
+    assert model_json(message) == dumps(message)
