@@ -10,6 +10,7 @@ same code to the next).
 Pieces (`PIECES`), each the best (least CPU) of `--repeat` passes, per token or per call:
 
 * ``feed``   - `MessageStreamer.feed` of a 4,000-chunk `messages-tuple` reply (serialize the chunk, its delta);
+* ``partial`` - the same reply in `messages` mode (each `messages/partial`: the message so far, held as a delta);
 * ``encode`` - the delta alone (`PartialEncoder.encode` of the same tuple frames, with their content span where
                the checkout's encoder takes one);
 * ``decode`` - a subscriber rebuilding those frames (`PartialDecoder.decode`);
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-PIECES = ("feed", "encode", "decode", "pack", "hop")
+PIECES = ("feed", "partial", "encode", "decode", "pack", "hop")
 METADATA = {"langgraph_step": 1, "langgraph_node": "respond", "langgraph_triggers": ["branch:to:respond"],
             "langgraph_path": ["__pregel_pull", "respond"], "langgraph_checkpoint_ns": "respond:" + "8f0a" * 9,
             "checkpoint_ns": "respond:" + "8f0a" * 9, "ls_provider": "genericfakechatmodel",
@@ -67,9 +68,9 @@ def piece(name: str, repeat: int) -> float:
     from threadline.serde import dumps
 
     msgs = chunks()
-    if name == "feed":
+    if name in ("feed", "partial"):
         def feed() -> None:
-            streamer = MessageStreamer(legacy=False, tuples=True)
+            streamer = MessageStreamer(legacy=name == "partial", tuples=name == "feed")
             for m in msgs:
                 for _ in streamer.feed((m, METADATA)):
                     pass
