@@ -6,7 +6,9 @@ so its group holds it and everything it spawns). ``Sampler`` rescans the groups 
 * CPU = utime + stime of every process ever seen in the groups (its last reading; a process that exits
   between two scans loses at most one interval of CPU);
   ``cpu_by_group()`` gives the same per process group (a target's roles: the API process, each worker);
-* RSS = the sum of ``VmRSS`` over the processes alive at a scan; ``peak()`` is the largest sum since ``reset_peak()``.
+* RSS = the sum of ``VmRSS`` over the processes alive at a scan; ``peak()`` is the largest sum since ``reset_peak()``;
+* write calls = ``syscw`` of ``/proc/<pid>/io`` (every ``write``-family system call of the process's threads:
+  on a stream, mostly one per socket send), summed like CPU (``writes()``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,17 @@ def cpu_seconds(pids: list[int]) -> float:
     return sum(st[1] for st in map(_stat, pids) if st is not None)
 
 
+def _syscw(pid: int) -> int:
+    """Write-family system calls `pid` has made (its threads' included), 0 when it cannot be read."""
+    try:
+        for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+            if line.startswith("syscw:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def _rss_bytes(pid: int) -> int:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -51,6 +64,7 @@ class Sampler:
         self.groups = set(groups)
         self.interval_s = interval_s
         self.cpu_by_pid: dict[int, float] = {}
+        self.writes_by_pid: dict[int, int] = {}
         self.group_of: dict[int, int] = {}
         self.last_rss = 0
         self._peak = 0
@@ -66,6 +80,7 @@ class Sampler:
             if st is None or st[0] not in self.groups:
                 continue
             self.cpu_by_pid[pid] = st[1]
+            self.writes_by_pid[pid] = _syscw(pid) or self.writes_by_pid.get(pid, 0)
             self.group_of[pid] = st[0]
             rss += _rss_bytes(pid)
         self.last_rss = rss
@@ -74,6 +89,11 @@ class Sampler:
     def cpu_s(self) -> float:
         self.scan()
         return sum(self.cpu_by_pid.values())
+
+    def writes(self) -> int:
+        """Write-family system calls so far of every process seen (each process's last reading)."""
+        self.scan()
+        return sum(self.writes_by_pid.values())
 
     def cpu_by_group(self) -> dict[int, float]:
         """CPU seconds so far of each process group (its processes summed), e.g. to split a target by role."""

@@ -286,7 +286,7 @@ def spied(live: Live, cfg: argparse.Namespace, label: str) -> Iterator[None]:
     for group in live.groups:
         out = Path(cfg.py_spy) / f"{label}-{live.roles.get(group, 'server')}-{group}.txt".replace(" ", "_")
         spies.append(subprocess.Popen([exe, "record", "-p", str(group), "-r", "250", "--format", "raw",
-                                       "--nonblocking", "-o", str(out)],
+                                       "--nonblocking", *cfg.py_spy_arg, "-o", str(out)],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     try:
         yield
@@ -336,11 +336,12 @@ async def measure(live: Live, wl: Workload, cfg: argparse.Namespace, target_name
         sampler.reset_peak()
         backends = PostgresBackends(live.db_url)
         backends.begin()
-        cpu0, groups0, client0 = sampler.cpu_s(), sampler.cpu_by_group(), time.process_time()
+        cpu0, groups0, client0, writes0 = sampler.cpu_s(), sampler.cpu_by_group(), time.process_time(), sampler.writes()
         sampler.start()
         with spied(live, cfg, f"{wl.name}-{target_name}"):
             wall, tokens, out = await driver.run()
         cpu, client_cpu, peak = sampler.cpu_s() - cpu0, time.process_time() - client0, sampler.peak()
+        writes = sampler.writes() - writes0
         roles = by_role(live, groups0, sampler.cpu_by_group())
         if (pg_cpu := backends.cpu_s()) is not None:
             roles["postgres"] = pg_cpu
@@ -356,6 +357,7 @@ async def measure(live: Live, wl: Workload, cfg: argparse.Namespace, target_name
             "wall_s": round(wall, 3), "tokens": tokens, "steps": steps, "cpu_s": round(cpu, 3),
             "cpu_ms_per_token": round(1000 * cpu / tokens, 4) if tokens else None,
             "cpu_ms_per_step": round(1000 * cpu / steps, 3) if steps else None,
+            "write_calls": writes, "write_calls_per_token": round(writes / tokens, 3) if tokens else None,
             "client_cpu_s": round(client_cpu, 3) if live.child is None else None,
             "rss_before_mb": mb(rss_before), "rss_peak_mb": mb(peak), "rss_after_mb": mb(rss_after),
             "processes": len(sampler.cpu_by_pid)}
@@ -394,7 +396,8 @@ def summary_line(c: dict[str, Any]) -> str:
         return f"FAILED: {c['failed']}"
     err = f" errors={c['errors']} ({c['first_error']})" if c.get("errors") else ""
     return (f"wall {c['wall_s']:.2f}s  cpu {c['cpu_s']:.2f}s ({role_split(c)})  "
-            f"rss {c['rss_before_mb']}/{c['rss_peak_mb']}/{c['rss_after_mb']} MB{err}")
+            f"rss {c['rss_before_mb']}/{c['rss_peak_mb']}/{c['rss_after_mb']} MB  "
+            f"write calls {c.get('write_calls')}{err}")
 
 
 def role_split(c: dict[str, Any]) -> str:
@@ -535,6 +538,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--py-spy", default=None, metavar="DIR",
                    help="Record each server process (pg: the API and each worker) with py-spy while the measured "
                         "part runs (on-CPU samples, raw) into DIR; `pip install py-spy` first.")
+    p.add_argument("--py-spy-arg", action="append", default=[], metavar="ARG",
+                   help="Passed to `py-spy record` (repeatable): --py-spy-arg=--gil samples only the thread "
+                        "holding the GIL (what runs Python; a thread waiting on a queue or the GIL is left out, "
+                        "which py-spy's idle check alone misses).")
     p.add_argument("--collapse", default=None, metavar="FILE", help="Print a --py-spy file summed by function.")
     p.add_argument("--floor-child", default=None, help=argparse.SUPPRESS)
     scaleout.add_arguments(p)

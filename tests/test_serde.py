@@ -6,10 +6,10 @@ import dataclasses
 import datetime as dt
 import uuid
 
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, ToolMessage
 from langgraph.types import Interrupt
 
-from threadline.serde import dumps, loads, to_jsonable
+from threadline.serde import dumps, loads, model_json, to_jsonable
 
 
 @dataclasses.dataclass
@@ -69,3 +69,51 @@ def test_a_model_whose_json_mode_fails_is_converted_from_its_python_dump() -> No
 
     assert to_jsonable(Picky(name="x")) == {"name": "x"}
     assert loads(dumps({"picky": Picky(name="x")})) == {"picky": {"name": "x"}}
+
+
+def test_a_model_written_by_pydantic_is_byte_for_byte_what_dumps_writes() -> None:
+    """`model_json` (the message feed's fast path) against `dumps`, on messages carrying every kind of value."""
+    when = dt.datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=dt.UTC)
+    odd = {"when": when, "day": dt.date(2026, 1, 2), "id": uuid.UUID(int=7), "point": Point(3), "opaque": Opaque(),
+           "raw": b"bytes", "nan": float("nan"), "inf": float("-inf"), "tuple": (1, 2.5), "set": {3},
+           "floats": [0.1, 1e16, 1e-7, -0.0, 5e-324, 1.7976931348623157e308, 123456789012345680000.0],
+           "big": 2**63 - 1, "nested": {"deep": [{"x": None, "y": True}]}, "keys": {1: "int", 2.5: "float"},
+           "error": ValueError("boom"), "interrupt": Interrupt(value={"ask": 1}, id="i")}
+    texts = ["word", " ", "é", '"quoted"', "line\n", "\u2028", "tab\t", "\\", "\x00\x01\x1f\x7f", "🙂", "<b>&"]
+    messages = [AIMessageChunk(content=text, id="run-1") for text in texts] + [
+        AIMessage(content="x", id="m1", response_metadata=odd, additional_kwargs={"k": odd},
+                  tool_calls=[{"name": "search", "args": {"q": "x", "n": 1.5}, "id": "c1"}],
+                  usage_metadata={"input_tokens": 1, "output_tokens": 2, "total_tokens": 3}),
+        AIMessageChunk(content=[{"type": "text", "text": "hi", "index": 0}], id="run-2",
+                       tool_call_chunks=[{"name": "f", "args": '{"a": 1}', "id": "c2", "index": 0}],
+                       chunk_position="last"),
+        HumanMessage(content=[{"type": "image_url", "image_url": {"url": "data:,"}}], name="n"),
+        ToolMessage(content="42", tool_call_id="c1", artifact=Point(1), status="error")]
+    for message in messages:
+        assert model_json(message) == dumps(message), message
+
+
+def test_a_model_whose_json_mode_fails_is_written_by_dumps() -> None:
+    import pydantic
+
+    class Picky(pydantic.BaseModel):
+        name: str
+
+        @pydantic.field_serializer("name", when_used="json")
+        def _refuse(self, value: str) -> str:
+            raise ValueError("not in JSON mode")
+
+    assert model_json(Picky(name="x")) == dumps(Picky(name="x")) == b'{"name":"x"}'
+
+
+def test_floats_and_characters_are_written_by_pydantic_as_dumps_writes_them() -> None:
+    import math
+    import random
+    import struct
+
+    rng = random.Random(1)
+    floats = [x for x in (struct.unpack("d", struct.pack("Q", rng.getrandbits(64)))[0] for _ in range(20_000))
+              if math.isfinite(x)] + [rng.uniform(-1e6, 1e6) for _ in range(5_000)]
+    text = "".join(chr(i) for i in range(0x3000)) + "\ue000\U0001f642"
+    message = AIMessage(content=text, id="m", response_metadata={"floats": floats})
+    assert model_json(message) == dumps(message)

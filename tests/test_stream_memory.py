@@ -104,6 +104,35 @@ def test_partials_round_trip_byte_for_byte() -> None:
     assert not decoder.gap
 
 
+def test_partials_with_a_span_round_trip_byte_for_byte() -> None:
+    """A frame given with the span where it is expected to change (a chunk's text) is encoded against the
+    previous frame's span when the bytes around both are the same, and whole otherwise (a change further on)."""
+    rng = random.Random(11)
+    encoder, decoder = PartialEncoder(), PartialDecoder()
+    usage = 0
+    for _ in range(400):
+        text = rng.choice([b"", b"x", b" ", b"\xc3\xa9", b"yz" * rng.randint(1, 30), b"xyz"])
+        usage += rng.random() < 0.2
+        head, tail = b'[{"content":"', b'","usage":%d,"id":"m"},{"meta":1}]' % usage
+        frame = head + text + tail
+        held = encoder.encode("m", frame, (len(head) - 1, len(head) + len(text) + 1))
+        assert decoder.decode(held) == frame
+    assert not decoder.gap
+
+
+def test_tuple_frames_are_the_chunk_and_its_metadata_byte_for_byte() -> None:
+    from threadline.core.messages import MessageStreamer
+    from threadline.serde import dumps
+
+    streamer, decoder = MessageStreamer(legacy=False, tuples=True), PartialDecoder()
+    metadata = {"langgraph_node": "model", "ls_provider": "fake", "tags": ["a"]}
+    for i, chunk in enumerate(_reply(300)):
+        [(event, held)] = list(streamer.feed((chunk, metadata)))
+        assert event == "messages"
+        assert decoder.decode(held) == b"[" + dumps(chunk) + b"," + dumps(metadata) + b"]", i
+    assert not decoder.gap
+
+
 def test_a_delta_without_the_partial_before_it_is_not_rebuilt() -> None:
     encoder, decoder = PartialEncoder(), PartialDecoder()
     held = [encoder.encode("m", b"[" + b"x" * n + b"]") for n in range(100, 105)]  # a keyframe, then deltas

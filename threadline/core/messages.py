@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.messages import BaseMessage, BaseMessageChunk, message_chunk_to_message
+from pydantic import BaseModel
 
 from threadline.core.partials import Held, PartialEncoder
-from threadline.serde import dumps, loads
+from threadline.serde import dumps, loads, model_json
 
 #: Stands for a streamed message's text while the rest of the message is serialized (its JSON is cut there).
 _TEXT = "\x00threadline:text\x00"
@@ -54,7 +55,9 @@ class MessageStreamer:
             if metadata is not self._metadata[0]:
                 self._metadata = (metadata, dumps(metadata))
             # `[message, metadata]` as `dumps` writes it (no spaces), the metadata serialized once.
-            yield "messages", self._partials.encode(msg_id, b"[" + dumps(message) + b"," + self._metadata[1] + b"]")
+            body = model_json(message) if isinstance(message, BaseModel) else dumps(message)
+            yield "messages", self._partials.encode(msg_id, b"[" + body + b"," + self._metadata[1] + b"]",
+                                                    _content_span(body, message))
         if not self.legacy:
             return
         msg_id = getattr(message, "id", None) or ""
@@ -79,7 +82,7 @@ class MessageStreamer:
             self._seen[msg_id] = reply
             piece = dumps(message.content)[1:-1]
             reply.text += piece
-            cut = dumps([message_chunk_to_message(reply.rest.model_copy(update={"content": _TEXT}))]).split(_TEXT_JSON)
+            cut = _listed(message_chunk_to_message(reply.rest.model_copy(update={"content": _TEXT}))).split(_TEXT_JSON)
             if len(cut) == 2:
                 return self._partials.encode_parts(msg_id, cut[0], reply.text, cut[1], len(piece))
             current: BaseMessage = reply.whole()  # the marker was found elsewhere too: the whole message
@@ -88,4 +91,26 @@ class MessageStreamer:
                 prev = prev.whole()
             current = prev + message if isinstance(prev, BaseMessageChunk) else message
             self._seen[msg_id] = current
-        return self._partials.encode(msg_id, dumps([message_chunk_to_message(current)]))
+        return self._partials.encode(msg_id, _listed(message_chunk_to_message(current)))
+
+
+def _listed(message: BaseMessage) -> bytes:
+    """`dumps([message])`, the message written by pydantic-core (`model_json`)."""
+    return b"[" + model_json(message) + b"]"
+
+
+_CONTENT_KEY = b'{"content":'
+
+
+def _content_span(body: bytes, message: Any) -> tuple[int, int] | None:
+    """Where a message's text content lies in `[body, ...]` (its JSON `body` opened by the content, as a
+    message's fields are ordered), the part of a chunk's tuple frame that changes from one chunk to the next;
+    None when the content is not text or not found there."""
+    content = getattr(message, "content", None)
+    if not isinstance(content, str):
+        return None
+    text = dumps(content)
+    start = len(_CONTENT_KEY)
+    if not (body.startswith(_CONTENT_KEY) and body.startswith(text, start)):
+        return None
+    return 1 + start, 1 + start + len(text)

@@ -65,6 +65,13 @@ def _common_suffix(a: bytes, b: bytes, limit: int) -> int:
     return lo
 
 
+def _same_around(a: bytes, a_span: tuple[int, int], b: bytes, b_span: tuple[int, int]) -> bool:
+    """Whether `a` and `b` are the same bytes before and after their spans (which start at the same place)."""
+    start = a_span[0]
+    return start == b_span[0] and a[:start] == b[:start] and len(a) - a_span[1] == len(b) - b_span[1] \
+        and a[a_span[1]:] == b[b_span[1]:]
+
+
 @dataclass
 class _Sent:
     frame: bytes | None  # the last frame whole; None while it is only held in parts (built when needed)
@@ -75,6 +82,8 @@ class _Sent:
     body: bytearray | None = None
     body_len: int = 0
     tail: bytes = b""
+    # Where the last frame may differ from the one before it (`encode(span=...)`), None when not known.
+    span: tuple[int, int] | None = None
 
     def whole(self) -> bytes:
         if self.frame is None:
@@ -90,21 +99,30 @@ class PartialEncoder:
         self._last: dict[str, _Sent] = {}
         self._keys: dict[str, int] = {}  # msg_id → its short key in the headers
 
-    def encode(self, msg_id: str, frame: bytes) -> Held:
-        """The held form of `frame`, the next frame of message `msg_id`."""
+    def encode(self, msg_id: str, frame: bytes, span: tuple[int, int] | None = None) -> Held:
+        """The held form of `frame`, the next frame of message `msg_id`. `span`: where in `frame` it is expected
+        to differ from the frame before it (a chunk's text); when that frame's bytes around its own span are
+        the same, only the two spans are compared (else the whole frames are)."""
         key = self._keys.setdefault(msg_id, len(self._keys))
         last = self._last.get(msg_id)
         if last is None or last.deltas >= len(frame):
             n = 0 if last is None else last.n + 1
-            self._last[msg_id] = _Sent(frame, n)
+            self._last[msg_id] = _Sent(frame, n, span=span)
             return Held(KEYFRAME + dumps([key, n]) + b"\n" + frame)
         before = last.whole()
-        prefix = _common_prefix(before, frame)
-        suffix = _common_suffix(before, frame, min(len(before), len(frame)) - prefix)
+        if span is not None and last.span is not None and _same_around(before, last.span, frame, span):
+            start, end = span
+            old, new = before[start:last.span[1]], frame[start:end]
+            inner = _common_prefix(old, new)
+            prefix = start + inner
+            suffix = len(frame) - end + _common_suffix(old, new, min(len(old), len(new)) - inner)
+        else:
+            prefix = _common_prefix(before, frame)
+            suffix = _common_suffix(before, frame, min(len(before), len(frame)) - prefix)
         last.n += 1
         middle = frame[prefix:len(frame) - suffix]
         head = dumps([key, last.n, prefix, suffix])
-        last.frame, last.body = frame, None
+        last.frame, last.body, last.span = frame, None, span
         held = Held(DELTA + head + b"\n" + middle)
         last.deltas += len(held)
         return held
