@@ -6,7 +6,7 @@ pass at a time).
 
 The module's tests share one started app per backend (tests/shared_app.py): the `clock` fixture deletes every
 cron an earlier test left and lets the scheduler's pass in flight end, so a test that takes it may count and
-list every cron, and reads the scheduler's metrics as a difference (`Created`). The tests that restart an app, or
+list every cron, and reads the scheduler's metrics as a difference (`_created`). The tests that restart an app, or
 start one with other settings, start their own on `own_backend`.
 """
 
