@@ -1,4 +1,8 @@
-"""Authentication (`langgraph.json` `auth`, built-in API keys) on every route, over both backends."""
+"""Authentication (`langgraph.json` `auth`, built-in API keys) on every route, over both backends.
+
+The module's tests share one started app per backend (tests/shared_app.py), each on threads and crons of its own;
+a test that needs other settings or another project starts its own app on `own_backend`.
+"""
 
 from __future__ import annotations
 
@@ -11,12 +15,14 @@ from typing import Any
 
 import httpx
 import pytest
+import pytest_asyncio
 from asgi_lifespan import LifespanManager
 from langgraph_sdk import get_client
 
 from tests.conftest import serving
 from tests.processes import stop
 from tests.services import Backend
+from tests.shared_app import shared_app
 from threadline import __version__
 from threadline.api.app import create_app
 from threadline.errors import ConfigError
@@ -27,12 +33,23 @@ ALICE = {"authorization": "Bearer user-alice"}
 KEY = "sk-test-0123456789abcdef"
 
 
-@pytest.fixture
-def settings(backend: Backend) -> Settings:
+pytestmark = [pytest.mark.asyncio(loop_scope="module"),
+              # the mark above reaches the module's plain functions too, which run as such
+              pytest.mark.filterwarnings("ignore:.*is marked with '@pytest.mark.asyncio' but it is not an async")]
+
+backend, served, http = shared_app()
+
+
+def auth_settings(backend: Backend) -> Settings:
     # No budget of refused credentials: the route walk below is hundreds of refusals from one address
     # (the budget has its own tests in test_rate_limits.py).
     return Settings(config=str(AUTH_PROJECT), workers=2, heartbeat_seconds=5.0, rate_limit_auth_failures="",
                     **backend.settings())
+
+
+@pytest.fixture(scope="module")
+def module_settings(module_backend: Backend) -> Settings:
+    return auth_settings(module_backend)
 
 
 def _auth_module() -> Any:
@@ -257,16 +274,16 @@ async def test_the_identity_reaches_mcp_and_a2a_runs(http: httpx.AsyncClient) ->
 
 
 @pytest.fixture
-def key_settings(backend: Backend, tmp_path: Path) -> Settings:
+def key_settings(own_backend: Backend, tmp_path: Path) -> Settings:
     keys = tmp_path / "keys.json"
     keys.write_text(json.dumps([{"key": "sk-file-0123456789abcdef", "identity": "scraper",
                                  "permissions": ["metrics:read"]}]))
     return Settings(config=str(Path(__file__).parent / "project" / "langgraph.json"), workers=2,
                     api_keys=f"bob={KEY}", api_keys_file=str(keys), public_paths="/metrics",
-                    **backend.settings())
+                    **own_backend.settings())
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="module")
 async def key_http(key_settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     application = create_app(key_settings)
     async with LifespanManager(application, startup_timeout=30, shutdown_timeout=30) as manager:
@@ -385,11 +402,12 @@ async def test_a_crons_webhook_is_under_the_same_policy(http: httpx.AsyncClient)
     created = await http.post("/runs/crons", json={"assistant_id": "echo", "schedule": "0 0 * * *",
                                                    "webhook": url}, headers=ALICE)
     assert created.status_code == 422 and "webhook" in created.json()["detail"], created.text
+    crons = (await http.post("/runs/crons/count", json={}, headers=ALICE)).json()
     thread = (await http.post("/threads", json={}, headers=ALICE)).json()["thread_id"]
     created = await http.post(f"/threads/{thread}/runs/crons", json={"assistant_id": "echo", "schedule": "0 0 * * *",
                                                                     "webhook": url}, headers=ALICE)
     assert created.status_code == 422 and "webhook" in created.json()["detail"], created.text
-    assert (await http.post("/runs/crons/count", json={}, headers=ALICE)).json() == 0
+    assert (await http.post("/runs/crons/count", json={}, headers=ALICE)).json() == crons  # none made
     cron = (await http.post("/runs/crons", json={"assistant_id": "echo", "schedule": "0 0 * * *"},
                             headers=ALICE)).json()
     patched = await http.patch(f"/runs/crons/{cron['cron_id']}", json={"webhook": url}, headers=ALICE)
@@ -426,14 +444,14 @@ async def test_a_cors_preflight_needs_no_credentials_and_a_refusal_carries_cors(
     assert refused.headers["access-control-allow-origin"] == "*"  # the browser may read why
 
 
-async def test_a_configured_cors_preflight_with_authentication(tmp_path: Path, backend: Backend) -> None:
+async def test_a_configured_cors_preflight_with_authentication(tmp_path: Path, own_backend: Backend) -> None:
     project = json.loads(AUTH_PROJECT.read_text())
     project["http"] = {"cors": {"allow_origins": ["https://app.example"], "allow_methods": ["GET", "POST"],
                                 "allow_headers": ["authorization"], "allow_credentials": True}}
     for name in ("auth.py", "whoami.py"):
         (tmp_path / name).write_text((AUTH_PROJECT.parent / name).read_text())
     (tmp_path / "langgraph.json").write_text(json.dumps(project))
-    application = create_app(Settings(config=str(tmp_path / "langgraph.json"), **backend.settings()))
+    application = create_app(Settings(config=str(tmp_path / "langgraph.json"), **own_backend.settings()))
     async with LifespanManager(application, startup_timeout=30, shutdown_timeout=30) as manager:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app),  # type: ignore[arg-type]
                                      base_url="http://threadline") as client:
@@ -451,7 +469,7 @@ async def test_a_configured_cors_preflight_with_authentication(tmp_path: Path, b
 
 
 @pytest.mark.parametrize("custom_route_auth", [False, True])
-async def test_the_projects_own_routes_need_credentials_only_when_asked(tmp_path: Path, backend: Backend,
+async def test_the_projects_own_routes_need_credentials_only_when_asked(tmp_path: Path, own_backend: Backend,
                                                                        custom_route_auth: bool) -> None:
     project = json.loads(AUTH_PROJECT.read_text())
     project["http"] = {"app": "./webapp.py:app", "enable_custom_route_auth": custom_route_auth}
@@ -467,7 +485,7 @@ async def test_the_projects_own_routes_need_credentials_only_when_asked(tmp_path
         "    return JSONResponse({'hello': user.identity if user else None})\n\n"
         "app = Starlette(routes=[Route('/custom/hello', hello)])\n")
     (tmp_path / "langgraph.json").write_text(json.dumps(project))
-    application = create_app(Settings(config=str(tmp_path / "langgraph.json"), **backend.settings()))
+    application = create_app(Settings(config=str(tmp_path / "langgraph.json"), **own_backend.settings()))
     async with LifespanManager(application, startup_timeout=30, shutdown_timeout=30) as manager:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app),  # type: ignore[arg-type]
                                      base_url="http://threadline") as client:
@@ -483,11 +501,12 @@ async def test_the_projects_own_routes_need_credentials_only_when_asked(tmp_path
 
 
 @pytest.mark.e2e  # a worker process
-async def test_a_worker_in_another_process_runs_the_agent_as_the_caller(backend: Backend, tmp_path: Path) -> None:
+async def test_a_worker_in_another_process_runs_the_agent_as_the_caller(own_backend: Backend, tmp_path: Path) -> None:
     import os
     import subprocess
     import sys
 
+    backend = own_backend
     if backend.kind != "postgres" or backend.redis_url is None:
         pytest.skip("a second process needs PostgreSQL and Redis")
     # SIM115/ASYNC230/ASYNC220: a second process started once, before the test's requests; the log is closed
@@ -516,11 +535,11 @@ async def test_a_worker_in_another_process_runs_the_agent_as_the_caller(backend:
 
 
 @pytest.mark.slow
-async def test_a_refused_websocket_on_the_wire(settings: Settings) -> None:
+async def test_a_refused_websocket_on_the_wire(own_backend: Backend) -> None:
     from websockets.asyncio.client import connect
     from websockets.exceptions import InvalidStatus
 
-    async with serving(settings) as url:
+    async with serving(auth_settings(own_backend)) as url:
         events = url.replace("http", "ws") + f"/threads/{uuid.uuid4()}/stream/events"
         with pytest.raises(InvalidStatus) as refused:
             async with connect(events, additional_headers={"authorization": "Bearer nobody"}):
@@ -614,7 +633,8 @@ async def test_deepagents_async_subagents_reach_an_authenticated_server(key_sett
             await stranger.aclose()
 
 
-async def test_a_handler_that_reads_the_request_body_leaves_it_to_the_route(tmp_path: Path, backend: Backend) -> None:
+async def test_a_handler_that_reads_the_request_body_leaves_it_to_the_route(tmp_path: Path,
+                                                                            own_backend: Backend) -> None:
     (tmp_path / "auth.py").write_text(
         "from langgraph_sdk import Auth\n\nauth = Auth()\n\n\n@auth.authenticate\nasync def who(request):\n"
         "    data = await request.json()\n"
@@ -622,7 +642,7 @@ async def test_a_handler_that_reads_the_request_body_leaves_it_to_the_route(tmp_
     (tmp_path / "whoami.py").write_text((AUTH_PROJECT.parent / "whoami.py").read_text())
     (tmp_path / "langgraph.json").write_text(json.dumps({"graphs": {"whoami": "./whoami.py:graph"},
                                                          "auth": {"path": "./auth.py:auth"}}))
-    application = create_app(Settings(config=str(tmp_path / "langgraph.json"), **backend.settings()))
+    application = create_app(Settings(config=str(tmp_path / "langgraph.json"), **own_backend.settings()))
     async with LifespanManager(application, startup_timeout=30, shutdown_timeout=30) as manager:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app),  # type: ignore[arg-type]
                                      base_url="http://threadline") as client:
@@ -663,7 +683,7 @@ async def own_assistants(ctx, value):
 '''
 
 
-async def test_authorization_handlers_answer_over_http(tmp_path: Path, backend: Backend) -> None:
+async def test_authorization_handlers_answer_over_http(tmp_path: Path, own_backend: Backend) -> None:
     """What each kind of `@auth.on` answer does to a request: a stamp lands, False is 403, an HTTPException
     keeps its status, detail and headers, a failed assert is 403 with its message, any other exception is a
     403 that says nothing of the handler; a graph's own assistant stays runnable by anyone."""
@@ -671,7 +691,7 @@ async def test_authorization_handlers_answer_over_http(tmp_path: Path, backend: 
     (tmp_path / "whoami.py").write_text((AUTH_PROJECT.parent / "whoami.py").read_text())
     (tmp_path / "langgraph.json").write_text(json.dumps({"graphs": {"whoami": "./whoami.py:graph"},
                                                          "auth": {"path": "./auth.py:auth"}}))
-    application = create_app(Settings(config=str(tmp_path / "langgraph.json"), workers=1, **backend.settings()))
+    application = create_app(Settings(config=str(tmp_path / "langgraph.json"), workers=1, **own_backend.settings()))
     bob = {"authorization": "Bearer user-bob"}
     async with LifespanManager(application, startup_timeout=30, shutdown_timeout=30) as manager:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app),  # type: ignore[arg-type]
@@ -709,14 +729,14 @@ async def record(ctx, value):
 '''
 
 
-async def test_handlers_are_given_the_values_langgraph_gives(tmp_path: Path, backend: Backend) -> None:
+async def test_handlers_are_given_the_values_langgraph_gives(tmp_path: Path, own_backend: Backend) -> None:
     """A handler written against LangGraph's server reads the same keys of `value` here (probed on langgraph-api
     0.16.7): a run's creation, a cancel, a cron's creation."""
     (tmp_path / "auth.py").write_text((AUTH_PROJECT.parent / "auth.py").read_text() + RECORDING_HANDLER)
     (tmp_path / "whoami.py").write_text((AUTH_PROJECT.parent / "whoami.py").read_text())
     (tmp_path / "langgraph.json").write_text(json.dumps({"graphs": {"whoami": "./whoami.py:graph"},
                                                          "auth": {"path": "./auth.py:auth"}}))
-    application = create_app(Settings(config=str(tmp_path / "langgraph.json"), workers=1, **backend.settings()))
+    application = create_app(Settings(config=str(tmp_path / "langgraph.json"), workers=1, **own_backend.settings()))
     async with LifespanManager(application, startup_timeout=30, shutdown_timeout=30) as manager:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app),  # type: ignore[arg-type]
                                      base_url="http://threadline") as client:

@@ -11,6 +11,9 @@ then tries every route on it. What B must see, on every backend:
 - B's store is B's: A's ("docs", "k") is not there for B, and B's writes do not touch it.
 - A2A, MCP, Protocol v2 and the console answer B the same way as the REST routes do.
 
+The module's tests share one started app per backend (tests/shared_app.py): each test's A and B are users of
+its own (`a-<id>`, `b-<id>`), so what earlier tests' users made is nobody's this test can see.
+
 `test_every_route_is_covered` walks the app's routes: a new route fails it until it is added to `COVERED`
 (with the test that covers it) or to `NO_USER_RESOURCE` (with why it holds nothing of anyone's).
 """
@@ -29,8 +32,10 @@ from typing import Any
 
 import httpx
 import pytest
+import pytest_asyncio
 
 from tests.services import Backend
+from tests.shared_app import shared_app
 from tests.test_auth import our_routes
 from tests.test_crons import START, Clock
 from threadline.api.app import create_app
@@ -45,9 +50,16 @@ BOUND = 60.0  # seconds: no request of a test waits longer than this
 MCP_ACCEPT = {"accept": "application/json, text/event-stream"}
 
 
-@pytest.fixture
-def settings(backend: Backend) -> Settings:
-    return Settings(config=str(PROJECT), workers=2, heartbeat_seconds=5.0, **backend.settings())
+pytestmark = [pytest.mark.asyncio(loop_scope="module"),
+              # the mark above reaches the module's plain function too (test_every_route_is_covered)
+              pytest.mark.filterwarnings("ignore:.*is marked with '@pytest.mark.asyncio' but it is not an async")]
+
+backend, served, http = shared_app()
+
+
+@pytest.fixture(scope="module")
+def module_settings(module_backend: Backend) -> Settings:
+    return Settings(config=str(PROJECT), workers=2, heartbeat_seconds=5.0, **module_backend.settings())
 
 
 # --- a caller ------------------------------------------------------------------------------------------------
@@ -148,12 +160,12 @@ async def _run_until(call: Any, answered: asyncio.Event, leave: asyncio.Event) -
 
 @pytest.fixture
 def a(http: httpx.AsyncClient, app: Any) -> User:
-    return User("a", http, app)
+    return User(f"a-{uuid.uuid4().hex[:8]}", http, app)
 
 
 @pytest.fixture
 def b(http: httpx.AsyncClient, app: Any) -> User:
-    return User("b", http, app)
+    return User(f"b-{uuid.uuid4().hex[:8]}", http, app)
 
 
 Call = tuple[str, str] | tuple[str, str, Any]
@@ -206,13 +218,13 @@ class World:
                        **{r: f"{{A's pending run {n}}}" for n, r in enumerate(self.pending_run_ids, 1)}}
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="module")
 async def world(a: User) -> World:
     thread = await a.ok("POST", "/threads", {"metadata": {"title": SECRET}})
     tid = thread["thread_id"]
-    assert thread["metadata"]["owner"] == "a"
+    assert thread["metadata"]["owner"] == a.name
     out = await a.ok("POST", f"/threads/{tid}/runs/wait", {"assistant_id": "whoami", "input": {"message": SECRET}})
-    assert out["seen"]["user_id"] == "a"
+    assert out["seen"]["user_id"] == a.name
     (run,) = await a.ok("GET", f"/threads/{tid}/runs")
     checkpoint_id = (await a.ok("GET", f"/threads/{tid}/state"))["checkpoint"]["checkpoint_id"]
     waiting = (await a.ok("POST", "/threads", {}))["thread_id"]
@@ -221,7 +233,7 @@ async def world(a: User) -> World:
                for _ in range(3)]
     assistant = await a.ok("POST", "/assistants", {"graph_id": "whoami", "name": "a-private",
                                                    "metadata": {"title": SECRET}})
-    assert assistant["metadata"]["owner"] == "a"
+    assert assistant["metadata"]["owner"] == a.name
     thread_cron = await a.ok("POST", f"/threads/{tid}/runs/crons", {"assistant_id": "whoami", "schedule": NEVER})
     cron = await a.ok("POST", "/runs/crons", {"assistant_id": "whoami", "schedule": NEVER})
     await a.ok("PUT", "/store/items", {"namespace": ["docs"], "key": "k", "value": {"text": SECRET}})
@@ -257,11 +269,11 @@ async def test_another_users_thread_is_not_found(a: User, b: User, world: World)
     t, cp = world.thread_id, world.checkpoint_id
     state_before = await a.ok("GET", f"/threads/{t}/state")
     history_before = await a.ok("GET", f"/threads/{t}/history")
-    wrong = await answers(b, thread_calls(t, cp, {"owner": "b", "title": "b was here"}), not_found, world.labels)
+    wrong = await answers(b, thread_calls(t, cp, {"owner": b.name, "title": "b was here"}), not_found, world.labels)
     assert not wrong, "B reached A's thread:\n" + "\n".join(wrong)
     # Nothing of A's changed.
     thread = await a.ok("GET", f"/threads/{t}")
-    assert thread["metadata"]["title"] == SECRET and thread["metadata"]["owner"] == "a"
+    assert thread["metadata"]["title"] == SECRET and thread["metadata"]["owner"] == a.name
     assert await a.ok("GET", f"/threads/{t}/state") == state_before
     assert await a.ok("GET", f"/threads/{t}/history") == history_before
     assert [r["thread_id"] for r in await a.ok("POST", "/threads/search", {"limit": 100})].count(t) == 1
@@ -276,13 +288,13 @@ async def test_the_owner_reaches_its_thread(a: User, world: World) -> None:
 
 async def test_thread_searches_counts_and_prunes_are_the_callers_own(a: User, b: User, world: World) -> None:
     mine = {world.thread_id, world.waiting_thread_id}
-    for body in ({"limit": 100}, {"ids": sorted(mine)}, {"metadata": {"owner": "a"}}, {"metadata": {"title": SECRET}},
-                 {"values": {"message": SECRET}}, {"status": "busy"}):
+    for body in ({"limit": 100}, {"ids": sorted(mine)}, {"metadata": {"owner": a.name}},
+                 {"metadata": {"title": SECRET}}, {"values": {"message": SECRET}}, {"status": "busy"}):
         found = await b.request("POST", "/threads/search", body)
         assert found.status_code == 200 and found.json() == [], (body, found.text)
         assert found.headers["x-pagination-total"] == "0", body
     assert await b.ok("POST", "/threads/count", {}) == 0
-    assert await b.ok("POST", "/threads/count", {"metadata": {"owner": "a"}}) == 0
+    assert await b.ok("POST", "/threads/count", {"metadata": {"owner": a.name}}) == 0
     for strategy in ("delete", "keep_latest"):
         pruned = await b.ok("POST", "/threads/prune", {"thread_ids": sorted(mine), "strategy": strategy})
         assert pruned["pruned_count"] == 0, strategy
@@ -300,7 +312,7 @@ async def test_a_thread_id_another_user_holds_is_taken(a: User, b: User, world: 
         taken = await b.request("POST", "/threads", {"thread_id": world.thread_id, "if_exists": if_exists})
         assert taken.status_code == 409, (if_exists, taken.status_code, taken.text)
         assert SECRET not in taken.text
-    assert (await a.ok("GET", f"/threads/{world.thread_id}"))["metadata"]["owner"] == "a"
+    assert (await a.ok("GET", f"/threads/{world.thread_id}"))["metadata"]["owner"] == a.name
     again = await a.ok("POST", "/threads", {"thread_id": world.thread_id, "if_exists": "do_nothing"})
     assert again["metadata"]["title"] == SECRET  # the owner gets its thread back
 
@@ -308,21 +320,21 @@ async def test_a_thread_id_another_user_holds_is_taken(a: User, b: User, world: 
 async def test_what_b_creates_is_bs(a: User, b: User, world: World) -> None:
     plain = await b.ok("POST", "/threads", {})
     no_metadata = await b.ok("POST", "/threads", {"metadata": None})
-    claimed = await b.ok("POST", "/threads", {"metadata": {"owner": "a", "title": "not really a's"}})
+    claimed = await b.ok("POST", "/threads", {"metadata": {"owner": a.name, "title": "not really a's"}})
     for thread in (plain, no_metadata, claimed):
-        assert thread["metadata"]["owner"] == "b", thread
+        assert thread["metadata"]["owner"] == b.name, thread
     # A run that creates its thread: the thread is B's, and the graph runs as B.
     new_id = str(uuid.uuid4())
     out = await b.ok("POST", f"/threads/{new_id}/runs/wait",
                      {"assistant_id": "whoami", "input": {}, "if_not_exists": "create"})
-    assert out["seen"]["user_id"] == "b"
-    assert (await b.ok("GET", f"/threads/{new_id}"))["metadata"]["owner"] == "b"
+    assert out["seen"]["user_id"] == b.name
+    assert (await b.ok("GET", f"/threads/{new_id}"))["metadata"]["owner"] == b.name
     # A stateless run (kept, so its thread can be looked at).
     stateless = await b.request("POST", "/runs/wait", {"assistant_id": "whoami", "input": {}, "on_completion": "keep"})
-    assert stateless.status_code == 200 and stateless.json()["seen"]["user_id"] == "b", stateless.text
+    assert stateless.status_code == 200 and stateless.json()["seen"]["user_id"] == b.name, stateless.text
     kept_thread = stateless.headers["content-location"].split("/")[2]
-    assert (await b.ok("GET", f"/threads/{kept_thread}"))["metadata"]["owner"] == "b"
-    assert (await b.ok("POST", "/runs/wait", {"assistant_id": "whoami", "input": {}}))["seen"]["user_id"] == "b"
+    assert (await b.ok("GET", f"/threads/{kept_thread}"))["metadata"]["owner"] == b.name
+    assert (await b.ok("POST", "/runs/wait", {"assistant_id": "whoami", "input": {}}))["seen"]["user_id"] == b.name
     # None of it is A's.
     for thread_id in (plain["thread_id"], claimed["thread_id"], new_id, kept_thread):
         assert (await a.request("GET", f"/threads/{thread_id}")).status_code == 404, thread_id
@@ -435,7 +447,7 @@ async def test_runs_cannot_be_started_on_another_users_thread(a: User, b: User, 
 async def test_run_searches_and_cancels_leave_another_users_runs_alone(a: User, b: User, world: World) -> None:
     mine = {world.run_id, *world.pending_run_ids}
     assert not {r["run_id"] for r in await b.ok("POST", "/runs/search", {"limit": 100})} & mine
-    searches: list[dict[str, Any]] = [{"thread_id": world.thread_id}, {"metadata": {"owner": "a"}},
+    searches: list[dict[str, Any]] = [{"thread_id": world.thread_id}, {"metadata": {"owner": a.name}},
                                       {"status": "pending"}]
     for search in searches:
         found = await b.request("POST", "/runs/search", {**search, "limit": 100})
@@ -464,7 +476,7 @@ async def test_another_users_assistant_is_not_found(a: User, b: User, world: Wor
     x, namespace = world.assistant_id, "child"
     calls: list[Call] = [
         ("GET", f"/assistants/{x}"),
-        ("PATCH", f"/assistants/{x}", {"metadata": {"owner": "b"}}),
+        ("PATCH", f"/assistants/{x}", {"metadata": {"owner": b.name}}),
         ("GET", f"/assistants/{x}/schemas"),
         ("GET", f"/assistants/{x}/graph"),
         ("GET", f"/assistants/{x}/subgraphs"),
@@ -482,7 +494,7 @@ async def test_another_users_assistant_is_not_found(a: User, b: User, world: Wor
     wrong = await answers(b, [*calls, ("DELETE", f"/assistants/{x}?delete_threads=true")], not_found, world.labels)
     assert not wrong, "B reached A's assistant:\n" + "\n".join(wrong)
     assistant = await a.ok("GET", f"/assistants/{x}")
-    assert assistant["metadata"] == {"title": SECRET, "owner": "a"} and assistant["version"] == 1
+    assert assistant["metadata"] == {"title": SECRET, "owner": a.name} and assistant["version"] == 1
     wrong = await answers(a, [*calls[:-2], ("DELETE", f"/assistants/{x}")], success, world.labels)
     assert not wrong, "A could not reach its own assistant:\n" + "\n".join(wrong)
 
@@ -504,11 +516,11 @@ async def test_another_users_assistant_cannot_be_run_or_taken(a: User, b: User, 
         taken = await b.request("POST", "/assistants", {"assistant_id": x, "graph_id": "whoami",
                                                         "if_exists": if_exists})
         assert taken.status_code == 409 and SECRET not in taken.text, (if_exists, taken.status_code, taken.text)
-    own = await b.ok("POST", "/assistants", {"graph_id": "whoami", "name": "b-own", "metadata": {"owner": "a"}})
-    assert own["metadata"]["owner"] == "b"
+    own = await b.ok("POST", "/assistants", {"graph_id": "whoami", "name": "b-own", "metadata": {"owner": a.name}})
+    assert own["metadata"]["owner"] == b.name
     assert (await a.request("GET", f"/assistants/{own['assistant_id']}")).status_code == 404
     # A runs its own assistant, as itself.
-    assert (await a.ok("POST", "/runs/wait", run))["seen"]["user_id"] == "a"
+    assert (await a.ok("POST", "/runs/wait", run))["seen"]["user_id"] == a.name
 
 
 async def test_assistant_and_agent_searches_are_the_callers_own(a: User, b: User, world: World) -> None:
@@ -518,7 +530,7 @@ async def test_assistant_and_agent_searches_are_the_callers_own(a: User, b: User
         assert (x in ids) is sees, who.name
         agents = [s["agent_id"] for s in await who.ok("POST", "/agents/search", {"limit": 1000})]
         assert (x in agents) is sees, who.name
-        by_owner = await who.ok("POST", "/assistants/search", {"metadata": {"owner": "a"}, "limit": 1000})
+        by_owner = await who.ok("POST", "/assistants/search", {"metadata": {"owner": a.name}, "limit": 1000})
         assert [s["assistant_id"] for s in by_owner] == ([x] if sees else []), who.name
         assert await who.ok("POST", "/assistants/count", {"metadata": {"title": SECRET}}) == int(sees)
     # Whatever both see of the graphs' own assistants, A sees one more.
@@ -550,12 +562,12 @@ async def test_another_users_crons_are_not_found(a: User, b: User, world: World)
 
 async def test_cron_searches_and_counts_are_the_callers_own(a: User, b: User, world: World) -> None:
     mine = {world.thread_cron_id, world.cron_id}
-    for body in ({}, {"thread_id": world.thread_id}, {"metadata": {"owner": "a"}}):
+    for body in ({}, {"thread_id": world.thread_id}, {"metadata": {"owner": a.name}}):
         found = await b.request("POST", "/runs/crons/search", {**body, "limit": 100})
         assert found.status_code == 200 and found.json() == [], (body, found.text)
         assert await b.ok("POST", "/runs/crons/count", body) == 0, body
     own = await b.ok("POST", "/runs/crons", {"assistant_id": "whoami", "schedule": NEVER})
-    assert own["metadata"]["owner"] == "b"
+    assert own["metadata"]["owner"] == b.name
     assert [c["cron_id"] for c in await b.ok("POST", "/runs/crons/search", {"limit": 100})] == [own["cron_id"]]
     assert {c["cron_id"] for c in await a.ok("POST", "/runs/crons/search", {"limit": 100})} == mine
     assert await a.ok("POST", "/runs/crons/count", {}) == 2
@@ -570,10 +582,10 @@ async def test_an_agents_own_client_calls_as_its_runs_caller(a: User, b: User, w
     theirs = (await b.ok("POST", "/threads", {}))["thread_id"]
     out = await a.ok("POST", f"/threads/{world.thread_id}/runs/wait",
                      {"assistant_id": "caller", "input": {"other_thread": theirs}})
-    assert out["seen"] == {"owners": ["a"], "made_owner": "a", "nested_user": "a", "other_thread": "NotFoundError",
-                           "posing_owners": ["a"]}, out
+    assert out["seen"] == {"owners": [a.name], "made_owner": a.name, "nested_user": a.name,
+                           "other_thread": "NotFoundError", "posing_owners": [a.name]}, out
     made = await a.ok("POST", "/threads/search", {"metadata": {"made_by": "caller"}})
-    assert len(made) == 1 and made[0]["metadata"]["owner"] == "a"
+    assert len(made) == 1 and made[0]["metadata"]["owner"] == a.name
     assert await b.ok("POST", "/threads/search", {"metadata": {"made_by": "caller"}}) == []
 
 
@@ -582,19 +594,22 @@ async def test_cron_ticks_run_as_their_creator(a: User, b: User, runtime: Runtim
     thread a stateless cron makes are A's (the graph sees A), and B finds none of them."""
     crons = runtime.crons
     assert crons is not None
-    clock = Clock(START)
+    clock, real = Clock(START), crons.clock
     crons.clock = clock
     tid = (await a.ok("POST", "/threads", {}))["thread_id"]
     tick = {"assistant_id": "whoami", "schedule": "* * * * *", "input": {"message": "tick"}}
     made = [await a.ok("POST", f"/threads/{tid}/runs/crons", tick),
             await a.ok("POST", "/runs/crons", {**tick, "on_run_completed": "keep"})]
     clock.advance(minutes=1)
-    await asyncio.wait_for(crons.run_due(), BOUND)
+    try:
+        await asyncio.wait_for(crons.run_due(), BOUND)
+    finally:  # on the shared app, the crons of later tests' worlds (`NEVER`) must not come due (these two are
+        crons.clock = real  # next due a year from now)
     for cron in made:
         (run,) = await a.ok("POST", "/runs/search", {"metadata": {"cron_id": cron["cron_id"]}, "limit": 10})
         done = await a.ok("GET", f"/runs/{run['run_id']}/wait")
-        assert done["values"]["seen"]["user_id"] == "a", done
-        assert (await a.ok("GET", f"/threads/{run['thread_id']}"))["metadata"]["owner"] == "a"
+        assert done["values"]["seen"]["user_id"] == a.name, done
+        assert (await a.ok("GET", f"/threads/{run['thread_id']}"))["metadata"]["owner"] == a.name
         assert (await b.request("GET", f"/threads/{run['thread_id']}")).status_code == 404
         assert (await b.request("GET", f"/runs/{run['run_id']}")).status_code == 404
         assert await b.ok("POST", "/runs/search", {"metadata": {"cron_id": cron["cron_id"]}}) == []
@@ -605,26 +620,26 @@ async def test_cron_ticks_run_as_their_creator(a: User, b: User, runtime: Runtim
 
 async def test_store_items_are_the_callers_own(a: User, b: User, world: World) -> None:
     assert await b.ok("GET", "/store/items?namespace=docs&key=k") is None
-    assert await b.ok("GET", "/store/items?namespace=a.docs&key=k") is None  # A's real namespace, named
-    for prefix in ([], ["docs"], ["a"], ["a", "docs"]):
+    assert await b.ok("GET", f"/store/items?namespace={a.name}.docs&key=k") is None  # A's real namespace, named
+    for prefix in ([], ["docs"], [a.name], [a.name, "docs"]):
         found = await b.ok("POST", "/store/items/search", {"namespace_prefix": prefix, "limit": 100})
         assert found["items"] == [], (prefix, found)
     assert SECRET not in json.dumps(await b.ok("POST", "/store/items/search", {"query": SECRET}))
-    for body in ({}, {"prefix": ["a"]}, {"suffix": ["docs"]}):
+    for body in ({}, {"prefix": [a.name]}, {"suffix": ["docs"]}):
         namespaces = (await b.ok("POST", "/store/namespaces", body))["namespaces"]
-        assert not any("a" in ns for ns in namespaces), (body, namespaces)
+        assert not any(a.name in ns for ns in namespaces), (body, namespaces)
     # B's writes and deletes land in B's own namespace.
     await b.ok("DELETE", "/store/items", {"namespace": ["docs"], "key": "k"})
-    await b.ok("DELETE", "/store/items", {"namespace": ["a", "docs"], "key": "k"})
-    await b.ok("PUT", "/store/items", {"namespace": ["a", "docs"], "key": "k", "value": {"text": "b's, not a's"}})
+    await b.ok("DELETE", "/store/items", {"namespace": [a.name, "docs"], "key": "k"})
+    await b.ok("PUT", "/store/items", {"namespace": [a.name, "docs"], "key": "k", "value": {"text": "b's, not a's"}})
     await b.ok("PUT", "/store/items", {"namespace": ["docs"], "key": "k", "value": {"text": "b's"}})
     assert (await b.ok("GET", "/store/items?namespace=docs&key=k"))["value"] == {"text": "b's"}
     # A's item is whole, and where A reads it.
     item = await a.ok("GET", "/store/items?namespace=docs&key=k")
-    assert item["value"] == {"text": SECRET} and item["namespace"] == ["a", "docs"]
+    assert item["value"] == {"text": SECRET} and item["namespace"] == [a.name, "docs"]
     found = await a.ok("POST", "/store/items/search", {"namespace_prefix": ["docs"]})
     assert [i["value"] for i in found["items"]] == [{"text": SECRET}]
-    assert (await a.ok("POST", "/store/namespaces", {}))["namespaces"] == [["a", "docs"]]
+    assert (await a.ok("POST", "/store/namespaces", {}))["namespaces"] == [[a.name, "docs"]]
     await a.ok("DELETE", "/store/items", {"namespace": ["docs"], "key": "k"})
     assert await a.ok("GET", "/store/items?namespace=docs&key=k") is None
     assert (await b.ok("GET", "/store/items?namespace=docs&key=k"))["value"] == {"text": "b's"}
@@ -657,7 +672,7 @@ async def test_a2a_tasks_and_contexts_are_the_callers_own(a: User, b: User, worl
     assert "result" in sent, sent
     task = sent["result"]
     assert task["status"]["state"] == "completed" and task["contextId"] == context, sent
-    assert (await a.ok("GET", f"/threads/{context}"))["metadata"]["owner"] == "a"
+    assert (await a.ok("GET", f"/threads/{context}"))["metadata"]["owner"] == a.name
     # B cannot continue A's context (through B's own assistant), nor read, cancel or list A's task.
     v1_send = {"message": {"role": "ROLE_USER", "messageId": str(uuid.uuid4()), "contextId": context,
                            "parts": [{"text": "b"}]}}
@@ -715,7 +730,7 @@ async def test_mcp_tools_are_the_callers_own_assistants(a: User, b: User, world:
         assert "error" in refused or refused["result"].get("isError") is True, refused
         assert SECRET not in json.dumps(refused)
     called = await mcp(a, "tools/call", {"name": "a-private", "arguments": {"message": "hi"}})
-    assert called["result"]["structuredContent"]["seen"]["user_id"] == "a", called
+    assert called["result"]["structuredContent"]["seen"]["user_id"] == a.name, called
     assert world.assistant_id  # the tool is A's assistant of the world
 
 
@@ -732,14 +747,14 @@ async def test_mcp_applies_the_rest_routes_owner_filters(a: User, b: User, world
         assert listed == searched, (user.name, listed, searched)
     assert {t["name"] for t in (await mcp(b, "tools/list", {}))["result"]["tools"]} == {"b_caller"}
     # A graph id: REST runs its assistant, MCP has no such tool.
-    assert (await b.ok("POST", "/runs/wait", {"assistant_id": "whoami", "input": {}}))["seen"]["user_id"] == "b"
+    assert (await b.ok("POST", "/runs/wait", {"assistant_id": "whoami", "input": {}}))["seen"]["user_id"] == b.name
     unknown = await mcp(b, "tools/call", {"name": "whoami", "arguments": {}})
     assert unknown["error"] == {"code": -32602, "message": "Unknown tool: whoami"}, unknown
     # B's tool runs as B: its graph's own client sees B's threads only, and A's thread is not found.
     called = await mcp(b, "tools/call", {"name": "b_caller", "arguments": {"other_thread": world.thread_id}})
     seen = called["result"]["structuredContent"]["seen"]
-    assert seen == {"owners": ["b"], "made_owner": "b", "nested_user": "b", "other_thread": "NotFoundError",
-                    "posing_owners": ["b"]}, called
+    assert seen == {"owners": [b.name], "made_owner": b.name, "nested_user": b.name, "other_thread": "NotFoundError",
+                    "posing_owners": [b.name]}, called
     assert SECRET not in json.dumps(called)
     assert await a.ok("POST", "/threads/search", {"metadata": {"made_by": "caller"}}) == []
     assert len(await b.ok("POST", "/threads/search", {"metadata": {"made_by": "caller"}})) == 1
@@ -791,7 +806,7 @@ async def test_protocol_commands_and_events_are_the_callers_own(a: User, b: User
     status, started = await command(a, thread_id, "run.start", {"assistant_id": "whoami", "input": {"message": SECRET}})
     assert status == 200 and started["type"] == "success", started
     await a.ok("GET", f"/threads/{thread_id}/runs/{started['result']['run_id']}/join")
-    assert (await a.ok("GET", f"/threads/{thread_id}"))["metadata"]["owner"] == "a"
+    assert (await a.ok("GET", f"/threads/{thread_id}"))["metadata"]["owner"] == a.name
     # Commands: a 404, or the protocol's error envelope; never a run on A's thread, nor A's tree.
     for tid in (thread_id, world.thread_id):
         for method, params in (("run.start", {"assistant_id": "whoami", "input": {"message": "b was here"}}),

@@ -3,6 +3,11 @@
 Time is the scheduler's injected clock (`Crons.clock`), moved by the tests; `Crons.run_due()` runs one pass
 of the scheduler (the loop's own passes, on the same clock, are serialized with it, so a test sees one whole
 pass at a time).
+
+The module's tests share one started app per backend (tests/shared_app.py): the `clock` fixture deletes every
+cron an earlier test left and lets the scheduler's pass in flight end, so a test that takes it may count and
+list every cron, and reads the scheduler's metrics as a difference (`_created`). The tests that restart an app, or
+start one with other settings, start their own on `own_backend`.
 """
 
 from __future__ import annotations
@@ -14,16 +19,24 @@ from typing import Any
 
 import httpx
 import pytest
+import pytest_asyncio
 from asgi_lifespan import LifespanManager
 from langgraph_sdk.client import LangGraphClient
 
 from tests.conftest import PROJECT
+from tests.services import Backend
+from tests.shared_app import shared_app
 from threadline.api.app import create_app
 from threadline.core.crons import Crons, Schedule, iso, tick_run_id
 from threadline.core.runtime import Runtime
 from threadline.settings import Settings
 
 UTC = UTC
+pytestmark = [pytest.mark.asyncio(loop_scope="module"),
+              # the mark above reaches the one plain function too (test_schedule_semantics), which runs as one
+              pytest.mark.filterwarnings("ignore:.*is marked with '@pytest.mark.asyncio' but it is not an async")]
+
+backend, served, http = shared_app()
 #: A start well after today, so the loop's real-clock passes before a test moves the clock never fire; at 01:01:10
 #: of a day, so which schedule fires first never depends on the day's wall clock (ties would order at random).
 START = (datetime.now(UTC) + timedelta(days=365)).replace(hour=1, minute=1, second=10, microsecond=0)
@@ -45,18 +58,36 @@ def _crons(rt: Runtime) -> Crons:
     return rt.crons
 
 
-@pytest.fixture
-def clock(runtime: Runtime) -> Clock:
+@pytest_asyncio.fixture(loop_scope="module")
+async def clock(runtime: Runtime, sdk: LangGraphClient) -> Clock:
+    """The scheduler's clock, at START, over no cron: those of earlier tests on the shared app are deleted."""
+    while earlier := await sdk.crons.search(limit=1000, select=["cron_id"]):
+        for cron in earlier:
+            await sdk.crons.delete(cron["cron_id"])
     c = Clock(START)
     _crons(runtime).clock = c
+    await _crons(runtime).run_due()  # serialized with the loop's pass: one in flight over a deleted cron has ended
     return c
 
 
-async def _cron_runs(rt: Runtime, cron_id: str) -> list[dict[str, Any]]:
-    """Every run the cron created, finished (newest first)."""
+@pytest.fixture
+def held(clock: Clock) -> None:
+    """The shared app's scheduler held in the past, for a test that starts an app of its own: on PostgreSQL
+    they share the crons, and the shared app's loop must not fire (and move on) one the test's app awaits."""
+    clock.now = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+async def _created(sdk: LangGraphClient) -> dict[str, int]:
+    """The runs the scheduler created so far, by kind ("thread", "stateless"): shared by the module's tests."""
+    created: dict[str, int] = (await sdk.http.get("/metrics?format=json"))["crons"]["runs_created"]
+    return created
+
+
+async def _cron_runs(rt: Runtime, cron_id: str, *, finished: bool = True) -> list[dict[str, Any]]:
+    """Every run the cron created (newest first), once they have finished (unless `finished=False`)."""
     runs = await rt.storage.search_runs(thread_id=None, assistant_id=None, status=None,
                                         metadata={"cron_id": cron_id}, limit=1000, offset=0)
-    for run in runs:
+    for run in runs if finished else ():
         await rt.runs.wait(run["run_id"])
     return runs
 
@@ -212,6 +243,7 @@ async def test_thread_cron_fires_once_per_tick(sdk: LangGraphClient, runtime: Ru
     cron = await sdk.crons.create_for_thread(tid, "counter", schedule="* * * * *", input={"increment": 1, "tag": "c"},
                                              metadata={"m": 1})
     crons = _crons(runtime)
+    before = await _created(sdk)
     await crons.run_due()
     assert await _cron_runs(runtime, cron["cron_id"]) == []  # not due yet
     for minute in range(1, 4):
@@ -229,8 +261,7 @@ async def test_thread_cron_fires_once_per_tick(sdk: LangGraphClient, runtime: Ru
     got = await sdk.http.get(f"/runs/crons/{cron['cron_id']}")
     assert got["next_run_date"] == _iso(START.replace(second=0) + timedelta(minutes=4))
     assert got["updated_at"] == cron["updated_at"]  # firing is not an update
-    metrics = (await sdk.http.get("/metrics?format=json"))["crons"]["runs_created"]
-    assert metrics["thread"] == 3
+    assert (await _created(sdk)).get("thread", 0) - before.get("thread", 0) == 3
 
 
 async def test_missed_period_fires_once_and_moves_on(sdk: LangGraphClient, runtime: Runtime, clock: Clock) -> None:
@@ -276,6 +307,7 @@ async def test_stateless_cron_thread_per_run(sdk: LangGraphClient, runtime: Runt
     cron = await sdk.crons.create("counter", schedule="* * * * *", input={"increment": 1},
                                   on_run_completed=on_run_completed, metadata={"job": "nightly"})
     crons = _crons(runtime)
+    before = await _created(sdk)
     for _ in range(2):
         clock.advance(minutes=1)
         await crons.run_due()
@@ -289,13 +321,14 @@ async def test_stateless_cron_thread_per_run(sdk: LangGraphClient, runtime: Runt
         else:
             assert thread is not None and thread["metadata"]["job"] == "nightly"
             assert (await sdk.threads.get_state(run["thread_id"]))["values"]["count"] == 1
-    assert (await sdk.http.get("/metrics?format=json"))["crons"]["runs_created"]["stateless"] == 2
+    assert (await _created(sdk)).get("stateless", 0) - before.get("stateless", 0) == 2
 
 
 async def test_thread_cron_meets_the_multitask_strategy(sdk: LangGraphClient, runtime: Runtime,
                                                         clock: Clock) -> None:
     tid = (await sdk.threads.create())["thread_id"]
-    busy = await sdk.runs.create(tid, "slow", input={"tag": "long", "steps": 40, "delay": 0.05})
+    # Busy until the test cancels it (100 s at most: the test's own timeout ends it before)
+    busy = await sdk.runs.create(tid, "slow", input={"tag": "long", "steps": 2000, "delay": 0.05})
     rejecting = await sdk.crons.create_for_thread(tid, "slow", schedule="* * * * *", input={"tag": "r", "steps": 1},
                                                   multitask_strategy="reject")
     queued = await sdk.crons.create_for_thread(tid, "slow", schedule="* * * * *", input={"tag": "q", "steps": 1},
@@ -303,10 +336,14 @@ async def test_thread_cron_meets_the_multitask_strategy(sdk: LangGraphClient, ru
     clock.advance(minutes=1)
     await _crons(runtime).run_due()
     assert await _cron_runs(runtime, rejecting["cron_id"]) == []  # the thread was busy: the tick is refused
+    [queued_run] = await _cron_runs(runtime, queued["cron_id"], finished=False)
+    assert queued_run["status"] == "pending"  # queued behind the busy run, not beside it
+    await sdk.runs.cancel(tid, busy["run_id"])  # the busy run ends: the queued one runs next
     [queued_run] = await _cron_runs(runtime, queued["cron_id"])
     finished, run = [await runtime.storage.get_run(r) for r in (busy["run_id"], queued_run["run_id"])]
-    assert finished is not None and run is not None and finished["status"] == run["status"] == "success"
-    assert finished["updated_at"] <= run["updated_at"]  # queued behind the busy run, not beside it
+    assert finished is not None and run is not None
+    assert finished["status"] == "interrupted" and run["status"] == "success"
+    assert finished["updated_at"] <= run["updated_at"]
     # The refused tick is over: the cron moved on.
     got = await sdk.http.get(f"/runs/crons/{rejecting['cron_id']}")
     assert got["next_run_date"] == _iso(clock.now.replace(second=0) + timedelta(minutes=1))
@@ -371,8 +408,10 @@ async def test_concurrent_schedulers_fire_each_tick_once(sdk: LangGraphClient, r
     assert len(await _cron_runs(runtime, stateless["cron_id"])) == 5
 
 
-async def test_restart_fires_the_missed_period_once(settings: Settings) -> None:
+@pytest.mark.usefixtures("held")
+async def test_restart_fires_the_missed_period_once(own_backend: Backend) -> None:
     """A cron whose ticks passed while no process ran fires once when one starts again, and moves on."""
+    settings = Settings(config=str(PROJECT), workers=4, heartbeat_seconds=5.0, **own_backend.settings())
     start = datetime.now(UTC)
     application = create_app(settings)
     async with LifespanManager(application, startup_timeout=30, shutdown_timeout=30) as manager:
@@ -436,11 +475,12 @@ def test_schedule_semantics() -> None:
     assert Schedule("* * * * *").next_after(monday) == monday + timedelta(minutes=1)
 
 
-async def test_a_crons_runs_run_as_its_creator(backend: Any) -> None:
+@pytest.mark.usefixtures("held")
+async def test_a_crons_runs_run_as_its_creator(own_backend: Backend) -> None:
     """With authentication, the cron remembers who created it (`user_id`), and each of its runs runs as that
     caller, as the caller's own runs do."""
     key = "sk-cron-0123456789abcdef"
-    settings = Settings(config=str(PROJECT), workers=2, api_keys=f"carol={key}", **backend.settings())
+    settings = Settings(config=str(PROJECT), workers=2, api_keys=f"carol={key}", **own_backend.settings())
     application = create_app(settings)
     async with LifespanManager(application, startup_timeout=30, shutdown_timeout=30) as manager:
         rt: Runtime = application.state.runtime

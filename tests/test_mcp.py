@@ -1,4 +1,9 @@
-"""MCP at /mcp: the real `mcp` client over a live server, and the transport's edges over raw HTTP."""
+"""MCP at /mcp: the real `mcp` client over a live server, and the transport's edges over raw HTTP.
+
+The module's tests share one started app per backend (tests/shared_app.py), over uvicorn as `live_url` too: each
+starts with the graphs' own assistants only (`http` and `live_url` below delete those earlier tests made), so a
+test may count the tools.
+"""
 
 from __future__ import annotations
 
@@ -8,18 +13,50 @@ from typing import Any
 
 import httpx
 import pytest
+import pytest_asyncio
 from mcp import Client
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from tests.conftest import PROJECT
+from tests.shared_app import shared_app
 from tests.waits import logged, until
 from threadline.api.mcp import PAGE_SIZE, simplify_schema, tool_name
+from threadline.core.runtime import Runtime
 
 SYSTEM = len(json.loads(PROJECT.read_text())["graphs"])  # one system assistant per graph
 
 MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
+
+pytestmark = [pytest.mark.asyncio(loop_scope="module"),
+              # the mark above reaches the one plain function too (test_tool_names_and_message_schemas)
+              pytest.mark.filterwarnings("ignore:.*is marked with '@pytest.mark.asyncio' but it is not an async")]
+
+backend, served = shared_app()[:2]  # `http` and `live_url` below
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def http(module_http: httpx.AsyncClient) -> httpx.AsyncClient:
+    """The shared app's client, with the graphs' own assistants only."""
+    await only_system_assistants(module_http)
+    return module_http
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def live_url(module_http: httpx.AsyncClient, module_live_url: str) -> str:
+    """The shared app over uvicorn, with the graphs' own assistants only."""
+    await only_system_assistants(module_http)
+    return module_live_url
+
+
+async def only_system_assistants(http: httpx.AsyncClient) -> None:
+    """Delete the assistants earlier tests made, through the API (the graphs' own are kept)."""
+    made = [a for a in (await http.post("/assistants/search", json={"limit": 1000})).json()
+            if (a.get("metadata") or {}).get("created_by") != "system"]
+    for assistant in made:
+        assert (await http.delete(f"/assistants/{assistant['assistant_id']}")).status_code in (200, 204)
+    assert len((await http.post("/assistants/search", json={"limit": 1000})).json()) == SYSTEM
 
 
 
@@ -30,45 +67,6 @@ async def _create_assistants(base: str, count: int) -> None:
             r = await client.post("/assistants", json={"graph_id": "counter", "name": f"helper {i:03d}",
                                                       "description": f"Counter helper number {i}"})
             assert r.status_code == 200, r.text
-
-
-async def test_real_client_lists_tools_across_pages_and_calls_them(live_url: str) -> None:
-    await _create_assistants(live_url, PAGE_SIZE + 5)  # with the system assistants: two pages
-    async with streamable_http_client(f"{live_url}/mcp") as (read, write), ClientSession(read, write) as session:
-        init = await session.initialize()
-        assert init.protocol_version == "2025-11-25"
-        assert init.server_info.name == "Threadline" and init.capabilities.tools is not None
-
-        first = await session.list_tools()
-        assert len(first.tools) == PAGE_SIZE and isinstance(first.next_cursor, str)
-        from mcp_types import PaginatedRequestParams
-
-        second = await session.list_tools(params=PaginatedRequestParams(cursor=first.next_cursor))
-        assert second.next_cursor is None
-        tools = {t.name: t for t in [*first.tools, *second.tools]}
-        assert len(tools) == len(first.tools) + len(second.tools) == PAGE_SIZE + 5 + SYSTEM  # no tool twice
-        helper = tools["helper_042"]
-        assert helper.title == "helper 042" and helper.description == "Counter helper number 42"
-        assert helper.input_schema["type"] == "object" and "increment" in helper.input_schema["properties"]
-        echo = tools["echo"]
-        assert echo.description == "Tool based on the echo assistant"
-        assert echo.input_schema["properties"]["messages"]["type"] == "string"
-
-        done = await session.call_tool("echo", {"messages": "hello"})
-        assert not done.is_error and done.content[0].type == "text"
-        state = json.loads(done.content[0].text)
-        assert state["messages"][-1]["content"] == "You said: hello"
-        assert done.structured_content == state
-
-        counted = await session.call_tool("helper_007", {"increment": 3})
-        assert not counted.is_error and counted.structured_content["count"] == 3
-
-        failed = await session.call_tool("failing", {"reason": "no luck"})
-        assert failed.is_error and "no luck" in failed.content[0].text
-
-        with pytest.raises(MCPError) as unknown:
-            await session.call_tool("no_such_tool", {})
-        assert unknown.value.code == -32602 and "Unknown tool" in unknown.value.message
 
 
 async def test_real_client_auto_mode_falls_back_to_the_handshake(live_url: str) -> None:
@@ -188,7 +186,7 @@ async def test_never_a_500(http: httpx.AsyncClient) -> None:
             assert "error" in r.json(), (body, r.text)
 
 
-async def test_a_client_that_leaves_a_tool_call_stops_its_run(live_url: str) -> None:
+async def test_a_client_that_leaves_a_tool_call_stops_its_run(live_url: str, runtime: Runtime) -> None:
     """tools/call runs the agent for as long as its client waits: one that leaves cancels the run, and the
     agent does no further work."""
     from tests.project.agents import WORK_LOG
@@ -202,7 +200,55 @@ async def test_a_client_that_leaves_a_tool_call_stops_its_run(live_url: str) -> 
         calling.cancel()  # the client goes away mid-call
         with pytest.raises(asyncio.CancelledError):
             await calling
-        await asyncio.sleep(0.3)  # the cancel reaches the run at its next await
+        [run] = await runtime.storage.search_runs(thread_id=None, assistant_id=None, status=None,
+                                                  metadata=None, limit=1, offset=0)  # the newest: the call's
+        assert run["kwargs"]["input"]["tag"] == "mcpleft"
+
+        async def ended() -> bool:  # the cancel reaches the run at its next await
+            found = await runtime.storage.get_run(run["run_id"])
+            return found is None or found["status"] not in ("pending", "running")
+
+        await until(ended, what="the left tool call's run to end")
         done = sum(w.startswith("mcpleft:") for w in WORK_LOG)
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # and no work after it ended
         assert sum(w.startswith("mcpleft:") for w in WORK_LOG) == done < 200
+
+
+# Last in the module: the assistants it makes would otherwise be deleted before each test that follows.
+async def test_real_client_lists_tools_across_pages_and_calls_them(live_url: str) -> None:
+    await _create_assistants(live_url, PAGE_SIZE + 5)  # with the system assistants: two pages
+    async with streamable_http_client(f"{live_url}/mcp") as (read, write), ClientSession(read, write) as session:
+        init = await session.initialize()
+        assert init.protocol_version == "2025-11-25"
+        assert init.server_info.name == "Threadline" and init.capabilities.tools is not None
+
+        first = await session.list_tools()
+        assert len(first.tools) == PAGE_SIZE and isinstance(first.next_cursor, str)
+        from mcp_types import PaginatedRequestParams
+
+        second = await session.list_tools(params=PaginatedRequestParams(cursor=first.next_cursor))
+        assert second.next_cursor is None
+        tools = {t.name: t for t in [*first.tools, *second.tools]}
+        assert len(tools) == len(first.tools) + len(second.tools) == PAGE_SIZE + 5 + SYSTEM  # no tool twice
+        helper = tools["helper_042"]
+        assert helper.title == "helper 042" and helper.description == "Counter helper number 42"
+        assert helper.input_schema["type"] == "object" and "increment" in helper.input_schema["properties"]
+        echo = tools["echo"]
+        assert echo.description == "Tool based on the echo assistant"
+        assert echo.input_schema["properties"]["messages"]["type"] == "string"
+
+        done = await session.call_tool("echo", {"messages": "hello"})
+        assert not done.is_error and done.content[0].type == "text"
+        state = json.loads(done.content[0].text)
+        assert state["messages"][-1]["content"] == "You said: hello"
+        assert done.structured_content == state
+
+        counted = await session.call_tool("helper_007", {"increment": 3})
+        assert not counted.is_error and counted.structured_content["count"] == 3
+
+        failed = await session.call_tool("failing", {"reason": "no luck"})
+        assert failed.is_error and "no luck" in failed.content[0].text
+
+        with pytest.raises(MCPError) as unknown:
+            await session.call_tool("no_such_tool", {})
+        assert unknown.value.code == -32602 and "Unknown tool" in unknown.value.message

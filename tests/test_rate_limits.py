@@ -8,7 +8,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from asgi_lifespan import LifespanManager
 
 from tests.conftest import PROJECT
 from tests.services import Backend, ScaleOut
+from tests.waits import until_sync
 from threadline.api.app import create_app
 from threadline.settings import Settings
 
@@ -114,16 +114,21 @@ def _api(backend: Backend, tmp: Path, env: dict[str, str]) -> tuple[subprocess.P
         stdout=log.open("ab"), stderr=subprocess.STDOUT,
         env={**os.environ, **backend.env(), **env, "PYTHONPATH": str(Path(__file__).parents[1])})
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+
+    def answers() -> bool:
         assert proc.poll() is None, log.read_text()
         try:
-            if httpx.get(f"{base}/ok", timeout=1).status_code == 200:
-                return proc, base
+            return httpx.get(f"{base}/ok", timeout=1).status_code == 200
         except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    raise AssertionError(log.read_text())
+            return False
+
+    try:
+        until_sync(answers, timeout=60, interval=0.1, what=f"the API process on port {port} to answer /ok")
+    except BaseException:
+        proc.kill()
+        print(log.read_text())  # shown with the failure
+        raise
+    return proc, base
 
 
 @pytest.mark.e2e  # two real API processes on one PostgreSQL, with Redis or alone (then it counts the budgets)

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import uuid
+import warnings
 from typing import Any
 
 import httpx
@@ -14,6 +16,7 @@ from tests.conftest import PROJECT
 from threadline.core.runtime import Runtime
 from threadline.core.worker import WorkerPool
 from threadline.settings import Settings
+from threadline.tracing import REQUEST_ID
 
 
 @pytest.fixture
@@ -131,6 +134,43 @@ async def test_a_started_run_goes_back_to_the_queue_at_shutdown(settings: Settin
         released = await runtime.storage.get_run(run["run_id"])
         assert released is not None and released["status"] == "pending"
         assert runtime.workers.started_here(run["run_id"]) is None
+    finally:
+        await runtime.close()
+
+
+async def test_a_run_stopped_before_its_execution_starts_leaves_no_coroutine_unawaited(settings: Settings) -> None:
+    """Shutdown can cancel a run's execution task after its slot made it and before it ran a step (the
+    window seen as `coroutine 'Executor.execute' was never awaited` in the rate-limit tests): the run goes
+    back to the queue, and no execution was made that nobody runs. The run carries its request's id, as a
+    run created over HTTP does, so its execution is wrapped to continue that request (`traced_run`)."""
+    runtime = await Runtime.open(settings)
+    try:
+        await runtime.start()
+        pool = runtime.workers
+        assert pool is not None
+        await idle(pool)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            token = REQUEST_ID.set("a-request-id")
+            try:
+                run = await runtime.runs.create(str(uuid.uuid4()), {
+                    "assistant_id": "slow", "if_not_exists": "create",
+                    "input": {"tag": "s", "steps": 50, "delay": 0.05}}, start_here=True)
+            finally:
+                REQUEST_ID.reset(token)
+            # One step at a time (this task is always queued, so no other task runs two steps in between):
+            # the slot has made its execution task when it counts as busy, and that task has not run yet.
+            for _ in range(10_000):
+                if pool.busy:
+                    break
+                await asyncio.sleep(0)
+            assert pool.busy == 1
+            await pool.stop()
+            gc.collect()
+        released = await runtime.storage.get_run(run["run_id"])
+        assert released is not None and released["status"] == "pending"
+        unawaited = [str(w.message) for w in caught if "never awaited" in str(w.message)]
+        assert unawaited == []
     finally:
         await runtime.close()
 

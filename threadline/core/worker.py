@@ -225,9 +225,7 @@ class WorkerPool:
         except BaseException:
             await self.unreserve()
             raise
-        # In the trace of the request that created the run, wherever that was (`threadline.tracing`).
-        execution = self.executor.execute(run, self.worker_id, stop, lease, assistant)
-        task = asyncio.create_task(traced_run(run, execution))
+        task = asyncio.create_task(self._traced(run, stop, lease, assistant))
         holder.append(task)
         self._running[run["run_id"]] = (task, lease)
         self._reserved -= 1  # the slot is now counted in `_running`
@@ -251,6 +249,16 @@ class WorkerPool:
             await asyncio.shield(self._slot_freed())
             if not self._stopping and not full:  # the run's thread may have its next run waiting, and here is
                 await asyncio.shield(self.broker.wake_here())  # a free slot
+
+    async def _traced(self, run: RunRecord, stop: StopSignal, lease: Lease,
+                      assistant: AssistantRecord | None) -> RunRecord | None:
+        """The run's execution, in the trace of the request that created it, wherever that was
+        (`threadline.tracing`). Its coroutine is made here, inside the task: a task cancelled before its
+        first step (shutdown, a lost lease) never runs its coroutine, and one made outside it and handed in
+        would be dropped unawaited."""
+        result: RunRecord | None = await traced_run(run, self.executor.execute(run, self.worker_id, stop, lease,
+                                                                                assistant))
+        return result
 
     async def _heartbeat(self) -> None:
         """Extend every held lease each third of the lease; stop runs whose lease is gone."""
