@@ -101,6 +101,7 @@ async def test_sdk_wait_and_join_over_a_real_socket(settings: Settings) -> None:
         assert await client.runs.wait(None, "slow", input=SLOW) == {**SLOW, "done": ["k"]}
 
 
+@pytest.mark.slow  # six seconds of real time: the default cadence (5 s) cannot be shortened here
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)  # the cadence is the API's, not the backend's
 @pytest.mark.parametrize("settings", [None], indirect=True, ids=["default-heartbeat"])
 async def test_by_default_a_wait_of_six_seconds_is_kept_alive(http: httpx.AsyncClient) -> None:
