@@ -42,12 +42,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -62,6 +65,19 @@ signal.signal(signal.SIGUSR2, lambda *_: gc.collect())
 if os.environ.get("BENCH_RETAIN_SECONDS"):
     import threadline.broker.memory as memory
     memory.MemoryBroker.retain_seconds = float(os.environ["BENCH_RETAIN_SECONDS"])
+if os.environ.get("BENCH_WHY"):  # every collection's time, by generation, for the report
+    import time
+    GC_TIMES = {0: [0, 0.0], 1: [0, 0.0], 2: [0, 0.0]}
+    _gc_started = [0.0]
+    def _gc_timer(phase, info):
+        if phase == "start":
+            _gc_started[0] = time.perf_counter()
+        else:
+            GC_TIMES[info["generation"]][0] += 1
+            GC_TIMES[info["generation"]][1] += time.perf_counter() - _gc_started[0]
+    gc.callbacks.append(_gc_timer)
+    import builtins
+    builtins._bench_gc_times = GC_TIMES
 if os.environ.get("BENCH_GC_AT_END"):  # an experiment: a full collection after each stream's end
     import threadline.broker.memory as memory
     _end = memory.MemoryBroker.end_stream
@@ -193,6 +209,8 @@ def report(path):
                      for b in brokers]
     loop = asyncio.events._get_running_loop()
     out["tasks"] = len(asyncio.all_tasks(loop)) if loop else None
+    import builtins
+    out["collections"] = {g: [n, round(t * 1000, 1)] for g, (n, t) in builtins._bench_gc_times.items()}
     out["pymalloc"] = _pymalloc()
     out["gc_count"] = gc.get_count()
     out["gens"] = [len(gc.get_objects(g)) for g in range(3)]
@@ -203,12 +221,18 @@ def report(path):
         _buckets.update(k >> 20 for k in _small(gc.get_objects()))
     else:
         gc.set_debug(gc.DEBUG_SAVEALL)
+        # The young generations first (their garbage, kept), then a full collection, which also empties the
+        # interpreter's free lists (tuples, lists, dicts, floats kept for reuse): what each gives back.
+        gc.collect(1)
+        young = len(gc.garbage)
+        out["after_young"] = {"rss": _rss(), "pymalloc": _pymalloc(), "garbage": young}
         started = time.perf_counter()
         gc.collect()
         out["gc_ms"] = round((time.perf_counter() - started) * 1000, 2)
         gc.set_debug(0)
         garbage = list(gc.garbage)
         gc.garbage.clear()
+        out["after_full_garbage_kept"] = {"rss": _rss(), "pymalloc": _pymalloc(), "garbage": len(garbage) - young}
         out["garbage"] = _types(garbage)
         out["garbage_frames"] = [_frame(o) for o in garbage if type(o).__name__ == "frame"]
         out["garbage_other"] = [repr(o)[:200] for o in garbage
@@ -257,11 +281,11 @@ async def one_run(client: httpx.AsyncClient, tokens: int, mode: str, stream: boo
             pass
 
 
-def start_server(cfg: argparse.Namespace, folder: Path) -> subprocess.Popen[bytes]:
+def server_env(cfg: argparse.Namespace, folder: Path, base: dict[str, str]) -> dict[str, str]:
     (folder / "sitecustomize.py").write_text(SITECUSTOMIZE)
     (folder / "memory_why.py").write_text(WHY)
     # Its own folder first, then a PYTHONPATH given (another checkout's `threadline`, for an A/B).
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))}
+    env = {**base, "PYTHONPATH": os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))}
     if cfg.retain_seconds is not None:
         env["BENCH_RETAIN_SECONDS"] = str(cfg.retain_seconds)
     if cfg.malloc:
@@ -270,13 +294,59 @@ def start_server(cfg: argparse.Namespace, folder: Path) -> subprocess.Popen[byte
         env["BENCH_WHY"] = str(Path(cfg.why).resolve())
         if cfg.why_frames:
             env["PYTHONTRACEMALLOC"] = str(cfg.why_frames)
-    return subprocess.Popen(
-        [sys.executable, "-m", "threadline", "serve", "--config", str(PROJECT / "langgraph.json"), "--port",
-         str(cfg.port), "--database-url", f"sqlite:///{folder}/bench.db", "--log-level", "warning"],
-        env=env, cwd=folder, stdout=subprocess.DEVNULL)
+    return env
 
 
-async def measure(cfg: argparse.Namespace, server: subprocess.Popen[bytes]) -> dict[str, int]:
+@contextlib.contextmanager
+def started(cfg: argparse.Namespace, folder: Path) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
+    """The server processes by role: `server` (embedded, SQLite), or `api` and `worker` (`--stack pg`: a fresh
+    PostgreSQL database and Redis key prefix, both gone after)."""
+    if cfg.stack == "embedded":
+        server = subprocess.Popen(
+            [sys.executable, "-m", "threadline", "serve", "--config", str(PROJECT / "langgraph.json"), "--port",
+             str(cfg.port), "--database-url", f"sqlite:///{folder}/bench.db", "--log-level", "warning"],
+            env=server_env(cfg, folder, dict(os.environ)), cwd=folder, stdout=subprocess.DEVNULL)
+        try:
+            yield {"server": server}
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+        return
+    import scaleout  # the scale-out cells' database, Redis prefix and processes
+
+    token = uuid.uuid4().hex[:10]
+    dbname, prefix = f"threadline_bench_{token}", f"tlbench-{token}"
+    db_url = scaleout.database_url(scaleout.DEFAULT_PG_ADMIN_URL, dbname)
+    env = server_env(cfg, folder, scaleout.clean_env(dict(os.environ), db_url, scaleout.DEFAULT_REDIS_URL, prefix))
+    env["THREADLINE_CONFIG"] = str(PROJECT / "langgraph.json")
+    procs = scaleout.Procs()
+    scaleout.create_database(scaleout.DEFAULT_PG_ADMIN_URL, dbname)
+    try:
+        tl = [sys.executable, "-m", "threadline"]
+        subprocess.run([*tl, "migrate"], env=env, check=True, capture_output=True, timeout=120)
+        worker = procs.start("worker", [*tl, "worker"], env, folder / "worker.log")
+        api = procs.start("api", [*tl, "serve", "--host", "127.0.0.1", "--port", str(cfg.port), "--workers", "0"],
+                          env, folder / "api.log")
+        asyncio.run(scaleout.wait_workers([(worker, folder / "worker.log")], 120))
+        yield {"api": api, "worker": worker}
+    finally:
+        procs.stop_all()
+        scaleout.drop_database(scaleout.DEFAULT_PG_ADMIN_URL, dbname)
+        scaleout.delete_redis_keys(scaleout.DEFAULT_REDIS_URL, prefix)
+
+
+def rss_all(servers: dict[str, subprocess.Popen[bytes]]) -> str:
+    """RSS in MB: one process's, or the sum and each role's (`api 120 + worker 140`)."""
+    each = {role: rss_mb(p.pid) for role, p in servers.items()}
+    total = sum(each.values())
+    return str(total) if len(each) == 1 else f"{total} ({' + '.join(f'{r} {v}' for r, v in each.items())})"
+
+
+async def measure(cfg: argparse.Namespace, servers: dict[str, subprocess.Popen[bytes]]) -> dict[str, str]:
+    server = servers.get(cfg.why_role) or next(iter(servers.values()))  # the one `--why` asks
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{cfg.port}", timeout=cfg.timeout) as client:
         deadline = time.monotonic() + 120
         while True:
@@ -285,25 +355,26 @@ async def measure(cfg: argparse.Namespace, server: subprocess.Popen[bytes]) -> d
                     break
             except httpx.HTTPError:
                 pass
-            if time.monotonic() > deadline or server.poll() is not None:
+            if time.monotonic() > deadline or any(p.poll() is not None for p in servers.values()):
                 raise SystemExit("the server did not start")
             await asyncio.sleep(0.2)
         await one_run(client, 20, cfg.mode, cfg.stream)  # warm: every import and first-use cache
         await why(cfg, server, "before")
-        out = {"before": rss_mb(server.pid)}
-        cpu = cpu_seconds(server.pid)
+        out = {"before": rss_all(servers)}
+        cpu = sum(cpu_seconds(p.pid) for p in servers.values())
         await asyncio.gather(*(one_run(client, cfg.tokens, cfg.mode, cfg.stream) for _ in range(cfg.runs)))
-        out["end"] = rss_mb(server.pid)
-        cfg.cpu = cpu_seconds(server.pid) - cpu
+        out["end"] = rss_all(servers)
+        cfg.cpu = sum(cpu_seconds(p.pid) for p in servers.values()) - cpu
         await asyncio.sleep(5)
         await one_run(client, 20, cfg.mode, cfg.stream)
         await asyncio.sleep(0.5)
-        out["+5s"] = rss_mb(server.pid)
+        out["+5s"] = rss_all(servers)
         await why(cfg, server, "after")
         for name in cfg.steps.split(","):
-            server.send_signal({"gc": signal.SIGUSR2, "trim": signal.SIGUSR1}[name])
+            for p in servers.values():
+                p.send_signal({"gc": signal.SIGUSR2, "trim": signal.SIGUSR1}[name])
             await asyncio.sleep(1.5)
-            out[name] = rss_mb(server.pid)
+            out[name] = rss_all(servers)
         return out
 
 
@@ -335,20 +406,16 @@ def main() -> None:
                    "runs and at +5s (objects by type, live and garbage); the +5s report collects, so gc is after.")
     p.add_argument("--why-frames", type=int, default=0,
                    help="With --why: tracemalloc in the server with this many frames (slow): where it was allocated.")
+    p.add_argument("--stack", choices=["embedded", "pg"], default="embedded",
+                   help="pg: `threadline serve --workers 0` and one `threadline worker` on PostgreSQL + Redis "
+                   "(127.0.0.1, as bench/scaleout.py); their RSS summed, each shown.")
+    p.add_argument("--why-role", default="worker", help="--stack pg: the process --why asks (api or worker).")
     p.add_argument("--port", type=int, default=48300)
     p.add_argument("--timeout", type=float, default=900)
     cfg = p.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        server = start_server(cfg, Path(tmp))
-        try:
-            out = asyncio.run(measure(cfg, server))
-        finally:
-            server.terminate()
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.kill()
-    setup = (f"{cfg.runs} x {cfg.tokens} tokens, {cfg.mode}, {'SSE' if cfg.stream else '/runs/wait'}, "
+    with tempfile.TemporaryDirectory() as tmp, started(cfg, Path(tmp)) as servers:
+        out = asyncio.run(measure(cfg, servers))
+    setup = (f"{cfg.stack}, {cfg.runs} x {cfg.tokens} tokens, {cfg.mode}, {'SSE' if cfg.stream else '/runs/wait'}, "
              f"retain {cfg.retain_seconds if cfg.retain_seconds is not None else 'default'}, "
              f"{'malloc' if cfg.malloc else 'pymalloc'}")
     print(f"{setup}: " + ", ".join(f"{k} {v} MB" for k, v in out.items())

@@ -1,6 +1,6 @@
 """The objects an app made to start are kept out of the garbage collector's full scans while it serves
-(`threadline/heap.py`), and handed back to the collector when it stops; long runs' garbage is collected once
-none runs."""
+(`threadline/heap.py`), and handed back to the collector when it stops; a full collection once no run is left
+running after a long one."""
 
 from __future__ import annotations
 
@@ -34,8 +34,9 @@ def _garbage() -> weakref.ref[_Cycle]:
 
 
 def test_a_long_run_is_collected_after_once_none_runs() -> None:
-    """Its cyclic garbage goes when the last run running ends (a process that goes idle allocates nothing that
-    would set off a collection), once a burst, not after each run nor after short runs."""
+    """A full collection (what empties the interpreter's free lists, which pin the allocator's arenas after a long
+    run) when the last run running ends, as a process that goes idle would never set one off: once a burst, not
+    after each run nor after short runs. Seen here by a cycle it frees."""
     after = AfterRuns()
     gc.disable()  # no collection but `AfterRuns`'s in this test
     try:
