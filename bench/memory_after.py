@@ -361,10 +361,11 @@ async def measure(cfg: argparse.Namespace, servers: dict[str, subprocess.Popen[b
         await one_run(client, 20, cfg.mode, cfg.stream)  # warm: every import and first-use cache
         await why(cfg, server, "before")
         out = {"before": rss_all(servers)}
-        cpu = sum(cpu_seconds(p.pid) for p in servers.values())
+        cpu = {role: cpu_seconds(p.pid) for role, p in servers.items()}
         await asyncio.gather(*(one_run(client, cfg.tokens, cfg.mode, cfg.stream) for _ in range(cfg.runs)))
         out["end"] = rss_all(servers)
-        cfg.cpu = sum(cpu_seconds(p.pid) for p in servers.values()) - cpu
+        cfg.cpu_by_role = {role: cpu_seconds(p.pid) - cpu[role] for role, p in servers.items()}
+        cfg.cpu = sum(cfg.cpu_by_role.values())
         await asyncio.sleep(5)
         await one_run(client, 20, cfg.mode, cfg.stream)
         await asyncio.sleep(0.5)
@@ -419,7 +420,9 @@ def main() -> None:
              f"retain {cfg.retain_seconds if cfg.retain_seconds is not None else 'default'}, "
              f"{'malloc' if cfg.malloc else 'pymalloc'}")
     print(f"{setup}: " + ", ".join(f"{k} {v} MB" for k, v in out.items())
-          + f"; server CPU for the runs {cfg.cpu:.2f} s, {cfg.cpu / (cfg.runs * cfg.tokens) * 1e6:.0f} us/token")
+          + f"; server CPU for the runs {cfg.cpu:.2f} s, {cfg.cpu / (cfg.runs * cfg.tokens) * 1e6:.0f} us/token"
+          + ("" if len(cfg.cpu_by_role) == 1 else
+             " (" + " + ".join(f"{r} {v:.2f} s" for r, v in cfg.cpu_by_role.items()) + ")"))
 
 
 if __name__ == "__main__":
