@@ -243,6 +243,11 @@ def report(path):
         gc.collect()
         out["rss_after_gc"] = _rss()
         out["pymalloc_after_gc"] = _pymalloc()
+        import ctypes  # and what glibc's malloc_trim then gives back, and its time
+        started = time.perf_counter()
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        out["trim_ms"] = round((time.perf_counter() - started) * 1000, 2)
+        out["rss_after_trim"] = _rss()
         if tracing:
             live = tracemalloc.take_snapshot()
             out["garbage_where"] = _diff(held, live)

@@ -13,18 +13,35 @@ dicts, floats) kept for reuse, scattered over the small-object allocator's arena
 one of them lives in it. Only a full collection empties those lists, and a process that goes idle allocates
 nothing that would set one off: after 8 runs of 16,000 tokens that held about 40 MB in a server, 85 MB in a
 `threadline worker`. `AfterRuns` runs one once the process has no run left running after a long one (numbers in
-`bench/README.md`, "What a finished run still holds").
+`bench/README.md`, "What a finished run still holds"), then asks glibc to give back the free memory it keeps
+(`malloc_trim`: 3-8 MB more, in 1-2 ms).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 
 #: A run that executed at least this long owes a full collection (after short runs, a busy process's own
 #: collections come soon enough).
 COLLECT_AFTER_SECONDS = 1.0
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's `malloc_trim`, or None where there is none (musl, macOS, Windows)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    return trim
+
+
+MALLOC_TRIM = _malloc_trim()
 
 
 @contextlib.contextmanager
@@ -51,4 +68,6 @@ class AfterRuns:
             return False
         self.owed = False
         gc.collect()
+        if MALLOC_TRIM is not None:
+            MALLOC_TRIM(0)
         return True
