@@ -162,6 +162,56 @@ async def test_a_long_finished_run_reads_back_as_it_streamed(deployment: Deploym
     assert await _collect(broker, "s", replay=True) == [b"%05d" % i for i in range(12)]
 
 
+async def test_an_event_after_a_long_run_ended_reads_back_after_it(broker: Broker) -> None:
+    """An event posted after a long run's end (the in-process broker held its events packed then, and holds
+    them as a live buffer again): every event, the late ones last, by replay, from a cursor and as context."""
+    n = PACK_EVENTS + 10
+    sent = [StreamEvent(await broker.publish("r", "values", b"%05d" % i), "values", b"%05d" % i) for i in range(n)]
+    await broker.end_stream("r")
+    await broker.post("r", "error", b'{"late": 1}')
+    late = await broker.publish("r", "values", b'{"late": 2}')
+    replayed = await _collect_events(broker, "r", replay=True)
+    assert replayed[:n] == sent
+    assert [(ev.event, ev.data) for ev in replayed[n:]] == [("error", b'{"late": 1}'), ("values", b'{"late": 2}')]
+    assert replayed[-1].id == late and len({ev.id for ev in replayed}) == n + 2
+    assert await _collect(broker, "r", after=sent[-1].id) == [b'{"late": 1}', b'{"late": 2}']
+    assert await _collect_events(broker, "r", after=sent[n - 3].id) == replayed[n - 2:]
+    with_context = await _collect_events(broker, "r", after=sent[4].id, context=True)
+    assert [ev._replace(context=False) for ev in with_context] == replayed
+    assert [ev.context for ev in with_context] == [True] * 5 + [False] * (n - 3)
+    assert await _collect(broker, "r", after=late) == []
+
+
+async def test_a_slow_reader_while_a_long_run_ends_gets_each_event_once(broker: Broker, peer: Broker) -> None:
+    """A reader subscribed from the start that is part way through a long run's events when the run ends (the
+    in-process broker packs them then, under the reader's cursor) and one that has read everything and waits:
+    each gets every event exactly once, in order, and then the end."""
+    n = 3 * PACK_EVENTS
+    # Events of 2 kB: a broker hands a reader about 256 kB at a time, so the first reader is between two
+    # batches of its broker's when the run ends, as well as inside one.
+    data = [b"%05d" % i + b"x" * 2_000 for i in range(n)]
+    slow, waiting = peer.subscribe("r", replay=True), peer.subscribe("r", replay=True)
+    ids = [await broker.publish("r", "values", data[0])]
+    assert (await anext(slow)).data == data[0] and (await anext(waiting)).data == data[0]
+    ids += [await broker.publish("r", "values", d) for d in data[1:]]
+    waited = [ev async for ev in _take(waiting, n - 1)]
+    read = [await anext(slow) for _ in range(n // 2)]  # half way, then the run ends under it
+    pending = asyncio.ensure_future(anext(waiting))  # waiting for more when the run ends
+    await asyncio.sleep(0.05)
+    assert not pending.done()
+    await broker.end_stream("r")
+    with pytest.raises(StopAsyncIteration):
+        await asyncio.wait_for(pending, 10)
+    read += [ev async for ev in slow]
+    assert [ev.data for ev in read] == data[1:] and [ev.id for ev in read] == ids[1:]
+    assert [ev.data for ev in waited] == data[1:] and [ev.id for ev in waited] == ids[1:]
+
+
+async def _take(subscription: AsyncIterator[StreamEvent], n: int) -> AsyncIterator[StreamEvent]:
+    for _ in range(n):
+        yield await anext(subscription)
+
+
 async def test_bounded_buffer_keeps_the_latest(deployment: Deployment) -> None:
     broker = await deployment.open(buffer_events=10)
     ids = [await broker.publish("r", "values", str(i).encode()) for i in range(50)]

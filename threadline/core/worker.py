@@ -30,6 +30,7 @@ from threadline.core.lease import Lease
 from threadline.core.metrics import Metrics
 from threadline.core.protocol_events import end_without_worker
 from threadline.errors import Unavailable
+from threadline.heap import AfterRuns
 from threadline.storage.base import Claim, Storage
 from threadline.storage.records import AssistantRecord, RunRecord
 from threadline.tracing import traced_run
@@ -63,6 +64,7 @@ class WorkerPool:
         self._freed = asyncio.Condition()  # notified when a slot frees: a claimer that found them all full goes on
         self._stopping = False
         self._full = False  # the claimer waits for a slot to free
+        self._after_runs = AfterRuns()  # long runs' garbage collected once none runs (`heap.py`)
 
     @property
     def busy(self) -> int:
@@ -229,6 +231,7 @@ class WorkerPool:
         holder.append(task)
         self._running[run["run_id"]] = (task, lease)
         self._reserved -= 1  # the slot is now counted in `_running`
+        began = time.monotonic()
         try:
             finished: RunRecord | None = await task
             return finished
@@ -245,6 +248,7 @@ class WorkerPool:
         finally:
             unregister()
             self._running.pop(run["run_id"], None)
+            self._after_runs.run_ended(time.monotonic() - began, len(self._running))  # their garbage, now
             full = self._full  # the claimer waits for a free slot: it claims at once, no wake-up needed
             await asyncio.shield(self._slot_freed())
             if not self._stopping and not full:  # the run's thread may have its next run waiting, and here is
