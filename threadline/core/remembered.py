@@ -30,26 +30,16 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
 from threadline.storage.base import ValuesPatch
+from threadline.storage.saver_wrapper import SaverWrapper
 
 
-class Remembering(BaseCheckpointSaver[Any]):
+class Remembering(SaverWrapper):
     """See the module docstring. Everything it does not define is the wrapped saver's."""
 
     def __init__(self, inner: BaseCheckpointSaver[Any]) -> None:
-        super().__init__(serde=inner.serde)
-        self.inner = inner
+        super().__init__(inner)
         self.latest: CheckpointTuple | None = None
         self.versions: dict[str, dict[str, Any]] = {}  # the channel versions of the root checkpoints read, by id
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    @property
-    def config_specs(self) -> list[Any]:
-        return self.inner.config_specs
-
-    def get_next_version(self, current: Any, channel: None = None) -> Any:
-        return self.inner.get_next_version(current, channel)
 
     async def aput(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
         written = await self.inner.aput(config, checkpoint, metadata, new_versions)

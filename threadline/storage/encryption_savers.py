@@ -17,25 +17,15 @@ from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple, get_
 from langgraph.store.base import BaseStore, Item, Op, PutOp, Result, SearchItem
 
 from threadline.storage.encryption import BLOB_MAGIC, Codec
+from threadline.storage.saver_wrapper import SaverWrapper
 
 
-class EncryptedSaver(BaseCheckpointSaver[Any]):
+class EncryptedSaver(SaverWrapper):
     """See the module docstring. Deletes, copies and versions are the wrapped saver's."""
 
     def __init__(self, inner: BaseCheckpointSaver[Any], codec: Codec) -> None:
-        super().__init__(serde=inner.serde)
-        self.inner = inner
+        super().__init__(inner)
         self.codec = codec
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    @property
-    def config_specs(self) -> list[Any]:
-        return self.inner.config_specs
-
-    def get_next_version(self, current: Any, channel: None = None) -> Any:
-        return self.inner.get_next_version(current, channel)
 
     # --- values ---------------------------------------------------------------------------------
     async def _seal(self, value: Any) -> Any:
