@@ -13,6 +13,7 @@ import logging
 import re
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -819,6 +820,26 @@ async def test_postgres_listener_recovers_from_a_dropped_connection(
             await asyncio.wait_for(waiter, 30)
     unregister()
     assert "listening again" in caplog.text
+
+
+async def test_postgres_broker_replaces_a_pooled_connection_the_server_closed(pg_deployment: Deployment) -> None:
+    """The pool checks a connection at checkout without a round trip (one per statement doubled them): a
+    connection the server terminated while it was idle is still found out and replaced, not handed to a publish."""
+    broker = await pg_deployment.open()
+    assert isinstance(broker, PostgresBroker)
+    await broker.publish("r", "values", b"0")
+    async with broker._pool.connection() as conn:  # the pool holds one connection while idle (min_size)
+        pid = conn.info.backend_pid
+    async with await psycopg.AsyncConnection.connect(PG_ADMIN_URL, autocommit=True) as admin:
+        assert await (await admin.execute("SELECT pg_terminate_backend(%s)", (pid,))).fetchone() == (True,)
+        await until(lambda: _gone(admin, pid), what="the backend is gone")
+    await broker.publish("r", "values", b"1")
+    await broker.end_stream("r")
+    assert [ev.data async for ev in broker.subscribe("r", replay=True)] == [b"0", b"1"]
+
+
+async def _gone(admin: psycopg.AsyncConnection[Any], pid: int) -> bool:
+    return not await (await admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,))).fetchall()
 
 
 async def test_postgres_unreachable_is_unavailable() -> None:
