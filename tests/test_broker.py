@@ -842,6 +842,26 @@ async def _gone(admin: psycopg.AsyncConnection[Any], pid: int) -> bool:
     return not await (await admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,))).fetchall()
 
 
+async def test_postgres_one_notification_wakes_every_run_of_a_batch(pg_deployment: Deployment) -> None:
+    """A batch's runs share its "stream changed" notifications (as many as their ids need: a payload stays
+    under NOTIFY's limit); here the peer only looks again when notified, and every run's subscriber is woken."""
+    broker = await pg_deployment.open()
+    peer = await pg_deployment.another_process(broker)
+    assert isinstance(peer, PostgresBroker)
+    peer.block_seconds = 3600.0
+    runs = [f"{i:03d}-" + "r" * 120 for i in range(100)]  # 12 kB of ids: more than one payload
+    await asyncio.gather(*(broker.publish(run_id, "values", b"0") for run_id in runs))
+    subscriptions = [peer.subscribe(run_id, replay=True) for run_id in runs]
+    assert [(await anext(sub)).data for sub in subscriptions] == [b"0"] * len(runs)
+    nexts = [asyncio.ensure_future(anext(sub)) for sub in subscriptions]
+    await asyncio.sleep(0.2)  # the subscribers read, found nothing, and wait for a notification
+    await asyncio.gather(*(broker.publish(run_id, "values", b"1") for run_id in runs))
+    done = await asyncio.wait_for(asyncio.gather(*nexts), 30)
+    assert [ev.data for ev in done] == [b"1"] * len(runs)
+    for sub in subscriptions:
+        await sub.aclose()
+
+
 async def test_postgres_unreachable_is_unavailable() -> None:
     broker = PostgresBroker("postgresql://postgres@127.0.0.1:1/test", key_prefix=owned_name(KEY_PREFIX))
     with pytest.raises(Unavailable):

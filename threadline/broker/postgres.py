@@ -5,7 +5,8 @@ back within a run, so ids order as Redis Stream ids do), bounded by count and by
 byte budgets (`threadline.broker.budget`), and forgotten `retain_seconds` after the run's end (`live_seconds`
 after the last event of a run that never ends) by a sweep each process runs now and then.
 
-Signals ride one NOTIFY channel, with tiny payloads (kind, sender, run id, a cancel's action): each
+Signals ride one NOTIFY channel, with small payloads (kind, sender, run id, a cancel's action; one
+"stream changed" per batch sent names every run it appended to): each
 process LISTENs on one dedicated connection and hands them to local waiters (`LocalSignals`), and a
 subscriber waits for a "stream changed" notification, then reads the rows. NOTIFY only wakes: a
 subscriber also looks again every `block_seconds`, idle workers poll storage, waiters re-check storage, a
@@ -228,8 +229,8 @@ class PostgresBroker(Broker):
         for kind, name, _ in batch:  # wake-ups, run-done: in the order sent
             if kind == "signal":
                 await conn.execute(names.notify, {"channel": names.channel, "payload": name})
-        for run_id in touched:
-            await conn.execute(names.notify, {"channel": names.channel, "payload": f"e {self._id} {run_id}"})
+        for payload in _changed_notes(self._id, touched):  # one per batch, not one per run
+            await conn.execute(names.notify, {"channel": names.channel, "payload": payload})
 
     def queued_bytes(self) -> int:
         return self._outbox.held
@@ -442,8 +443,9 @@ class PostgresBroker(Broker):
         kind, sender, run_id, action = (payload.split(" ", 3) + ["", "", ""])[:4]
         if sender == self._id:
             return  # applied here when it was sent
-        if kind == "e":
-            self._wake_run(run_id)
+        if kind == "e":  # "e <sender> <run> <run>…": these runs' streams changed
+            for changed in payload.split(" ")[2:]:
+                self._wake_run(changed)
         elif kind == "w":
             await self._signals.wake()
         elif kind == "d":
@@ -453,6 +455,23 @@ class PostgresBroker(Broker):
                 self._signals.cancel(run_id, action)
         elif kind == "C":
             self._signals.cancel(run_id, action)
+
+
+#: Most bytes of one "stream changed" payload (NOTIFY takes less than 8,000).
+_NOTE_BYTES = 4000
+
+
+def _changed_notes(sender: str, runs: Collection[str]) -> list[str]:
+    """The payloads saying that `runs`' streams changed: as few as fit (`e <sender> <run> <run>…`)."""
+    notes: list[list[str]] = []
+    size = _NOTE_BYTES
+    for run_id in runs:
+        if size + 1 + len(run_id.encode()) > _NOTE_BYTES:
+            notes.append(["e", sender])
+            size = 2 + len(sender)
+        notes[-1].append(run_id)
+        size += 1 + len(run_id.encode())
+    return [" ".join(note) for note in notes]
 
 
 def _now_ms() -> int:
