@@ -104,14 +104,18 @@ class PgNames:
     @property
     def read(self) -> str:
         """Whether the stream had ended, then the events after a cursor (ms, seq), oldest first, at most
-        `limit` (one row of NULLs when there are none). One snapshot: every event before the end is in it."""
+        `limit` (one row of NULLs when there are none). One snapshot: every event before the end is in it.
+        `floor`: a seq that every event after the cursor is past (the cursor's own seq when it is the id of
+        one of the run's events, as ids grow with seq; else 0): the index starts there, where the row
+        comparison alone made each read walk the run's events from its first."""
         return f"""
         SELECT x.ended, e.ms, e.seq, e.event, e.data
         FROM (SELECT coalesce((SELECT ended_at IS NOT NULL FROM {self.streams} WHERE run_id = %(run)s), false)
               AS ended) x
         LEFT JOIN LATERAL (
             SELECT ms, seq, event, data FROM {self.events}
-            WHERE run_id = %(run)s AND (ms, seq) > (%(ms)s, %(seq)s) ORDER BY seq LIMIT %(limit)s) e ON true"""
+            WHERE run_id = %(run)s AND seq > %(floor)s AND (ms, seq) > (%(ms)s, %(seq)s)
+            ORDER BY seq LIMIT %(limit)s) e ON true"""
 
     @property
     def context(self) -> str:

@@ -247,6 +247,7 @@ class PostgresBroker(Broker):
 
     async def subscribe_batches(self, run_id: str, *, after: str | None = None, replay: bool = False,
                                 context: bool = False) -> AsyncIterator[list[StreamEvent]]:
+        known = after is None  # whether the cursor is an event's id (not a client's, which could be any)
         if after is not None:
             cursor = _cursor(after)
         elif replay:
@@ -263,14 +264,14 @@ class PostgresBroker(Broker):
             while True:
                 changed = self._changed.setdefault(run_id, asyncio.Event())  # before reading: none is missed
                 rows = await self._fetch(self._names.read, {"run": run_id, "ms": cursor[0], "seq": cursor[1],
-                                                            "limit": limit})
+                                                            "floor": cursor[1] if known else 0, "limit": limit})
                 ended = bool(rows[0][0])
                 batch = [row for row in rows if row[2] is not None]
                 if batch:
                     size = sum(len(row[4]) for row in batch) // len(batch) + 1
                     limit = max(1, min(self.batch_events, self.batch_bytes // size))
                 if batch:
-                    cursor = (batch[-1][1], batch[-1][2])
+                    cursor, known = (batch[-1][1], batch[-1][2]), True
                     yield [StreamEvent(f"{ms}-{seq}", event, bytes(data)) for _, ms, seq, event, data in batch]
                     continue
                 if ended:
