@@ -280,6 +280,25 @@ async def test_concurrent_publishes_reach_a_live_subscriber_each_once(broker: Br
     assert len({e.id for e in events}) == len(events)
 
 
+async def test_publishes_to_several_runs_at_once_get_their_own_runs_ids(broker: Broker) -> None:
+    """Events of several runs published together (one batch, one statement on PostgreSQL): each publish gets
+    the id its event has in its own run, and each run replays only its own events."""
+    runs = ["a", "b", "c"]
+    sent: dict[str, list[tuple[str, bytes]]] = {run_id: [] for run_id in runs}
+
+    async def publish(run_id: str, data: bytes) -> None:
+        sent[run_id].append((await broker.publish(run_id, "custom", data), data))
+
+    for round_ in range(5):
+        await asyncio.gather(*(publish(run_id, f"{run_id}{round_}-{i}".encode())
+                               for i in range(3) for run_id in runs[: round_ % 3 + 1]))
+    for run_id in runs:
+        await broker.end_stream(run_id)
+        got = await _collect_events(broker, run_id, replay=True)
+        assert {data: event_id for event_id, data in sent[run_id]} == {ev.data: ev.id for ev in got}
+        assert len(got) == len(sent[run_id]) == 3 * len([r for r in range(5) if runs.index(run_id) <= r % 3])
+
+
 async def test_event_names_data_and_ids_round_trip(broker: Broker) -> None:
     sent = [await broker.publish("r", "messages/partial", b'{"a": [1, "\xc3\xa9"]}'),
             await broker.publish("r", "updates|sub:1", b"{}")]
@@ -858,8 +877,9 @@ async def test_postgres_one_notification_wakes_every_run_of_a_batch(pg_deploymen
     await asyncio.gather(*(broker.publish(run_id, "values", b"1") for run_id in runs))
     done = await asyncio.wait_for(asyncio.gather(*nexts), 30)
     assert [ev.data for ev in done] == [b"1"] * len(runs)
-    for sub in subscriptions:
-        await sub.aclose()
+    await asyncio.gather(*(broker.end_stream(run_id) for run_id in runs))  # ends are notified alike
+    ends = await asyncio.wait_for(asyncio.gather(*(anext(sub, None) for sub in subscriptions)), 30)
+    assert ends == [None] * len(runs)
 
 
 async def test_postgres_unreachable_is_unavailable() -> None:

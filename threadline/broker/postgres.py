@@ -201,7 +201,7 @@ class PostgresBroker(Broker):
     async def _send(self, conn: Any, batch: list[Item],
                     waiting: list[tuple[_Ids | asyncio.Future[Any], Any]], touched: set[str]) -> None:
         """One transaction: nothing of it is seen before its commit (rows and notifications alike), so only
-        each run's own order matters. A run's events go in one statement, whatever was posted between them."""
+        each run's own order matters. Every run's events go in one statement, whatever was posted between them."""
         names = self._names
         groups: dict[str, list[tuple[str, bytes, asyncio.Future[str] | None]]] = {}
         ends: list[tuple[str, asyncio.Future[Any]]] = []
@@ -210,15 +210,9 @@ class PostgresBroker(Broker):
                 groups.setdefault(name, []).append(value)
             elif kind == "end":
                 ends.append((name, value))
-        for run_id, group in groups.items():
-            sizes = [event_bytes(event, data) for event, data, _ in group]
-            for size in sizes:
-                self._budget.added(run_id, size)
-            cur = await conn.execute(names.append, {
-                "run": run_id, "n": len(group), "ms": _now_ms(), "events": [e for e, _, _ in group],
-                "data": [d for _, d, _ in group], "sizes": sizes})
-            waiting.append((_Ids([stored for _, _, stored in group]), cur))
-            touched.add(run_id)
+        if groups:
+            waiting.append(await self._append(conn, groups))
+            touched.update(groups)
         for run_id, ended in ends:
             self._budget.ended(run_id)
             await conn.execute(names.end, {"run": run_id})
@@ -231,6 +225,26 @@ class PostgresBroker(Broker):
                 await conn.execute(names.notify, {"channel": names.channel, "payload": name})
         for payload in _changed_notes(self._id, touched):  # one per batch, not one per run
             await conn.execute(names.notify, {"channel": names.channel, "payload": payload})
+
+    async def _append(self, conn: Any, groups: dict[str, list[tuple[str, bytes, asyncio.Future[str] | None]]]
+                      ) -> tuple[_Ids, Any]:
+        """Every run's events of a batch in one statement (a statement per run cost PostgreSQL as much again)."""
+        runs, counts, event_runs, idx, events, data, sizes = [], [], [], [], [], [], []
+        for run_id, group in groups.items():
+            runs.append(run_id)
+            counts.append(len(group))
+            for i, (event, payload, _) in enumerate(group, 1):
+                size = event_bytes(event, payload)
+                self._budget.added(run_id, size)
+                event_runs.append(run_id)
+                idx.append(i)
+                events.append(event)
+                data.append(payload)
+                sizes.append(size)
+        cur = await conn.execute(self._names.append, {
+            "runs": runs, "counts": counts, "ms": _now_ms(), "event_runs": event_runs, "idx": idx,
+            "events": events, "data": data, "sizes": sizes})
+        return _Ids({run_id: [stored for _, _, stored in group] for run_id, group in groups.items()}), cur
 
     def queued_bytes(self) -> int:
         return self._outbox.held
@@ -480,20 +494,25 @@ def _now_ms() -> int:
 
 
 class _Ids:
-    """The waiters of one appended group: given the group's (ms, seq) rows, each publish gets its event's id."""
+    """The waiters of one append, by run: given its (run, ms, seq) rows, each publish gets its event's id."""
 
-    def __init__(self, futures: list[asyncio.Future[str] | None]) -> None:
+    def __init__(self, futures: dict[str, list[asyncio.Future[str] | None]]) -> None:
         self._futures = futures
 
     def done(self) -> bool:
-        return all(f is None or f.done() for f in self._futures)
+        return all(f is None or f.done() for group in self._futures.values() for f in group)
 
     def set_exception(self, exc: BaseException) -> None:
-        for f in self._futures:
-            if f is not None and not f.done():
-                f.set_exception(exc)
+        for group in self._futures.values():
+            for f in group:
+                if f is not None and not f.done():
+                    f.set_exception(exc)
 
     def set_result(self, rows: Any) -> None:
-        for f, (ms, seq) in zip(self._futures, sorted(rows, key=lambda row: row[1]), strict=False):
-            if f is not None and not f.done():
-                f.set_result(f"{ms}-{seq}")
+        ids: dict[str, list[tuple[int, int]]] = {}
+        for run_id, ms, seq in rows:
+            ids.setdefault(run_id, []).append((seq, ms))
+        for run_id, group in self._futures.items():
+            for f, (seq, ms) in zip(group, sorted(ids.get(run_id, [])), strict=False):
+                if f is not None and not f.done():
+                    f.set_result(f"{ms}-{seq}")
