@@ -97,6 +97,10 @@ class PostgresBroker(Broker):
     live_seconds = 24 * 3600
     #: Longest a subscriber or the listener waits for a notification before looking again.
     block_seconds = 5.0
+    #: How long a notified subscriber waits before it reads: what the publishers commit meanwhile comes in the
+    #: same read (a read per notification per subscriber is most of the broker's cost per event on a long
+    #: stream; SSE responses write at most every `stream_coalesce_ms` anyway).
+    read_delay_seconds = 0.005
     command_seconds = 5.0
     #: How often each process forgets expired streams and cancels.
     sweep_seconds = 60.0
@@ -293,6 +297,7 @@ class PostgresBroker(Broker):
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.block_seconds):
                         await changed.wait()
+                    await asyncio.sleep(self.read_delay_seconds)
         finally:
             self._watching[run_id] -= 1
             if not self._watching[run_id]:
