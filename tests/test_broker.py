@@ -13,6 +13,7 @@ import logging
 import re
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -327,6 +328,25 @@ async def test_concurrent_publishes_reach_a_live_subscriber_each_once(broker: Br
     events = await got
     assert sorted(e.data for e in events) == sorted(f"{r}-{i}".encode() for r in range(20) for i in range(5))
     assert len({e.id for e in events}) == len(events)
+
+
+async def test_publishes_to_several_runs_at_once_get_their_own_runs_ids(broker: Broker) -> None:
+    """Events of several runs published together (one batch, one statement on PostgreSQL): each publish gets
+    the id its event has in its own run, and each run replays only its own events."""
+    runs = ["a", "b", "c"]
+    sent: dict[str, list[tuple[str, bytes]]] = {run_id: [] for run_id in runs}
+
+    async def publish(run_id: str, data: bytes) -> None:
+        sent[run_id].append((await broker.publish(run_id, "custom", data), data))
+
+    for round_ in range(5):
+        await asyncio.gather(*(publish(run_id, f"{run_id}{round_}-{i}".encode())
+                               for i in range(3) for run_id in runs[: round_ % 3 + 1]))
+    for run_id in runs:
+        await broker.end_stream(run_id)
+        got = await _collect_events(broker, run_id, replay=True)
+        assert {data: event_id for event_id, data in sent[run_id]} == {ev.data: ev.id for ev in got}
+        assert len(got) == len(sent[run_id]) == 3 * len([r for r in range(5) if runs.index(run_id) <= r % 3])
 
 
 async def test_event_names_data_and_ids_round_trip(broker: Broker) -> None:
@@ -869,6 +889,47 @@ async def test_postgres_listener_recovers_from_a_dropped_connection(
             await asyncio.wait_for(waiter, 30)
     unregister()
     assert "listening again" in caplog.text
+
+
+async def test_postgres_broker_replaces_a_pooled_connection_the_server_closed(pg_deployment: Deployment) -> None:
+    """The pool checks a connection at checkout without a round trip (one per statement doubled them): a
+    connection the server terminated while it was idle is still found out and replaced, not handed to a publish."""
+    broker = await pg_deployment.open()
+    assert isinstance(broker, PostgresBroker)
+    await broker.publish("r", "values", b"0")
+    async with broker._pool.connection() as conn:  # the pool holds one connection while idle (min_size)
+        pid = conn.info.backend_pid
+    async with await psycopg.AsyncConnection.connect(PG_ADMIN_URL, autocommit=True) as admin:
+        assert await (await admin.execute("SELECT pg_terminate_backend(%s)", (pid,))).fetchone() == (True,)
+        await until(lambda: _gone(admin, pid), what="the backend is gone")
+    await broker.publish("r", "values", b"1")
+    await broker.end_stream("r")
+    assert [ev.data async for ev in broker.subscribe("r", replay=True)] == [b"0", b"1"]
+
+
+async def _gone(admin: psycopg.AsyncConnection[Any], pid: int) -> bool:
+    return not await (await admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,))).fetchall()
+
+
+async def test_postgres_one_notification_wakes_every_run_of_a_batch(pg_deployment: Deployment) -> None:
+    """A batch's runs share its "stream changed" notifications (as many as their ids need: a payload stays
+    under NOTIFY's limit); here the peer only looks again when notified, and every run's subscriber is woken."""
+    broker = await pg_deployment.open()
+    peer = await pg_deployment.another_process(broker)
+    assert isinstance(peer, PostgresBroker)
+    peer.block_seconds = 3600.0
+    runs = [f"{i:03d}-" + "r" * 120 for i in range(100)]  # 12 kB of ids: more than one payload
+    await asyncio.gather(*(broker.publish(run_id, "values", b"0") for run_id in runs))
+    subscriptions = [peer.subscribe(run_id, replay=True) for run_id in runs]
+    assert [(await anext(sub)).data for sub in subscriptions] == [b"0"] * len(runs)
+    nexts = [asyncio.ensure_future(anext(sub)) for sub in subscriptions]
+    await asyncio.sleep(0.2)  # the subscribers read, found nothing, and wait for a notification
+    await asyncio.gather(*(broker.publish(run_id, "values", b"1") for run_id in runs))
+    done = await asyncio.wait_for(asyncio.gather(*nexts), 30)
+    assert [ev.data for ev in done] == [b"1"] * len(runs)
+    await asyncio.gather(*(broker.end_stream(run_id) for run_id in runs))  # ends are notified alike
+    ends = await asyncio.wait_for(asyncio.gather(*(anext(sub, None) for sub in subscriptions)), 30)
+    assert ends == [None] * len(runs)
 
 
 async def test_postgres_unreachable_is_unavailable() -> None:

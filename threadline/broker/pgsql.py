@@ -67,18 +67,23 @@ class PgNames:
 
     @property
     def append(self) -> str:
-        """Append a run's events (arrays of names, data, sizes) at once; their (ms, seq), oldest first."""
+        """Append the events of several runs at once: `runs` and `counts` name each run once with how many it
+        gets; `event_runs`, `idx` (1, 2, … within its run), `events`, `data`, `sizes` are the events, in
+        order. Their (run, ms, seq). The streams' rows are updated in the order of their ids: two processes
+        appending to the same runs lock them in the same order."""
         return f"""
-        WITH s AS (
-            INSERT INTO {self.streams} AS s (run_id, seq, last_ms) VALUES (%(run)s, %(n)s, %(ms)s)
-            ON CONFLICT (run_id) DO UPDATE SET seq = s.seq + %(n)s, last_ms = GREATEST(s.last_ms, %(ms)s),
-                touched_at = now()
-            RETURNING seq - %(n)s AS base, last_ms)
+        WITH r AS (SELECT * FROM unnest(%(runs)s::text[], %(counts)s::int[]) AS r(run_id, n)),
+        s AS (
+            INSERT INTO {self.streams} AS s (run_id, seq, last_ms) SELECT run_id, n, %(ms)s FROM r ORDER BY run_id
+            ON CONFLICT (run_id) DO UPDATE SET seq = s.seq + EXCLUDED.seq,
+                last_ms = GREATEST(s.last_ms, EXCLUDED.last_ms), touched_at = now()
+            RETURNING run_id, seq, last_ms)
         INSERT INTO {self.events} (run_id, seq, ms, event, data, size)
-        SELECT %(run)s, s.base + u.ord, s.last_ms, u.event, u.data, u.size
-        FROM s, unnest(%(events)s::text[], %(data)s::bytea[], %(sizes)s::int[]) WITH ORDINALITY
-            AS u(event, data, size, ord)
-        RETURNING ms, seq"""
+        SELECT u.run_id, s.seq - r.n + u.idx, s.last_ms, u.event, u.data, u.size
+        FROM unnest(%(event_runs)s::text[], %(idx)s::int[], %(events)s::text[], %(data)s::bytea[],
+                    %(sizes)s::int[]) AS u(run_id, idx, event, data, size)
+            JOIN s USING (run_id) JOIN r USING (run_id)
+        RETURNING run_id, ms, seq"""
 
     @property
     def trim(self) -> str:
@@ -104,14 +109,18 @@ class PgNames:
     @property
     def read(self) -> str:
         """Whether the stream had ended, then the events after a cursor (ms, seq), oldest first, at most
-        `limit` (one row of NULLs when there are none). One snapshot: every event before the end is in it."""
+        `limit` (one row of NULLs when there are none). One snapshot: every event before the end is in it.
+        `floor`: a seq that every event after the cursor is past (the cursor's own seq when it is the id of
+        one of the run's events, as ids grow with seq; else 0): the index starts there, where the row
+        comparison alone made each read walk the run's events from its first."""
         return f"""
         SELECT x.ended, e.ms, e.seq, e.event, e.data
         FROM (SELECT coalesce((SELECT ended_at IS NOT NULL FROM {self.streams} WHERE run_id = %(run)s), false)
               AS ended) x
         LEFT JOIN LATERAL (
             SELECT ms, seq, event, data FROM {self.events}
-            WHERE run_id = %(run)s AND (ms, seq) > (%(ms)s, %(seq)s) ORDER BY seq LIMIT %(limit)s) e ON true"""
+            WHERE run_id = %(run)s AND seq > %(floor)s AND (ms, seq) > (%(ms)s, %(seq)s)
+            ORDER BY seq LIMIT %(limit)s) e ON true"""
 
     @property
     def context(self) -> str:

@@ -5,7 +5,8 @@ back within a run, so ids order as Redis Stream ids do), bounded by count and by
 byte budgets (`threadline.broker.budget`), and forgotten `retain_seconds` after the run's end (`live_seconds`
 after the last event of a run that never ends) by a sweep each process runs now and then.
 
-Signals ride one NOTIFY channel, with tiny payloads (kind, sender, run id, a cancel's action): each
+Signals ride one NOTIFY channel, with small payloads (kind, sender, run id, a cancel's action; one
+"stream changed" per batch sent names every run it appended to): each
 process LISTENs on one dedicated connection and hands them to local waiters (`LocalSignals`), and a
 subscriber waits for a "stream changed" notification, then reads the rows. NOTIFY only wakes: a
 subscriber also looks again every `block_seconds`, idle workers poll storage, waiters re-check storage, a
@@ -19,6 +20,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import select
 import time
 import uuid
 from collections.abc import AsyncIterator, Collection, Mapping
@@ -65,6 +67,21 @@ def _quiet_pool_reconnects() -> None:
         pool_log.addFilter(_PoolReconnects())
 
 
+async def _check(conn: psycopg.AsyncConnection[Any]) -> None:
+    """The pool's check at checkout, as storage's: a round trip only for a connection the server wrote to
+    while it was idle (its goodbye, or EOF, when it terminated it), not one per statement (the broker's
+    statements come one or two per event: a check each doubled their round trips)."""
+    if conn.broken or _readable(conn):
+        await AsyncConnectionPool.check_connection(conn)
+
+
+def _readable(conn: psycopg.AsyncConnection[Any]) -> bool:
+    try:
+        return bool(select.select([conn.pgconn.socket], [], [], 0)[0])
+    except (OSError, ValueError, psycopg.OperationalError):
+        return True
+
+
 def _cursor(event_id: str) -> Cursor:
     """`event_id` as a cursor when it is one of ours (`<ms>-<seq>`), else (0, 0): replay everything kept."""
     ms, dash, seq = event_id.partition("-")
@@ -80,6 +97,10 @@ class PostgresBroker(Broker):
     live_seconds = 24 * 3600
     #: Longest a subscriber or the listener waits for a notification before looking again.
     block_seconds = 5.0
+    #: How long a notified subscriber waits before it reads: what the publishers commit meanwhile comes in the
+    #: same read (a read per notification per subscriber is most of the broker's cost per event on a long
+    #: stream; SSE responses write at most every `stream_coalesce_ms` anyway).
+    read_delay_seconds = 0.005
     command_seconds = 5.0
     #: How often each process forgets expired streams and cancels.
     sweep_seconds = 60.0
@@ -99,7 +120,7 @@ class PostgresBroker(Broker):
         self._id = uuid.uuid4().hex
         self._pool = AsyncConnectionPool(url, min_size=1, max_size=max_connections, open=False, name=_POOL_NAME,
                                          kwargs={"autocommit": True, "application_name": "threadline:broker"},
-                                         check=AsyncConnectionPool.check_connection)
+                                         check=_check)
         _quiet_pool_reconnects()
         self._listener: psycopg.AsyncConnection[Any] | None = None
         self._listening: asyncio.Task[None] | None = None
@@ -184,7 +205,7 @@ class PostgresBroker(Broker):
     async def _send(self, conn: Any, batch: list[Item],
                     waiting: list[tuple[_Ids | asyncio.Future[Any], Any]], touched: set[str]) -> None:
         """One transaction: nothing of it is seen before its commit (rows and notifications alike), so only
-        each run's own order matters. A run's events go in one statement, whatever was posted between them."""
+        each run's own order matters. Every run's events go in one statement, whatever was posted between them."""
         names = self._names
         groups: dict[str, list[tuple[str, bytes, asyncio.Future[str] | None]]] = {}
         ends: list[tuple[str, asyncio.Future[Any]]] = []
@@ -193,15 +214,9 @@ class PostgresBroker(Broker):
                 groups.setdefault(name, []).append(value)
             elif kind == "end":
                 ends.append((name, value))
-        for run_id, group in groups.items():
-            sizes = [event_bytes(event, data) for event, data, _ in group]
-            for size in sizes:
-                self._budget.added(run_id, size)
-            cur = await conn.execute(names.append, {
-                "run": run_id, "n": len(group), "ms": _now_ms(), "events": [e for e, _, _ in group],
-                "data": [d for _, d, _ in group], "sizes": sizes})
-            waiting.append((_Ids([stored for _, _, stored in group]), cur))
-            touched.add(run_id)
+        if groups:
+            waiting.append(await self._append(conn, groups))
+            touched.update(groups)
         for run_id, ended in ends:
             self._budget.ended(run_id)
             await conn.execute(names.end, {"run": run_id})
@@ -212,8 +227,28 @@ class PostgresBroker(Broker):
         for kind, name, _ in batch:  # wake-ups, run-done: in the order sent
             if kind == "signal":
                 await conn.execute(names.notify, {"channel": names.channel, "payload": name})
-        for run_id in touched:
-            await conn.execute(names.notify, {"channel": names.channel, "payload": f"e {self._id} {run_id}"})
+        for payload in _changed_notes(self._id, touched):  # one per batch, not one per run
+            await conn.execute(names.notify, {"channel": names.channel, "payload": payload})
+
+    async def _append(self, conn: Any, groups: dict[str, list[tuple[str, bytes, asyncio.Future[str] | None]]]
+                      ) -> tuple[_Ids, Any]:
+        """Every run's events of a batch in one statement (a statement per run cost PostgreSQL as much again)."""
+        runs, counts, event_runs, idx, events, data, sizes = [], [], [], [], [], [], []
+        for run_id, group in groups.items():
+            runs.append(run_id)
+            counts.append(len(group))
+            for i, (event, payload, _) in enumerate(group, 1):
+                size = event_bytes(event, payload)
+                self._budget.added(run_id, size)
+                event_runs.append(run_id)
+                idx.append(i)
+                events.append(event)
+                data.append(payload)
+                sizes.append(size)
+        cur = await conn.execute(self._names.append, {
+            "runs": runs, "counts": counts, "ms": _now_ms(), "event_runs": event_runs, "idx": idx,
+            "events": events, "data": data, "sizes": sizes})
+        return _Ids({run_id: [stored for _, _, stored in group] for run_id, group in groups.items()}), cur
 
     def queued_bytes(self) -> int:
         return self._outbox.held
@@ -230,6 +265,7 @@ class PostgresBroker(Broker):
 
     async def subscribe_batches(self, run_id: str, *, after: str | None = None, replay: bool = False,
                                 context: bool = False) -> AsyncIterator[list[StreamEvent]]:
+        known = after is None  # whether the cursor is an event's id (not a client's, which could be any)
         if after is not None:
             cursor = _cursor(after)
         elif replay:
@@ -246,14 +282,14 @@ class PostgresBroker(Broker):
             while True:
                 changed = self._changed.setdefault(run_id, asyncio.Event())  # before reading: none is missed
                 rows = await self._fetch(self._names.read, {"run": run_id, "ms": cursor[0], "seq": cursor[1],
-                                                            "limit": limit})
+                                                            "floor": cursor[1] if known else 0, "limit": limit})
                 ended = bool(rows[0][0])
                 batch = [row for row in rows if row[2] is not None]
                 if batch:
                     size = sum(len(row[4]) for row in batch) // len(batch) + 1
                     limit = max(1, min(self.batch_events, self.batch_bytes // size))
                 if batch:
-                    cursor = (batch[-1][1], batch[-1][2])
+                    cursor, known = (batch[-1][1], batch[-1][2]), True
                     yield [StreamEvent(f"{ms}-{seq}", event, bytes(data)) for _, ms, seq, event, data in batch]
                     continue
                 if ended:
@@ -261,6 +297,7 @@ class PostgresBroker(Broker):
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.block_seconds):
                         await changed.wait()
+                    await asyncio.sleep(self.read_delay_seconds)
         finally:
             self._watching[run_id] -= 1
             if not self._watching[run_id]:
@@ -426,8 +463,9 @@ class PostgresBroker(Broker):
         kind, sender, run_id, action = (payload.split(" ", 3) + ["", "", ""])[:4]
         if sender == self._id:
             return  # applied here when it was sent
-        if kind == "e":
-            self._wake_run(run_id)
+        if kind == "e":  # "e <sender> <run> <run>…": these runs' streams changed
+            for changed in payload.split(" ")[2:]:
+                self._wake_run(changed)
         elif kind == "w":
             await self._signals.wake()
         elif kind == "d":
@@ -439,25 +477,47 @@ class PostgresBroker(Broker):
             self._signals.cancel(run_id, action)
 
 
+#: Most bytes of one "stream changed" payload (NOTIFY takes less than 8,000).
+_NOTE_BYTES = 4000
+
+
+def _changed_notes(sender: str, runs: Collection[str]) -> list[str]:
+    """The payloads saying that `runs`' streams changed: as few as fit (`e <sender> <run> <run>…`)."""
+    notes: list[list[str]] = []
+    size = _NOTE_BYTES
+    for run_id in runs:
+        if size + 1 + len(run_id.encode()) > _NOTE_BYTES:
+            notes.append(["e", sender])
+            size = 2 + len(sender)
+        notes[-1].append(run_id)
+        size += 1 + len(run_id.encode())
+    return [" ".join(note) for note in notes]
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
 class _Ids:
-    """The waiters of one appended group: given the group's (ms, seq) rows, each publish gets its event's id."""
+    """The waiters of one append, by run: given its (run, ms, seq) rows, each publish gets its event's id."""
 
-    def __init__(self, futures: list[asyncio.Future[str] | None]) -> None:
+    def __init__(self, futures: dict[str, list[asyncio.Future[str] | None]]) -> None:
         self._futures = futures
 
     def done(self) -> bool:
-        return all(f is None or f.done() for f in self._futures)
+        return all(f is None or f.done() for group in self._futures.values() for f in group)
 
     def set_exception(self, exc: BaseException) -> None:
-        for f in self._futures:
-            if f is not None and not f.done():
-                f.set_exception(exc)
+        for group in self._futures.values():
+            for f in group:
+                if f is not None and not f.done():
+                    f.set_exception(exc)
 
     def set_result(self, rows: Any) -> None:
-        for f, (ms, seq) in zip(self._futures, sorted(rows, key=lambda row: row[1]), strict=False):
-            if f is not None and not f.done():
-                f.set_result(f"{ms}-{seq}")
+        ids: dict[str, list[tuple[int, int]]] = {}
+        for run_id, ms, seq in rows:
+            ids.setdefault(run_id, []).append((seq, ms))
+        for run_id, group in self._futures.items():
+            for f, (seq, ms) in zip(group, sorted(ids.get(run_id, [])), strict=False):
+                if f is not None and not f.done():
+                    f.set_result(f"{ms}-{seq}")
