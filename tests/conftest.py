@@ -88,13 +88,18 @@ def module_backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
 @pytest.fixture
 def own_backend(module_backend: Backend, request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     """For a test of a module that shares its app but starts an app (or opens storage) of its own beside it:
-    a SQLite file belongs to one process, so a fresh copy of its own; PostgreSQL + Redis are shared by
-    processes by design, so the module's (emptying it would pull the tables from under the shared app)."""
+    a fresh copy of the SQLite template, or a PostgreSQL database of its own (created, migrated by the test's
+    app, dropped after the test) and a new Redis key prefix. Not the module's database: the shared app's
+    in-process workers would take the runs of the test's own app, which may serve another project or other
+    settings (a fresh-clone CI run saw a deepagents subagent's run fail so, and a worker process's test see
+    its run taken before the process had started); and not the session's, which the module's app is on."""
     if module_backend.kind == "sqlite":
         path = tmp_path / "own.db"
         shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
         return Backend("sqlite", f"sqlite:///{path}")
-    return module_backend
+    services = ScaleOut.connect()
+    request.addfinalizer(services.close)
+    return services.fresh()
 
 
 @pytest.fixture(scope="module")

@@ -501,17 +501,14 @@ async def test_the_projects_own_routes_need_credentials_only_when_asked(tmp_path
 
 
 @pytest.mark.e2e  # a worker process
-async def test_a_worker_in_another_process_runs_the_agent_as_the_caller(module_backend: Backend, tmp_path: Path,
-                                                                         request: pytest.FixtureRequest) -> None:
+async def test_a_worker_in_another_process_runs_the_agent_as_the_caller(own_backend: Backend, tmp_path: Path) -> None:
     import os
     import subprocess
     import sys
 
-    if module_backend.kind != "postgres" or module_backend.redis_url is None:
+    backend = own_backend  # a database of its own: the shared app's workers must not take the run
+    if backend.kind != "postgres" or backend.redis_url is None:
         pytest.skip("a second process needs PostgreSQL and Redis")
-    # A database of its own: on the module's, the shared app's in-process workers could take the run before the
-    # worker process has started (seen under load), and the test would not show what it says.
-    backend = request.getfixturevalue("scaleout_services").fresh()
     # SIM115/ASYNC230/ASYNC220: a second process started once, before the test's requests; the log is closed
     # when it is stopped, and the loop has nothing else to run while it starts.
     log = open(tmp_path / "worker.log", "w")  # noqa: SIM115, ASYNC230
