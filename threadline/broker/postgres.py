@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import select
 import time
 import uuid
 from collections.abc import AsyncIterator, Collection, Mapping
@@ -38,6 +37,7 @@ from threadline.broker.outbox import Item, Outbox
 from threadline.broker.pgsql import PgNames
 from threadline.broker.windows import PostgresWindows
 from threadline.errors import Unavailable
+from threadline.pgpool import check_at_checkout
 
 log = logging.getLogger("threadline.broker")
 
@@ -65,21 +65,6 @@ def _quiet_pool_reconnects() -> None:
     pool_log = logging.getLogger("psycopg.pool")
     if not any(isinstance(f, _PoolReconnects) for f in pool_log.filters):
         pool_log.addFilter(_PoolReconnects())
-
-
-async def _check(conn: psycopg.AsyncConnection[Any]) -> None:
-    """The pool's check at checkout, as storage's: a round trip only for a connection the server wrote to
-    while it was idle (its goodbye, or EOF, when it terminated it), not one per statement (the broker's
-    statements come one or two per event: a check each doubled their round trips)."""
-    if conn.broken or _readable(conn):
-        await AsyncConnectionPool.check_connection(conn)
-
-
-def _readable(conn: psycopg.AsyncConnection[Any]) -> bool:
-    try:
-        return bool(select.select([conn.pgconn.socket], [], [], 0)[0])
-    except (OSError, ValueError, psycopg.OperationalError):
-        return True
 
 
 def _cursor(event_id: str) -> Cursor:
@@ -120,7 +105,7 @@ class PostgresBroker(Broker):
         self._id = uuid.uuid4().hex
         self._pool = AsyncConnectionPool(url, min_size=1, max_size=max_connections, open=False, name=_POOL_NAME,
                                          kwargs={"autocommit": True, "application_name": "threadline:broker"},
-                                         check=_check)
+                                         check=check_at_checkout)
         _quiet_pool_reconnects()
         self._listener: psycopg.AsyncConnection[Any] | None = None
         self._listening: asyncio.Task[None] | None = None

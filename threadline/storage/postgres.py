@@ -18,7 +18,6 @@ import json
 import logging
 import os
 import re
-import select
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from datetime import UTC, datetime
@@ -31,6 +30,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from threadline.errors import ConfigError, StorageUnavailable
+from threadline.pgpool import check_at_checkout
 from threadline.settings import redact_url
 from threadline.storage.base import Row
 from threadline.storage.records import RunRecord
@@ -89,22 +89,6 @@ def _reason(exc: psycopg.Error) -> str:
                         psycopg.errors.IdleInTransactionSessionTimeout)) or exc.sqlstate is None:
         return "connection lost"  # no SQLSTATE: the client side found the connection gone
     return "transient failure"
-
-
-def _readable(conn: _Conn) -> bool:
-    """Whether the server wrote to (or closed) an idle connection: it does so when it terminates it."""
-    try:
-        return bool(select.select([conn.pgconn.socket], [], [], 0)[0])
-    except (OSError, ValueError, psycopg.OperationalError):
-        return True
-
-
-async def _check(conn: _Conn) -> None:
-    """The pool's check at checkout. An idle connection has nothing to read; one the server terminated has
-    its goodbye (or EOF) waiting: only then a round trip confirms it, and the pool discards it and hands out
-    another (a check per checkout with a round trip each costs a trip on every statement)."""
-    if conn.broken or _readable(conn):
-        await AsyncConnectionPool.check_connection(conn)
 
 
 #: What `threadline_check_quota` (migration 0009) raises when a run would pass a cap on active runs.
@@ -167,8 +151,8 @@ class PostgresStorage(SQLStorage):
         from threadline.storage.vectors import postgres_store
 
         def new_pool(size: int) -> _Pool:
-            return _Pool(url, min_size=1, max_size=size, open=False, check=_check, timeout=cls.checkout_seconds,
-                         configure=_configure,
+            return _Pool(url, min_size=1, max_size=size, open=False, check=check_at_checkout,
+                         timeout=cls.checkout_seconds, configure=_configure,
                          kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row,
                                  "options": session_options(url, cls.idle_in_transaction_ms)})
 
