@@ -42,7 +42,7 @@ def _sleeping(delay: float) -> None:
             counts["sleep_s"] += delay
             counts[f"sleep {os.path.basename(name)}:{frame.f_lineno}"] += delay
             return
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
 
 
 async def _profiled_async_sleep(delay: float, result: Any = None) -> Any:
@@ -72,7 +72,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from threadline.core.runtime import Runtime
 
     asyncio.sleep = _profiled_async_sleep
-    time.sleep = _profiled_sleep
+    time.sleep = _profiled_sleep  # type: ignore[assignment]
     Runtime.open = classmethod(_timed("open", Runtime.open.__func__))  # type: ignore[method-assign, assignment, attr-defined]
     Runtime.start = _timed("start", Runtime.start)  # type: ignore[method-assign]
     Runtime.close = _timed("close", Runtime.close)  # type: ignore[method-assign]

@@ -43,7 +43,7 @@ RUN_NULLS = ("input", "command", "metadata", "config", "context", "checkpoint", 
              "on_disconnect", "on_completion", "multitask_strategy", "if_not_exists", "webhook", "durability",
              "feedback_keys", "assistant_id")
 #: `input` beside `command` (Agent Chat UI sends `input: {}` with the command that answers an interrupt).
-WITH_COMMAND = (
+WITH_COMMAND: tuple[tuple[str, dict[str, Any]], ...] = (
     ("input {} + command", {"input": {}, "command": COMMAND}),
     ("input null + command", {"input": None, "command": COMMAND}),
     ("input + command", {"command": COMMAND}),
