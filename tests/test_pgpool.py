@@ -36,7 +36,7 @@ async def test_a_connection_past_descriptor_1024_is_checked_without_a_round_trip
     if hard != resource.RLIM_INFINITY and hard < 1200:
         pytest.skip(f"this process may open at most {hard} files")
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
-    held = []
+    held: list[int] = []
     try:
         while not held or held[-1] < 1030:
             held.append(os.open(os.devnull, os.O_RDONLY))

@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 from langchain_core.messages import HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 
 from threadline.storage import open_storage
@@ -20,7 +21,7 @@ async def test_checkpoints_and_writes_are_serialized_inline_and_read_back(databa
     storage = await open_storage(database_url)
     try:
         saver = storage.checkpointer
-        config = {"configurable": {"thread_id": str(uuid.uuid4()), "checkpoint_ns": ""}}
+        config: RunnableConfig = {"configurable": {"thread_id": str(uuid.uuid4()), "checkpoint_ns": ""}}
 
         async def no_thread(*args, **kwargs):
             raise AssertionError("serialization was handed to a thread")

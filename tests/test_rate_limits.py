@@ -161,7 +161,7 @@ def test_the_identity_is_the_authenticated_caller_once_there_is_one() -> None:
 
     from threadline.api.ratelimit import identity_of
 
-    scope = {"type": "http", "method": "GET", "path": "/", "headers": [], "client": ("10.1.2.3", 5000)}
+    scope: dict[str, Any] = {"type": "http", "method": "GET", "path": "/", "headers": [], "client": ("10.1.2.3", 5000)}
     assert identity_of(Request(scope)) == "ip:10.1.2.3"
     scope["threadline.auth_user"] = SimpleNamespace(identity="alice")
     assert identity_of(Request(scope)) == "user:alice"

@@ -196,10 +196,12 @@ def test_messages_partials_are_the_whole_message_so_far_at_a_flat_cost_per_chunk
 async def test_messages_frames_are_byte_identical_to_before(client: tuple[httpx.AsyncClient, Runtime],
                                                             name: str) -> None:
     http, _ = client
-    body = {"messages": {"stream_mode": ["messages"]}, "messages_values": {"stream_mode": ["messages", "values"]},
-            "messages_subgraphs": {"stream_mode": ["messages"], "stream_subgraphs": True},
-            "messages_tuple": {"stream_mode": ["messages-tuple"]},
-            "messages_tuple_values": {"stream_mode": ["messages-tuple", "values"], "stream_subgraphs": True}}[name]
+    bodies: dict[str, dict[str, Any]] = {
+        "messages": {"stream_mode": ["messages"]}, "messages_values": {"stream_mode": ["messages", "values"]},
+        "messages_subgraphs": {"stream_mode": ["messages"], "stream_subgraphs": True},
+        "messages_tuple": {"stream_mode": ["messages-tuple"]},
+        "messages_tuple_values": {"stream_mode": ["messages-tuple", "values"], "stream_subgraphs": True}}
+    body = bodies[name]
     _, _, raw = await _talk(http, 6, **body)
     assert _normalized(raw) == _sorted_metadata(EXPECTED[name])
 

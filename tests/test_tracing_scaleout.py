@@ -38,7 +38,7 @@ def _value(v: object) -> object:
 
 
 def received_spans(receiver: Receiver) -> list[Span]:
-    out = []
+    out: list[Span] = []
     for path, _, body in list(receiver.requests):
         if not path.endswith("/v1/traces"):
             continue
