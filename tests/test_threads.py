@@ -104,6 +104,37 @@ async def test_state_history_update_and_copy(sdk: LangGraphClient) -> None:
         await sdk.threads.get_history(tid, limit=100))
 
 
+async def test_large_values_read_again_are_never_stale(sdk: LangGraphClient, runtime: Any, backend: Any) -> None:
+    """On PostgreSQL a large channel value, once read, is kept by the process (`storage/blob_cache.py`) and
+    not fetched again: after an update of it, a delete and a new thread of the same id, or a copy, each read
+    still gives the state as stored."""
+    big = ["a" * 70_000], ["b" * 70_000], ["c" * 70_000], ["d" * 70_000]  # each past the 64 KiB kept
+    tid = str(uuid.uuid4())
+    supersteps = [{"updates": [{"values": {"log": big[0], "count": 1}, "as_node": "count"}]}]
+    await sdk.threads.create(thread_id=tid, graph_id="counter", supersteps=supersteps)
+    assert (await sdk.threads.get_state(tid))["values"]["log"] == big[0]
+    cache = getattr(runtime.storage.checkpointer, "blob_cache", None)
+    if backend.kind == "postgres":  # the cache is there, and holds the thread's log
+        assert cache is not None and any(k[0] == "log" for k in cache.held(tid, ""))
+    assert (await sdk.threads.get_state(tid))["values"]["log"] == big[0]
+    await sdk.threads.update_state(tid, {"log": big[1]}, as_node="count")
+    assert (await sdk.threads.get_state(tid))["values"]["log"] == big[0] + big[1]
+    assert (await sdk.threads.get(tid))["values"]["log"] == big[0] + big[1]
+
+    await sdk.threads.delete(tid)
+    again = [{"updates": [{"values": {"log": big[2], "count": 1}, "as_node": "count"}]}]
+    await sdk.threads.create(thread_id=tid, graph_id="counter", supersteps=again)
+    assert (await sdk.threads.get_state(tid))["values"]["log"] == big[2]
+
+    copy = (await sdk.threads.copy(tid))["thread_id"]
+    assert (await sdk.threads.get_state(copy))["values"]["log"] == big[2]
+    await sdk.threads.update_state(copy, {"log": big[3]}, as_node="count")
+    assert (await sdk.threads.get_state(copy))["values"]["log"] == big[2] + big[3]
+    assert (await sdk.threads.get_state(tid))["values"]["log"] == big[2]
+    history = await sdk.threads.get_history(copy, limit=10)
+    assert [h["values"]["log"] for h in history[:2]] == [big[2] + big[3], big[2]]
+
+
 async def test_each_history_entry_is_the_state_at_its_checkpoint(sdk: LangGraphClient) -> None:
     """History is read in one go (checkpoints and their pending writes); each entry must still be what
     reading the state at that checkpoint shows, with the interrupt a pending write holds."""

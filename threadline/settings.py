@@ -90,6 +90,11 @@ class Settings:
         16 * 1024 * 1024, "With Redis or the PostgreSQL broker: bytes of events this process's runs may have posted "
         "and not yet stored there; past it, a run's next event waits until the broker caught up."
     )
+    checkpoint_cache_bytes: int = _setting(
+        16 * 1024 * 1024, "PostgreSQL: bytes of large checkpoint blobs (64 KiB or more each) this process keeps "
+        "after reading them, so that the next read of a thread's state does not fetch the channel values that "
+        "did not change (blob rows are never changed once written). The least recently used go first; 0: none."
+    )
     # --- limits: run timeouts, rate limits, quotas and back-pressure (docs/configuration.md, "Limits")
     run_timeout_seconds: float = _setting(
         86400.0, "Longest a run may execute, from its start, before it is cancelled and ends `timeout` (0: no "

@@ -124,7 +124,8 @@ class Runtime:
         storage = await open_storage(url, store_index=store_index, store_ttl=project.store_ttl, serde=serde,
                                      encryption=load_encryption(project), checkpointer=checkpointer,
                                      caps_active_runs=bool(settings.max_active_runs
-                                                           or settings.max_active_runs_per_identity))
+                                                           or settings.max_active_runs_per_identity),
+                                     checkpoint_cache_bytes=settings.checkpoint_cache_bytes)
         chosen = broker_url(url, settings.redis_url)
         broker = open_broker(chosen, buffer_events=settings.stream_buffer_events,
                              buffer_bytes=settings.stream_buffer_bytes, total_bytes=settings.stream_memory_bytes,

@@ -18,15 +18,17 @@ if TYPE_CHECKING:
 async def open_storage(url: str, *, store_index: dict[str, Any] | None = None,
                        store_ttl: dict[str, Any] | None = None,
                        serde: SerializerProtocol | None = None, encryption: Any = None,
-                       checkpointer: Any = None, caps_active_runs: bool = False) -> Storage:
+                       checkpointer: Any = None, caps_active_runs: bool = False,
+                       checkpoint_cache_bytes: int = 0) -> Storage:
     """Open the backend `url` names (sqlite:///path or postgresql://…), applying its migrations; with the
     project's `checkpointer` (langgraph.json `checkpointer.path`: `project_saver.py`) in place of ours, and its
     `encryption` (a `langgraph_sdk.Encryption`: `encrypted.py`) applied to what is stored. `serde`: the
     checkpointer's serializer (`checkpoint_serde.py`); None, LangGraph's default. `caps_active_runs`: this
     process enqueues under a cap on active runs (`max_active_runs`, `max_active_runs_per_identity`), so the
-    runs enqueued without one are counted from its start (PostgreSQL's quota slots, migration 0010)."""
+    runs enqueued without one are counted from its start (PostgreSQL's quota slots, migration 0010).
+    `checkpoint_cache_bytes`: PostgreSQL's cache of large checkpoint blobs (`blob_cache.py`), 0: none."""
     storage = await _open_backend(url, store_index=store_index, store_ttl=store_ttl, serde=serde,
-                                  caps_active_runs=caps_active_runs)
+                                  caps_active_runs=caps_active_runs, checkpoint_cache_bytes=checkpoint_cache_bytes)
     if checkpointer is not None:
         import contextlib
 
@@ -48,7 +50,8 @@ async def open_storage(url: str, *, store_index: dict[str, Any] | None = None,
 
 
 async def _open_backend(url: str, *, store_index: dict[str, Any] | None, store_ttl: dict[str, Any] | None,
-                        serde: SerializerProtocol | None, caps_active_runs: bool) -> Storage:
+                        serde: SerializerProtocol | None, caps_active_runs: bool,
+                        checkpoint_cache_bytes: int) -> Storage:
     if url.startswith("sqlite:"):
         from threadline.storage.sqlite import SQLiteStorage
 
@@ -57,5 +60,6 @@ async def _open_backend(url: str, *, store_index: dict[str, Any] | None, store_t
         from threadline.storage.postgres import PostgresStorage
 
         return await PostgresStorage.open(url, store_index=store_index, store_ttl=store_ttl, serde=serde,
-                                          caps_active_runs=caps_active_runs)
+                                          caps_active_runs=caps_active_runs,
+                                          checkpoint_cache_bytes=checkpoint_cache_bytes)
     raise ConfigError(f"unsupported database URL {url!r}: use sqlite:///path or postgresql://user@host:port/db")

@@ -146,7 +146,8 @@ class PostgresStorage(SQLStorage):
     @classmethod
     async def open(cls, url: str, *, store_index: dict[str, Any] | None = None, store_ttl: dict[str, Any] | None = None,
                    pool_size: int = 10, serde: SerializerProtocol | None = None,
-                   caps_active_runs: bool = False) -> PostgresStorage:
+                   caps_active_runs: bool = False, checkpoint_cache_bytes: int = 0) -> PostgresStorage:
+        from threadline.storage.blob_cache import BlobCache
         from threadline.storage.postgres_saver import InlinePostgresSaver
         from threadline.storage.vectors import postgres_store
 
@@ -167,6 +168,8 @@ class PostgresStorage(SQLStorage):
         try:
             vector = await _has_pgvector(pool)
             saver = InlinePostgresSaver(pool, serde=serde)
+            if checkpoint_cache_bytes > 0:
+                saver.blob_cache = BlobCache(checkpoint_cache_bytes)
             store, vector_index = postgres_store(pool, index=store_index, ttl=store_ttl, pgvector=vector)
             self = cls(url, pool, saver, store, vector_index, reads)
             self.applied_migrations = await self.migrate(adopt_quota_runs=caps_active_runs)
@@ -338,6 +341,12 @@ class PostgresStorage(SQLStorage):
 
     async def prune_checkpoints(self, thread_id: str, strategy: Literal["delete", "keep_latest"]) -> None:
         await self.checkpointer.aprune([thread_id], strategy=strategy)
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        deleted = await super().delete_thread(thread_id)
+        if self.checkpointer.blob_cache is not None:  # its blobs are gone: the memory is better spent on others
+            self.checkpointer.blob_cache.forget_thread(thread_id)
+        return deleted
 
 
 def _refused(exc: psycopg.Error) -> BaseException:
