@@ -15,6 +15,7 @@ from threadline.config import CheckpointerTTL
 from threadline.core.access import Access
 from threadline.core.assistants import factory_config, system_assistant_id
 from threadline.core.graphs import AccessContext, CompiledGraph, GraphRegistry
+from threadline.core.history import fast_history
 from threadline.core.remembered import Remembering
 from threadline.core.state import bind, checkpoint_ref, empty_state, snapshot_json, thread_config, thread_fields
 from threadline.errors import BadRequest, Conflict, NotFound
@@ -242,7 +243,7 @@ class Threads:
         async with self._graph(await self.get(thread_id, values=False)) as graph:
             if graph is None:
                 return []
-            return [snapshot_json(snap) async for snap in graph.aget_state_history(
+            return [snapshot_json(snap) async for snap in fast_history(graph).aget_state_history(
                 thread_config(thread_id, checkpoint), limit=limit, filter=metadata or None,
                 before=thread_config(thread_id, start) if start else None,
             )]
