@@ -5,7 +5,7 @@ test_threads.py, on both backends)."""
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import pytest
@@ -13,6 +13,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 
 from threadline.storage import open_storage
 from threadline.storage.blob_cache import BlobCache
+from threadline.storage.postgres_saver import InlinePostgresSaver
 
 BIG = 100_000  # bytes of a channel's value: past MIN_BLOB_BYTES
 
@@ -46,9 +47,9 @@ async def test_a_held_blob_answers_the_read_and_is_not_fetched(database_url: str
     storage = await open_storage(database_url, checkpoint_cache_bytes=1024 * 1024)
     plain = await open_storage(database_url)
     try:
-        saver, thread_id = storage.checkpointer, str(uuid.uuid4())
+        saver, thread_id = cast(InlinePostgresSaver, storage.checkpointer), str(uuid.uuid4())
         cache = saver.blob_cache
-        assert cache is not None and plain.checkpointer.blob_cache is None
+        assert cache is not None and cast(InlinePostgresSaver, plain.checkpointer).blob_cache is None
         saved = await _put(saver, thread_id, ["x" * BIG], 1)
         first = await saver.aget_tuple(saved)
         assert first is not None and first.checkpoint["channel_values"] == {"docs": ["x" * BIG], "count": 1}
@@ -73,8 +74,9 @@ async def test_past_its_bytes_the_oldest_blobs_are_fetched_again(database_url: s
         pytest.skip("the PostgreSQL saver")
     storage = await open_storage(database_url, checkpoint_cache_bytes=int(2.5 * BIG))
     try:
-        saver = storage.checkpointer
+        saver = cast(InlinePostgresSaver, storage.checkpointer)
         cache = saver.blob_cache
+        assert cache is not None
         threads = [str(uuid.uuid4()) for _ in range(3)]
         saved = [await _put(saver, t, [str(i) * BIG], i) for i, t in enumerate(threads)]
         for config in saved:

@@ -69,11 +69,11 @@ async def histories(graph: Any, saver: InMemorySaver, thread: str) -> tuple[list
             handed += 1
             return await original(self, *args, **kwargs)
 
-        type(graph)._aprepare_state_snapshot = counting  # type: ignore[method-assign]
+        type(graph)._aprepare_state_snapshot = counting
         try:
             ours = [snapshot_json(s) async for s in fast.aget_state_history(config)]
         finally:
-            type(graph)._aprepare_state_snapshot = original  # type: ignore[method-assign]
+            type(graph)._aprepare_state_snapshot = original
     else:
         ours = [snapshot_json(s) async for s in fast.aget_state_history(config)]
         handed = len(ours)
