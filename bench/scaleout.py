@@ -80,6 +80,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Runs per slot in the I/O-bound cell (default 8).")
     p.add_argument("--scaleout-redis-url", default=os.environ.get("BENCH_REDIS_URL", DEFAULT_REDIS_URL),
                    help=f"Redis for the scale-out cells (default $BENCH_REDIS_URL or {DEFAULT_REDIS_URL}).")
+    p.add_argument("--scaleout-pool-size", type=int, default=0,
+                   help="THREADLINE_DATABASE_POOL_SIZE of the worker processes (0: the defaults; the API process "
+                        "keeps them), so that many worker processes fit under PostgreSQL's max_connections, shared "
+                        "with whatever else uses it.")
     p.add_argument("--scaleout-broker", choices=("redis", "postgres"), default="redis",
                    help="The scale-out cells' broker: redis (PostgreSQL + Redis, the default) or postgres "
                         "(PostgreSQL alone: no THREADLINE_REDIS_URL, PostgreSQL is the broker too).")
@@ -432,6 +436,8 @@ def one_config(n_workers: int, cfg: argparse.Namespace, base_env: dict[str, str]
     env = clean_env(base_env, db_url, cfg.scaleout_redis_url, prefix)
     if cfg.scaleout_broker != "redis":  # PostgreSQL alone, as `bench/workloads.py`'s pgonly target
         del env["THREADLINE_REDIS_URL"]
+    worker_env = {**env, **({"THREADLINE_DATABASE_POOL_SIZE": str(cfg.scaleout_pool_size)}
+                            if cfg.scaleout_pool_size > 0 else {})}
     port = harness.free_port()
     base_url = f"http://127.0.0.1:{port}"
     api_log = logs_dir / f"scaleout-w{n_workers}-api.log"
@@ -455,7 +461,7 @@ def one_config(n_workers: int, cfg: argparse.Namespace, base_env: dict[str, str]
         workers = []
         for i, log_path in enumerate(worker_logs):
             argv = [*tl_argv_prefix, "worker", "--workers", str(cfg.scaleout_slots)]
-            workers.append((procs.start(f"worker {i + 1}", argv, env, log_path), log_path))
+            workers.append((procs.start(f"worker {i + 1}", argv, worker_env, log_path), log_path))
         api = procs.start("api", [*tl_argv_prefix, "serve", "--host", "127.0.0.1", "--port", str(port),
                                   "--workers", "0"], env, api_log)
         out.update(run_loop(measure(n_workers, base_url, procs, api, workers, db_url, cfg, concurrencies)))
@@ -506,7 +512,7 @@ def run(cfg: argparse.Namespace, results: dict[str, Any], base_env: dict[str, st
         "endpoint": ENDPOINT, "worker_processes": counts, "slots_per_worker": cfg.scaleout_slots,
         "api_processes": 1, "concurrency": concurrencies, "cpu_count": os.cpu_count(),
         "pg_admin_url": redact_url(cfg.scaleout_pg_admin_url), "redis_url": redact_url(cfg.scaleout_redis_url),
-        "broker": cfg.scaleout_broker, "note": cpu_note(),
+        "broker": cfg.scaleout_broker, "pool_size": cfg.scaleout_pool_size, "note": cpu_note(),
     }
     harness.log(f"\n[scale-out] {stack_name(cfg.scaleout_broker)}, {ENDPOINT}; worker processes {counts}, "
               f"{cfg.scaleout_slots} slots each (threadline worker --workers {cfg.scaleout_slots}), 1 API process "

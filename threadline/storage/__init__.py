@@ -18,15 +18,16 @@ if TYPE_CHECKING:
 async def open_storage(url: str, *, store_index: dict[str, Any] | None = None,
                        store_ttl: dict[str, Any] | None = None,
                        serde: SerializerProtocol | None = None, encryption: Any = None,
-                       checkpointer: Any = None, caps_active_runs: bool = False) -> Storage:
+                       checkpointer: Any = None, caps_active_runs: bool = False, pool_size: int = 0) -> Storage:
     """Open the backend `url` names (sqlite:///path or postgresql://…), applying its migrations; with the
     project's `checkpointer` (langgraph.json `checkpointer.path`: `project_saver.py`) in place of ours, and its
     `encryption` (a `langgraph_sdk.Encryption`: `encrypted.py`) applied to what is stored. `serde`: the
     checkpointer's serializer (`checkpoint_serde.py`); None, LangGraph's default. `caps_active_runs`: this
     process enqueues under a cap on active runs (`max_active_runs`, `max_active_runs_per_identity`), so the
-    runs enqueued without one are counted from its start (PostgreSQL's quota slots, migration 0010)."""
+    runs enqueued without one are counted from its start (PostgreSQL's quota slots, migration 0010). `pool_size`:
+    PostgreSQL's most pooled connections (`database_pool_size`; 0: the defaults)."""
     storage = await _open_backend(url, store_index=store_index, store_ttl=store_ttl, serde=serde,
-                                  caps_active_runs=caps_active_runs)
+                                  caps_active_runs=caps_active_runs, pool_size=pool_size)
     if checkpointer is not None:
         import contextlib
 
@@ -48,7 +49,7 @@ async def open_storage(url: str, *, store_index: dict[str, Any] | None = None,
 
 
 async def _open_backend(url: str, *, store_index: dict[str, Any] | None, store_ttl: dict[str, Any] | None,
-                        serde: SerializerProtocol | None, caps_active_runs: bool) -> Storage:
+                        serde: SerializerProtocol | None, caps_active_runs: bool, pool_size: int = 0) -> Storage:
     if url.startswith("sqlite:"):
         from threadline.storage.sqlite import SQLiteStorage
 
@@ -57,5 +58,6 @@ async def _open_backend(url: str, *, store_index: dict[str, Any] | None, store_t
         from threadline.storage.postgres import PostgresStorage
 
         return await PostgresStorage.open(url, store_index=store_index, store_ttl=store_ttl, serde=serde,
-                                          caps_active_runs=caps_active_runs)
+                                          caps_active_runs=caps_active_runs,
+                                          **({"pool_size": pool_size} if pool_size > 0 else {}))
     raise ConfigError(f"unsupported database URL {url!r}: use sqlite:///path or postgresql://user@host:port/db")
