@@ -407,14 +407,18 @@ async def io_cell(n_workers: int, base_url: str, create_threads: Callable[[int],
         pids["postgres"] = backend_pids(db_url)
         cpu, client_cpu = cpu_seconds(pids), time.process_time()
         res = await harness.run_cell(op, n, c, max(cfg.cell_seconds, 4 * cfg.scaleout_io_rounds * seconds))
+        # Backends the pools opened during the cell: all their CPU is the cell's (counted from 0). Missing them
+        # undercounted PostgreSQL's CPU per run, more so with larger pools (they grow under load).
+        opened = [pid for pid in backend_pids(db_url) if pid not in pids["postgres"]]
+        pids["postgres"] = [*pids["postgres"], *opened]
         cpu_after, client_after = cpu_seconds(pids), time.process_time()
         after, spent = runs_per_worker(db_url), database_counters(db_url)
         held = connections(db_url)
     out = res.summary()
     if res.completed:  # PostgreSQL's work per run (its statistics are sent at a transaction's end: approximate)
         out["database_per_run"] = {k: round((spent[k] - counters[k]) / res.completed, 1) for k in counters}
-        # CPU per run of each component, from /proc (PostgreSQL: the backends of this database that were
-        # connected when the cell started; its shared processes, WAL writer and checkpointer, are not counted)
+        # CPU per run of each component, from /proc (PostgreSQL: the backends of this database connected when the
+        # cell started or opened during it; its shared processes, WAL writer and checkpointer, are not counted)
         out["cpu_ms_per_run"] = {**{k: round((cpu_after[k] - cpu[k]) * 1000 / res.completed, 2) for k in cpu},
                                  "client": round((client_after - client_cpu) * 1000 / res.completed, 2)}
     out.update(seconds=seconds, concurrency=c, ideal_runs_per_s=round(c / seconds, 2),
