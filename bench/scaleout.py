@@ -80,6 +80,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Runs per slot in the I/O-bound cell (default 8).")
     p.add_argument("--scaleout-redis-url", default=os.environ.get("BENCH_REDIS_URL", DEFAULT_REDIS_URL),
                    help=f"Redis for the scale-out cells (default $BENCH_REDIS_URL or {DEFAULT_REDIS_URL}).")
+    p.add_argument("--scaleout-pool-size", type=int, default=0,
+                   help="THREADLINE_DATABASE_POOL_SIZE of the worker processes (0: the defaults; the API process "
+                        "keeps them), so that many worker processes fit under PostgreSQL's max_connections, shared "
+                        "with whatever else uses it.")
+    p.add_argument("--scaleout-broker", choices=("redis", "postgres"), default="redis",
+                   help="The scale-out cells' broker: redis (PostgreSQL + Redis, the default) or postgres "
+                        "(PostgreSQL alone: no THREADLINE_REDIS_URL, PostgreSQL is the broker too).")
+
+
+def stack_name(broker: str) -> str:
+    return "PostgreSQL + Redis" if broker == "redis" else "PostgreSQL alone (the broker too)"
 
 
 def cpu_note() -> str:
@@ -105,7 +116,7 @@ def database_url(admin_url: str, dbname: str) -> str:
 
 
 def check_services(cfg: argparse.Namespace) -> str | None:
-    """None when PostgreSQL and Redis answer; else why not."""
+    """None when PostgreSQL and Redis (when it is the broker) answer; else why not."""
     try:
         import psycopg
         import redis
@@ -116,6 +127,8 @@ def check_services(cfg: argparse.Namespace) -> str | None:
             conn.execute("SELECT 1")
     except Exception as exc:  # noqa: BLE001
         return f"PostgreSQL unreachable at {redact_url(cfg.scaleout_pg_admin_url)}: {exc}"
+    if cfg.scaleout_broker != "redis":
+        return None
     try:
         client = redis.Redis.from_url(cfg.scaleout_redis_url, socket_connect_timeout=5)
         client.ping()
@@ -266,6 +279,12 @@ def backend_pids(db_url: str) -> list[int]:
     return [int(r[0]) for r in rows]
 
 
+def connections(db_url: str) -> int:
+    """Connections open to this database (ours excluded): the processes' pools, after a cell (they do not shrink
+    for minutes, so this is about the most the cell held), to check against `max_connections`."""
+    return len(backend_pids(db_url))
+
+
 def cpu_seconds(pids: dict[str, list[int]]) -> dict[str, float]:
     """CPU seconds (user + system) so far of each component's processes (and their process groups' others)."""
     from procstat import _stat
@@ -388,19 +407,24 @@ async def io_cell(n_workers: int, base_url: str, create_threads: Callable[[int],
         pids["postgres"] = backend_pids(db_url)
         cpu, client_cpu = cpu_seconds(pids), time.process_time()
         res = await harness.run_cell(op, n, c, max(cfg.cell_seconds, 4 * cfg.scaleout_io_rounds * seconds))
+        # Backends the pools opened during the cell: all their CPU is the cell's (counted from 0). Missing them
+        # undercounted PostgreSQL's CPU per run, more so with larger pools (they grow under load).
+        opened = [pid for pid in backend_pids(db_url) if pid not in pids["postgres"]]
+        pids["postgres"] = [*pids["postgres"], *opened]
         cpu_after, client_after = cpu_seconds(pids), time.process_time()
         after, spent = runs_per_worker(db_url), database_counters(db_url)
+        held = connections(db_url)
     out = res.summary()
     if res.completed:  # PostgreSQL's work per run (its statistics are sent at a transaction's end: approximate)
         out["database_per_run"] = {k: round((spent[k] - counters[k]) / res.completed, 1) for k in counters}
-        # CPU per run of each component, from /proc (PostgreSQL: the backends of this database that were
-        # connected when the cell started; its shared processes, WAL writer and checkpointer, are not counted)
+        # CPU per run of each component, from /proc (PostgreSQL: the backends of this database connected when the
+        # cell started or opened during it; its shared processes, WAL writer and checkpointer, are not counted)
         out["cpu_ms_per_run"] = {**{k: round((cpu_after[k] - cpu[k]) * 1000 / res.completed, 2) for k in cpu},
                                  "client": round((client_after - client_cpu) * 1000 / res.completed, 2)}
     out.update(seconds=seconds, concurrency=c, ideal_runs_per_s=round(c / seconds, 2),
                efficiency=round(out["runs_per_s"] / (c / seconds), 3) if out.get("runs_per_s") else None,
                p95_ms=harness.ms(harness.percentile(res.latencies, 95)),
-               runs_per_worker=[after.get(w, 0) - before.get(w, 0) for w in worker_ids])
+               runs_per_worker=[after.get(w, 0) - before.get(w, 0) for w in worker_ids], pg_connections=held)
     harness.log(f"  scale-out {n_workers}w I/O-bound ({seconds:g} s runs) c={c:<3} {harness.fmt_cell(out)}  "
                 f"ideal {out['ideal_runs_per_s']} runs/s, efficiency {out['efficiency']}  "
                 f"per worker {out['runs_per_worker']}")
@@ -414,6 +438,10 @@ def one_config(n_workers: int, cfg: argparse.Namespace, base_env: dict[str, str]
     prefix = f"tlbench-{token}"
     db_url = database_url(cfg.scaleout_pg_admin_url, dbname)
     env = clean_env(base_env, db_url, cfg.scaleout_redis_url, prefix)
+    if cfg.scaleout_broker != "redis":  # PostgreSQL alone, as `bench/workloads.py`'s pgonly target
+        del env["THREADLINE_REDIS_URL"]
+    worker_env = {**env, **({"THREADLINE_DATABASE_POOL_SIZE": str(cfg.scaleout_pool_size)}
+                            if cfg.scaleout_pool_size > 0 else {})}
     port = harness.free_port()
     base_url = f"http://127.0.0.1:{port}"
     api_log = logs_dir / f"scaleout-w{n_workers}-api.log"
@@ -437,7 +465,7 @@ def one_config(n_workers: int, cfg: argparse.Namespace, base_env: dict[str, str]
         workers = []
         for i, log_path in enumerate(worker_logs):
             argv = [*tl_argv_prefix, "worker", "--workers", str(cfg.scaleout_slots)]
-            workers.append((procs.start(f"worker {i + 1}", argv, env, log_path), log_path))
+            workers.append((procs.start(f"worker {i + 1}", argv, worker_env, log_path), log_path))
         api = procs.start("api", [*tl_argv_prefix, "serve", "--host", "127.0.0.1", "--port", str(port),
                                   "--workers", "0"], env, api_log)
         out.update(run_loop(measure(n_workers, base_url, procs, api, workers, db_url, cfg, concurrencies)))
@@ -455,7 +483,7 @@ def one_config(n_workers: int, cfg: argparse.Namespace, base_env: dict[str, str]
             err = drop_database(cfg.scaleout_pg_admin_url, dbname)
             if err:
                 cleanup_errors.append(err)
-        err = delete_redis_keys(cfg.scaleout_redis_url, prefix)
+        err = delete_redis_keys(cfg.scaleout_redis_url, prefix) if cfg.scaleout_broker == "redis" else None
         if err:
             cleanup_errors.append(err)
         for e in cleanup_errors:
@@ -488,9 +516,9 @@ def run(cfg: argparse.Namespace, results: dict[str, Any], base_env: dict[str, st
         "endpoint": ENDPOINT, "worker_processes": counts, "slots_per_worker": cfg.scaleout_slots,
         "api_processes": 1, "concurrency": concurrencies, "cpu_count": os.cpu_count(),
         "pg_admin_url": redact_url(cfg.scaleout_pg_admin_url), "redis_url": redact_url(cfg.scaleout_redis_url),
-        "note": cpu_note(),
+        "broker": cfg.scaleout_broker, "pool_size": cfg.scaleout_pool_size, "note": cpu_note(),
     }
-    harness.log(f"\n[scale-out] PostgreSQL + Redis, {ENDPOINT}; worker processes {counts}, "
+    harness.log(f"\n[scale-out] {stack_name(cfg.scaleout_broker)}, {ENDPOINT}; worker processes {counts}, "
               f"{cfg.scaleout_slots} slots each (threadline worker --workers {cfg.scaleout_slots}), 1 API process "
               f"(threadline serve --workers 0)\n  Note: {cpu_note()}")
     why_not = check_services(cfg)
@@ -551,7 +579,8 @@ def render(out: dict[str, Any] | None) -> str:
         return ""
     fmt = harness.fmt
     settings = out.get("settings") or {}
-    lines = [(f"Scale-out: {ENDPOINT} on PostgreSQL + Redis; 1 API process (threadline serve --workers 0) + "
+    lines = [(f"Scale-out: {ENDPOINT} on {stack_name(settings.get('broker', 'redis'))}; 1 API process "
+              "(threadline serve --workers 0) + "
               f"N worker processes (threadline worker --workers {settings.get('slots_per_worker', '?')})")]
     if out.get("skipped"):
         lines.append(f"  SKIPPED: {out['skipped']}")
@@ -602,6 +631,8 @@ def render(out: dict[str, Any] | None) -> str:
             errs += [f"  {n}w I/O-bound: PostgreSQL per run: {s['database_per_run']}"] if s.get("database_per_run") \
                 else []
             errs += [f"  {n}w I/O-bound: CPU ms per run: {s['cpu_ms_per_run']}"] if s.get("cpu_ms_per_run") else []
+            errs += [f"  {n}w I/O-bound: PostgreSQL connections held after the cell: {s['pg_connections']}"] \
+                if s.get("pg_connections") is not None else []
             lines.append(f"{n:>7}{s['concurrency']:>5}{s['seconds']:>9g}{fmt(s.get('runs_per_s')):>9}"
                          f"{fmt(s['ideal_runs_per_s']):>8}{fmt(s.get('efficiency'), 2):>8}{vs:>7}"
                          f"{fmt(s.get('p50_ms'), 1):>9}{fmt(s.get('p95_ms'), 1):>9}  {s.get('runs_per_worker')}")

@@ -504,6 +504,43 @@ async def test_wake_up_crosses_processes(broker: Broker, peer: Broker) -> None:
     await asyncio.wait_for(waiter, 10)  # a lost wake-up would hang here
 
 
+async def _blocked_takers(deployment: Deployment) -> int:
+    """How many connections wait in a BLPOP on the deployment's wake-up tokens."""
+    client = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        return sum(1 for c in await client.client_list() if c.get("cmd") == "blpop")
+    finally:
+        await client.aclose()
+
+
+async def test_redis_wake_up_wakes_one_process_of_many(redis_deployment: Deployment) -> None:
+    """On Redis a wake-up is a token one waiting process takes, not a message every process claims for (all but
+    one of them finding nothing)."""
+    api = await redis_deployment.open()  # a process without a claimer, as an API process
+    peers = [await redis_deployment.open() for _ in range(3)]
+    waiters = [asyncio.create_task(peer.wait_for_work(3600)) for peer in peers]
+    await until(lambda: _blocked_takers(redis_deployment), what="the peers waiting for a token")
+    await api.wake_workers()
+    await until(lambda: any(w.done() for w in waiters), what="one peer woken")
+    await asyncio.sleep(0.3)  # time for a second one to wake, were the wake-up sent to every process
+    assert sum(w.done() for w in waiters) == 1
+    for _ in range(2):
+        await api.wake_workers()
+    await asyncio.wait_for(asyncio.gather(*waiters), 10)  # each wake-up woke another: none was lost
+
+
+async def test_redis_token_taken_by_a_process_no_longer_waiting_goes_to_another(
+        redis_deployment: Deployment) -> None:
+    api = await redis_deployment.open()
+    first, second = await redis_deployment.open(), await redis_deployment.open()
+    waiting = asyncio.create_task(first.wait_for_work(3600))
+    await until(lambda: _blocked_takers(redis_deployment), what="the first process waiting for a token")
+    await first.wake_here()  # woken by its own run's end: it waits no more, its BLPOP is still out
+    await asyncio.wait_for(waiting, 10)
+    await api.wake_workers()  # taken by the first process's BLPOP, with no claimer to hand it to
+    await asyncio.wait_for(second.wait_for_work(3600), 10)  # a lost token would hang here
+
+
 @pytest.mark.parametrize("cancels", [2, 3])
 async def test_idle_slots_cancelled_in_quick_succession_end_and_wake_ups_still_work(broker: Broker,
                                                                                      cancels: int) -> None:

@@ -72,3 +72,31 @@ async def test_one_wake_up_fills_every_free_slot_in_one_claim(runtime: Runtime) 
     # Per-slot loops took one run per wake-up and left the rest to the poll, 60 s away.
     await until(lambda: counted[1] == SLOTS, timeout=10, what=f"all {SLOTS} runs claimed after one wake-up")
     assert counted[0] <= 2, counted
+
+
+async def test_a_runs_end_claims_only_when_its_thread_has_a_next_run(runtime: Runtime) -> None:
+    """A slot freed by a run's end claims at once for the run's thread's next run (which waited for it); a run
+    whose thread has none claims nothing (a claim for nothing per run, before)."""
+    pool = runtime.workers
+    assert pool is not None
+    pool.poll_seconds = 60.0  # no poll during the test: only a wake-up or a run's end makes the claimer claim
+    await until(lambda: pool.free == SLOTS, timeout=30, what="the pool idle")
+    await asyncio.sleep(1.2)  # the claimer's wait started with the default poll has ended, a 60 s one began
+    counted = count_claims(runtime)
+    alone = await enqueue(runtime.storage)
+    await runtime.broker.wake_workers()
+
+    async def ended(run_id: str) -> bool:
+        run = await runtime.storage.get_run(run_id)
+        return run is not None and run["status"] not in ("pending", "running")
+
+    await until(lambda: ended(alone["run_id"]), timeout=30, what="the run ended")
+    await until(lambda: pool.free == SLOTS, timeout=10, what="its slot free")
+    await asyncio.sleep(0.3)  # time for a claim, were the run's end to make one
+    assert counted[0] == 1, counted
+
+    first = await enqueue(runtime.storage)
+    second = await enqueue(runtime.storage, first["thread_id"], create=False)  # waits for the first to end
+    await runtime.broker.wake_workers()
+    # With no claim at the first run's end, the second would wait for the poll, 60 s away.
+    await until(lambda: ended(second["run_id"]), timeout=30, what="the thread's next run claimed at its end")

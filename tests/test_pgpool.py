@@ -9,8 +9,12 @@ import resource
 import psycopg
 import pytest
 
-from tests.services import PG_ADMIN_URL
+from tests.services import PG_ADMIN_URL, ScaleOut
+from threadline.broker import open_broker
+from threadline.broker.postgres import PostgresBroker
 from threadline.pgpool import readable
+from threadline.storage import open_storage
+from threadline.storage.postgres import PostgresStorage
 
 
 async def _idle_then_terminated(conn: psycopg.AsyncConnection) -> tuple[bool, bool]:
@@ -47,3 +51,17 @@ async def test_a_connection_past_descriptor_1024_is_checked_without_a_round_trip
         for fd in held:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+async def test_database_pool_size_bounds_each_pool_and_zero_keeps_the_defaults(scaleout_services: ScaleOut) -> None:
+    """`database_pool_size` lets many processes fit under the server's max_connections: storage's pool, its
+    reads' (at most 4) and the PostgreSQL broker's each hold at most that many connections."""
+    url = scaleout_services.fresh().database_url
+    for size, expected in ((2, (2, 2, 2)), (0, (10, 4, 16))):
+        storage = await open_storage(url, pool_size=size)
+        broker = open_broker(url, pool_size=size)
+        try:
+            assert isinstance(storage, PostgresStorage) and isinstance(broker, PostgresBroker)
+            assert (storage._pool.max_size, storage._reads.max_size, broker._pool.max_size) == expected
+        finally:
+            await storage.close()

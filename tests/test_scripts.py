@@ -91,9 +91,18 @@ def finish(delete_thread: bool = False, **changes: Any) -> Script[Any]:
 
 
 def test_finish_run_ends_the_run_and_reconciles_its_thread_in_one_step() -> None:
-    steps, finished = drive(finish(status="idle"), [([{"run_id": "r1", "thread_id": "t1"}], None, None)])
+    steps, finished = drive(finish(status="idle"), [([{"run_id": "r1", "thread_id": "t1"}], None,
+                                                     [{"status": "idle"}])])
     assert names(steps[0])[:2] == ["finish_run", "lock_thread_of_run"] and len(steps) == 1
-    assert finished == {"run_id": "r1", "thread_id": "t1", "output": {"v": 1}}  # the output as given, not text
+    # the output as given, not text; and whether the thread has another active run (here: no)
+    assert finished == {"run_id": "r1", "thread_id": "t1", "output": {"v": 1}, "thread_busy": False}
+
+
+def test_finish_run_says_when_its_thread_has_another_active_run() -> None:
+    """The worker that ended the run claims the thread's next one at once only then (else its claim would
+    find nothing, a claim per run for nothing)."""
+    _, finished = drive(finish(status="idle"), [([{"run_id": "r1", "thread_id": "t1"}], None, [{"status": "busy"}])])
+    assert finished["thread_busy"] is True
 
 
 def test_finish_run_not_the_callers_to_end_rolls_back() -> None:
@@ -116,7 +125,7 @@ def test_finish_run_of_a_stateless_run_deletes_its_thread_but_keeps_the_run() ->
                                                          (None, None, None, [{"thread_id": "t1"}])])
     assert names(steps[0]) == ["finish_run"]
     assert "delete_threads_runs" not in names(steps[1]) and names(steps[1])[-1] == "delete_threads"
-    assert finished["run_id"] == "r1"
+    assert finished["run_id"] == "r1" and finished["thread_busy"] is False
     assert drive(finish(delete_thread=True), [[]]) == ([steps[0]], None)  # not ours: nothing deleted
 
 

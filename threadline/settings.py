@@ -86,6 +86,12 @@ class Settings:
         256 * 1024 * 1024, "Bytes of events this process keeps for all runs together: past it, finished runs' "
         "events go first (oldest runs first), then the oldest events of the largest running one."
     )
+    database_pool_size: int = _setting(
+        0, "PostgreSQL only: the most connections each of this process's pools holds (storage's, for writes, "
+        "checkpoints and the store; without Redis, the broker's), reads having at most this many of their own "
+        "too (at most 4). 0: the defaults, 10 for storage (+ 4 for reads) and 16 for the broker. Lower it to "
+        "fit many processes under the server's max_connections."
+    )
     stream_outbox_bytes: int = _setting(
         16 * 1024 * 1024, "With Redis or the PostgreSQL broker: bytes of events this process's runs may have posted "
         "and not yet stored there; past it, a run's next event waits until the broker caught up."

@@ -30,8 +30,10 @@ def broker_kind(url: str | None) -> str:
 
 
 def open_broker(url: str | None, *, buffer_events: int = 10_000, buffer_bytes: int = 8 << 20,
-                total_bytes: int = 256 << 20, key_prefix: str = "threadline", outbox_bytes: int = 16 << 20) -> Broker:
-    """The broker `url` names (see `broker_url`); None means in-process (the embedded default)."""
+                total_bytes: int = 256 << 20, key_prefix: str = "threadline", outbox_bytes: int = 16 << 20,
+                pool_size: int = 0) -> Broker:
+    """The broker `url` names (see `broker_url`); None means in-process (the embedded default). `pool_size`: the
+    PostgreSQL broker's most pooled connections (0: its default)."""
     if url is None or url.startswith("memory:"):
         from threadline.broker.memory import MemoryBroker
 
@@ -45,5 +47,6 @@ def open_broker(url: str | None, *, buffer_events: int = 10_000, buffer_bytes: i
         from threadline.broker.postgres import PostgresBroker
 
         return PostgresBroker(url, buffer_events=buffer_events, buffer_bytes=buffer_bytes, total_bytes=total_bytes,
-                              key_prefix=key_prefix, outbox_bytes=outbox_bytes)
+                              key_prefix=key_prefix, outbox_bytes=outbox_bytes,
+                              **({"max_connections": pool_size} if pool_size > 0 else {}))
     raise ValueError(f"unsupported broker URL {url!r}: use redis://host:port/db, or leave it unset")

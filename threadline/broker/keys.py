@@ -23,8 +23,11 @@ class Keys:
         self.prefix = prefix
         #: SCAN pattern of every key of this deployment.
         self.everything = f"{glob_escape(prefix)}:*"
-        #: Channel of worker wake-ups (one PUBLISH per wake-up; payload: the sender's id).
+        #: Channel of worker wake-ups (one PUBLISH per wake-up; payload: the sender's id). Sent by versions
+        #: before the wake-up tokens; still listened to, so that their enqueues wake workers during an upgrade.
         self.wake_channel = f"{prefix}:wake"
+        #: List of wake-up tokens: one pushed per wake-up, taken (BLPOP) by one waiting claimer of any process.
+        self.wake_tokens = f"{prefix}:wake:tokens"
         #: Pattern of the per-run "run done" channels.
         self.done_pattern = f"{glob_escape(prefix)}:done:*"
         #: Pattern of the per-run cancel channels.

@@ -35,13 +35,18 @@ class LocalSignals:
     async def wake(self) -> None:
         self._hand_over()
 
-    def _hand_over(self) -> None:
+    def wake_waiting(self) -> bool:
+        """Hand a wake-up to a slot that waits now; False, and nothing counted, when none does."""
         while self._idle:
             waiter = self._idle.popleft()
             if not waiter.done():
                 waiter.set_result(None)
-                return
-        self._wakeups += 1
+                return True
+        return False
+
+    def _hand_over(self) -> None:
+        if not self.wake_waiting():
+            self._wakeups += 1
 
     async def wait_for_work(self, timeout: float) -> None:
         if self._wakeups > 0:

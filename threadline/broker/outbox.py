@@ -25,7 +25,8 @@ from threadline.broker.base import event_bytes
 from threadline.broker.outage import Outage
 from threadline.errors import BrokerUnavailable, Unavailable
 
-#: ("event", run_id, (event, data, future or None)), ("end", run_id, future), ("signal", channel, payload).
+#: ("event", run_id, (event, data, future or None)), ("end", run_id, future), ("signal", channel, payload),
+#: ("token", key, ""): a wake-up token (Redis).
 Item = tuple[str, str, Any]
 
 

@@ -5,8 +5,11 @@ process to its byte budgets, `threadline.broker.budget`), a flag once the stream
 before the worker registered. They expire: `retain_seconds` after the run's
 end, `live_seconds` after the last event of a run that never ends (its process died).
 
-Wake-ups, run-done and cancel signals are pub/sub messages: each process listens with one connection and
-hands them to local waiters. A lost message costs latency, never a stuck run: idle workers poll storage,
+Run-done and cancel signals are pub/sub messages: each process listens with one connection and hands them
+to local waiters. A wake-up (a run was enqueued) is a token pushed on a list, which one waiting claimer of
+one process takes (BLPOP, on a connection of its own): one claim answers each enqueued run, where a message
+to every process made each of them claim, and all but one found nothing. A lost token, or a message, costs
+latency, never a stuck run: idle workers poll storage,
 waiters re-check storage, a cancel is also stored for its run, and after a dropped subscription each
 process re-checks everything it waits for. Names of keys and channels are in `threadline.broker.keys`.
 """
@@ -97,6 +100,10 @@ class RedisBroker(Broker):
     batch_bytes = 256 * 1024
     #: During an outage, at most one log line (a count of what failed) per this many seconds.
     outage_report_seconds = 30.0
+    #: Most wake-up tokens kept (more are dropped: runs claimed by a slot that frees, or by a poll, need none),
+    #: and how long the list lives after its last push (nobody took them: the claimers poll anyway).
+    wake_tokens_max = 1000
+    wake_tokens_seconds = 60
 
     def __init__(self, url: str, *, buffer_events: int = 10_000, buffer_bytes: int = 8 << 20,
                  total_bytes: int = 256 << 20, key_prefix: str = "threadline", max_connections: int = 64,
@@ -120,6 +127,12 @@ class RedisBroker(Broker):
                                         **options)
         self._pubsub: PubSub | None = None
         self._listening: asyncio.Task[None] | None = None
+        # Wake-up tokens are taken on a connection of their own (a BLPOP blocks it), only while a claimer of
+        # this process waits for work (`_want`); an API-only process never opens it.
+        self._taker = Redis.from_url(url, **options)
+        self._taking: asyncio.Task[None] | None = None
+        self._waiting = 0
+        self._want = asyncio.Event()
         # What this process does with a signal, wherever it came from (shared with MemoryBroker).
         self._signals = LocalSignals()
         # Runs whose stored early cancel still has to be read (Redis failed at registration, or resubscribed).
@@ -148,13 +161,18 @@ class RedisBroker(Broker):
 
     async def close(self) -> None:
         await self._outbox.drain()  # what was queued is sent first
+        if self._taking is not None:
+            self._taking.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._taking
+            self._taking = None
         if self._listening is not None:
             self._listening.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._listening
             self._listening = None
         await self._drop_subscription()
-        for client in (self._redis, self._reader, self._listener):
+        for client in (self._redis, self._reader, self._listener, self._taker):
             with contextlib.suppress(*_ERRORS):
                 await client.aclose()
 
@@ -184,9 +202,13 @@ class RedisBroker(Broker):
         waiting: list[tuple[int, asyncio.Future[Any]]] = []  # (index of the item's reply, its waiter)
         async with self._exchange(), self._redis.pipeline(transaction=False) as pipe:
             expiring: set[str] = set()  # runs whose events' expiry this batch has set
+            tokens = 0
             for kind, name, value in batch:
                 if kind == "signal":
                     pipe.publish(name, f"{self._id} {value}")
+                    continue
+                if kind == "token":
+                    tokens += 1
                     continue
                 events = self._keys.events(name)
                 if kind == "end":
@@ -208,6 +230,10 @@ class RedisBroker(Broker):
                         expiring.add(name)
             for run_id, keep in self._budget.trims().items():  # within the byte budgets
                 pipe.xtrim(self._keys.events(run_id), maxlen=keep, approximate=False)
+            if tokens:  # the batch's wake-ups in one push
+                pipe.rpush(self._keys.wake_tokens, *["1"] * tokens)
+                pipe.ltrim(self._keys.wake_tokens, 0, self.wake_tokens_max - 1)
+                pipe.expire(self._keys.wake_tokens, self.wake_tokens_seconds)
             replies = await pipe.execute()
         for index, waiter in waiting:
             if not waiter.done():
@@ -332,14 +358,46 @@ class RedisBroker(Broker):
     # Wake-ups.
 
     async def wake_workers(self) -> None:
-        await self._signals.wake()  # this process's claimer at once, without a round trip
-        self._signal(self._keys.wake_channel)
+        """This process's claimer at once, without a round trip, when it waits; else a token for one claimer
+        of any process (counted here too: a claimer in the middle of a claim looks again after it)."""
+        if not self._signals.wake_waiting():
+            await self._signals.wake()
+            self._outbox.put(("token", self._keys.wake_tokens, ""))
 
     async def wake_here(self) -> None:
         await self._signals.wake()
 
     async def wait_for_work(self, timeout: float) -> None:
-        await self._signals.wait_for_work(timeout)
+        self._waiting += 1
+        self._want.set()
+        if self._taking is None:
+            self._taking = asyncio.create_task(self._take_tokens(), name="threadline-redis-wake-tokens")
+        try:
+            await self._signals.wait_for_work(timeout)
+        finally:
+            self._waiting -= 1
+            if not self._waiting:
+                self._want.clear()
+
+    async def _take_tokens(self) -> None:
+        """While a claimer of this process waits for work, take one wake-up token at a time and hand it to
+        the claimer. A token taken once no claimer waits any more (its slots filled meanwhile) goes back on
+        the list for another process. Redis away: the claimers' poll finds the runs, and this tries again."""
+        backoff = 0.1
+        while True:
+            await self._want.wait()
+            try:
+                async with self._exchange(self.block_seconds):
+                    taken = await self._taker.blpop([self._keys.wake_tokens], timeout=self.block_seconds)
+            except (*_ERRORS, Unavailable) as exc:
+                if not isinstance(exc, Unavailable):  # an Unavailable was counted by its exchange
+                    self.outage.failed(exc)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            backoff = 0.1
+            if taken is not None and not self._signals.wake_waiting():
+                self._outbox.put(("token", self._keys.wake_tokens, ""))
 
     # Run done.
 

@@ -125,11 +125,13 @@ class Runtime:
                                      encryption=load_encryption(project), checkpointer=checkpointer,
                                      caps_active_runs=bool(settings.max_active_runs
                                                            or settings.max_active_runs_per_identity),
-                                     checkpoint_cache_bytes=settings.checkpoint_cache_bytes)
+                                     checkpoint_cache_bytes=settings.checkpoint_cache_bytes,
+                                     pool_size=settings.database_pool_size)
         chosen = broker_url(url, settings.redis_url)
         broker = open_broker(chosen, buffer_events=settings.stream_buffer_events,
                              buffer_bytes=settings.stream_buffer_bytes, total_bytes=settings.stream_memory_bytes,
-                             key_prefix=settings.redis_key_prefix, outbox_bytes=settings.stream_outbox_bytes)
+                             key_prefix=settings.redis_key_prefix, outbox_bytes=settings.stream_outbox_bytes,
+                             pool_size=settings.database_pool_size)
         await broker.start()
         if storage.capabilities.get("multi_process") and chosen is None:
             log.warning("%s is shareable, but without a shared broker stream events, wake-ups and cancels stay "

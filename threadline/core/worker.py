@@ -232,8 +232,9 @@ class WorkerPool:
         self._running[run["run_id"]] = (task, lease)
         self._reserved -= 1  # the slot is now counted in `_running`
         began = time.monotonic()
+        finished: RunRecord | None = None
         try:
-            finished: RunRecord | None = await task
+            finished = await task
             return finished
         except asyncio.CancelledError:
             if not task.done():
@@ -251,8 +252,11 @@ class WorkerPool:
             self._after_runs.run_ended(time.monotonic() - began, len(self._running))  # their garbage, now
             full = self._full  # the claimer waits for a free slot: it claims at once, no wake-up needed
             await asyncio.shield(self._slot_freed())
-            if not self._stopping and not full:  # the run's thread may have its next run waiting, and here is
-                await asyncio.shield(self.broker.wake_here())  # a free slot
+            # The run's thread may have its next run waiting, and here is a free slot: claim it at once. The
+            # run's end says whether it has one (`thread_busy`); a run that did not end so may have.
+            next_waits = finished is None or finished.get("thread_busy", True)
+            if not self._stopping and not full and next_waits:
+                await asyncio.shield(self.broker.wake_here())
 
     async def _traced(self, run: RunRecord, stop: StopSignal, lease: Lease,
                       assistant: AssistantRecord | None) -> RunRecord | None:

@@ -157,7 +157,7 @@ class PostgresStorage(SQLStorage):
                          kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row,
                                  "options": session_options(url, cls.idle_in_transaction_ms)})
 
-        pool, reads = new_pool(pool_size), new_pool(cls.read_pool_size)
+        pool, reads = new_pool(pool_size), new_pool(min(cls.read_pool_size, pool_size))
         try:
             await pool.open(wait=True, timeout=15)
             await reads.open(wait=True, timeout=15)

@@ -72,6 +72,7 @@ class RunRecord(NewRun):
     identity: str | None  # the creator, when a per-identity cap applies (else None: not counted)
     quota_slots: int  # how many caps on active runs count it (PostgreSQL: the quota slots it holds)
     past_deadline: NotRequired[bool]  # only on the rows `recover_runs` reads (`running_runs`, `lapsed_runs`)
+    thread_busy: NotRequired[bool]  # only on the run `finish_run` returns: its thread has another active run
 
 
 class ThreadRecord(TypedDict):

@@ -145,15 +145,16 @@ def delete_expired_threads(d: Dialect, cutoff: str | None, limit: int) -> Script
 
 
 def reconcile(d: Dialect, changes: Row, *, thread_id: str | None = None, run_id: str | None = None,
-              only_if_busy: bool = False) -> tuple[Q, Q]:
+              only_if_busy: bool = False, returning: bool = False) -> tuple[Q, Q]:
     """The thread status rule (`Dialect.reconcile_thread`), its row locked first as `enqueue_run` locks it:
     a run enqueued concurrently is then either seen (the thread stays busy) or enqueued after us (and marks
-    the thread busy itself). Neither statement is waited for."""
+    the thread busy itself). Neither statement is waited for, but the update when `returning` (its row: the
+    thread's status after it)."""
     columns, status, only_busy = thread_status_changes(changes, only_if_busy=only_if_busy)
     key = {"run_id": run_id} if run_id is not None else {"thread_id": thread_id}
     lock = q(d, "lock_thread_of_run" if run_id is not None else "lock_thread", wait=False, **key)
-    return lock, Q(d.reconcile_thread(columns, of_run=run_id is not None, only_if_busy=only_busy),
-                   {**columns, "status": status, **key}, wait=False)
+    return lock, Q(d.reconcile_thread(columns, of_run=run_id is not None, only_if_busy=only_busy,
+                                      returning=returning), {**columns, "status": status, **key}, wait=returning)
 
 
 # --- runs and the queue ---------------------------------------------------------
@@ -254,7 +255,8 @@ def set_run_deadline(d: Dialect, run_id: str, seconds: float, replace: bool = Fa
 def finish_run(d: Dialect, run_id: str, status: str, error: Any, output: Any, thread_changes: Row,
                worker_id: str | None, attempt: int | None, delete_thread: bool) -> Script[RunRecord | None]:
     """The run ended (fenced by worker and attempt when given) and its thread reconciled in one round trip;
-    rolled back when the run was not the caller's to end."""
+    rolled back when the run was not the caller's to end. The run as ended, with `thread_busy`: its thread
+    has another active run (one that waited for this one: the worker that ended it may claim it at once)."""
     encoded = Encoded(dumps(output)) if output is not None else None
     if encoded is not None and thread_changes.get("values") is output:  # the output, often the whole state,
         thread_changes = {**thread_changes, "values": encoded}          # is encoded once
@@ -265,11 +267,13 @@ def finish_run(d: Dialect, run_id: str, status: str, error: Any, output: Any, th
         if not finished:
             return None
         yield from delete_threads(d, [finished[0]["thread_id"]], keep_runs=True)
+        thread: list[Row] | None = None
     else:
-        finished, *_ = yield (finish, *reconcile(d, thread_changes, run_id=run_id))
+        finished, _, thread = yield (finish, *reconcile(d, thread_changes, run_id=run_id, returning=True))
         if not finished:
             raise Undo(None)
-    return cast("RunRecord", {**finished[0], "output": output})
+    busy = thread is not None and bool(thread) and thread[0]["status"] == "busy"
+    return cast("RunRecord", {**finished[0], "output": output, "thread_busy": busy})
 
 
 def heartbeat_runs(d: Dialect, worker_id: str, held: dict[str, int], lease_seconds: float) -> Script[set[str]]:

@@ -395,15 +395,18 @@ class Dialect:
         return self.sql(f"UPDATE {table} SET {', '.join(sets)} WHERE {key} = :{key}"
                         + (" RETURNING *" if returning else ""))
 
-    def reconcile_thread(self, columns: Iterable[str], *, of_run: bool, only_if_busy: bool) -> str:
+    def reconcile_thread(self, columns: Iterable[str], *, of_run: bool, only_if_busy: bool,
+                         returning: bool = False) -> str:
         """The thread status rule, in SQL so that nothing waits for a result: a thread is busy while it has an
         active run, else it takes `:status` (the finisher's: idle, interrupted or error). `only_if_busy`: a
-        thread that is not busy and has no active run keeps its status. `of_run`: the thread of `:run_id`."""
+        thread that is not busy and has no active run keeps its status. `of_run`: the thread of `:run_id`.
+        `returning`: the thread's status after it."""
         target = "(SELECT thread_id FROM runs WHERE run_id = :run_id)" if of_run else ":thread_id"
         sets = "".join(f"{_q(c)} = {_value(c)}, " for c in columns)
         guard = f" AND (status = 'busy' OR {_ACTIVE_RUN})" if only_if_busy else ""
         return self.sql(f"UPDATE threads SET {sets}updated_at = {{now}}, status = CASE WHEN {_ACTIVE_RUN} "
-                        f"THEN 'busy' ELSE :status END WHERE thread_id = {target}{guard}")
+                        f"THEN 'busy' ELSE :status END WHERE thread_id = {target}{guard}"
+                        + (" RETURNING status" if returning else ""))
 
     def search(self, table: str, where: str, order: str) -> str:
         return self.sql(f"SELECT * FROM {table} {where} ORDER BY {order} LIMIT :limit OFFSET :offset")
