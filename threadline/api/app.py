@@ -25,6 +25,7 @@ from threadline.api import (
     mcp,
     metrics,
     protocol,
+    routing,
     runs,
     store,
     system,
@@ -71,6 +72,10 @@ class App(FastAPI):
 
     def build_middleware_stack(self) -> Any:
         stack = super().build_middleware_stack()
+        # Built at the first request, once every route is in: the routes tried once (`threadline.api.routing`).
+        if self.router.middleware_stack == self.router.app:  # (a router with middleware of its own: as it is)
+            self.router.middleware_stack = routing.RouteIndex(self.router)
+        routing.remember_matches(self.router)
         return errors.Contained(self.front(stack) if self.front is not None else stack)
 
 
@@ -116,7 +121,9 @@ def create_app(settings: Settings | None = None, *, watch_ui: bool = False) -> F
     limiter = RateLimiter.of(settings)
     # Added first, so innermost: rate limits by the authenticated identity (`identity_of`), before any route
     # reads the body; requests that fail authentication are counted by address outside it (`AuthFailures`).
-    app.add_middleware(RateLimit, limiter=limiter)
+    # No budget set (the default): no layer, nothing done per request.
+    if limiter.enabled:
+        app.add_middleware(RateLimit, limiter=limiter)
     encryption = load_encryption(project)
     if encryption is not None:  # inside authentication: `@encryption.context` sees the caller
         app.add_middleware(EncryptionContext, encryption=encryption)
