@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextvars
 import copy
+import functools
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -46,7 +47,33 @@ def fastapi_urls(http: HttpConfig) -> dict[str, Any]:
 
 def cors_middleware(app: Any, http: HttpConfig) -> Any:
     """Starlette's CORSMiddleware (LangGraph's server uses it too) with `http.cors`, or our defaults."""
-    return CORSMiddleware(app, **(http.cors.options() if http.cors is not None else DEFAULT_CORS))
+    return Cors(app, **(http.cors.options() if http.cors is not None else DEFAULT_CORS))
+
+
+class Cors(CORSMiddleware):
+    """Starlette's CORSMiddleware, but a request without `Origin` (any client but a browser's cross-origin
+    call) is answered as it answers one, without parsing the request's headers or the response's: `Vary`
+    gains `Origin` (its values joined into one field, where the first was)."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and not any(name == b"origin" for name, _ in scope.get("headers") or ()):
+            await self.app(scope, receive, functools.partial(_vary_origin, send))
+            return
+        await super().__call__(scope, receive, send)
+
+
+async def _vary_origin(send: Any, message: Any) -> None:
+    if message["type"] == "http.response.start":
+        headers = message["headers"] = list(message.get("headers") or ())
+        found = [i for i, (name, _) in enumerate(headers) if name == b"vary"]
+        value = b", ".join([*(headers[i][1] for i in found), b"Origin"])
+        for i in reversed(found[1:]):
+            del headers[i]
+        if found:
+            headers[found[0]] = (b"vary", value)
+        else:
+            headers.append((b"vary", value))
+    await send(message)
 
 
 class HeaderRules:

@@ -19,9 +19,18 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._refuse(send)
+        declared = None
+        for name, value in scope.get("headers") or ():
+            if name == b"content-length":
+                declared = value  # (the last one, as a dict of the headers would hold)
+        if declared is not None and declared.isdigit():
+            if int(declared) > self.max_bytes:
+                await self._refuse(send)
+                return
+            # Within the limit: nothing to count, since an HTTP server hands the app no more body than the
+            # request declares (h11 and httptools frame it by `Content-Length`). Only a body of unknown length
+            # (chunked) is counted as it streams in.
+            await self.app(scope, receive, send)
             return
         seen = 0
         started = False
