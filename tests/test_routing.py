@@ -71,6 +71,11 @@ async def test_the_route_index_answers_as_the_full_scan() -> None:
     for route in fixed.routes:
         original = route.matches
         route.matches = lambda scope, original=original: (calls.append(scope["path"]), original(scope))[1]  # type: ignore[method-assign]
+    asked: list[str] = []  # the branches the app's router asked
+    for branch in app.router.routes:
+        if getattr(branch, "original_router", None) is fixed:
+            original = branch.matches
+            branch.matches = lambda scope, original=original: (asked.append(scope["path"]), original(scope))[1]  # type: ignore[method-assign]
     async with (httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http,
                 httpx.AsyncClient(transport=httpx.ASGITransport(app=plain), base_url="http://t") as full):
         for method, path in (("GET", "/a/1"), ("GET", "/c/d"), ("GET", "/z/b"), ("GET", "/a"), ("POST", "/a/1"),
@@ -82,9 +87,9 @@ async def test_the_route_index_answers_as_the_full_scan() -> None:
         calls.clear()
         assert (await http.get("/a/2")).json() == {"a": "2"}
         assert calls == ["/a/2"]  # matched once: the branch's second match is its first one's answer
-        calls.clear()
+        asked.clear()
         assert (await http.get("/c/d")).status_code == 200
-        assert calls == []  # a router for another first segment is never tried
+        assert asked == []  # a router for another first segment is never asked
 
         @app.get("/later/{n}")
         async def later(n: str) -> dict[str, str]:
