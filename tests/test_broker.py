@@ -710,7 +710,7 @@ async def test_redis_posts_survive_a_dropped_connection_and_a_missing_script(
     await broker.publish("r", "values", b"1")  # the outbox's connection is open now
     client = aioredis.Redis.from_url(REDIS_URL)
     try:
-        poster = broker._poster[1]  # type: ignore[index]
+        poster = broker._poster[1]
         await poster.send_command("CLIENT", "ID")
         await client.client_kill_filter(_id=await poster.read_response())
         await broker.post("r", "values", b"2")
