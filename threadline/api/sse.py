@@ -104,7 +104,7 @@ def event_response(
         if response.metrics is not None:
             response.metrics.track_read_ahead(pump)
         loop = asyncio.get_running_loop()
-        written = -1e9  # when the last batch was taken to be written
+        pace = Pace(response.coalesce, max(response.coalesce_most, response.coalesce))
         try:
             while True:
                 if draining is not None and draining.is_set():
@@ -115,11 +115,12 @@ def event_response(
                     async with asyncio.timeout(None) as scope:
                         waiting.append(scope)
                         try:
-                            # Within `coalesce` of the last write, wait for its end: what comes meanwhile goes
+                            # Within the window of the last write, wait for its end: what comes meanwhile goes
                             # out in one write (a pass through the middleware and one wake-up for them all);
-                            # after a quiet spell, the next event goes out at once.
-                            if (pause := written + response.coalesce - loop.time()) > 0:
+                            # after a quiet spell, the next event goes out at once (`Pace`).
+                            if (pause := pace.pause(loop.time())) > 0:
                                 await asyncio.sleep(pause)
+                            asked = loop.time()
                             batch = await pump.take()
                         finally:
                             waiting.clear()
@@ -130,7 +131,7 @@ def event_response(
                 if not batch:  # the run's stream ended
                     left = False
                     break
-                written = loop.time()
+                pace.wrote(asked, loop.time())
                 yield b"".join(map(frame_bytes, batch))  # whatever is ready: one send, one socket write
         except Exception as exc:  # noqa: BLE001 - our side failed (the broker, say): tell the client; the run goes on
             left = False
@@ -244,6 +245,34 @@ class Batches:
             self._closing = asyncio.ensure_future(aclose())
 
 
+class Pace:
+    """When a stream's response takes its next batch to write: not before `window` seconds after its last write,
+    so what comes meanwhile goes out in one write. The window is `base` after a quiet spell (the first event
+    then goes out at once: a stream's first token is not delayed more than before), and doubles, up to
+    `most`, each time the events were there as soon as the response asked for them at the window's end (the
+    stream is busy: its tokens come faster than it writes); a batch the response had to wait for (longer than
+    `base`) sets it back to `base`. So a
+    busy stream writes at most every `most` seconds, and no event waits longer than that for its write."""
+
+    __slots__ = ("base", "most", "window", "written")
+
+    def __init__(self, base: float, most: float) -> None:
+        self.base, self.most = base, max(most, base)
+        self.window = base
+        self.written = -1e9  # when the last batch was taken to be written
+
+    def pause(self, now: float) -> float:
+        """Seconds to wait before taking the next batch (0 or less: take it now)."""
+        return self.written + self.window - now
+
+    def wrote(self, asked: float, now: float) -> None:
+        """A batch asked for at `asked` was taken at `now`, to be written. Busy: asked for as the last write's
+        window ended (not after a quiet spell), and there at once."""
+        busy = now - asked < self.base and asked - self.written < self.window + self.base
+        self.window = min(self.window * 2, self.most) if busy else self.base
+        self.written = now
+
+
 def frame_bytes(ev: StreamEvent) -> bytes:
     framed = frame(ev)
     return framed if isinstance(framed, bytes) else framed.encode()
@@ -265,6 +294,7 @@ class CountedEventSource(EventSourceResponse):
     slot: Release | None = None
     metrics: Metrics | None = None  # the app's, once served (its streams' read-ahead is counted there)
     coalesce = 0.0  # seconds: the app's `stream_coalesce_ms`, once served
+    coalesce_most = 0.0  # seconds: the app's `stream_coalesce_max_ms`, once served
 
     _sender: asyncio.Task[Any] | None = None  # the task that sends the frames
     _send_started: float | None = None  # when the send in progress began (None: none in progress)
@@ -306,6 +336,7 @@ class CountedEventSource(EventSourceResponse):
         if self.send_timeout is None:  # the app's `stream_send_timeout_seconds` (0: never)
             self.send_timeout = getattr(settings, "stream_send_timeout_seconds", 0) or None
         self.coalesce = getattr(settings, "stream_coalesce_ms", 0) / 1000
+        self.coalesce_most = getattr(settings, "stream_coalesce_max_ms", 0) / 1000
         if self.slot is None:
             try:
                 self.slot = await stream_slot(Request(scope))
