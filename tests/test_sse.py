@@ -92,7 +92,7 @@ def test_a_busy_stream_writes_less_often_and_a_quiet_one_at_once() -> None:
     response had to wait for sets it back."""
     pace = Pace(0.002, 0.016)
     assert pace.pause(100.0) <= 0  # the first event: at once
-    pace.wrote(100.0, 100.0001)  # it was there
+    pace.wrote(100.0, 100.0001)  # it was there, and still the next wait is the base
     waits = []
     now = 100.0001
     for _ in range(5):  # a busy stream: every batch ready when asked
@@ -102,8 +102,10 @@ def test_a_busy_stream_writes_less_often_and_a_quiet_one_at_once() -> None:
         pace.wrote(now, now + 0.0001)
         now += 0.0001
     assert waits == [0.002, 0.004, 0.008, 0.016, 0.016]
-    pace.wrote(now + 0.016, now + 0.05)  # waited 34 ms for the next event: the stream had paused
-    assert round(pace.pause(now + 0.05), 6) == 0.002
+    pace.wrote(now + 0.016, now + 0.035)  # waited 19 ms, longer than the most: the stream had paused
+    assert round(pace.pause(now + 0.035), 6) == 0.002
+    pace.wrote(now + 0.037, now + 0.0375)  # ready within 4 ms (twice the base): busy again
+    assert round(pace.pause(now + 0.0375), 6) == 0.004
     assert pace.pause(now + 0.06) <= 0  # and after a quiet spell the next goes out at once
 
 

@@ -245,13 +245,16 @@ class Batches:
             self._closing = asyncio.ensure_future(aclose())
 
 
+_NEVER = -1e9
+
+
 class Pace:
     """When a stream's response takes its next batch to write: not before `window` seconds after its last write,
-    so what comes meanwhile goes out in one write. The window is `base` after a quiet spell (the first event
-    then goes out at once: a stream's first token is not delayed more than before), and doubles, up to
-    `most`, each time the events were there as soon as the response asked for them at the window's end (the
-    stream is busy: its tokens come faster than it writes); a batch the response had to wait for (longer than
-    `base`) sets it back to `base`. So a
+    so what comes meanwhile goes out in one write. The window is `base` at first and after a quiet spell (the
+    first event then goes out at once: a stream's first token is not delayed more than before), and doubles,
+    up to `most`, each time the next batch came sooner than the doubled window would last (the stream is busy:
+    its events come faster than it writes); a batch the response waited for longer than that sets it back to
+    `base`. (The wait for a batch includes the broker's read: a Redis `XREAD`'s round trip counts as waiting.) So a
     busy stream writes at most every `most` seconds, and no event waits longer than that for its write."""
 
     __slots__ = ("base", "most", "window", "written")
@@ -259,17 +262,18 @@ class Pace:
     def __init__(self, base: float, most: float) -> None:
         self.base, self.most = base, max(most, base)
         self.window = base
-        self.written = -1e9  # when the last batch was taken to be written
+        self.written = _NEVER  # when the last batch was taken to be written
 
     def pause(self, now: float) -> float:
         """Seconds to wait before taking the next batch (0 or less: take it now)."""
         return self.written + self.window - now
 
     def wrote(self, asked: float, now: float) -> None:
-        """A batch asked for at `asked` was taken at `now`, to be written. Busy: asked for as the last write's
-        window ended (not after a quiet spell), and there at once."""
-        busy = now - asked < self.base and asked - self.written < self.window + self.base
-        self.window = min(self.window * 2, self.most) if busy else self.base
+        """A batch asked for at `asked` was taken at `now`, to be written. Busy: not the stream's first batch,
+        and it came sooner than the longer wait would have lasted (so that wait joins more in one write)."""
+        longer = min(self.window * 2, self.most)
+        busy = self.written > _NEVER and now - asked < longer
+        self.window = longer if busy else self.base
         self.written = now
 
 
