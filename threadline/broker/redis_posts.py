@@ -3,7 +3,7 @@
 A batch (the events, stream ends and signals queued while the previous one was in flight) used to be a
 pipeline of one `XADD` per event, an `EXPIRE` per run, a `PUBLISH` per signal: a command packed and a reply
 read back per event, and a pool checkout per batch. On the `pg` stack's long streams that was a fifth of the
-worker's CPU (bench/README.md, "Fewer Redis commands per token (2026-12-07)"). It is now one `EVALSHA` of
+worker's CPU (bench/README.md, "Fewer writes per token ... (2026-12-07)"). It is now one `EVALSHA` of
 `POST_SCRIPT`, whose arguments are the batch's operations in order, and whose one reply is the ids the
 waiters of the batch get. Pure: packing only, no I/O (`RedisBroker._send_batch` sends it).
 """
