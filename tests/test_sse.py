@@ -90,7 +90,7 @@ def test_a_busy_stream_writes_less_often_and_a_quiet_one_at_once() -> None:
     """`Pace`, on a clock of its own: the first event after a quiet spell is taken at once; while each batch is
     there as soon as it is asked for, the wait between writes doubles from the base to the most; a batch the
     response had to wait for sets it back."""
-    pace = Pace(0.002, 0.016)
+    pace = Pace(0.002, 0.016, settle=0.0)
     assert pace.pause(100.0) <= 0  # the first event: at once
     pace.wrote(100.0, 100.0001)  # it was there, and still the next wait is the base
     waits = []
@@ -117,3 +117,19 @@ def test_pace_with_no_most_above_the_base_is_a_fixed_wait() -> None:
     zero = Pace(0.0, 0.016)  # stream_coalesce_ms 0: everything ready at once, always
     zero.wrote(1.0, 1.0)
     assert zero.pause(1.0) <= 0
+
+
+def test_a_short_busy_stream_keeps_the_base_wait() -> None:
+    """Until a stream has been busy for `settle`, its wait stays the base: a short reply's end (its last write)
+    is not delayed by a window grown on it."""
+    pace = Pace(0.002, 0.016, settle=0.1)
+    now = 1.0
+    pace.wrote(now, now)
+    waits = []
+    for _ in range(60):  # 120 ms of batches ready as soon as asked
+        wait = pace.pause(now)
+        waits.append(round(wait, 6))
+        now += wait
+        pace.wrote(now, now)
+    assert set(waits[:50]) == {0.002}  # the first 100 ms: as before
+    assert waits[-1] == 0.016  # busy for longer: the wait has grown to the most

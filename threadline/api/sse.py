@@ -253,16 +253,20 @@ class Pace:
     so what comes meanwhile goes out in one write. The window is `base` at first and after a quiet spell (the
     first event then goes out at once: a stream's first token is not delayed more than before), and doubles,
     up to `most`, each time the next batch came sooner than the doubled window would last (the stream is busy:
-    its events come faster than it writes); a batch the response waited for longer than that sets it back to
-    `base`. (The wait for a batch includes the broker's read: a Redis `XREAD`'s round trip counts as waiting.) So a
+    its events come faster than it writes) once the stream has been busy for `settle` seconds; a batch the
+    response waited for longer than that sets it back to `base`. The `settle` keeps a short reply (a few
+    dozen tokens at once) as it was: the last write of a stream, its end, waits its window too, so a window
+    grown on a short reply would delay the reply's end by up to `most`; on a long one, that is 16 ms of seconds.
+    (The wait for a batch includes the broker's read: a Redis `XREAD`'s round trip counts as waiting.) So a
     busy stream writes at most every `most` seconds, and no event waits longer than that for its write."""
 
-    __slots__ = ("base", "most", "window", "written")
+    __slots__ = ("base", "busy_since", "most", "settle", "window", "written")
 
-    def __init__(self, base: float, most: float) -> None:
-        self.base, self.most = base, max(most, base)
+    def __init__(self, base: float, most: float, settle: float = 0.1) -> None:
+        self.base, self.most, self.settle = base, max(most, base), settle
         self.window = base
         self.written = _NEVER  # when the last batch was taken to be written
+        self.busy_since: float | None = None  # since when each batch came sooner than the doubled wait
 
     def pause(self, now: float) -> float:
         """Seconds to wait before taking the next batch (0 or less: take it now)."""
@@ -272,8 +276,13 @@ class Pace:
         """A batch asked for at `asked` was taken at `now`, to be written. Busy: not the stream's first batch,
         and it came sooner than the longer wait would have lasted (so that wait joins more in one write)."""
         longer = min(self.window * 2, self.most)
-        busy = self.written > _NEVER and now - asked < longer
-        self.window = longer if busy else self.base
+        if self.written > _NEVER and now - asked < longer:
+            if self.busy_since is None:
+                self.busy_since = now
+            if now - self.busy_since >= self.settle:
+                self.window = longer
+        else:
+            self.busy_since, self.window = None, self.base
         self.written = now
 
 
