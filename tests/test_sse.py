@@ -102,7 +102,7 @@ def test_a_busy_stream_writes_less_often_and_a_quiet_one_at_once() -> None:
         pace.wrote(now, now + 0.0001)
         now += 0.0001
     assert waits == [0.002, 0.004, 0.008, 0.016, 0.016]
-    pace.wrote(now + 0.016, now + 0.035)  # waited 19 ms, longer than the most: the stream had paused
+    pace.wrote(now + 0.016, now + 0.035)  # waited 19 ms (with no settle: a pause), the base again
     assert round(pace.pause(now + 0.035), 6) == 0.002
     pace.wrote(now + 0.037, now + 0.0375)  # ready within 4 ms (twice the base): busy again
     assert round(pace.pause(now + 0.0375), 6) == 0.004
@@ -133,3 +133,13 @@ def test_a_short_busy_stream_keeps_the_base_wait() -> None:
         pace.wrote(now, now)
     assert set(waits[:50]) == {0.002}  # the first 100 ms: as before
     assert waits[-1] == 0.016  # busy for longer: the wait has grown to the most
+    pace.wrote(now + 0.016, now + 0.036)  # a hiccup (20 ms, under `settle`): halved, still busy
+    now += 0.036
+    assert round(pace.pause(now), 6) == 0.008
+    pace.wrote(now + 0.008, now + 0.008)
+    now += 0.008
+    assert round(pace.pause(now), 6) == 0.016
+    pace.wrote(now + 0.016, now + 0.2)  # a pause of `settle` or more: the stream starts over
+    now += 0.2
+    pace.wrote(now + 0.002, now + 0.002)
+    assert round(pace.pause(now + 0.002), 6) == 0.002

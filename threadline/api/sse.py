@@ -254,7 +254,8 @@ class Pace:
     first event then goes out at once: a stream's first token is not delayed more than before), and doubles,
     up to `most`, each time the next batch came sooner than the doubled window would last (the stream is busy:
     its events come faster than it writes) once the stream has been busy for `settle` seconds; a batch the
-    response waited for longer than that sets it back to `base`. The `settle` keeps a short reply (a few
+    response waited for longer than that halves it (a hiccup of a loaded machine, a slower spell), and a wait
+    of `settle` or more (a pause) sets it back to `base`, to be earned again. The `settle` keeps a short reply (a few
     dozen tokens at once) as it was: the last write of a stream, its end, waits its window too, so a window
     grown on a short reply would delay the reply's end by up to `most`; on a long one, that is 16 ms of seconds.
     (The wait for a batch includes the broker's read: a Redis `XREAD`'s round trip counts as waiting.) So a
@@ -275,14 +276,16 @@ class Pace:
     def wrote(self, asked: float, now: float) -> None:
         """A batch asked for at `asked` was taken at `now`, to be written. Busy: not the stream's first batch,
         and it came sooner than the longer wait would have lasted (so that wait joins more in one write)."""
-        longer = min(self.window * 2, self.most)
-        if self.written > _NEVER and now - asked < longer:
+        longer, waited = min(self.window * 2, self.most), now - asked
+        if self.written > _NEVER and waited < longer:
             if self.busy_since is None:
                 self.busy_since = now
             if now - self.busy_since >= self.settle:
                 self.window = longer
-        else:
-            self.busy_since, self.window = None, self.base
+        else:  # a slower spell halves the window; a pause of `settle` or more starts the stream over
+            self.window = max(self.window / 2, self.base)
+            if waited >= self.settle or self.written <= _NEVER:
+                self.busy_since, self.window = None, self.base
         self.written = now
 
 
