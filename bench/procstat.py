@@ -95,6 +95,14 @@ class Sampler:
         self.scan()
         return sum(self.writes_by_pid.values())
 
+    def writes_by_group(self) -> dict[int, int]:
+        """Write-family system calls so far of each process group (its processes summed)."""
+        self.scan()
+        out = dict.fromkeys(self.groups, 0)
+        for pid, n in self.writes_by_pid.items():
+            out[self.group_of[pid]] += n
+        return out
+
     def cpu_by_group(self) -> dict[int, float]:
         """CPU seconds so far of each process group (its processes summed), e.g. to split a target by role."""
         self.scan()

@@ -40,7 +40,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -317,7 +317,7 @@ def collapse(path: str, top: int = 40) -> None:
             print(f"{100 * count / total:6.1f}%  {frame}")
 
 
-def by_role(live: Live, before: dict[int, float], after: dict[int, float]) -> dict[str, float]:
+def by_role(live: Live, before: Mapping[int, float], after: Mapping[int, float]) -> dict[str, float]:
     out = dict.fromkeys(("server", "api", "worker"), 0.0)
     for group, cpu in after.items():
         role = live.roles.get(group, "server")
@@ -337,12 +337,14 @@ async def measure(live: Live, wl: Workload, cfg: argparse.Namespace, target_name
         backends = PostgresBackends(live.db_url)
         backends.begin()
         cpu0, groups0, client0, writes0 = sampler.cpu_s(), sampler.cpu_by_group(), time.process_time(), sampler.writes()
+        wgroups0 = sampler.writes_by_group()
         sampler.start()
         with spied(live, cfg, f"{wl.name}-{target_name}"):
             wall, tokens, out = await driver.run()
         cpu, client_cpu, peak = sampler.cpu_s() - cpu0, time.process_time() - client0, sampler.peak()
         writes = sampler.writes() - writes0
         roles = by_role(live, groups0, sampler.cpu_by_group())
+        write_roles = by_role(live, wgroups0, sampler.writes_by_group())
         if (pg_cpu := backends.cpu_s()) is not None:
             roles["postgres"] = pg_cpu
         await asyncio.sleep(cfg.after_seconds)
@@ -358,6 +360,7 @@ async def measure(live: Live, wl: Workload, cfg: argparse.Namespace, target_name
             "cpu_ms_per_token": round(1000 * cpu / tokens, 4) if tokens else None,
             "cpu_ms_per_step": round(1000 * cpu / steps, 3) if steps else None,
             "write_calls": writes, "write_calls_per_token": round(writes / tokens, 3) if tokens else None,
+            "write_calls_by_role": {r: int(v) for r, v in write_roles.items()},
             "client_cpu_s": round(client_cpu, 3) if live.child is None else None,
             "rss_before_mb": mb(rss_before), "rss_peak_mb": mb(peak), "rss_after_mb": mb(rss_after),
             "processes": len(sampler.cpu_by_pid)}
@@ -397,7 +400,13 @@ def summary_line(c: dict[str, Any]) -> str:
     err = f" errors={c['errors']} ({c['first_error']})" if c.get("errors") else ""
     return (f"wall {c['wall_s']:.2f}s  cpu {c['cpu_s']:.2f}s ({role_split(c)})  "
             f"rss {c['rss_before_mb']}/{c['rss_peak_mb']}/{c['rss_after_mb']} MB  "
-            f"write calls {c.get('write_calls')}{err}")
+            f"write calls {c.get('write_calls')}{write_split(c)}{err}")
+
+
+def write_split(c: dict[str, Any]) -> str:
+    """e.g. ` (api 9000 + worker 12000)`, when the target has more than one role."""
+    roles = c.get("write_calls_by_role") or {}
+    return " (" + " + ".join(f"{r} {v}" for r, v in roles.items()) + ")" if len(roles) > 1 else ""
 
 
 def role_split(c: dict[str, Any]) -> str:

@@ -735,6 +735,32 @@ async def test_posts_redis_cannot_store_are_logged_and_the_end_fails(
     assert await _collect(broker, "r", replay=True) == _numbers(0, 2)
 
 
+async def test_redis_posts_survive_a_dropped_connection_and_a_missing_script(
+        redis_deployment: Deployment, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch goes out as one script call on the outbox's own connection (`broker/redis_posts.py`). When Redis
+    closed that connection while it was idle (a restart, an idle timeout), the next batch is sent on a fresh
+    one and nothing is lost; when Redis does not know the script (a restart, `SCRIPT FLUSH`: here, a digest it
+    never saw), the script is sent whole."""
+    broker = await redis_deployment.open()
+    assert isinstance(broker, RedisBroker)
+    await broker.post("r", "values", b"0")
+    await broker.publish("r", "values", b"1")  # the outbox's connection is open now
+    client = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        poster = broker._poster[1]
+        await poster.send_command("CLIENT", "ID")
+        await client.client_kill_filter(_id=await poster.read_response())
+        await broker.post("r", "values", b"2")
+        event_id = await broker.publish("r", "values", b"3")
+        monkeypatch.setattr("threadline.broker.redis_posts.POST_SHA", "0" * 40)
+        await broker.post("r", "values", b"4")
+        await broker.end_stream("r")
+    finally:
+        await client.aclose()
+    events = await _collect_events(broker, "r", replay=True)
+    assert [ev.data for ev in events] == _numbers(0, 1, 2, 3, 4) and events[3].id == event_id
+
+
 async def test_a_stream_end_lost_in_an_outage_is_sent_once_redis_is_back(redis_deployment: Deployment) -> None:
     """A run that ends while Redis is away: its end is not sent, and Redis (not restarted: a partition) still
     holds its events. Once Redis answers again the end is sent by itself, so a client resuming the stream gets

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from threadline.api.sse import Pump, frame_bytes
+from threadline.api.sse import Pace, Pump, frame_bytes
 from threadline.broker.base import StreamEvent
 
 
@@ -84,3 +84,62 @@ def test_frames_are_joined_as_sent_one_by_one() -> None:
     assert frame_bytes(_ev(1, 3)) == b"id: 1-1\r\nevent: custom\r\ndata: xxx\r\n\r\n"
     multiline = StreamEvent("1-2", "custom", b"a\nb")
     assert frame_bytes(multiline) == b"id: 1-2\r\nevent: custom\r\ndata: a\r\ndata: b\r\n\r\n"
+
+
+def test_a_busy_stream_writes_less_often_and_a_quiet_one_at_once() -> None:
+    """`Pace`, on a clock of its own: the first event after a quiet spell is taken at once; while each batch is
+    there as soon as it is asked for, the wait between writes doubles from the base to the most; a batch the
+    response had to wait for sets it back."""
+    pace = Pace(0.002, 0.016, settle=0.0)
+    assert pace.pause(100.0) <= 0  # the first event: at once
+    pace.wrote(100.0, 100.0001)  # it was there, and still the next wait is the base
+    waits = []
+    now = 100.0001
+    for _ in range(5):  # a busy stream: every batch ready when asked
+        wait = pace.pause(now)
+        waits.append(round(wait, 6))
+        now += wait
+        pace.wrote(now, now + 0.0001)
+        now += 0.0001
+    assert waits == [0.002, 0.004, 0.008, 0.016, 0.016]
+    pace.wrote(now + 0.016, now + 0.035)  # waited 19 ms (with no settle: a pause), the base again
+    assert round(pace.pause(now + 0.035), 6) == 0.002
+    pace.wrote(now + 0.037, now + 0.0375)  # ready within 4 ms (twice the base): busy again
+    assert round(pace.pause(now + 0.0375), 6) == 0.004
+    assert pace.pause(now + 0.06) <= 0  # and after a quiet spell the next goes out at once
+
+
+def test_pace_with_no_most_above_the_base_is_a_fixed_wait() -> None:
+    pace = Pace(0.002, 0.0)
+    for now in (1.0, 1.002, 1.004):
+        pace.wrote(now, now)
+        assert round(pace.pause(now), 6) == 0.002
+    zero = Pace(0.0, 0.016)  # stream_coalesce_ms 0: everything ready at once, always
+    zero.wrote(1.0, 1.0)
+    assert zero.pause(1.0) <= 0
+
+
+def test_a_short_busy_stream_keeps_the_base_wait() -> None:
+    """Until a stream has been busy for `settle`, its wait stays the base: a short reply's end (its last write)
+    is not delayed by a window grown on it."""
+    pace = Pace(0.002, 0.016, settle=0.1)
+    now = 1.0
+    pace.wrote(now, now)
+    waits = []
+    for _ in range(60):  # 120 ms of batches ready as soon as asked
+        wait = pace.pause(now)
+        waits.append(round(wait, 6))
+        now += wait
+        pace.wrote(now, now)
+    assert set(waits[:50]) == {0.002}  # the first 100 ms: as before
+    assert waits[-1] == 0.016  # busy for longer: the wait has grown to the most
+    pace.wrote(now + 0.016, now + 0.036)  # a hiccup (20 ms, under `settle`): halved, still busy
+    now += 0.036
+    assert round(pace.pause(now), 6) == 0.008
+    pace.wrote(now + 0.008, now + 0.008)
+    now += 0.008
+    assert round(pace.pause(now), 6) == 0.016
+    pace.wrote(now + 0.016, now + 0.2)  # a pause of `settle` or more: the stream starts over
+    now += 0.2
+    pace.wrote(now + 0.002, now + 0.002)
+    assert round(pace.pause(now + 0.002), 6) == 0.002

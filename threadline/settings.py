@@ -143,6 +143,12 @@ class Settings:
         "and go out together in one write; the first event after a quiet spell goes out at once. 0: each batch "
         "of ready events at once."
     )
+    stream_coalesce_max_ms: float = _setting(
+        16.0, "While a stream's events keep coming faster than it writes (for more than 100 ms), the wait "
+        "between its writes doubles from stream_coalesce_ms up to this many milliseconds (fewer writes per "
+        "token); it falls back to stream_coalesce_ms once the stream pauses. At most stream_coalesce_ms: a "
+        "fixed wait."
+    )
     trusted_proxies: str = _setting(
         "", "Comma-separated addresses or CIDR blocks of reverse proxies whose X-Forwarded-For names the client."
     )

@@ -104,7 +104,7 @@ def event_response(
         if response.metrics is not None:
             response.metrics.track_read_ahead(pump)
         loop = asyncio.get_running_loop()
-        written = -1e9  # when the last batch was taken to be written
+        pace = Pace(response.coalesce, max(response.coalesce_most, response.coalesce))
         try:
             while True:
                 if draining is not None and draining.is_set():
@@ -115,11 +115,12 @@ def event_response(
                     async with asyncio.timeout(None) as scope:
                         waiting.append(scope)
                         try:
-                            # Within `coalesce` of the last write, wait for its end: what comes meanwhile goes
+                            # Within the window of the last write, wait for its end: what comes meanwhile goes
                             # out in one write (a pass through the middleware and one wake-up for them all);
-                            # after a quiet spell, the next event goes out at once.
-                            if (pause := written + response.coalesce - loop.time()) > 0:
+                            # after a quiet spell, the next event goes out at once (`Pace`).
+                            if (pause := pace.pause(loop.time())) > 0:
                                 await asyncio.sleep(pause)
+                            asked = loop.time()
                             batch = await pump.take()
                         finally:
                             waiting.clear()
@@ -130,7 +131,7 @@ def event_response(
                 if not batch:  # the run's stream ended
                     left = False
                     break
-                written = loop.time()
+                pace.wrote(asked, loop.time())
                 yield b"".join(map(frame_bytes, batch))  # whatever is ready: one send, one socket write
         except Exception as exc:  # noqa: BLE001 - our side failed (the broker, say): tell the client; the run goes on
             left = False
@@ -244,6 +245,50 @@ class Batches:
             self._closing = asyncio.ensure_future(aclose())
 
 
+_NEVER = -1e9
+
+
+class Pace:
+    """When a stream's response takes its next batch to write: not before `window` seconds after its last write,
+    so what comes meanwhile goes out in one write. The window is `base` at first and after a quiet spell (the
+    first event then goes out at once: a stream's first token is not delayed more than before), and doubles,
+    up to `most`, each time the next batch came sooner than the doubled window would last (the stream is busy:
+    its events come faster than it writes) once the stream has been busy for `settle` seconds; a batch the
+    response waited for longer than that halves it (a hiccup of a loaded machine, a slower spell), and a wait
+    of `settle` or more (a pause) sets it back to `base`, to be earned again. The `settle` keeps a short reply (a few
+    dozen tokens at once) as it was: the last write of a stream, its end, waits its window too, so a window
+    grown on a short reply would delay the reply's end by up to `most`; on a long one, that is 16 ms of seconds.
+    (The wait for a batch includes the broker's read: a Redis `XREAD`'s round trip counts as waiting.) So a
+    busy stream writes at most every `most` seconds, and no event waits longer than that for its write."""
+
+    __slots__ = ("base", "busy_since", "most", "settle", "window", "written")
+
+    def __init__(self, base: float, most: float, settle: float = 0.1) -> None:
+        self.base, self.most, self.settle = base, max(most, base), settle
+        self.window = base
+        self.written = _NEVER  # when the last batch was taken to be written
+        self.busy_since: float | None = None  # since when each batch came sooner than the doubled wait
+
+    def pause(self, now: float) -> float:
+        """Seconds to wait before taking the next batch (0 or less: take it now)."""
+        return self.written + self.window - now
+
+    def wrote(self, asked: float, now: float) -> None:
+        """A batch asked for at `asked` was taken at `now`, to be written. Busy: not the stream's first batch,
+        and it came sooner than the longer wait would have lasted (so that wait joins more in one write)."""
+        longer, waited = min(self.window * 2, self.most), now - asked
+        if self.written > _NEVER and waited < longer:
+            if self.busy_since is None:
+                self.busy_since = now
+            if now - self.busy_since >= self.settle:
+                self.window = longer
+        else:  # a slower spell halves the window; a pause of `settle` or more starts the stream over
+            self.window = max(self.window / 2, self.base)
+            if waited >= self.settle or self.written <= _NEVER:
+                self.busy_since, self.window = None, self.base
+        self.written = now
+
+
 def frame_bytes(ev: StreamEvent) -> bytes:
     framed = frame(ev)
     return framed if isinstance(framed, bytes) else framed.encode()
@@ -265,6 +310,7 @@ class CountedEventSource(EventSourceResponse):
     slot: Release | None = None
     metrics: Metrics | None = None  # the app's, once served (its streams' read-ahead is counted there)
     coalesce = 0.0  # seconds: the app's `stream_coalesce_ms`, once served
+    coalesce_most = 0.0  # seconds: the app's `stream_coalesce_max_ms`, once served
 
     _sender: asyncio.Task[Any] | None = None  # the task that sends the frames
     _send_started: float | None = None  # when the send in progress began (None: none in progress)
@@ -306,6 +352,7 @@ class CountedEventSource(EventSourceResponse):
         if self.send_timeout is None:  # the app's `stream_send_timeout_seconds` (0: never)
             self.send_timeout = getattr(settings, "stream_send_timeout_seconds", 0) or None
         self.coalesce = getattr(settings, "stream_coalesce_ms", 0) / 1000
+        self.coalesce_most = getattr(settings, "stream_coalesce_max_ms", 0) / 1000
         if self.slot is None:
             try:
                 self.slot = await stream_slot(Request(scope))

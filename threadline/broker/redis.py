@@ -29,7 +29,9 @@ from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
 from redis.asyncio.client import PubSub
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from threadline.broker.base import Broker, StreamEvent, event_bytes
 from threadline.broker.budget import ByteBudget
@@ -37,6 +39,7 @@ from threadline.broker.keys import Keys
 from threadline.broker.local import LocalSignals
 from threadline.broker.outage import Outage, exchange
 from threadline.broker.outbox import Item, Outbox
+from threadline.broker.redis_posts import POST_SCRIPT, pack_batch
 from threadline.errors import Unavailable
 
 log = logging.getLogger("threadline.broker")
@@ -96,6 +99,9 @@ class RedisBroker(Broker):
     command_seconds = 5.0
     #: Most events read from Redis at once.
     batch_events = 500
+    #: Most items (events, ends, signals) sent in one script call: Redis runs a script alone, so a batch that
+    #: piled up while Redis was slow is cut into calls of this many.
+    batch_items = 1000
     #: About the most bytes of events a subscriber reads from Redis at once (fewer events when they are large).
     batch_bytes = 256 * 1024
     #: During an outage, at most one log line (a count of what failed) per this many seconds.
@@ -108,7 +114,6 @@ class RedisBroker(Broker):
     def __init__(self, url: str, *, buffer_events: int = 10_000, buffer_bytes: int = 8 << 20,
                  total_bytes: int = 256 << 20, key_prefix: str = "threadline", max_connections: int = 64,
                  max_subscribers: int = 1000, outbox_bytes: int = 16 << 20) -> None:
-        self._buffer = buffer_events
         self._budget = ByteBudget(buffer_events, buffer_bytes, total_bytes, self.retain_seconds)
         self._keys = Keys(key_prefix)
         self._url = url
@@ -143,7 +148,8 @@ class RedisBroker(Broker):
                              on_end=lambda: self._outbox.resend_lost_ends())
         # What is waiting to be sent, in order, bounded by bytes (`threadline.broker.outbox`; see `_send_batch`).
         self._outbox = Outbox(self._send_batch, name="threadline-redis-posts", max_bytes=outbox_bytes,
-                              outage=self.outage)
+                              outage=self.outage, batch_items=self.batch_items)
+        self._poster: tuple[Any, Any] | None = None  # (pool, the connection the outbox sends on)
         self._take_lease = self._redis.register_script(_TAKE_LEASE)
         self._renew_leases = self._redis.register_script(_RENEW_LEASES)
 
@@ -161,6 +167,7 @@ class RedisBroker(Broker):
 
     async def close(self) -> None:
         await self._outbox.drain()  # what was queued is sent first
+        await self._drop_poster()
         if self._taking is not None:
             self._taking.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -194,50 +201,50 @@ class RedisBroker(Broker):
         await asyncio.shield(ended)
 
     async def _send_batch(self, batch: list[Item]) -> None:
-        """Send a batch of the outbox in one pipeline. A run's stream expires `live_seconds` after its last
-        event, `retain_seconds` after its end; the end flag is a stream of its own (a blocking read of the
-        events wakes on it too, and it takes no place in the events' buffer); ending twice only renews the
-        retention. Whoever waits for an item (`publish`, `end_stream`) gets the event's id (a failure is the
-        outbox's to hand out)."""
-        waiting: list[tuple[int, asyncio.Future[Any]]] = []  # (index of the item's reply, its waiter)
-        async with self._exchange(), self._redis.pipeline(transaction=False) as pipe:
-            expiring: set[str] = set()  # runs whose events' expiry this batch has set
-            tokens = 0
-            for kind, name, value in batch:
-                if kind == "signal":
-                    pipe.publish(name, f"{self._id} {value}")
-                    continue
-                if kind == "token":
-                    tokens += 1
-                    continue
-                events = self._keys.events(name)
-                if kind == "end":
-                    self._budget.ended(name)
-                    waiting.append((len(pipe), value))
-                    end = self._keys.end(name)
-                    pipe.xadd(end, {"end": "1"}, maxlen=1, approximate=False)
-                    pipe.expire(end, self.retain_seconds)
-                    pipe.expire(events, self.retain_seconds)
-                    expiring.add(name)
-                else:
-                    event, data, stored = value
-                    if stored is not None:
-                        waiting.append((len(pipe), stored))
-                    self._budget.added(name, event_bytes(event, data))
-                    pipe.xadd(events, {"e": event, "d": data}, maxlen=self._buffer, approximate=False)
-                    if name not in expiring:
-                        pipe.expire(events, self.live_seconds)
-                        expiring.add(name)
-            for run_id, keep in self._budget.trims().items():  # within the byte budgets
-                pipe.xtrim(self._keys.events(run_id), maxlen=keep, approximate=False)
-            if tokens:  # the batch's wake-ups in one push
-                pipe.rpush(self._keys.wake_tokens, *["1"] * tokens)
-                pipe.ltrim(self._keys.wake_tokens, 0, self.wake_tokens_max - 1)
-                pipe.expire(self._keys.wake_tokens, self.wake_tokens_seconds)
-            replies = await pipe.execute()
-        for index, waiter in waiting:
+        """Send a batch of the outbox as one script call (`broker/redis_posts.py`). A run's stream expires
+        `live_seconds` after its last event, `retain_seconds` after its end; the end flag is a stream of its
+        own (a blocking read of the events wakes on it too, and it takes no place in the events' buffer);
+        ending twice only renews the retention. Whoever waits for an item (`publish`, `end_stream`) gets the
+        event's id (a failure is the outbox's to hand out)."""
+        packed = pack_batch(batch, self._keys, self._budget, self._id, live_seconds=self.live_seconds,
+                            retain_seconds=self.retain_seconds, wake_tokens_max=self.wake_tokens_max,
+                            wake_tokens_seconds=self.wake_tokens_seconds)
+        async with self._exchange():
+            ids = await self._post(packed.args)
+        for index, waiter in packed.waiters:
             if not waiter.done():
-                waiter.set_result(str(replies[index], "ascii"))
+                waiter.set_result(str(ids[index], "ascii"))
+
+    async def _post(self, args: list[Any]) -> Any:
+        """`EVALSHA` on the outbox's own connection (one sender at a time: the outbox's), taken from the
+        client's pool once instead of per batch; the script is sent whole when Redis does not have it (a
+        restart, `SCRIPT FLUSH`). A connection that fails is closed by redis-py and opened again by the next
+        call; a batch that failed to reach Redis is sent once more on a fresh one (as redis-py's retry did the
+        pipeline)."""
+        for attempt in (1, 2):
+            pool = self._redis.connection_pool
+            if self._poster is None or self._poster[0] is not pool:
+                await self._drop_poster()
+                self._poster = (pool, await pool.get_connection())  # type: ignore[no-untyped-call]
+            connection = self._poster[1]
+            try:
+                await connection.send_packed_command(connection.pack_command("EVALSHA", *args), check_health=False)
+                try:
+                    return await connection.read_response()
+                except NoScriptError:
+                    await connection.send_packed_command(connection.pack_command("EVAL", POST_SCRIPT, *args[1:]),
+                                                         check_health=False)
+                    return await connection.read_response()
+            except (RedisConnectionError, RedisTimeoutError):
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _drop_poster(self) -> None:
+        poster, self._poster = self._poster, None
+        if poster is not None:
+            with contextlib.suppress(*_ERRORS):
+                await poster[0].release(poster[1])
 
     def queued_bytes(self) -> int:
         return self._outbox.held
