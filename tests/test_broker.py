@@ -13,7 +13,7 @@ import logging
 import re
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import pytest
@@ -83,7 +83,7 @@ class Deployment:
         else:
             client = aioredis.Redis.from_url(REDIS_URL)
             try:
-                leases: list[bytes] = await client.zrange(self.keys.leases(scope), 0, -1)
+                leases = cast(list[bytes], await client.zrange(self.keys.leases(scope), 0, -1))
                 if leases:
                     await client.zadd(self.keys.leases(scope), dict.fromkeys(leases, 0), xx=True)  # scores: ms
             finally:
