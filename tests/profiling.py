@@ -2,12 +2,14 @@
 
     .venv/bin/python -m pytest -q -m "not slow" -p tests.profiling
 
-At the end it prints, per module: tests, seconds (setup + call + teardown), app starts (`Runtime.start`), the
-seconds spent opening, starting and closing runtimes, and the seconds test code asked to sleep (calls of
-`asyncio.sleep`/`time.sleep` of 50 ms or more made from tests/, the test agents' own included and the bounded
-waits of tests/waits.py left out); `THREADLINE_TEST_PROFILE=<file>` writes the same as JSON, with each sleep's
-place. It patches `Runtime` and the two sleeps for the run, so it measures what it observes only roughly:
-compare runs made the same way, old tree and new alternated.
+At the end it prints, per module: tests, seconds (setup + call + teardown), the CPU seconds the process used
+meanwhile (every thread's: seconds well above it went to waiting, on timers, sleeps, the database or other
+processes' load), app starts (`Runtime.start`), the seconds spent opening, starting and closing runtimes, and
+the seconds test code asked to sleep (calls of `asyncio.sleep`/`time.sleep` of 50 ms or more made from tests/,
+the test agents' own included and the bounded waits of tests/waits.py left out).
+`THREADLINE_TEST_PROFILE=<file>` writes the same as JSON, with each sleep's place, and each test's seconds and
+CPU seconds (`"tests"`). It patches `Runtime` and the two sleeps for the run, so it measures what it observes
+only roughly: compare runs made the same way, old tree and new alternated.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import pytest
 _module = ["<none>"]
 _stats: collections.defaultdict[str, collections.defaultdict[str, float]] = collections.defaultdict(
     lambda: collections.defaultdict(float))
+_tests: dict[str, list[float]] = {}  # test id: [seconds, CPU seconds]
 _async_sleep = asyncio.sleep
 _sleep = time.sleep
 
@@ -81,7 +84,11 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
     _module[0] = item.nodeid.split("::")[0]
+    started, cpu = time.perf_counter(), time.process_time()
     yield
+    spent = [time.perf_counter() - started, time.process_time() - cpu]
+    _tests[item.nodeid] = spent
+    _stats[_module[0]]["cpu_s"] += spent[1]
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -94,12 +101,13 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     rows = sorted(_stats.items(), key=lambda row: -row[1]["seconds"])
     write = terminalreporter.write_line
-    write(f"{'module':44} {'tests':>5} {'seconds':>8} {'starts':>6} {'open':>5} {'start':>5} {'close':>5} {'sleep':>5}")
+    write(f"{'module':44} {'tests':>5} {'seconds':>8} {'cpu':>6} {'starts':>6} {'open':>5} {'start':>5} "
+          f"{'close':>5} {'sleep':>5}")
     for module, c in rows:
-        write(f"{module:44} {c['tests']:5.0f} {c['seconds']:8.1f} {c['starts']:6.0f} {c['open_s']:5.1f} "
-              f"{c['start_s']:5.1f} {c['close_s']:5.1f} {c['sleep_s']:5.1f}")
+        write(f"{module:44} {c['tests']:5.0f} {c['seconds']:8.1f} {c['cpu_s']:6.1f} {c['starts']:6.0f} "
+              f"{c['open_s']:5.1f} {c['start_s']:5.1f} {c['close_s']:5.1f} {c['sleep_s']:5.1f}")
     write(f"{'all':44} {sum(c['tests'] for _, c in rows):5.0f} {sum(c['seconds'] for _, c in rows):8.1f} "
-          f"{sum(c['starts'] for _, c in rows):6.0f}")
+          f"{sum(c['cpu_s'] for _, c in rows):6.1f} {sum(c['starts'] for _, c in rows):6.0f}")
     if path := os.environ.get("THREADLINE_TEST_PROFILE"):
         with open(path, "w") as out:
-            json.dump({module: dict(c) for module, c in rows}, out, indent=1)
+            json.dump({"modules": {module: dict(c) for module, c in rows}, "tests": _tests}, out, indent=1)

@@ -13,7 +13,7 @@ import logging
 import re
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import pytest
@@ -22,6 +22,7 @@ from limits import parse
 from limits.aio.strategies import SlidingWindowCounterRateLimiter
 
 from tests.services import KEY_PREFIX, PG_ADMIN_URL, REDIS_URL, owned_name, unavailable
+from tests.ticks import Ticks
 from tests.waits import until
 from threadline.broker.base import Broker, StreamEvent, event_bytes
 from threadline.broker.budget import ByteBudget
@@ -67,6 +68,26 @@ class Deployment:
             unavailable(f"{self.kind} unreachable: {exc}")
         self.reached = self.kind != "memory"
         return broker
+
+    async def expire_leases(self, scope: str) -> None:
+        """Make every lease of `scope` expired, as if its life had passed on the broker's clock (which the test
+        cannot move): a lease that is not renewed after this is gone."""
+        if self.kind == "memory":
+            for broker in self.opened:
+                held = broker._leases.get(scope, {})  # type: ignore[attr-defined]
+                held.update(dict.fromkeys(held, float("-inf")))
+        elif self.kind == "postgres":
+            async with await psycopg.AsyncConnection.connect(PG_ADMIN_URL, autocommit=True) as conn:
+                await conn.execute(f"UPDATE {PgNames(self.keys.prefix).leases} "
+                                   "SET expires_at = now() - interval '1 second' WHERE scope = %s", (scope,))
+        else:
+            client = aioredis.Redis.from_url(REDIS_URL)
+            try:
+                leases = cast(list[bytes], await client.zrange(self.keys.leases(scope), 0, -1))
+                if leases:
+                    await client.zadd(self.keys.leases(scope), dict.fromkeys(leases, 0), xx=True)  # scores: ms
+            finally:
+                await client.aclose()
 
     async def another_process(self, broker: Broker) -> Broker:
         """A broker of another process of `broker`'s deployment (in-process, the deployment is `broker`)."""
@@ -869,13 +890,16 @@ async def test_a_lease_not_renewed_expires_and_a_renewed_one_does_not(broker: Br
     assert await peer.take_lease("streams:a", 2, 60) is None  # kept alive by its renewals: still counted
 
 
-async def test_the_process_keeper_renews_what_it_holds_and_releases_once(broker: Broker, peer: Broker) -> None:
-    leases = Leases(broker, 1.0)
+async def test_the_process_keeper_renews_what_it_holds_and_releases_once(deployment: Deployment, broker: Broker,
+                                                                         peer: Broker) -> None:
+    ticks = Ticks()
+    leases = Leases(broker, 60, sleep=ticks.sleep)
     try:
         release = await leases.take("streams:a", 1)
         assert release is not None
         assert await leases.take("streams:a", 1) is None
-        await asyncio.sleep(2.5)  # past the lease's life: only its renewals keep it
+        await deployment.expire_leases("streams:a")  # past the lease's life: only its renewals keep it
+        await ticks.tick()  # the keeper's next round
         assert await peer.take_lease("streams:a", 1, 60) is None
         await release()
         await release()
@@ -997,6 +1021,7 @@ async def test_postgres_one_notification_wakes_every_run_of_a_batch(pg_deploymen
 
 async def test_postgres_unreachable_is_unavailable() -> None:
     broker = PostgresBroker("postgresql://postgres@127.0.0.1:1/test", key_prefix=owned_name(KEY_PREFIX))
+    broker.command_seconds = 0.5  # refused at once, but the pool retries until its bound (5 s by default)
     with pytest.raises(Unavailable):
         await broker.start()
     with pytest.raises(Unavailable):

@@ -408,10 +408,23 @@ async def test_a_postgres_only_outage_is_logged_once_counted_and_ended(scaleout_
     """A deployment whose only service is PostgreSQL (its broker too) losing its database: the broker writes one
     line when the outage starts, a count at most once per `outage_report_seconds`, one line when it ends, and no
     traceback; clients get 503s meanwhile, a streaming client an `error` event, and service resumes by itself."""
-    from threadline.broker.postgres import PostgresBroker
+    from psycopg_pool.base import AttemptWithBackoff
 
-    interval = 1.0
+    from threadline.broker.postgres import PostgresBroker
+    from threadline.storage.postgres import PostgresStorage
+
+    interval = 0.5
     monkeypatch.setattr(PostgresBroker, "outage_report_seconds", interval)
+    # Shorter waits than a deployment's, which this test's behaviour does not depend on: a request gives up on a
+    # pooled connection after 0.5 s (not 10: each refused request took that long), and the pools try to reconnect
+    # every 0.2 s (not after 1, 2, 4, 8 s: service resumed up to 5 s after the link was back); a stream's
+    # subscriber looks again after 0.5 s without a notification, and gives up on the broker's pool after 1 s
+    # (not 5 and 5: its `error` event came 5 or 10 s after the cut).
+    monkeypatch.setattr(PostgresStorage, "checkout_seconds", 0.5)
+    monkeypatch.setattr(PostgresBroker, "block_seconds", 0.5)
+    monkeypatch.setattr(PostgresBroker, "command_seconds", 1.0)
+    monkeypatch.setattr(AttemptWithBackoff, "INITIAL_DELAY", 0.2)
+    monkeypatch.setattr(AttemptWithBackoff, "DELAY_BACKOFF", 1.0)
     backend = scaleout_services.fresh()
     parts = urllib.parse.urlsplit(backend.database_url)
     link = _Link(parts.port or 5432)

@@ -26,8 +26,10 @@ Release = Callable[[], Awaitable[None]]
 class Leases:
     """This process's leases in `broker`, each living `seconds` past its last renewal."""
 
-    def __init__(self, broker: Broker, seconds: float) -> None:
+    def __init__(self, broker: Broker, seconds: float, *,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self.broker, self.seconds = broker, seconds
+        self._sleep = sleep  # what the renewals wait on between ticks: a test drives it instead of waiting
         self.held: dict[str, set[str]] = {}  # scope → leases
         self._renewing: asyncio.Task[None] | None = None
 
@@ -61,7 +63,7 @@ class Leases:
 
     async def _renew(self) -> None:
         while self.held:
-            await asyncio.sleep(self.seconds / 3)
+            await self._sleep(self.seconds / 3)
             held = {scope: set(ids) for scope, ids in self.held.items()}
             try:
                 await self.broker.renew_leases(held, self.seconds)
