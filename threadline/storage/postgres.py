@@ -34,7 +34,7 @@ from threadline.pgpool import check_at_checkout
 from threadline.settings import redact_url
 from threadline.storage.base import Row
 from threadline.storage.records import RunRecord
-from threadline.storage.scripts import Final, Q, QuotaRefused, Script, T, ThreadRefused, Undo
+from threadline.storage.scripts import Final, Q, QuotaRefused, RunRefused, Script, T, ThreadRefused, Undo
 from threadline.storage.sql import MIGRATIONS_TABLE, now_iso, pending_migrations
 from threadline.storage.sqlstorage import SQLStorage
 from threadline.storage.statements import POSTGRES
@@ -95,6 +95,8 @@ def _reason(exc: psycopg.Error) -> str:
 QUOTA_SQLSTATE = "TL429"
 #: What `threadline_enqueue_run` (migration 0012) raises: no such thread; `reject` and an active run.
 NO_THREAD_SQLSTATE, THREAD_BUSY_SQLSTATE = "TL404", "TL409"
+#: What `threadline_finish_run` (migration 0015) raises: the run was not the caller's to end.
+RUN_REFUSED_SQLSTATE = "TL410"
 
 
 class _Pool(AsyncConnectionPool[_Conn]):
@@ -351,7 +353,9 @@ class PostgresStorage(SQLStorage):
 
 def _refused(exc: psycopg.Error) -> BaseException:
     """`check_quota`'s refusal (SQLSTATE TL429, the counts in its detail) as `QuotaRefused`, `enqueue_run`'s as
-    `ThreadRefused`; else `exc`."""
+    `ThreadRefused`, `finish_run`'s as `RunRefused`; else `exc`."""
+    if exc.sqlstate == RUN_REFUSED_SQLSTATE:
+        return RunRefused()
     if exc.sqlstate in (NO_THREAD_SQLSTATE, THREAD_BUSY_SQLSTATE):
         return ThreadRefused(busy=exc.sqlstate == THREAD_BUSY_SQLSTATE)
     if exc.sqlstate != QUOTA_SQLSTATE:
