@@ -17,7 +17,7 @@ from threadline.errors import Conflict, NotFound
 from threadline.storage import scripts
 from threadline.storage.base import THREAD_EVENTS_KEPT, NewThreadEvent
 from threadline.storage.scripts import Final, Q, RunRefused, Script, Undo
-from threadline.storage.statements import SQLITE, Encoded, statement_names
+from threadline.storage.statements import POSTGRES, SQLITE, Encoded, statement_names
 
 D = SQLITE
 _NAMES = {part: name for name in sorted(statement_names("sqlite"), reverse=True) for part in D.statements(name)}
@@ -94,9 +94,12 @@ def test_finish_run_ends_the_run_and_reconciles_its_thread_in_one_step() -> None
     steps, finished = drive(finish(status="idle"), [([{"run_id": "r1", "thread_id": "t1"}], None,
                                                      [{"status": "idle"}])])
     # one final step: on PostgreSQL it goes with the COMMIT, one round trip
-    assert isinstance(steps[0], Final) and len(steps) == 1
-    assert names(steps[0].step)[:2] == ["finish_run", "lock_thread_of_run"]
-    assert steps[0].step[0].sql == D.statement("finish_run_or_refuse")
+    final = steps[0]
+    assert isinstance(final, Final) and isinstance(final.step, tuple) and len(steps) == 1
+    assert names(final.step)[:2] == ["finish_run", "lock_thread_of_run"]
+    # PostgreSQL's end refuses in the database, as it cannot roll back once its rows are seen
+    first: Any = next(scripts.finish_run(POSTGRES, "r1", "success", None, None, {}, "w1", 1, False))
+    assert "threadline_finish_run(" in first.step[0].sql
     # the output as given, not text; and whether the thread has another active run (here: no)
     assert finished == {"run_id": "r1", "thread_id": "t1", "output": {"v": 1}, "thread_busy": False}
 
