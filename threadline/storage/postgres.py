@@ -237,8 +237,10 @@ class PostgresStorage(SQLStorage):
             return cast(T, stop.value)
         except Undo as undo:
             return cast(T, undo.value)
-        if isinstance(step, Final) and isinstance(step.step, Q):
-            return await self._one_statement(steps, step.step)
+        if isinstance(step, Final):
+            if isinstance(step.step, Q):
+                return await self._one_statement(steps, step.step)
+            return await self._one_flush(steps, step.step)
         try:
             async with self._pool.connection() as conn, conn.pipeline():
                 final: Final | None = None
@@ -282,6 +284,28 @@ class PostgresStorage(SQLStorage):
                 except psycopg.Error as exc:
                     steps.throw(_refused(exc))  # the script words a refusal, or lets the error through
                     raise
+            try:
+                steps.send(rows)
+            except StopIteration as stop:
+                return cast(T, stop.value)
+        except Undo as undo:
+            return cast(T, undo.value)
+        raise AssertionError("a script returns after its final step")
+
+    async def _one_flush(self, steps: Script[T], qs: tuple[Q, ...]) -> T:
+        """A script that is one step of several statements (`finish_run`): sent in a pipeline with no BEGIN,
+        they are one implicit transaction, which the pipeline's one Sync (at its end) commits, or rolls back
+        whole on an error: one round trip, where `conn.transaction()` costs three (its BEGIN, and the COMMIT
+        and the pipeline's end are each synced)."""
+        try:
+            async with self._pool.connection() as conn:
+                try:
+                    async with conn.pipeline():
+                        sent = await _send(conn, qs)
+                except psycopg.Error as exc:
+                    steps.throw(_refused(exc))  # the script words a refusal, or lets the error through
+                    raise
+                rows = await _fetch(qs, sent)  # the results arrived with the Sync
             try:
                 steps.send(rows)
             except StopIteration as stop:
