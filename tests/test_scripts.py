@@ -16,11 +16,11 @@ import pytest
 from threadline.errors import Conflict, NotFound
 from threadline.storage import scripts
 from threadline.storage.base import THREAD_EVENTS_KEPT, NewThreadEvent
-from threadline.storage.scripts import Q, Script, Undo
-from threadline.storage.statements import SQLITE, Encoded, statement_names
+from threadline.storage.scripts import Final, Q, RunRefused, Script, Undo
+from threadline.storage.statements import POSTGRES, SQLITE, Encoded, statement_names
 
 D = SQLITE
-_NAMES = {part: name for name in statement_names("sqlite") for part in D.statements(name)}
+_NAMES = {part: name for name in sorted(statement_names("sqlite"), reverse=True) for part in D.statements(name)}
 
 
 def name(q: Q) -> str:
@@ -93,7 +93,13 @@ def finish(delete_thread: bool = False, **changes: Any) -> Script[Any]:
 def test_finish_run_ends_the_run_and_reconciles_its_thread_in_one_step() -> None:
     steps, finished = drive(finish(status="idle"), [([{"run_id": "r1", "thread_id": "t1"}], None,
                                                      [{"status": "idle"}])])
-    assert names(steps[0])[:2] == ["finish_run", "lock_thread_of_run"] and len(steps) == 1
+    # one final step: on PostgreSQL it goes with the COMMIT, one round trip
+    final = steps[0]
+    assert isinstance(final, Final) and isinstance(final.step, tuple) and len(steps) == 1
+    assert names(final.step)[:2] == ["finish_run", "lock_thread_of_run"]
+    # PostgreSQL's end refuses in the database, as it cannot roll back once its rows are seen
+    first: Any = next(scripts.finish_run(POSTGRES, "r1", "success", None, None, {}, "w1", 1, False))
+    assert "threadline_finish_run(" in first.step[0].sql
     # the output as given, not text; and whether the thread has another active run (here: no)
     assert finished == {"run_id": "r1", "thread_id": "t1", "output": {"v": 1}, "thread_busy": False}
 
@@ -109,13 +115,19 @@ def test_finish_run_not_the_callers_to_end_rolls_back() -> None:
     with pytest.raises(Undo) as undone:
         drive(finish(status="idle"), [([], None, None)])
     assert undone.value.value is None
+    # PostgreSQL's refusal comes as the database's error, thrown into the script at its final step
+    script = finish(status="idle")
+    next(script)
+    with pytest.raises(Undo) as undone:
+        script.throw(RunRefused())
+    assert undone.value.value is None
 
 
 def test_finish_run_encodes_an_output_that_is_also_the_threads_values_once() -> None:
     output = {"v": 1}
     script = scripts.finish_run(D, "r1", "success", None, output, {"values": output}, "w1", 1, False)
     step: Any = next(script)  # the finish and the thread's reconcile (its lock, its update)
-    finish_q, _, reconcile_q = step
+    finish_q, _, reconcile_q = step.step
     assert isinstance(finish_q.params["output"], Encoded)
     assert reconcile_q.params["values"] is finish_q.params["output"]
 

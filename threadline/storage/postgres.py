@@ -34,7 +34,7 @@ from threadline.pgpool import check_at_checkout
 from threadline.settings import redact_url
 from threadline.storage.base import Row
 from threadline.storage.records import RunRecord
-from threadline.storage.scripts import Final, Q, QuotaRefused, Script, T, ThreadRefused, Undo
+from threadline.storage.scripts import Final, Q, QuotaRefused, RunRefused, Script, T, ThreadRefused, Undo
 from threadline.storage.sql import MIGRATIONS_TABLE, now_iso, pending_migrations
 from threadline.storage.sqlstorage import SQLStorage
 from threadline.storage.statements import POSTGRES
@@ -95,6 +95,8 @@ def _reason(exc: psycopg.Error) -> str:
 QUOTA_SQLSTATE = "TL429"
 #: What `threadline_enqueue_run` (migration 0012) raises: no such thread; `reject` and an active run.
 NO_THREAD_SQLSTATE, THREAD_BUSY_SQLSTATE = "TL404", "TL409"
+#: What `threadline_finish_run` (migration 0015) raises: the run was not the caller's to end.
+RUN_REFUSED_SQLSTATE = "TL410"
 
 
 class _Pool(AsyncConnectionPool[_Conn]):
@@ -235,8 +237,10 @@ class PostgresStorage(SQLStorage):
             return cast(T, stop.value)
         except Undo as undo:
             return cast(T, undo.value)
-        if isinstance(step, Final) and isinstance(step.step, Q):
-            return await self._one_statement(steps, step.step)
+        if isinstance(step, Final):
+            if isinstance(step.step, Q):
+                return await self._one_statement(steps, step.step)
+            return await self._one_flush(steps, step.step)
         try:
             async with self._pool.connection() as conn, conn.pipeline():
                 final: Final | None = None
@@ -280,6 +284,28 @@ class PostgresStorage(SQLStorage):
                 except psycopg.Error as exc:
                     steps.throw(_refused(exc))  # the script words a refusal, or lets the error through
                     raise
+            try:
+                steps.send(rows)
+            except StopIteration as stop:
+                return cast(T, stop.value)
+        except Undo as undo:
+            return cast(T, undo.value)
+        raise AssertionError("a script returns after its final step")
+
+    async def _one_flush(self, steps: Script[T], qs: tuple[Q, ...]) -> T:
+        """A script that is one step of several statements (`finish_run`): sent in a pipeline with no BEGIN,
+        they are one implicit transaction, which the pipeline's one Sync (at its end) commits, or rolls back
+        whole on an error: one round trip, where `conn.transaction()` costs three (its BEGIN, and the COMMIT
+        and the pipeline's end are each synced)."""
+        try:
+            async with self._pool.connection() as conn:
+                try:
+                    async with conn.pipeline():
+                        sent = await _send(conn, qs)
+                except psycopg.Error as exc:
+                    steps.throw(_refused(exc))  # the script words a refusal, or lets the error through
+                    raise
+                rows = await _fetch(qs, sent)  # the results arrived with the Sync
             try:
                 steps.send(rows)
             except StopIteration as stop:
@@ -351,7 +377,9 @@ class PostgresStorage(SQLStorage):
 
 def _refused(exc: psycopg.Error) -> BaseException:
     """`check_quota`'s refusal (SQLSTATE TL429, the counts in its detail) as `QuotaRefused`, `enqueue_run`'s as
-    `ThreadRefused`; else `exc`."""
+    `ThreadRefused`, `finish_run`'s as `RunRefused`; else `exc`."""
+    if exc.sqlstate == RUN_REFUSED_SQLSTATE:
+        return RunRefused()
     if exc.sqlstate in (NO_THREAD_SQLSTATE, THREAD_BUSY_SQLSTATE):
         return ThreadRefused(busy=exc.sqlstate == THREAD_BUSY_SQLSTATE)
     if exc.sqlstate != QUOTA_SQLSTATE:

@@ -75,6 +75,11 @@ class ThreadRefused(Exception):
         self.busy = busy
 
 
+class RunRefused(Exception):
+    """A driver's translation of the database refusing a run's end in `finish_run` (PostgreSQL's
+    `threadline_finish_run`): the run was not the caller's to end."""
+
+
 class Undo(Exception):
     """Roll the script's transaction back and return `value`."""
 
@@ -269,8 +274,16 @@ def finish_run(d: Dialect, run_id: str, status: str, error: Any, output: Any, th
         yield from delete_threads(d, [finished[0]["thread_id"]], keep_runs=True)
         thread: list[Row] | None = None
     else:
-        finished, _, thread = yield (finish, *reconcile(d, thread_changes, run_id=run_id, returning=True))
-        if not finished:
+        # One round trip on PostgreSQL: the end, the thread's reconciliation and the COMMIT in one pipeline;
+        # an end refused in the database (`RunRefused`) rolls the reconciliation back with it.
+        refusing = q(d, "finish_run_or_refuse", run_id=run_id, status=status, error=error, output=encoded,
+                     worker_id=worker_id, attempt=attempt)
+        try:
+            finished, _, thread = yield Final((refusing, *reconcile(d, thread_changes, run_id=run_id,
+                                                                    returning=True)))
+        except RunRefused:
+            raise Undo(None) from None
+        if not finished:  # SQLite steps a final step as any other, and rolls back here
             raise Undo(None)
     busy = thread is not None and bool(thread) and thread[0]["status"] == "busy"
     return cast("RunRecord", {**finished[0], "output": output, "thread_busy": busy})

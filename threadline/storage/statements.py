@@ -40,6 +40,11 @@ _CLAIMABLE = (
     "AND NOT EXISTS (SELECT 1 FROM runs e WHERE e.thread_id = r.thread_id AND e.status = 'pending' AND e.seq < r.seq) "
     "ORDER BY seq LIMIT "
 )
+# The finish guard: with a worker named, only the holder of that attempt ends the run.
+_FINISH_RUN = (
+    "UPDATE runs SET status = :status, error = {json:error}, output = {json:output}, lease_expires_at = NULL, "
+    "updated_at = {now} WHERE run_id = :run_id AND (CAST(:worker_id AS TEXT) IS NULL OR "
+    "(worker_id = :worker_id AND attempt = :attempt AND status = 'running')) RETURNING *")
 #: A running run's deadline has passed (limits, issue 16), on the clock `{now}` names.
 _PAST_DEADLINE = "(deadline_at IS NOT NULL AND deadline_at <= {now}) AS past_deadline"
 
@@ -124,10 +129,7 @@ STATEMENTS: dict[str, str] = {
         "deadline_at = CASE WHEN :deadline_seconds > 0 THEN COALESCE(deadline_at, {deadline}) ELSE deadline_at END "
         "WHERE run_id IN (SELECT run_id FROM picked) AND status = 'pending' RETURNING *"),
     # The finish guard: with a worker named, only the holder of that attempt ends the run.
-    "finish_run": (
-        "UPDATE runs SET status = :status, error = {json:error}, output = {json:output}, lease_expires_at = NULL, "
-        "updated_at = {now} WHERE run_id = :run_id AND (CAST(:worker_id AS TEXT) IS NULL OR "
-        "(worker_id = :worker_id AND attempt = :attempt AND status = 'running')) RETURNING *"),
+    "finish_run": _FINISH_RUN,
     "heartbeat_runs": (
         "UPDATE runs SET lease_expires_at = {lease} FROM {pairs:held} AS h WHERE runs.run_id = h.key "
         "AND runs.attempt = h.value AND runs.worker_id = :worker_id AND runs.status = 'running' "
@@ -220,6 +222,9 @@ SERVER_STATEMENTS: dict[str, str] = {
 #: be several statements, separated by "; " (`Dialect.statements` splits them; a script runs them in order).
 DIALECT_STATEMENTS: dict[DialectName, dict[str, str]] = {
     "sqlite": {
+        # `finish_run`, sent with the thread's reconciliation as the script's last step: SQLite's script sees
+        # no row and rolls back (`Undo`) before its writer commits.
+        "finish_run_or_refuse": _FINISH_RUN,
         # The enqueue's caps on active runs: the active runs of one identity and of the whole deployment,
         # counted in the enqueue's transaction, which the one writer (BEGIN IMMEDIATE) runs one at a time;
         # the script applies the rule to the counts (`rules.quota_refusal`), and a refusal rolls it back.
@@ -256,6 +261,11 @@ DIALECT_STATEMENTS: dict[DialectName, dict[str, str]] = {
             "type, value FROM writes WHERE thread_id = :source"),
     },
     "postgres": {
+        # `finish_run` that raises TL410 when it ends no run (migration 0015), so that it can go with the
+        # reconciliation and the COMMIT in one round trip: the refusal aborts the pipeline, rolling all back.
+        "finish_run_or_refuse": (
+            "SELECT * FROM threadline_finish_run(:run_id, :status, {json:error}, {json:output}, "
+            "CAST(:worker_id AS text), CAST(:attempt AS integer))"),
         # The run takes a free slot of each cap that applies (migration 0010: slot rows taken with SKIP LOCKED,
         # so concurrent enqueues never wait for each other) or is refused in this statement (TL429, with the
         # counts for `rules.quota_refusal` to word, through `threadline_check_quota`).
