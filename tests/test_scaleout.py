@@ -77,8 +77,17 @@ class Cluster:
         raise AssertionError(f"API did not start: {self.logs()}")
 
     def start_worker(self) -> subprocess.Popen:
-        proc = self._spawn(["worker", "--workers", "10"], f"worker-{len(self._procs)}")
+        """A worker process, once it says it has started: one that cannot start (PostgreSQL refusing
+        connections: `too many clients`) fails here with its log, not later as a run that never starts."""
+        name = f"worker-{len(self._procs)}"
+        proc = self._spawn(["worker", "--workers", "10"], name)
         self.workers[proc.pid] = proc
+        log = self.tmp / f"{name}.log"
+        deadline = time.monotonic() + 60
+        while "10 slots, agents" not in log.read_text(errors="replace"):
+            assert proc.poll() is None, f"the worker process exited at its start: {self.logs()}"
+            assert time.monotonic() < deadline, f"the worker process did not start in 60 s: {self.logs()}"
+            time.sleep(0.1)
         return proc
 
     def holder(self, run_id: str) -> subprocess.Popen:
