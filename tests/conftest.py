@@ -88,18 +88,16 @@ def module_backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
 @pytest.fixture
 def own_backend(module_backend: Backend, request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     """For a test of a module that shares its app but starts an app (or opens storage) of its own beside it:
-    a fresh copy of the SQLite template, or a PostgreSQL database of its own (created, migrated by the test's
-    app, dropped after the test) and a new Redis key prefix. Not the module's database: the shared app's
-    in-process workers would take the runs of the test's own app, which may serve another project or other
-    settings (a fresh-clone CI run saw a deepagents subagent's run fail so, and a worker process's test see
-    its run taken before the process had started); and not the session's, which the module's app is on."""
+    a fresh copy of the SQLite template, or the session's second PostgreSQL database (`spare_services`),
+    emptied, and a new Redis key prefix. Not the module's database: the shared app's in-process workers would
+    take the runs of the test's own app, which may serve another project or other settings (a fresh-clone CI
+    run saw a deepagents subagent's run fail so, and a worker process's test see its run taken before the
+    process had started); and not the session's, which the module's app is on."""
     if module_backend.kind == "sqlite":
         path = tmp_path / "own.db"
         shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
         return Backend("sqlite", f"sqlite:///{path}")
-    services = ScaleOut.connect()
-    request.addfinalizer(services.close)
-    return services.fresh()
+    return request.getfixturevalue("spare_services").fresh()
 
 
 @pytest.fixture(scope="module")
@@ -157,6 +155,16 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def scaleout_services() -> Iterator[ScaleOut]:
+    services = ScaleOut.connect()
+    yield services
+    services.close()
+
+
+@pytest.fixture(scope="session")
+def spare_services() -> Iterator[ScaleOut]:
+    """A second PostgreSQL database for the session, which no module's shared app is on: `own_backend`'s,
+    emptied for each test as the first is (a database created and migrated for each such test cost
+    0.2-0.5 s of its start)."""
     services = ScaleOut.connect()
     yield services
     services.close()

@@ -12,13 +12,23 @@ from tests.conftest import PROJECT
 from tests.test_storage import enqueue
 from tests.waits import until
 from threadline.core.runtime import Runtime
+from threadline.core.worker import WorkerPool
 from threadline.settings import Settings
 
 SLOTS = 8
 
 
 @pytest.fixture
-def settings(backend: Any) -> Settings:
+def poll_seconds() -> float:
+    """The claimer's poll: a test sets another with `@pytest.mark.parametrize("poll_seconds", [...])`."""
+    return WorkerPool.poll_seconds
+
+
+@pytest.fixture
+def settings(backend: Any, poll_seconds: float, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    # Set before the app starts, so the claimer's first wait already has it (set on the started pool, the
+    # test slept out the wait begun with the default poll).
+    monkeypatch.setattr(WorkerPool, "poll_seconds", poll_seconds)
     return Settings(config=str(PROJECT), workers=SLOTS, heartbeat_seconds=5.0, **backend.settings())
 
 
@@ -46,12 +56,11 @@ def count_claims(runtime: Runtime) -> list[int]:
     return counted
 
 
+@pytest.mark.parametrize("poll_seconds", [0.1])
 async def test_an_idle_pool_claims_once_a_poll_not_once_per_slot(runtime: Runtime) -> None:
     pool = runtime.workers
     assert pool is not None
-    pool.poll_seconds = 0.1
     await until(lambda: pool.free == SLOTS, timeout=30, what="the pool idle")
-    await asyncio.sleep(0.3)  # the claimer's wait started before the shorter poll has ended
     counted = count_claims(runtime)
     await asyncio.sleep(1.0)
     # One claimer: about 10 polls in the second (fewer on a loaded machine, never more). One loop per slot
@@ -59,12 +68,12 @@ async def test_an_idle_pool_claims_once_a_poll_not_once_per_slot(runtime: Runtim
     assert 1 <= counted[0] <= 13, counted
 
 
+@pytest.mark.parametrize("poll_seconds", [60.0])  # no poll during the test: only the wake-up below claims
 async def test_one_wake_up_fills_every_free_slot_in_one_claim(runtime: Runtime) -> None:
     pool = runtime.workers
     assert pool is not None
-    pool.poll_seconds = 60.0  # no poll during the test: only the wake-up below makes the claimer claim
+    # Its start's claim done (every slot free again), the claimer waits: 60 s, or a wake-up.
     await until(lambda: pool.free == SLOTS, timeout=30, what="the pool idle")
-    await asyncio.sleep(1.2)  # the claimer's wait started with the default poll has ended, a 60 s one began
     counted = count_claims(runtime)
     for _ in range(SLOTS):  # queued without a wake-up each, as runs released or recovered in bulk could be
         await enqueue(runtime.storage)
@@ -74,14 +83,13 @@ async def test_one_wake_up_fills_every_free_slot_in_one_claim(runtime: Runtime) 
     assert counted[0] <= 2, counted
 
 
+@pytest.mark.parametrize("poll_seconds", [60.0])  # no poll: only a wake-up or a run's end makes a claim
 async def test_a_runs_end_claims_only_when_its_thread_has_a_next_run(runtime: Runtime) -> None:
     """A slot freed by a run's end claims at once for the run's thread's next run (which waited for it); a run
     whose thread has none claims nothing (a claim for nothing per run, before)."""
     pool = runtime.workers
     assert pool is not None
-    pool.poll_seconds = 60.0  # no poll during the test: only a wake-up or a run's end makes the claimer claim
-    await until(lambda: pool.free == SLOTS, timeout=30, what="the pool idle")
-    await asyncio.sleep(1.2)  # the claimer's wait started with the default poll has ended, a 60 s one began
+    await until(lambda: pool.free == SLOTS, timeout=30, what="the pool idle")  # and the claimer waits
     counted = count_claims(runtime)
     alone = await enqueue(runtime.storage)
     await runtime.broker.wake_workers()

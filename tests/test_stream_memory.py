@@ -1,6 +1,9 @@
 """What the server holds for streams: `messages/partial` frames held as deltas (byte for byte the frames
 clients got before, however they join), bytes linear in the reply, and a partial never rebuilt wrong when the
-bounded buffer dropped what it builds on. On SQLite (memory broker) and PostgreSQL + Redis."""
+bounded buffer dropped what it builds on. On SQLite (memory broker) and PostgreSQL + Redis.
+
+The tests over the API share one started app per backend, each on threads of its own (`tests/shared_app.py`);
+the one with a smaller stream buffer starts its own app on `own_backend`."""
 
 from __future__ import annotations
 
@@ -15,8 +18,9 @@ import httpx
 import pytest
 from asgi_lifespan import LifespanManager
 
-from tests.conftest import PROJECT, serving
+from tests.conftest import PROJECT
 from tests.services import Backend
+from tests.shared_app import shared_app
 from threadline.api.app import create_app
 from threadline.core.partials import PartialDecoder, PartialEncoder, is_partial
 from threadline.core.runtime import Runtime
@@ -69,13 +73,17 @@ def _settings(backend: Backend, **more: Any) -> Settings:
     return Settings(config=str(PROJECT), workers=4, heartbeat_seconds=5.0, **backend.settings(), **more)
 
 
+pytestmark = [pytest.mark.asyncio(loop_scope="module"),
+              # the mark above reaches the module's plain functions too, which run as such
+              pytest.mark.filterwarnings("ignore:.*is marked with '@pytest.mark.asyncio' but it is not an async")]
+backend, served, http, live_url = shared_app(live_url=True)
+
+
 @pytest.fixture
-async def client(backend: Backend) -> AsyncIterator[tuple[httpx.AsyncClient, Runtime]]:
-    app = create_app(_settings(backend))
-    async with LifespanManager(app, startup_timeout=30, shutdown_timeout=30) as manager:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app), base_url="http://t",
-                                     timeout=60) as http:
-            yield http, app.state.runtime
+async def client(app: object, runtime: Runtime) -> AsyncIterator[tuple[httpx.AsyncClient, Runtime]]:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t",  # type: ignore[arg-type]
+                                 timeout=60) as http:
+        yield http, runtime
 
 
 async def _talk(http: httpx.AsyncClient, words: int, **body: Any) -> tuple[str, str, bytes]:
@@ -226,8 +234,8 @@ async def test_resumes_and_filtered_joins_rebuild_the_same_frames(client: tuple[
     assert got == [f for f in full[partials[60] + 1:] if f[1].split("/")[0] == "messages"]
 
 
-async def test_a_live_join_and_the_thread_stream_rebuild_the_same_frames(backend: Backend) -> None:
-    async with serving(_settings(backend)) as url, httpx.AsyncClient(base_url=url, timeout=60) as http:
+async def test_a_live_join_and_the_thread_stream_rebuild_the_same_frames(live_url: str) -> None:
+    async with httpx.AsyncClient(base_url=live_url, timeout=60) as http:
         tid = (await http.post("/threads", json={})).json()["thread_id"]
         run = (await http.post(f"/threads/{tid}/runs", json={
             "assistant_id": "talker", "input": {"words": 60, "delay": 0.005}, "stream_mode": ["messages"]})).json()
@@ -266,10 +274,10 @@ async def test_held_bytes_grow_linearly_with_the_reply(client: tuple[httpx.Async
     assert held[400] < 5 * held[100], held
 
 
-async def test_a_partial_is_never_rebuilt_from_what_was_dropped(backend: Backend) -> None:
+async def test_a_partial_is_never_rebuilt_from_what_was_dropped(own_backend: Backend) -> None:
     """A buffer of 30 KB for a reply of 300 words: the live stream may fall behind what is kept, and a resume
     from the start certainly does. Either gets only partials rebuilt right, and the replay gap is counted."""
-    app = create_app(_settings(backend, stream_buffer_bytes=30_000))
+    app = create_app(_settings(own_backend, stream_buffer_bytes=30_000))
     async with LifespanManager(app, startup_timeout=30, shutdown_timeout=30) as manager:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app), base_url="http://t",
                                      timeout=60) as http:

@@ -3,6 +3,10 @@
 An expired thread is deleted with its checkpoints and runs by the sweeper. Sweeps are triggered by
 calling the runtime's `threads.sweep_expired(now=…)` with a `now` past the expiry, so no test waits
 for a clock; one test checks the background sweeper itself by waiting on its effect.
+
+The tests of the ttl project share one app per backend (`server`, started once): a sweep there deletes what
+every test left expired, so each test looks only at its own threads among what a sweep deleted
+(`Server.sweep(ids, ...)`). A test of another project starts its own app on `own_backend`.
 """
 
 from __future__ import annotations
@@ -11,17 +15,19 @@ import asyncio
 import contextlib
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import pytest_asyncio
 from asgi_lifespan import LifespanManager
 from langgraph_sdk.client import LangGraphClient
 
 from tests.services import Backend
+from tests.waits import until
 from threadline.api.app import create_app
 from threadline.config import CheckpointerTTL, load_config
 from threadline.core.runtime import Runtime
@@ -39,10 +45,12 @@ class Server:
     def __init__(self, sdk: LangGraphClient, http: httpx.AsyncClient, runtime: Runtime) -> None:
         self.sdk, self.http, self.runtime = sdk, http, runtime
 
-    async def sweep(self, **later: float) -> list[str]:
-        """Sweep as if the clock read now + `later` (timedelta keywords)."""
+    async def sweep(self, ids: Collection[str] | None = None, **later: float) -> list[str]:
+        """Sweep as if the clock read now + `later` (timedelta keywords): the threads deleted, or those of
+        them among `ids` (on an app shared with other tests)."""
         now = datetime.now(UTC) + timedelta(**later)
-        return await self.runtime.threads.sweep_expired(now=now.isoformat())
+        swept = await self.runtime.threads.sweep_expired(now=now.isoformat())
+        return swept if ids is None else [tid for tid in swept if tid in set(ids)]
 
     async def exists(self, thread_id: str) -> bool:
         resp = await self.http.get(f"/threads/{thread_id}")
@@ -64,10 +72,15 @@ async def serve(config: Path, backend: Backend) -> AsyncIterator[Server]:
             yield Server(LangGraphClient(client), client, application.state.runtime)
 
 
-@pytest.fixture
-async def server(backend: Backend) -> AsyncIterator[Server]:
-    """The ttl project: default_ttl 60 minutes."""
-    async with serve(TTL_PROJECT, backend) as s:
+pytestmark = [pytest.mark.asyncio(loop_scope="module"),
+              # the mark above reaches the module's plain functions too, which run as such
+              pytest.mark.filterwarnings("ignore:.*is marked with '@pytest.mark.asyncio' but it is not an async")]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def server(module_backend: Backend) -> AsyncIterator[Server]:
+    """The ttl project (default_ttl 60 minutes), shared by the module's tests on each backend."""
+    async with serve(TTL_PROJECT, module_backend) as s:
         yield s
 
 
@@ -88,14 +101,15 @@ async def test_expired_thread_is_deleted_with_its_checkpoints(server: Server) ->
     short = await seeded_thread(server.sdk, ttl=1)  # the sdk sends {"ttl": 1, "strategy": "delete"}
     default = await seeded_thread(server.sdk)  # default_ttl: 60 minutes
     assert await server.has_checkpoints(short) and await server.has_checkpoints(default)
-    assert await server.sweep(seconds=30) == []  # nothing has expired yet
-    assert await server.sweep(minutes=2) == [short]
+    mine = (short, default)
+    assert await server.sweep(mine, seconds=30) == []  # nothing has expired yet
+    assert await server.sweep(mine, minutes=2) == [short]
     assert not await server.exists(short) and await server.exists(default)
     assert not await server.has_checkpoints(short) and await server.has_checkpoints(default)
     assert (await server.http.get(f"/threads/{short}/history")).status_code == 404
     assert (await server.http.post(f"/threads/{short}/history", json={})).status_code == 404
     # default_ttl applies to a thread created without one.
-    assert await server.sweep(minutes=61) == [default]
+    assert await server.sweep(mine, minutes=61) == [default]
     assert not await server.has_checkpoints(default)
 
 
@@ -103,10 +117,10 @@ async def test_busy_thread_is_not_swept(server: Server) -> None:
     tid = await seeded_thread(server.sdk, ttl=1)
     run = await server.sdk.runs.create(tid, "counter", input={})  # no workers: stays pending
     assert (await server.sdk.threads.get(tid))["status"] == "busy"
-    assert await server.sweep(days=1) == []
+    assert await server.sweep([tid], days=1) == []
     assert await server.exists(tid) and await server.has_checkpoints(tid)
     await server.sdk.runs.cancel(tid, run["run_id"])
-    assert await server.sweep(days=1) == [tid]  # idle again: swept, with its runs
+    assert await server.sweep([tid], days=1) == [tid]  # idle again: swept, with its runs
     assert (await server.http.get(f"/runs/{run['run_id']}")).status_code == 404
 
 
@@ -116,8 +130,8 @@ async def test_thread_created_by_a_run_gets_the_default_ttl(server: Server) -> N
     await server.sdk.runs.cancel(tid, run["run_id"])
     got = (await server.http.get(f"/threads/{tid}", params={"include": "ttl"})).json()
     assert got["ttl"]["ttl_minutes"] == 60 and got["ttl"]["strategy"] == "delete"
-    assert await server.sweep(minutes=59) == []
-    assert await server.sweep(minutes=61) == [tid]
+    assert await server.sweep([tid], minutes=59) == []
+    assert await server.sweep([tid], minutes=61) == [tid]
 
 
 async def test_ttl_counts_from_the_last_update(server: Server) -> None:
@@ -134,16 +148,16 @@ async def test_ttl_counts_from_the_last_update(server: Server) -> None:
     lifespan = ts(later["ttl"]["expires_at"]) - ts(later["updated_at"])
     assert abs(lifespan - timedelta(minutes=5)) <= timedelta(milliseconds=1)
     assert ts(later["ttl"]["expires_at"]) > ts(got["ttl"]["expires_at"])
-    assert await server.sweep(minutes=4) == []
-    assert await server.sweep(minutes=6) == [tid]
+    assert await server.sweep([tid], minutes=4) == []
+    assert await server.sweep([tid], minutes=6) == [tid]
 
 
 async def test_concurrent_sweeps_delete_each_thread_once(server: Server) -> None:
     ids = {await seeded_thread(server.sdk, ttl=1) for _ in range(6)}
-    results = await asyncio.gather(*(server.sweep(minutes=2) for _ in range(3)))
+    results = await asyncio.gather(*(server.sweep(ids, minutes=2) for _ in range(3)))
     swept = [tid for result in results for tid in result]
     assert sorted(swept) == sorted(ids)  # all of them, none twice
-    assert await server.sweep(minutes=2) == []
+    assert await server.sweep(ids, minutes=2) == []
 
 
 @pytest.mark.parametrize("body", [
@@ -162,11 +176,11 @@ async def test_a_ttl_with_a_field_nobody_defines_is_kept(server: Server) -> None
     """As LangGraph's server: the unknown field is ignored, the TTL honoured."""
     r = await server.http.post("/threads", json={"ttl": {"ttl": 5, "unknown": 1}})
     assert r.status_code == 200, r.text
-    assert await server.sweep(minutes=6) == [r.json()["thread_id"]]
+    assert await server.sweep([r.json()["thread_id"]], minutes=6) == [r.json()["thread_id"]]
 
 
-async def test_without_config_only_threads_given_a_ttl_expire(backend: Backend) -> None:
-    async with serve(PLAIN_PROJECT, backend) as plain:
+async def test_without_config_only_threads_given_a_ttl_expire(own_backend: Backend) -> None:
+    async with serve(PLAIN_PROJECT, own_backend) as plain:
         kept = (await plain.sdk.threads.create())["thread_id"]
         expiring = (await plain.sdk.threads.create(ttl=1))["thread_id"]
         assert (await plain.http.get("/info")).json()["storage"]["thread_ttl"] is None
@@ -174,10 +188,10 @@ async def test_without_config_only_threads_given_a_ttl_expire(backend: Backend) 
         assert await plain.exists(kept)
 
 
-async def test_default_ttl_applies_only_to_threads_created_under_it(backend: Backend) -> None:
-    async with serve(PLAIN_PROJECT, backend) as before:
+async def test_default_ttl_applies_only_to_threads_created_under_it(own_backend: Backend) -> None:
+    async with serve(PLAIN_PROJECT, own_backend) as before:
         old = (await before.sdk.threads.create())["thread_id"]
-    async with serve(TTL_PROJECT, backend) as after:
+    async with serve(TTL_PROJECT, own_backend) as after:
         new = (await after.sdk.threads.create())["thread_id"]
         assert (await after.http.get("/info")).json()["storage"]["thread_ttl"] == {
             "strategy": "delete", "sweep_interval_minutes": 60, "default_ttl": 60, "sweep_limit": 1000}
@@ -185,14 +199,14 @@ async def test_default_ttl_applies_only_to_threads_created_under_it(backend: Bac
         assert await after.exists(old)
 
 
-async def test_background_sweeper_deletes_expired_threads(backend: Backend) -> None:
-    async with serve(FAST_SWEEP_PROJECT, backend) as s:
+async def test_background_sweeper_deletes_expired_threads(own_backend: Backend) -> None:
+    async with serve(FAST_SWEEP_PROJECT, own_backend) as s:
         tid = await seeded_thread(s.sdk, ttl=0.001)  # 60 ms
         kept = await seeded_thread(s.sdk)  # no default_ttl in this project
-        for _ in range(200):  # the sweeper runs every 0.12 s; this only bounds a broken one
-            if not await s.exists(tid):
-                break
-            await asyncio.sleep(0.05)
+        async def swept() -> bool:
+            return not await s.exists(tid)
+
+        await until(swept, timeout=10, what="the sweeper (every 0.12 s) to delete the thread")
         assert not await s.exists(tid) and not await s.has_checkpoints(tid)
         assert await s.exists(kept)
 

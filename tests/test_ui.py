@@ -1,5 +1,8 @@
 """The web console's pages, in-process on every backend: each page shows what the API holds, bad input gets
-a clear 4xx page, the setting turns the console off. (In a real browser: tests/test_ui_browser.py.)"""
+a clear 4xx page, the setting turns the console off. (In a real browser: tests/test_ui_browser.py.)
+
+The pages' tests share one started app per backend and look only at what they made (`tests/shared_app.py`);
+a test that needs other settings or another project starts its own app on `own_backend`."""
 
 from __future__ import annotations
 
@@ -15,13 +18,26 @@ import httpx
 import pytest
 from asgi_lifespan import LifespanManager
 
+from tests.conftest import PROJECT
 from tests.services import Backend
+from tests.shared_app import shared_app
 from threadline.api.app import create_app
 from threadline.settings import Settings
 from threadline.ui import graph as layout
 from threadline.ui.views import chat_messages, namespace_tree
 
 STORE_PROJECT = Path(__file__).parent / "project" / "store_index" / "langgraph.json"
+
+pytestmark = [pytest.mark.asyncio(loop_scope="module"),
+              # the mark above reaches the module's plain functions too, which run as such
+              pytest.mark.filterwarnings("ignore:.*is marked with '@pytest.mark.asyncio' but it is not an async")]
+backend, served, http = shared_app()
+
+
+@pytest.fixture
+def own_settings(own_backend: Backend) -> Settings:
+    """The module's settings on a database of its own, for a test that starts an app with other settings."""
+    return Settings(config=str(PROJECT), workers=4, heartbeat_seconds=5.0, **own_backend.settings())
 
 
 def text(page: httpx.Response) -> str:
@@ -122,9 +138,9 @@ async def test_the_queue_page_shows_the_metrics_figures_and_recent_failures(http
     assert f"/console/threads/{thread}" in failures and "status-error" in failures
 
 
-async def test_the_console_can_be_turned_off(settings: Settings) -> None:
+async def test_the_console_can_be_turned_off(own_settings: Settings) -> None:
     for ui, status in (("on", 200), ("off", 404)):
-        app = create_app(replace(settings, ui=ui))
+        app = create_app(replace(own_settings, ui=ui))
         async with LifespanManager(app) as manager:
             transport = httpx.ASGITransport(app=manager.app)
             async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
@@ -135,10 +151,10 @@ async def test_the_console_can_be_turned_off(settings: Settings) -> None:
         Settings.resolve(environ={"THREADLINE_UI": "maybe"})
 
 
-async def test_store_search_is_semantic_with_a_store_index(settings: Settings, backend: Backend) -> None:
+async def test_store_search_is_semantic_with_a_store_index(own_settings: Settings, backend: Backend) -> None:
     if backend.kind == "sqlite" and not hasattr(sqlite3.Connection, "enable_load_extension"):
         pytest.skip("this Python's sqlite3 cannot load sqlite-vec, which the SQLite store's semantic search needs")
-    app = create_app(replace(settings, config=str(STORE_PROJECT)))
+    app = create_app(replace(own_settings, config=str(STORE_PROJECT)))
     async with LifespanManager(app, startup_timeout=30) as manager:
         transport = httpx.ASGITransport(app=manager.app)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
@@ -176,11 +192,12 @@ def test_messages_become_chat_bubbles_and_namespaces_a_tree() -> None:
     assert tree[0].children[1].children[0].path == ["a", "c", "d"]
 
 
-async def test_under_a_mount_prefix_the_console_and_its_links_carry_it(settings: Settings, tmp_path: Path) -> None:
+async def test_under_a_mount_prefix_the_console_and_its_links_carry_it(own_settings: Settings,
+                                                                       tmp_path: Path) -> None:
     project = tmp_path / "langgraph.json"
     project.write_text(json.dumps({"graphs": {"echo": "threadline.example.agents:echo"},
                                    "http": {"mount_prefix": "/api"}}))
-    app = create_app(replace(settings, config=str(project)))
+    app = create_app(replace(own_settings, config=str(project)))
     async with LifespanManager(app, startup_timeout=30) as manager:
         transport = httpx.ASGITransport(app=manager.app)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
