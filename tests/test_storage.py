@@ -513,6 +513,23 @@ async def test_storing_a_threads_state_writes_its_row_once(storage: Storage, dat
     assert ts(restamped["state_updated_at"]) > ts(stored["state_updated_at"])
 
 
+async def test_a_run_finishing_writes_its_threads_row_once(storage: Storage, database_url: str) -> None:
+    """The finish stores the thread's values (the run's output, 1 MB for a large state) with its status: on
+    SQLite the stamping trigger wrote the whole row a second time on every run; the finish stamps it itself."""
+    thread = await create_thread(storage)
+    run = await enqueue(storage, thread["thread_id"])
+    await storage.claim_run("w1", 30)
+    async with OtherConnection(database_url) as other:
+        await count_row_writes(other)
+        assert await storage.finish_run(run["run_id"], "success", output={"n": 1}, worker_id="w1", attempt=1,
+                                        thread_changes={"values": {"n": 1}, "interrupts": {}, "status": "idle",
+                                                        "error": None})
+        assert await other.count("row_writes", thread["thread_id"]) == 1
+    stored = await storage.get_thread(thread["thread_id"])
+    assert stored is not None and stored["values"] == {"n": 1} and stored["status"] == "idle"
+    assert ts(stored["state_updated_at"]) == ts(stored["updated_at"]) > ts(thread["updated_at"])
+
+
 async def test_an_sqlite_database_from_before_the_in_place_stamp_is_upgraded(tmp_path: Path) -> None:
     """SQLite only (PostgreSQL's stamp was always set in the written row, by a BEFORE trigger): a database the
     migrations before `0012_thread_state_stamped_in_place.sql` made, with a thread in it, is upgraded when
