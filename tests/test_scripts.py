@@ -1,7 +1,7 @@
 """Unit tests of `threadline/storage/scripts.py`: each transaction script stepped by hand with fake rows.
 
 A script yields statements and is sent their rows; no database here. The statements are told apart by name
-(the SQLite dialect's text of each named statement), so a test says which statements a script sends for the
+(either dialect's text of each named statement), so a test says which statements a script sends for the
 rows it is given, and what it returns or raises. `tests/test_statements.py` checks the statements themselves
 on both databases; the storage conformance tests run the scripts on both.
 """
@@ -20,7 +20,9 @@ from threadline.storage.scripts import Final, Q, RunRefused, Script, Undo
 from threadline.storage.statements import POSTGRES, SQLITE, Encoded, statement_names
 
 D = SQLITE
-_NAMES = {part: name for name in sorted(statement_names("sqlite"), reverse=True) for part in D.statements(name)}
+_NAMES = {part: name for d in (POSTGRES, SQLITE)
+          for name in sorted(statement_names("sqlite" if d.sqlite else "postgres"), reverse=True)
+          for part in d.statements(name)}
 
 
 def name(q: Q) -> str:
@@ -96,10 +98,12 @@ def test_finish_run_ends_the_run_and_reconciles_its_thread_in_one_step() -> None
     # one final step: on PostgreSQL it goes with the COMMIT, one round trip
     final = steps[0]
     assert isinstance(final, Final) and isinstance(final.step, tuple) and len(steps) == 1
-    assert names(final.step)[:2] == ["finish_run", "lock_thread_of_run"]
-    # PostgreSQL's end refuses in the database, as it cannot roll back once its rows are seen
+    # SQLite's one writer holds the file: the thread's row has no lock to take
+    assert names(final.step)[0] == "finish_run" and len(final.step) == 2
+    # PostgreSQL's end refuses in the database, as it cannot roll back once its rows are seen; the thread's
+    # row is locked before its update, as an enqueue locks it
     first: Any = next(scripts.finish_run(POSTGRES, "r1", "success", None, None, {}, "w1", 1, False))
-    assert "threadline_finish_run(" in first.step[0].sql
+    assert "threadline_finish_run(" in first.step[0].sql and names(first.step)[1] == "lock_thread_of_run"
     # the output as given, not text; and whether the thread has another active run (here: no)
     assert finished == {"run_id": "r1", "thread_id": "t1", "output": {"v": 1}, "thread_busy": False}
 
@@ -127,7 +131,7 @@ def test_finish_run_encodes_an_output_that_is_also_the_threads_values_once() -> 
     output = {"v": 1}
     script = scripts.finish_run(D, "r1", "success", None, output, {"values": output}, "w1", 1, False)
     step: Any = next(script)  # the finish and the thread's reconcile (its lock, its update)
-    finish_q, _, reconcile_q = step.step
+    finish_q, *_, reconcile_q = step.step
     assert isinstance(finish_q.params["output"], Encoded)
     assert reconcile_q.params["values"] is finish_q.params["output"]
 
@@ -144,19 +148,22 @@ def test_finish_run_of_a_stateless_run_deletes_its_thread_but_keeps_the_run() ->
 def test_cancel_pending_runs_reconciles_each_thread_once() -> None:
     assert drive(scripts.cancel_pending_runs(D, [], "interrupted"), []) == ([], [])
     rows = [{"run_id": "a", "thread_id": "t2"}, {"run_id": "b", "thread_id": "t1"}, {"run_id": "c", "thread_id": "t2"}]
-    steps, cancelled = drive(scripts.cancel_pending_runs(D, ["a", "b", "c"], "interrupted"), [rows, None])
+    steps, cancelled = drive(scripts.cancel_pending_runs(POSTGRES, ["a", "b", "c"], "interrupted"), [rows, None])
     assert cancelled == ["a", "b", "c"]
     reconciled = steps[1]
     assert not isinstance(reconciled, Q)
     assert [q.params["thread_id"] for q in reconciled if name(q) == "lock_thread"] == ["t1", "t2"]
+    # SQLite: each thread's update once, no lock (its one writer holds the file)
+    steps, _ = drive(scripts.cancel_pending_runs(D, ["a", "b", "c"], "interrupted"), [rows, None])
+    assert not any(name(q) == "lock_thread" for q in steps[1]) and len(steps[1]) == 2
 
 
 def test_delete_run_reconciles_a_thread_only_if_it_is_busy() -> None:
     assert drive(scripts.delete_run(D, "r1"), [[]])[1] is False
-    steps, deleted = drive(scripts.delete_run(D, "r1"), [[{"thread_id": "t1"}], None])
+    steps, deleted = drive(scripts.delete_run(POSTGRES, "r1"), [[{"thread_id": "t1"}], None])
     lock, rule = steps[1]
     assert deleted is True and name(lock) == "lock_thread" and rule.params == {"status": "idle", "thread_id": "t1"}
-    assert rule.sql == D.reconcile_thread([], of_run=False, only_if_busy=True)
+    assert rule.sql == POSTGRES.reconcile_thread([], of_run=False, only_if_busy=True)
 
 
 def test_recover_runs_requeues_fails_and_idles_stray_threads_at_start() -> None:

@@ -479,16 +479,16 @@ async def test_a_state_write_given_a_patch_leaves_the_row_with_the_whole_values(
 
 
 async def count_row_writes(other: OtherConnection) -> None:
-    """From now on, every write of a `threads` row (a trigger's own included) adds a row to `row_writes`."""
+    """From now on, every write of a `threads` row (a trigger's own included) adds a row to `row_writes`
+    (counted by thread: the tests of a module may share a database, and each counts its own thread's)."""
+    await other.execute("CREATE TABLE IF NOT EXISTS row_writes (thread_id TEXT)")
     if other.sqlite:
-        await other.execute("CREATE TABLE row_writes (thread_id TEXT)")
-        await other.execute("CREATE TRIGGER count_row_writes AFTER UPDATE ON threads BEGIN "
+        await other.execute("CREATE TRIGGER IF NOT EXISTS count_row_writes AFTER UPDATE ON threads BEGIN "
                             "INSERT INTO row_writes VALUES (NEW.thread_id); END")
         return
-    await other.execute("CREATE TABLE row_writes (thread_id TEXT)")
-    await other.execute("CREATE FUNCTION count_row_write() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    await other.execute("CREATE OR REPLACE FUNCTION count_row_write() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
                         "INSERT INTO row_writes VALUES (NEW.thread_id); RETURN NEW; END $$")
-    await other.execute("CREATE TRIGGER count_row_writes AFTER UPDATE ON threads FOR EACH ROW "
+    await other.execute("CREATE OR REPLACE TRIGGER count_row_writes AFTER UPDATE ON threads FOR EACH ROW "
                         "EXECUTE FUNCTION count_row_write()")
 
 
@@ -511,6 +511,24 @@ async def test_storing_a_threads_state_writes_its_row_once(storage: Storage, dat
     restamped = await storage.get_thread(thread["thread_id"])
     assert restamped is not None and ts(restamped["state_updated_at"]) == ts(restamped["updated_at"])
     assert ts(restamped["state_updated_at"]) > ts(stored["state_updated_at"])
+
+
+async def test_a_run_finishing_writes_its_threads_row_once(storage: Storage, database_url: str) -> None:
+    """The finish stores the thread's values (the run's output, 1 MB for a large state) with its status: on
+    SQLite the stamping trigger wrote the whole row a second time on every run; the finish stamps it itself."""
+    thread = await create_thread(storage)
+    run = await enqueue(storage, thread["thread_id"])
+    await storage.claim_run("w1", 30)
+    async with OtherConnection(database_url) as other:
+        await count_row_writes(other)
+        before = await other.count("row_writes", thread["thread_id"])  # the enqueue's, if counted already
+        assert await storage.finish_run(run["run_id"], "success", output={"n": 1}, worker_id="w1", attempt=1,
+                                        thread_changes={"values": {"n": 1}, "interrupts": {}, "status": "idle",
+                                                        "error": None})
+        assert await other.count("row_writes", thread["thread_id"]) - before == 1
+    stored = await storage.get_thread(thread["thread_id"])
+    assert stored is not None and stored["values"] == {"n": 1} and stored["status"] == "idle"
+    assert ts(stored["state_updated_at"]) == ts(stored["updated_at"]) > ts(thread["updated_at"])
 
 
 async def test_an_sqlite_database_from_before_the_in_place_stamp_is_upgraded(tmp_path: Path) -> None:

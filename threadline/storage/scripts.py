@@ -150,16 +150,18 @@ def delete_expired_threads(d: Dialect, cutoff: str | None, limit: int) -> Script
 
 
 def reconcile(d: Dialect, changes: Row, *, thread_id: str | None = None, run_id: str | None = None,
-              only_if_busy: bool = False, returning: bool = False) -> tuple[Q, Q]:
+              only_if_busy: bool = False, returning: bool = False) -> tuple[Q, ...]:
     """The thread status rule (`Dialect.reconcile_thread`), its row locked first as `enqueue_run` locks it:
     a run enqueued concurrently is then either seen (the thread stays busy) or enqueued after us (and marks
-    the thread busy itself). Neither statement is waited for, but the update when `returning` (its row: the
-    thread's status after it)."""
+    the thread busy itself). Neither statement is waited for, but the update when `returning` (its row, the
+    last step's: the thread's status after it). SQLite has no row to lock: its one writer holds the file."""
     columns, status, only_busy = thread_status_changes(changes, only_if_busy=only_if_busy)
     key = {"run_id": run_id} if run_id is not None else {"thread_id": thread_id}
-    lock = q(d, "lock_thread_of_run" if run_id is not None else "lock_thread", wait=False, **key)
-    return lock, Q(d.reconcile_thread(columns, of_run=run_id is not None, only_if_busy=only_busy,
-                                      returning=returning), {**columns, "status": status, **key}, wait=returning)
+    update = Q(d.reconcile_thread(columns, of_run=run_id is not None, only_if_busy=only_busy, returning=returning),
+               {**columns, "status": status, **key}, wait=returning)
+    if d.sqlite:
+        return (update,)
+    return q(d, "lock_thread_of_run" if run_id is not None else "lock_thread", wait=False, **key), update
 
 
 # --- runs and the queue ---------------------------------------------------------
@@ -279,8 +281,8 @@ def finish_run(d: Dialect, run_id: str, status: str, error: Any, output: Any, th
         refusing = q(d, "finish_run_or_refuse", run_id=run_id, status=status, error=error, output=encoded,
                      worker_id=worker_id, attempt=attempt)
         try:
-            finished, _, thread = yield Final((refusing, *reconcile(d, thread_changes, run_id=run_id,
-                                                                    returning=True)))
+            finished, *_, thread = yield Final((refusing, *reconcile(d, thread_changes, run_id=run_id,
+                                                                     returning=True)))
         except RunRefused:
             raise Undo(None) from None
         if not finished:  # SQLite steps a final step as any other, and rolls back here

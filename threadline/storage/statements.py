@@ -413,6 +413,10 @@ class Dialect:
         `returning`: the thread's status after it."""
         target = "(SELECT thread_id FROM runs WHERE run_id = :run_id)" if of_run else ":thread_id"
         sets = "".join(f"{_q(c)} = {_value(c)}, " for c in columns)
+        if "values" in columns or "interrupts" in columns:
+            # Stamped here, as its trigger would: on SQLite the trigger writes the whole row (values and all)
+            # a second time, once a run.
+            sets += "state_updated_at = {now}, "
         guard = f" AND (status = 'busy' OR {_ACTIVE_RUN})" if only_if_busy else ""
         return self.sql(f"UPDATE threads SET {sets}updated_at = {{now}}, status = CASE WHEN {_ACTIVE_RUN} "
                         f"THEN 'busy' ELSE :status END WHERE thread_id = {target}{guard}"
