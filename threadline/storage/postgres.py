@@ -284,13 +284,9 @@ class PostgresStorage(SQLStorage):
                 except psycopg.Error as exc:
                     steps.throw(_refused(exc))  # the script words a refusal, or lets the error through
                     raise
-            try:
-                steps.send(rows)
-            except StopIteration as stop:
-                return cast(T, stop.value)
+            return _last_step(steps, rows)
         except Undo as undo:
             return cast(T, undo.value)
-        raise AssertionError("a script returns after its final step")
 
     async def _one_flush(self, steps: Script[T], qs: tuple[Q, ...]) -> T:
         """A script that is one step of several statements (`finish_run`): sent in a pipeline with no BEGIN,
@@ -306,13 +302,9 @@ class PostgresStorage(SQLStorage):
                     steps.throw(_refused(exc))  # the script words a refusal, or lets the error through
                     raise
                 rows = await _fetch(qs, sent)  # the results arrived with the Sync
-            try:
-                steps.send(rows)
-            except StopIteration as stop:
-                return cast(T, stop.value)
+            return _last_step(steps, rows)
         except Undo as undo:
             return cast(T, undo.value)
-        raise AssertionError("a script returns after its final step")
 
     async def _read(self, sql: str, params: dict[str, Any], *, point: bool = False) -> list[Row]:
         """A read; one whose connection was lost under it is read again, once, on a fresh connection (the
@@ -408,6 +400,15 @@ async def _send(conn: _Conn, qs: Sequence[Q]) -> list[psycopg.AsyncCursor[DictRo
 async def _fetch(qs: Sequence[Q], sent: Sequence[psycopg.AsyncCursor[DictRow] | None]) -> list[list[Row] | None]:
     return [[_row(r) for r in await cur.fetchall()] if q.wait and cur is not None else None
             for q, cur in zip(qs, sent, strict=True)]
+
+
+def _last_step(steps: Script[T], rows: Any) -> T:
+    """Send a script the rows of its final step; what it returns (an `Undo` it raises goes to the caller)."""
+    try:
+        steps.send(rows)
+    except StopIteration as stop:
+        return cast(T, stop.value)
+    raise AssertionError("a script returns after its final step")
 
 
 async def _fetch_ok(conn: _Conn, sql: str, *params: Any) -> bool:
