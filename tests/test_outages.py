@@ -257,6 +257,13 @@ async def test_redis_down_answers_503_and_service_resumes(scaleout_services: Sca
                 long = (await http.post(f"/threads/{tid}/runs", json={
                     "assistant_id": "slow", "input": {"tag": "long", "steps": 100, "delay": 0.05}})).json()
 
+                async def running() -> bool:
+                    return bool((await http.get(f"/threads/{tid}/runs/{long['run_id']}")).json()["status"] == "running")
+
+                # Running, not pending, before Redis goes: a pending run's cancel is applied in storage before
+                # its signals fail (a 503 that took effect), and the second cancel below would find it ended.
+                # A CI run on a loaded machine saw that.
+                await until(running, what="the long run to be running")
                 procs[0].kill()
                 procs[0].wait()
                 assert_unavailable(await http.get("/ok", params={"check_db": 1}))
@@ -268,7 +275,8 @@ async def test_redis_down_answers_503_and_service_resumes(scaleout_services: Sca
                 # The run went on while Redis was away (its events were lost, not its work), and a cancel,
                 # a new run and its answer work again.
                 cancel = await http.post(f"/threads/{tid}/runs/{long['run_id']}/cancel", params={"wait": 1})
-                assert cancel.status_code in (200, 202, 204), cancel.text
+                run = (await http.get(f"/threads/{tid}/runs/{long['run_id']}")).json()
+                assert cancel.status_code in (200, 202, 204), (cancel.text, run)
                 other = (await http.post("/threads", json={})).json()["thread_id"]
                 r = await http.post(f"/threads/{other}/runs/wait", json={"assistant_id": "slow",
                                                                          "input": {"tag": "back"}})
