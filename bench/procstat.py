@@ -17,8 +17,10 @@ import asyncio
 import contextlib
 import os
 from pathlib import Path
+from typing import TypeVar
 
 TICKS = os.sysconf("SC_CLK_TCK")
+T = TypeVar("T", int, float)
 
 
 def _stat(pid: int) -> tuple[int, float] | None:
@@ -97,18 +99,17 @@ class Sampler:
 
     def writes_by_group(self) -> dict[int, int]:
         """Write-family system calls so far of each process group (its processes summed)."""
-        self.scan()
-        out = dict.fromkeys(self.groups, 0)
-        for pid, n in self.writes_by_pid.items():
-            out[self.group_of[pid]] += n
-        return out
+        return self._by_group(self.writes_by_pid, 0)
 
     def cpu_by_group(self) -> dict[int, float]:
         """CPU seconds so far of each process group (its processes summed), e.g. to split a target by role."""
+        return self._by_group(self.cpu_by_pid, 0.0)
+
+    def _by_group(self, by_pid: dict[int, T], zero: T) -> dict[int, T]:
         self.scan()
-        out = dict.fromkeys(self.groups, 0.0)
-        for pid, cpu in self.cpu_by_pid.items():
-            out[self.group_of[pid]] += cpu
+        out = dict.fromkeys(self.groups, zero)
+        for pid, value in by_pid.items():
+            out[self.group_of[pid]] += value
         return out
 
     def rss(self) -> int:
