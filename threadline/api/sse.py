@@ -104,7 +104,7 @@ def event_response(
         if response.metrics is not None:
             response.metrics.track_read_ahead(pump)
         loop = asyncio.get_running_loop()
-        pace = Pace(response.coalesce, max(response.coalesce_most, response.coalesce))
+        pace = Pace(response.coalesce, response.coalesce_most)  # (a `most` below `base` is `base`)
         try:
             while True:
                 if draining is not None and draining.is_set():
