@@ -242,41 +242,68 @@ async def _eventually_ok(http: httpx.AsyncClient, seconds: float = 15) -> None:
 @pytest.mark.e2e  # a throwaway redis-server
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server to start a throwaway Redis")
 async def test_redis_down_answers_503_and_service_resumes(scaleout_services: ScaleOut) -> None:
+    """Two apps on one Redis, as an API process and a worker process: while Redis is down a cancel answers by
+    whether it took effect. A run another process holds can only be reached through Redis (503, not applied,
+    and the retry works); a pending run's cancel is applied in storage and a run this process holds is
+    cancelled here (200 both: their signals are best effort). Service resumes by itself."""
     backend = scaleout_services.fresh()
     port = _free_port()
-    settings = Settings(config=str(PROJECT), workers=2, heartbeat_seconds=5.0, database_url=backend.database_url,
-                        redis_url=f"redis://127.0.0.1:{port}/0", redis_key_prefix="outage")
+    shared: dict[str, Any] = dict(config=str(PROJECT), heartbeat_seconds=5.0, database_url=backend.database_url,
+                  redis_url=f"redis://127.0.0.1:{port}/0", redis_key_prefix="outage")
     procs = [_start_redis(port)]
     try:
-        app = create_app(settings)
-        async with LifespanManager(app, startup_timeout=30, shutdown_timeout=30) as manager:
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app), base_url="http://t",
-                                         timeout=60) as http:
+        api_app, worker_app = create_app(Settings(workers=0, **shared)), create_app(Settings(workers=2, **shared))
+        async with LifespanManager(api_app, startup_timeout=30, shutdown_timeout=30) as api, \
+                LifespanManager(worker_app, startup_timeout=30, shutdown_timeout=30) as worker:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=api.app), base_url="http://t",
+                                         timeout=60) as http, \
+                    httpx.AsyncClient(transport=httpx.ASGITransport(app=worker.app), base_url="http://t",
+                                      timeout=60) as on_worker:
                 await _eventually_ok(http, 1)
-                tid = (await http.post("/threads", json={})).json()["thread_id"]
-                long = (await http.post(f"/threads/{tid}/runs", json={
-                    "assistant_id": "slow", "input": {"tag": "long", "steps": 100, "delay": 0.05}})).json()
+                await _eventually_ok(on_worker, 1)
+                long_runs = []
+                for client in (http, on_worker):  # one a cancel reaches through Redis, one it reaches here
+                    tid = (await client.post("/threads", json={})).json()["thread_id"]
+                    long_runs.append((await client.post(f"/threads/{tid}/runs", json={
+                        "assistant_id": "slow", "input": {"tag": "long", "steps": 100, "delay": 0.05}})).json())
+                elsewhere, here = long_runs
+
+                async def status(run: dict[str, Any]) -> str:
+                    return str((await http.get(f"/threads/{run['thread_id']}/runs/{run['run_id']}")).json()["status"])
 
                 async def running() -> bool:
-                    return bool((await http.get(f"/threads/{tid}/runs/{long['run_id']}")).json()["status"] == "running")
+                    return [await status(run) for run in long_runs] == ["running", "running"]
 
-                # Running, not pending, before Redis goes: a pending run's cancel is applied in storage before
-                # its signals fail (a 503 that took effect), and the second cancel below would find it ended.
-                # A CI run on a loaded machine saw that.
-                await until(running, what="the long run to be running")
+                await until(running, what="both long runs to be running")
+                queued = (await http.post(f"/threads/{elsewhere['thread_id']}/runs", json={
+                    "assistant_id": "slow", "input": {"tag": "queued"}, "multitask_strategy": "enqueue"})).json()
+                assert queued["status"] == "pending", queued
                 procs[0].kill()
                 procs[0].wait()
                 assert_unavailable(await http.get("/ok", params={"check_db": 1}))
-                cancel = await http.post(f"/threads/{tid}/runs/{long['run_id']}/cancel")
+                cancel = await http.post(f"/threads/{elsewhere['thread_id']}/runs/{elsewhere['run_id']}/cancel")
                 assert_unavailable(cancel)
+                assert await status(elsewhere) == "running"
+                # Applied in storage, with the broker's signals (stream end, waiters, a wake-up) left out.
+                cancel = await http.post(f"/threads/{queued['thread_id']}/runs/{queued['run_id']}/cancel")
+                assert cancel.status_code in (200, 202, 204), cancel.text
+                assert await status(queued) == "interrupted"
+                # Held by the worker app, which cancels it at once, with no one else to tell.
+                cancel = await on_worker.post(f"/threads/{here['thread_id']}/runs/{here['run_id']}/cancel")
+                assert cancel.status_code in (200, 202, 204), cancel.text
+                await until(lambda: _ended(status, here), what="the run cancelled here to end")
+                assert await status(here) == "interrupted"
 
                 procs.append(_start_redis(port))
                 await _eventually_ok(http)
-                # The run went on while Redis was away (its events were lost, not its work), and a cancel,
-                # a new run and its answer work again.
-                cancel = await http.post(f"/threads/{tid}/runs/{long['run_id']}/cancel", params={"wait": 1})
-                run = (await http.get(f"/threads/{tid}/runs/{long['run_id']}")).json()
-                assert cancel.status_code in (200, 202, 204), (cancel.text, run)
+                # The run elsewhere went on while Redis was away (its events were lost, not its work), and a
+                # cancel, a join and a new run work again.
+                cancel = await http.post(f"/threads/{elsewhere['thread_id']}/runs/{elsewhere['run_id']}/cancel",
+                                         params={"wait": 1})
+                assert cancel.status_code in (200, 202, 204), (cancel.text, await status(elsewhere))
+                async with asyncio.timeout(10):  # its end is in storage: a join answers at once
+                    joined = await http.get(f"/threads/{queued['thread_id']}/runs/{queued['run_id']}/join")
+                assert joined.status_code == 200, joined.text
                 other = (await http.post("/threads", json={})).json()["thread_id"]
                 r = await http.post(f"/threads/{other}/runs/wait", json={"assistant_id": "slow",
                                                                          "input": {"tag": "back"}})
@@ -285,6 +312,10 @@ async def test_redis_down_answers_503_and_service_resumes(scaleout_services: Sca
         for proc in procs:
             proc.kill()
             proc.wait()
+
+
+async def _ended(status: Any, run: dict[str, Any]) -> bool:
+    return await status(run) not in ("pending", "running")
 
 
 @pytest.mark.slow

@@ -111,7 +111,11 @@ class Broker(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def send_cancel(self, run_id: str, action: str) -> None: ...
+    async def send_cancel(self, run_id: str, action: str) -> None:
+        """Cancel `run_id` wherever it runs. A run held by a worker of this process is cancelled here, at once,
+        and the broker's part is then best effort: it raises `BrokerUnavailable` only when the cancel has not
+        taken effect (the run is another process's, or not yet registered), so a client that is told 503 can
+        retry, and one whose cancel took effect is not told it failed."""
 
     @abc.abstractmethod
     async def on_cancel(self, run_id: str, callback: Any) -> Any:

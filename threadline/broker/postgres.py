@@ -359,14 +359,19 @@ class PostgresBroker(Broker):
 
     async def send_cancel(self, run_id: str, action: str) -> None:
         applied = self._signals.cancel(run_id, action)
-        async with self._exchange(), self._pool.connection() as conn, conn.transaction():
-            if not applied:  # kept for a worker between its claim and its registration
-                await conn.execute(self._names.store_cancel, {"run": run_id, "action": action})
-            # "c": stored, so whoever takes it from the table applies it (exactly once, whichever of the
-            # listener and a registration comes first); "C": not stored, applied by whoever has callbacks.
-            kind = "C" if applied else "c"
-            await conn.execute(self._names.notify, {"channel": self._names.channel,
-                                                    "payload": f"{kind} {self._id} {run_id} {action}"})
+        try:
+            async with self._exchange(), self._pool.connection() as conn, conn.transaction():
+                if not applied:  # kept for a worker between its claim and its registration
+                    await conn.execute(self._names.store_cancel, {"run": run_id, "action": action})
+                # "c": stored, so whoever takes it from the table applies it (exactly once, whichever of the
+                # listener and a registration comes first); "C": not stored, applied by whoever has callbacks.
+                kind = "C" if applied else "c"
+                await conn.execute(self._names.notify, {"channel": self._names.channel,
+                                                        "payload": f"{kind} {self._id} {run_id} {action}"})
+        except Unavailable:
+            if not applied:
+                raise
+            # cancelled here; the outage is logged and counted by `_exchange`
 
     async def on_cancel(self, run_id: str, callback: Any) -> Any:
         unregister = self._signals.register_cancel(run_id, callback)

@@ -419,11 +419,16 @@ class RedisBroker(Broker):
 
     async def send_cancel(self, run_id: str, action: str) -> None:
         applied = self._signals.cancel(run_id, action)
-        async with self._exchange(), self._redis.pipeline(transaction=False) as pipe:
-            if not applied:  # kept for a worker between its claim and its registration
-                pipe.set(self._keys.early_cancel(run_id), action, ex=self.retain_seconds)
-            pipe.publish(self._keys.cancel_channel(run_id), f"{self._id} {action}")
-            await pipe.execute()
+        try:
+            async with self._exchange(), self._redis.pipeline(transaction=False) as pipe:
+                if not applied:  # kept for a worker between its claim and its registration
+                    pipe.set(self._keys.early_cancel(run_id), action, ex=self.retain_seconds)
+                pipe.publish(self._keys.cancel_channel(run_id), f"{self._id} {action}")
+                await pipe.execute()
+        except Unavailable:
+            if not applied:
+                raise
+            return  # cancelled here; the outage is logged and counted by `_exchange`
         if not applied and self._signals.has_cancel(run_id):
             # A worker of this process registered meanwhile, and may have looked for the stored cancel before it
             # was stored; the listener skips this process's own messages. Whoever takes the stored cancel

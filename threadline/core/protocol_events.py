@@ -10,14 +10,16 @@ and read them from storage. Storage is the source of truth; the broker only wake
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 from langchain_core.messages import AIMessageChunk, BaseMessage, ToolMessage
 
 from threadline.broker.base import Broker
 from threadline.core.lease import Lease
+from threadline.errors import BrokerUnavailable
 from threadline.serde import dumps, to_jsonable
 from threadline.storage.base import NewThreadEvent, Storage
 from threadline.storage.records import RunRecord
@@ -38,6 +40,8 @@ PROTOCOL_STREAM_MODES = ["values", "updates", "messages", "tools", "custom", "ta
 BATCH_MAX = 500
 
 Event = tuple[str, list[str], Any, str | None]  # (method, namespace, data, node)
+
+log = logging.getLogger("threadline.runs")
 
 
 def thread_events_signal(thread_id: str) -> str:
@@ -300,7 +304,13 @@ async def end_without_worker(storage: Storage, broker: Broker, run: RunRecord, s
                              error: Any = None) -> None:
     """A run that ended with no worker to tell its story (cancelled while queued; failed when its worker died
     and no retries were left) still ends its stream, wakes its waiters and, when started through the
-    protocol, gets `started` and a root terminal event: clients wait for that event."""
+    protocol, gets `started` and a root terminal event: clients wait for that event.
+
+    Called once the run's end is in storage, which is the truth: the broker's part only wakes those who
+    follow it, and a waiter or a join reads the run's status from storage when it (re)subscribes. So with
+    the broker away the end still stands, and its signals are dropped with a warning (`signal`) rather than
+    failing the request (a cancel that took effect answering 503) or the sweep (the next runs left
+    without their ends)."""
     try:
         if (run.get("kwargs") or {}).get("protocol"):
             assistant = await storage.get_assistant(run["assistant_id"])
@@ -311,10 +321,20 @@ async def end_without_worker(storage: Storage, broker: Broker, run: RunRecord, s
             began = await storage.read_thread_events(run["thread_id"], run_id=run["run_id"], method="lifecycle",
                                                      limit=1)
             await writer.add([*([] if began else [converter.started()]), converter.finished(status, message)])
-            await writer.flush()
+            # The events are in storage before their broker signal is sent (`EventWriter._drain`).
+            await signal(writer.flush(), f"run {run['run_id']}'s end events")
     finally:
-        await broker.end_stream(run["run_id"])
-        await broker.notify_run_done(run["run_id"])
+        await signal(broker.end_stream(run["run_id"]), f"run {run['run_id']}'s stream end")
+        await signal(broker.notify_run_done(run["run_id"]), f"run {run['run_id']}'s end")
+
+
+async def signal(send: Awaitable[None], what: str) -> None:
+    """A broker signal about a change already in storage: sent if the broker is there; otherwise dropped,
+    with a warning, since storage holds the change and those who follow re-read it."""
+    try:
+        await send
+    except BrokerUnavailable as exc:
+        log.warning("the broker is unavailable: %s not signalled (%s)", what, exc)
 
 
 async def _parts(stream: AsyncIterator[Any]) -> AsyncIterator[dict[str, Any]]:

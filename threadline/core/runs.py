@@ -14,7 +14,7 @@ from threadline.core.assistants import Assistants
 from threadline.core.auth import with_caller
 from threadline.core.metrics import Metrics
 from threadline.core.partials import PartialDecoder, is_partial
-from threadline.core.protocol_events import end_without_worker
+from threadline.core.protocol_events import end_without_worker, signal
 from threadline.core.threads import Threads
 from threadline.core.webhook_policy import WebhookGuard
 from threadline.core.worker import WorkerPool
@@ -339,11 +339,14 @@ class Runs:
         return await self.storage.get_run(run_id)
 
     async def _after_stop(self, run: RunRecord, action: CancelAction) -> None:
-        """Bookkeeping for a run that ended without a worker: rollback, signals, stream end."""
+        """Bookkeeping for a run that ended without a worker: rollback, signals, stream end. Its end is in
+        storage already, so the signals are best effort: a cancel that took effect answers as such with the
+        broker away, and a client that retries it is told the run has ended (404), as for any ended run."""
         if action == "rollback":
             await self.storage.delete_run(run["run_id"])
         await end_without_worker(self.storage, self.broker, run, "interrupted")
-        await self.broker.wake_workers()  # the thread's next pending run may now be claimable
+        # The thread's next pending run may now be claimable; without the wake-up a claimer's poll finds it.
+        await signal(self.broker.wake_workers(), "a worker's wake-up")
 
     async def cancel_many(self, *, run_ids: list[str] | None = None, thread_id: str | None = None,
                           status: CancelStatus | None = None, action: CancelAction = "interrupt") -> int:

@@ -28,7 +28,7 @@ from threadline.broker.base import Broker
 from threadline.core.executor import Executor, StopSignal
 from threadline.core.lease import Lease
 from threadline.core.metrics import Metrics
-from threadline.core.protocol_events import end_without_worker
+from threadline.core.protocol_events import end_without_worker, signal
 from threadline.errors import Unavailable
 from threadline.heap import AfterRuns
 from threadline.storage.base import Claim, Storage
@@ -323,6 +323,6 @@ async def recover(storage: Storage, broker: Broker, max_attempts: int, *, expire
         else:
             log.warning("run %s lost its worker with no retries left: error", run["run_id"])
         await end_without_worker(storage, broker, run, "failed", run.get("error"))
-    for _ in requeued:  # one wake-up per run, as at enqueue
-        await broker.wake_workers()
+    for _ in requeued:  # one wake-up per run, as at enqueue; without it a claimer's poll finds the run
+        await signal(broker.wake_workers(), "a worker's wake-up")
     return requeued, failed
