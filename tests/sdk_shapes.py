@@ -1,0 +1,32 @@
+"""Where langgraph-sdk's annotations and the server's answers differ, said once for the type gate (issue 29).
+
+The SDK's TypedDicts leave out keys LangGraph's server sends (and Threadline's, as its drop-in), type a few answers
+as another record, and give unions where a test knows which member it has. These helpers narrow or retype such an
+answer where a test reads it, instead of a cast at each use; the ones that can check what they claim do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, cast
+
+from langgraph_sdk.schema import Cron, Run
+
+
+def as_cron(created: Run) -> Cron:
+    """What `crons.create` and `crons.create_for_thread` answer: the cron (langgraph-sdk 0.4 annotates both
+    `-> Run`; LangGraph's server answers the cron it made, as Threadline's does)."""
+    return cast(Cron, created)
+
+
+def wire(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A record as the server sent it, for a key its SDK TypedDict does not declare (a run's `kwargs`, a
+    thread's `state_updated_at`): the JSON object itself, untyped."""
+    return cast(dict[str, Any], record)
+
+
+def one_state(values: list[dict[str, Any]] | dict[str, Any]) -> dict[str, Any]:
+    """A graph's state as an object (`runs.wait`'s answer, a thread's or a state's `values`): the SDK allows a
+    list too, which a graph with a dict state never gives."""
+    assert isinstance(values, dict), values
+    return values
