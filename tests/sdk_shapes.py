@@ -7,16 +7,24 @@ answer where a test reads it, instead of a cast at each use; the ones that can c
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
-from langgraph_sdk.schema import Cron, Run
+from langgraph_sdk.client import LangGraphClient
+from langgraph_sdk.schema import Cron, Run, Thread
 
 
 def as_cron(created: Run) -> Cron:
     """What `crons.create` and `crons.create_for_thread` answer: the cron (langgraph-sdk 0.4 annotates both
     `-> Run`; LangGraph's server answers the cron it made, as Threadline's does)."""
     return cast(Cron, created)
+
+
+async def copy_thread(sdk: LangGraphClient, thread_id: str) -> Thread:
+    """`sdk.threads.copy(thread_id)`, with the copy it answers (langgraph-sdk 0.4 annotates it `-> None`, and
+    returns the server's answer, the new thread)."""
+    copy = cast(Callable[[str], Awaitable[Thread]], sdk.threads.copy)
+    return await copy(thread_id)
 
 
 def wire(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -30,3 +38,9 @@ def one_state(values: list[dict[str, Any]] | dict[str, Any]) -> dict[str, Any]:
     list too, which a graph with a dict state never gives."""
     assert isinstance(values, dict), values
     return values
+
+
+def user_says(text: str) -> dict[str, Any]:
+    """A chat graph's input: one user message (typed as a JSON object, which a literal of it at the SDK's
+    `input=` is not inferred as)."""
+    return {"messages": [{"role": "user", "content": text}]}
