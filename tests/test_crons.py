@@ -15,21 +15,23 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import httpx
 import pytest
 import pytest_asyncio
 from asgi_lifespan import LifespanManager
 from langgraph_sdk.client import LangGraphClient
+from langgraph_sdk.schema import OnCompletionBehavior
 
 from tests.conftest import PROJECT
+from tests.sdk_shapes import as_cron, one_state
 from tests.services import Backend
 from tests.shared_app import shared_app
 from threadline.api.app import create_app
 from threadline.core.crons import Crons, Schedule, iso, tick_run_id
 from threadline.core.runtime import Runtime
 from threadline.settings import Settings
+from threadline.storage.records import RunRecord
 
 UTC = UTC
 pytestmark = [pytest.mark.asyncio(loop_scope="module"),
@@ -83,7 +85,7 @@ async def _created(sdk: LangGraphClient) -> dict[str, int]:
     return created
 
 
-async def _cron_runs(rt: Runtime, cron_id: str, *, finished: bool = True) -> list[dict[str, Any]]:
+async def _cron_runs(rt: Runtime, cron_id: str, *, finished: bool = True) -> list[RunRecord]:
     """Every run the cron created (newest first), once they have finished (unless `finished=False`)."""
     runs = await rt.storage.search_runs(thread_id=None, assistant_id=None, status=None,
                                         metadata={"cron_id": cron_id}, limit=1000, offset=0)
@@ -101,10 +103,10 @@ def _iso(moment: datetime) -> str:
 async def test_thread_cron_create_get_update_delete(sdk: LangGraphClient, clock: Clock) -> None:
     thread = await sdk.threads.create()
     tid = thread["thread_id"]
-    cron = await sdk.crons.create_for_thread(tid, "counter", schedule="*/5 * * * *", input={"increment": 1},
-                                             metadata={"k": "v"}, config={"tags": ["t"]}, context={"c": 1},
-                                             interrupt_before=["count"], multitask_strategy="enqueue",
-                                             stream_mode=["values"], durability="sync")
+    cron = as_cron(await sdk.crons.create_for_thread(tid, "counter", schedule="*/5 * * * *", input={"increment": 1},
+                                                     metadata={"k": "v"}, config={"tags": ["t"]}, context={"c": 1},
+                                                     interrupt_before=["count"], multitask_strategy="enqueue",
+                                                     stream_mode=["values"], durability="sync"))
     assert set(cron) == {"cron_id", "assistant_id", "thread_id", "user_id", "end_time", "schedule", "timezone",
                          "payload", "next_run_date", "metadata", "on_run_completed", "enabled", "created_at",
                          "updated_at"}
@@ -151,14 +153,15 @@ async def test_thread_cron_create_get_update_delete(sdk: LangGraphClient, clock:
 
 async def test_stateless_cron_fields(sdk: LangGraphClient, clock: Clock) -> None:
     end = START + timedelta(days=3)
-    cron = await sdk.crons.create("counter", schedule="0 9 * * 1", input={"increment": 2}, on_run_completed="keep",
-                                  timezone="America/New_York", end_time=end, enabled=False)
+    cron = as_cron(await sdk.crons.create("counter", schedule="0 9 * * 1", input={"increment": 2},
+                                          on_run_completed="keep", timezone="America/New_York", end_time=end,
+                                          enabled=False))
     assert cron["thread_id"] is None and cron["on_run_completed"] == "keep" and cron["enabled"] is False
     assert cron["timezone"] == "America/New_York" and cron["end_time"] == _iso(end)
     nine_in_new_york = Schedule("0 9 * * 1", "America/New_York").next_after(START)
     assert nine_in_new_york is not None and cron["next_run_date"] == _iso(nine_in_new_york)
     assert nine_in_new_york.hour in (13, 14)  # 9:00 in New York, in UTC (summer or winter)
-    default = await sdk.crons.create("counter", schedule="@hourly")
+    default = as_cron(await sdk.crons.create("counter", schedule="@hourly"))
     assert default["on_run_completed"] == "delete"  # a stateless cron's default
     assert default["next_run_date"] == _iso(START.replace(minute=0, second=0) + timedelta(hours=1))
 
@@ -167,9 +170,9 @@ async def test_search_count_sort_select_page(sdk: LangGraphClient, clock: Clock)
     thread = (await sdk.threads.create())["thread_id"]
     made = []
     for i, schedule in enumerate(["*/10 * * * *", "0 * * * *", "*/2 * * * *"]):
-        made.append(await sdk.crons.create("counter", schedule=schedule, metadata={"kind": "s", "i": i}))
+        made.append(as_cron(await sdk.crons.create("counter", schedule=schedule, metadata={"kind": "s", "i": i})))
         clock.advance(seconds=1)
-    on_thread = await sdk.crons.create_for_thread(thread, "echo", schedule="0 0 * * *", enabled=False)
+    on_thread = as_cron(await sdk.crons.create_for_thread(thread, "echo", schedule="0 0 * * *", enabled=False))
     ids = [c["cron_id"] for c in made]
     counter = made[0]["assistant_id"]
 
@@ -205,7 +208,7 @@ async def test_invalid_schedule_is_422_naming_it(sdk: LangGraphClient, schedule:
             await call
         assert err.value.response.status_code == 422
         assert f"Invalid cron schedule: '{schedule}'" in err.value.response.json()["detail"]
-    cron = await sdk.crons.create("counter", schedule="* * * * *")
+    cron = as_cron(await sdk.crons.create("counter", schedule="* * * * *"))
     with pytest.raises(httpx.HTTPStatusError) as err:
         await sdk.crons.update(cron["cron_id"], schedule=schedule or " ")
     assert err.value.response.status_code == 422 and "Invalid cron schedule" in err.value.response.json()["detail"]
@@ -240,8 +243,8 @@ async def test_bad_requests(sdk: LangGraphClient, http: httpx.AsyncClient) -> No
 
 async def test_thread_cron_fires_once_per_tick(sdk: LangGraphClient, runtime: Runtime, clock: Clock) -> None:
     tid = (await sdk.threads.create(metadata={"owner": "me"}))["thread_id"]
-    cron = await sdk.crons.create_for_thread(tid, "counter", schedule="* * * * *", input={"increment": 1, "tag": "c"},
-                                             metadata={"m": 1})
+    cron = as_cron(await sdk.crons.create_for_thread(tid, "counter", schedule="* * * * *",
+                                                     input={"increment": 1, "tag": "c"}, metadata={"m": 1}))
     crons = _crons(runtime)
     before = await _created(sdk)
     await crons.run_due()
@@ -257,7 +260,7 @@ async def test_thread_cron_fires_once_per_tick(sdk: LangGraphClient, runtime: Ru
     assert run["metadata"]["m"] == 1 and run["metadata"]["owner"] == "me"  # the thread's metadata, as any run
     assert run["kwargs"]["config"]["configurable"]["cron_id"] == cron["cron_id"]
     state = await sdk.threads.get_state(tid)
-    assert state["values"]["count"] == 3  # each tick's run ran on the cron's thread
+    assert one_state(state["values"])["count"] == 3  # each tick's run ran on the cron's thread
     got = await sdk.http.get(f"/runs/crons/{cron['cron_id']}")
     assert got["next_run_date"] == _iso(START.replace(second=0) + timedelta(minutes=4))
     assert got["updated_at"] == cron["updated_at"]  # firing is not an update
@@ -266,7 +269,7 @@ async def test_thread_cron_fires_once_per_tick(sdk: LangGraphClient, runtime: Ru
 
 async def test_missed_period_fires_once_and_moves_on(sdk: LangGraphClient, runtime: Runtime, clock: Clock) -> None:
     tid = (await sdk.threads.create())["thread_id"]
-    cron = await sdk.crons.create_for_thread(tid, "counter", schedule="* * * * *", input={"increment": 1})
+    cron = as_cron(await sdk.crons.create_for_thread(tid, "counter", schedule="* * * * *", input={"increment": 1}))
     clock.advance(hours=5)  # 300 ticks missed
     await _crons(runtime).run_due()
     assert len(await _cron_runs(runtime, cron["cron_id"])) == 1
@@ -276,10 +279,10 @@ async def test_missed_period_fires_once_and_moves_on(sdk: LangGraphClient, runti
 
 async def test_disabled_and_ended_crons_do_not_fire(sdk: LangGraphClient, runtime: Runtime, clock: Clock) -> None:
     tid = (await sdk.threads.create())["thread_id"]
-    off = await sdk.crons.create_for_thread(tid, "counter", schedule="* * * * *", input={"increment": 1},
-                                            enabled=False)
-    ending = await sdk.crons.create_for_thread(tid, "counter", schedule="* * * * *", input={"increment": 10},
-                                               end_time=START + timedelta(minutes=2, seconds=30))
+    off = as_cron(await sdk.crons.create_for_thread(tid, "counter", schedule="* * * * *", input={"increment": 1},
+                                                    enabled=False))
+    ending = as_cron(await sdk.crons.create_for_thread(tid, "counter", schedule="* * * * *", input={"increment": 10},
+                                                       end_time=START + timedelta(minutes=2, seconds=30)))
     crons = _crons(runtime)
     for _ in range(5):
         clock.advance(minutes=1)
@@ -303,9 +306,9 @@ async def test_disabled_and_ended_crons_do_not_fire(sdk: LangGraphClient, runtim
 
 @pytest.mark.parametrize("on_run_completed", ["delete", "keep"])
 async def test_stateless_cron_thread_per_run(sdk: LangGraphClient, runtime: Runtime, clock: Clock,
-                                             on_run_completed: str) -> None:
-    cron = await sdk.crons.create("counter", schedule="* * * * *", input={"increment": 1},
-                                  on_run_completed=on_run_completed, metadata={"job": "nightly"})
+                                             on_run_completed: OnCompletionBehavior) -> None:
+    cron = as_cron(await sdk.crons.create("counter", schedule="* * * * *", input={"increment": 1},
+                                          on_run_completed=on_run_completed, metadata={"job": "nightly"}))
     crons = _crons(runtime)
     before = await _created(sdk)
     for _ in range(2):
@@ -320,7 +323,7 @@ async def test_stateless_cron_thread_per_run(sdk: LangGraphClient, runtime: Runt
             assert thread is None
         else:
             assert thread is not None and thread["metadata"]["job"] == "nightly"
-            assert (await sdk.threads.get_state(run["thread_id"]))["values"]["count"] == 1
+            assert one_state((await sdk.threads.get_state(run["thread_id"]))["values"])["count"] == 1
     assert (await _created(sdk)).get("stateless", 0) - before.get("stateless", 0) == 2
 
 
@@ -329,10 +332,10 @@ async def test_thread_cron_meets_the_multitask_strategy(sdk: LangGraphClient, ru
     tid = (await sdk.threads.create())["thread_id"]
     # Busy until the test cancels it (100 s at most: the test's own timeout ends it before)
     busy = await sdk.runs.create(tid, "slow", input={"tag": "long", "steps": 2000, "delay": 0.05})
-    rejecting = await sdk.crons.create_for_thread(tid, "slow", schedule="* * * * *", input={"tag": "r", "steps": 1},
-                                                  multitask_strategy="reject")
-    queued = await sdk.crons.create_for_thread(tid, "slow", schedule="* * * * *", input={"tag": "q", "steps": 1},
-                                               multitask_strategy="enqueue")
+    rejecting = as_cron(await sdk.crons.create_for_thread(tid, "slow", schedule="* * * * *",
+                                                          input={"tag": "r", "steps": 1}, multitask_strategy="reject"))
+    queued = as_cron(await sdk.crons.create_for_thread(tid, "slow", schedule="* * * * *",
+                                                       input={"tag": "q", "steps": 1}, multitask_strategy="enqueue"))
     clock.advance(minutes=1)
     await _crons(runtime).run_due()
     assert await _cron_runs(runtime, rejecting["cron_id"]) == []  # the thread was busy: the tick is refused
@@ -351,8 +354,8 @@ async def test_thread_cron_meets_the_multitask_strategy(sdk: LangGraphClient, ru
 
 async def test_deleting_a_thread_deletes_its_crons(sdk: LangGraphClient, runtime: Runtime, clock: Clock) -> None:
     tid = (await sdk.threads.create())["thread_id"]
-    mine = [await sdk.crons.create_for_thread(tid, "counter", schedule="* * * * *") for _ in range(2)]
-    other = await sdk.crons.create("counter", schedule="* * * * *")
+    mine = [as_cron(await sdk.crons.create_for_thread(tid, "counter", schedule="* * * * *")) for _ in range(2)]
+    other = as_cron(await sdk.crons.create("counter", schedule="* * * * *"))
     await sdk.threads.delete(tid)
     assert await sdk.crons.count() == 1
     assert [c["cron_id"] for c in await sdk.crons.search()] == [other["cron_id"]]
@@ -365,7 +368,7 @@ async def test_deleting_an_assistant_deletes_its_crons(sdk: LangGraphClient, clo
     await sdk.crons.create(assistant["assistant_id"], schedule="* * * * *")
     tid = (await sdk.threads.create())["thread_id"]
     await sdk.crons.create_for_thread(tid, assistant["assistant_id"], schedule="* * * * *")
-    kept = await sdk.crons.create("counter", schedule="* * * * *")  # the graph's own assistant
+    kept = as_cron(await sdk.crons.create("counter", schedule="* * * * *"))  # the graph's own assistant
     assert await sdk.crons.count(assistant_id=assistant["assistant_id"]) == 2
     await sdk.assistants.delete(assistant["assistant_id"])
     assert [c["cron_id"] for c in await sdk.crons.search()] == [kept["cron_id"]]
@@ -374,7 +377,7 @@ async def test_deleting_an_assistant_deletes_its_crons(sdk: LangGraphClient, clo
 async def test_a_claimer_that_died_after_creating_the_run_is_not_repeated(
         sdk: LangGraphClient, runtime: Runtime, clock: Clock) -> None:
     tid = (await sdk.threads.create())["thread_id"]
-    cron = await sdk.crons.create_for_thread(tid, "counter", schedule="* * * * *", input={"increment": 1})
+    cron = as_cron(await sdk.crons.create_for_thread(tid, "counter", schedule="* * * * *", input={"increment": 1}))
     crons = _crons(runtime)
     clock.advance(minutes=1)
     row = await runtime.storage.get_cron(cron["cron_id"])
@@ -385,20 +388,20 @@ async def test_a_claimer_that_died_after_creating_the_run_is_not_repeated(
                                                  until=iso(clock.now + timedelta(seconds=30)))
     await crons._fire(row, tick)
     await crons.run_due()  # the claim still holds: nobody else takes the tick
-    assert (await runtime.storage.get_cron(cron["cron_id"]) or {})["next_run_date"] == tick
+    assert (await runtime.storage.get_cron(cron["cron_id"]))["next_run_date"] == tick
     clock.advance(seconds=31)  # the claim lapsed
     await crons.run_due()
     runs = await _cron_runs(runtime, cron["cron_id"])
     assert [r["run_id"] for r in runs] == [tick_run_id(cron["cron_id"], tick)]  # one run, not two
-    assert (await runtime.storage.get_cron(cron["cron_id"]) or {})["next_run_date"] > tick
+    assert (await runtime.storage.get_cron(cron["cron_id"]))["next_run_date"] > tick
 
 
 async def test_concurrent_schedulers_fire_each_tick_once(sdk: LangGraphClient, runtime: Runtime,
                                                          clock: Clock) -> None:
     """Several schedulers on one database (as several processes), passing at once over the same ticks."""
     tid = (await sdk.threads.create())["thread_id"]
-    cron = await sdk.crons.create_for_thread(tid, "counter", schedule="* * * * *", input={"increment": 1})
-    stateless = await sdk.crons.create("counter", schedule="* * * * *", input={"increment": 1})
+    cron = as_cron(await sdk.crons.create_for_thread(tid, "counter", schedule="* * * * *", input={"increment": 1}))
+    stateless = as_cron(await sdk.crons.create("counter", schedule="* * * * *", input={"increment": 1}))
     schedulers = [Crons(runtime.storage, runtime.runs, runtime.assistants, runtime.metrics, clock=clock)
                   for _ in range(4)]
     for _ in range(5):
@@ -415,11 +418,12 @@ async def test_restart_fires_the_missed_period_once(own_backend: Backend) -> Non
     start = datetime.now(UTC)
     application = create_app(settings)
     async with LifespanManager(application, startup_timeout=30, shutdown_timeout=30) as manager:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app),  # type: ignore[arg-type]
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app),
                                      base_url="http://threadline") as http:
             sdk = LangGraphClient(http)
             tid = (await sdk.threads.create())["thread_id"]
-            cron = await sdk.crons.create_for_thread(tid, "counter", schedule="0 * * * *", input={"increment": 1})
+            cron = as_cron(await sdk.crons.create_for_thread(tid, "counter", schedule="0 * * * *",
+                                                             input={"increment": 1}))
     later = Clock(start + timedelta(days=2))  # 48 ticks while stopped
     application = create_app(settings)
     async with LifespanManager(application, startup_timeout=30, shutdown_timeout=30) as manager:
@@ -439,7 +443,7 @@ async def test_storage_claims_a_tick_once_until_it_lapses(sdk: LangGraphClient, 
     """The storage contract under the scheduler: one claim per tick, retaken only after it lapsed, and a
     move-on from a tick that was rescheduled meanwhile is refused."""
     storage = runtime.storage
-    cron = await sdk.crons.create("counter", schedule="* * * * *")
+    cron = as_cron(await sdk.crons.create("counter", schedule="* * * * *"))
     row = await storage.get_cron(cron["cron_id"])
     assert row is not None
     tick, now = row["next_run_date"], clock.now + timedelta(minutes=1)
@@ -486,12 +490,13 @@ async def test_a_crons_runs_run_as_its_creator(own_backend: Backend) -> None:
         rt: Runtime = application.state.runtime
         clock = Clock(START)
         _crons(rt).clock = clock
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app),  # type: ignore[arg-type]
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app),
                                      base_url="http://threadline", headers={"x-api-key": key}) as http:
             sdk = LangGraphClient(http)
             tid = (await sdk.threads.create())["thread_id"]
-            cron = await sdk.crons.create_for_thread(tid, "counter", schedule="* * * * *", input={"increment": 1})
-            stateless = await sdk.crons.create("counter", schedule="* * * * *", input={"increment": 1})
+            cron = as_cron(await sdk.crons.create_for_thread(tid, "counter", schedule="* * * * *",
+                                                             input={"increment": 1}))
+            stateless = as_cron(await sdk.crons.create("counter", schedule="* * * * *", input={"increment": 1}))
             assert cron["user_id"] == stateless["user_id"] == "carol"
             clock.advance(minutes=1)
             await _crons(rt).run_due()

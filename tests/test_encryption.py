@@ -20,6 +20,7 @@ from langgraph_sdk.client import LangGraphClient
 
 from tests.conftest import serving_asgi
 from tests.encryption_project import encryption as project_encryption
+from tests.sdk_shapes import as_cron, one_state, wire
 from tests.services import Backend
 from tests.test_protocol import command, read_sse, root_done
 from threadline.api.app import create_app
@@ -39,7 +40,7 @@ async def serve(tmp_path: Path, backend: Backend, **keys: Any) -> AsyncIterator[
     path.write_text(json.dumps({"graphs": {"echo": "threadline.example.agents:echo"}, **keys}))
     app = create_app(Settings(config=str(path), workers=2, **backend.settings()))
     async with LifespanManager(app, startup_timeout=30, shutdown_timeout=30) as manager:
-        transport = httpx.ASGITransport(app=manager.app)  # type: ignore[arg-type]
+        transport = httpx.ASGITransport(app=manager.app)
         async with httpx.AsyncClient(transport=transport, base_url="http://t", timeout=30, headers=HEADERS) as client:
             yield app, client
 
@@ -70,13 +71,13 @@ async def test_a_marker_in_every_record_is_stored_encrypted_and_read_back(tmp_pa
                                                 metadata=secret)
         thread = await sdk.threads.create(metadata=secret)
         tid = thread["thread_id"]
-        message = {"messages": [{"role": "user", "content": MARKER}]}
+        message: dict[str, Any] = {"messages": [{"role": "user", "content": MARKER}]}
         # One run through a worker (its checkpoints take the context the run was stored with), one started here.
         queued = await sdk.runs.create(tid, assistant["assistant_id"], input=message, metadata=secret)
         await sdk.runs.join(tid, queued["run_id"])
         await sdk.runs.wait(tid, assistant["assistant_id"], input=message, metadata=secret)
-        cron = await sdk.crons.create_for_thread(tid, assistant["assistant_id"], schedule="0 0 1 1 *",
-                                                 input=message, metadata=secret)
+        cron = as_cron(await sdk.crons.create_for_thread(tid, assistant["assistant_id"], schedule="0 0 1 1 *",
+                                                         input=message, metadata=secret))
         await sdk.store.put_item(["notes"], "n1", {"secret": MARKER})
         await sdk.store.put_item(["notes"], "n2", {"secret": MARKER}, ttl=5)  # TTLs are the store's, as without
 
@@ -87,14 +88,15 @@ async def test_a_marker_in_every_record_is_stored_encrypted_and_read_back(tmp_pa
         assert (await sdk.assistants.get(assistant["assistant_id"]))["context"] == secret
         got = await sdk.threads.get(tid)
         assert got["metadata"]["secret"] == MARKER
-        assert got["values"]["messages"][0]["content"] == MARKER
-        assert (await sdk.threads.get_state(tid))["values"]["messages"][-1]["content"] == f"You said: {MARKER}"
+        assert one_state(got["values"])["messages"][0]["content"] == MARKER
+        assert one_state((await sdk.threads.get_state(tid))["values"])["messages"][-1]["content"] == (
+            f"You said: {MARKER}")
         history = await sdk.threads.get_history(tid)
         assert [h["metadata"]["step"] for h in history] == [6, 5, 4, 3, 2, 1, 0, -1]  # two runs' checkpoints
         assert all(MARKER in json.dumps(h["values"]) and h["metadata"]["secret"] == MARKER for h in history[:-1])
         run = await sdk.runs.get(tid, queued["run_id"])
         assert run["metadata"]["secret"] == MARKER
-        assert run["kwargs"]["input"] == message
+        assert wire(run)["kwargs"]["input"] == message
         assert [c["payload"]["input"] for c in await sdk.crons.search(thread_id=tid)] == [message]
         assert cron["metadata"]["secret"] == MARKER
         assert (await sdk.store.get_item(["notes"], "n1"))["value"] == {"secret": MARKER}
@@ -140,8 +142,8 @@ async def test_a_cron_fires_its_runs_with_the_context_it_was_created_with(tmp_pa
     async with serve(tmp_path, backend, encryption={"path": ENCRYPTION}) as (app, http):
         sdk = LangGraphClient(http)
         tid = (await sdk.threads.create())["thread_id"]
-        cron = await sdk.crons.create_for_thread(tid, "echo", schedule="* * * * *",
-                                                 input={"messages": [{"role": "user", "content": MARKER}]})
+        message: dict[str, Any] = {"messages": [{"role": "user", "content": MARKER}]}
+        cron = as_cron(await sdk.crons.create_for_thread(tid, "echo", schedule="* * * * *", input=message))
         crons = app.state.runtime.crons
         later = datetime.now(UTC) + timedelta(minutes=2)
         crons.clock = lambda: later
@@ -150,7 +152,8 @@ async def test_a_cron_fires_its_runs_with_the_context_it_was_created_with(tmp_pa
         [fired] = await sdk.runs.list(tid)
         assert fired["metadata"]["cron_id"] == cron["cron_id"]
         await sdk.runs.join(tid, fired["run_id"])
-        assert (await sdk.threads.get_state(tid))["values"]["messages"][-1]["content"] == f"You said: {MARKER}"
+        state = (await sdk.threads.get_state(tid))["values"]
+        assert one_state(state)["messages"][-1]["content"] == f"You said: {MARKER}"
         assert not found_in(stored_text(backend))
     # Only the system assistant the cron names (made at startup, outside any request) was stored with no context.
     assert {(tenant, call) for tenant, call in project_encryption.TENANTS if tenant != "acme"} == {
@@ -215,7 +218,7 @@ async def test_an_agents_calls_to_its_own_server_take_its_runs_context(tmp_path:
         tid = (await sdk.threads.create())["thread_id"]
         project_encryption.TENANTS.clear()
         out = await sdk.runs.wait(tid, "caller", input={"text": MARKER})
-        assert out["answer"]["messages"][-1]["content"] == f"You said: {MARKER}"
+        assert one_state(out)["answer"]["messages"][-1]["content"] == f"You said: {MARKER}"
         assert not found_in(stored_text(backend))
     assert {(tenant, call) for tenant, call in project_encryption.TENANTS if tenant != "acme"} <= {
         (None, ("decrypt", "assistant", "metadata"))}  # the system assistants, made at startup

@@ -32,8 +32,10 @@ def posted_runs(receiver: Receiver) -> list[dict[str, Any]]:
                 b"content-type: " + headers["content-type"].encode() + b"\r\n\r\n" + body)
             for part in message.iter_parts():
                 name = part.get_param("name", header="content-disposition")
+                data = part.get_payload(decode=True)
+                assert isinstance(name, str) and isinstance(data, bytes)  # a named part with a JSON body
                 kind, run_id, *field = name.split(".")
-                payload = json.loads(part.get_payload(decode=True))
+                payload = json.loads(data)
                 run = runs.setdefault(run_id, {"id": run_id})
                 run.update({field[0]: payload} if field else payload)
         elif path.startswith("/runs/batch"):

@@ -6,6 +6,18 @@ Apart from the drop-in tests, which share one started app per module: while it r
 
 from __future__ import annotations
 
+from typing import Any
+
+import httpx
+from langgraph_sdk.client import LangGraphClient
+
+
+def _app(client: LangGraphClient) -> Any:
+    """The app a loopback client's transport points at (None: none)."""
+    transport = client.http.client._transport
+    assert isinstance(transport, httpx.ASGITransport)  # the SDK's loopback transport, for a client with no URL
+    return transport.app
+
 
 def test_loopback_is_unwired_at_shutdown() -> None:
     from langgraph_sdk import get_client
@@ -13,15 +25,15 @@ def test_loopback_is_unwired_at_shutdown() -> None:
 
     from threadline.api.loopback import serving_loopback
 
-    def app(scope, receive, send):  # type: ignore[no-untyped-def]
+    def app(scope: Any, receive: Any, send: Any) -> None:
         raise AssertionError("not called")
 
     early = get_client()  # made before the server starts, as a module-level client in a graph file
     sdk_list = utilities._registered_transports
     with serving_loopback(app):
         during = get_client()
-        assert early.http.client._transport.app is not None and during.http.client._transport.app is not None
+        assert _app(early) is not None and _app(during) is not None
         assert len(utilities._registered_transports) == len(sdk_list)  # per-call clients do not pile up
     assert utilities._registered_transports is sdk_list
-    assert early.http.client._transport.app is None and during.http.client._transport.app is None
-    assert get_client().http.client._transport.app is None
+    assert _app(early) is None and _app(during) is None
+    assert _app(get_client()) is None

@@ -18,6 +18,7 @@ from mcp import Client
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from mcp.types import CallToolResult, TextContent
 
 from tests.conftest import PROJECT
 from tests.shared_app import shared_app
@@ -75,7 +76,14 @@ async def test_real_client_auto_mode_falls_back_to_the_handshake(live_url: str) 
         tools = (await client.list_tools()).tools
         assert "counter" in {t.name for t in tools}
         result = await client.call_tool("counter", {"increment": 2})
-        assert not result.is_error and json.loads(result.content[0].text)["count"] == 2
+        assert not result.is_error and json.loads(_text(result))["count"] == 2
+
+
+def _text(result: CallToolResult) -> str:
+    """The text of a tool result's first content block (every tool here answers with text)."""
+    block = result.content[0]
+    assert isinstance(block, TextContent), block
+    return block.text
 
 
 # --- the transport's edges, over raw HTTP in-process ----------------------------------------------
@@ -164,7 +172,7 @@ async def test_duplicate_tool_names_keep_the_oldest(http: httpx.AsyncClient) -> 
 def test_tool_names_and_message_schemas() -> None:
     assert tool_name("  my  agent\tv2 (beta) ") == "my_agent_v2_beta"
     assert len(tool_name("x" * 300)) == 128
-    schema = {"type": "object", "properties": {
+    schema: dict[str, Any] = {"type": "object", "properties": {
         "messages": {"type": "array", "title": "Messages", "items": {"anyOf": [{"$ref": "#/$defs/HumanMessage"}]}},
         "n": {"type": "integer"}}, "$defs": {"HumanMessage": {"type": "object"}, "Other": {"type": "object"}}}
     simple = simplify_schema(schema)
@@ -247,7 +255,7 @@ async def test_real_client_lists_tools_across_pages_and_calls_them(live_url: str
         assert not counted.is_error and counted.structured_content["count"] == 3
 
         failed = await session.call_tool("failing", {"reason": "no luck"})
-        assert failed.is_error and "no luck" in failed.content[0].text
+        assert failed.is_error and "no luck" in _text(failed)
 
         with pytest.raises(MCPError) as unknown:
             await session.call_tool("no_such_tool", {})

@@ -17,6 +17,7 @@ from asgi_lifespan import LifespanManager
 from langgraph_sdk.client import LangGraphClient
 
 from tests.encryption_project import saver as project_saver
+from tests.sdk_shapes import copy_thread, one_state, user_says
 from tests.services import Backend
 from threadline.api.app import create_app
 from threadline.errors import ConfigError
@@ -31,7 +32,7 @@ async def serve(tmp_path: Path, backend: Backend, **keys: Any) -> AsyncIterator[
     path.write_text(json.dumps({"graphs": {"echo": "threadline.example.agents:echo"}, **keys}))
     app = create_app(Settings(config=str(path), workers=2, **backend.settings()))
     async with LifespanManager(app, startup_timeout=30, shutdown_timeout=30) as manager:
-        transport = httpx.ASGITransport(app=manager.app)  # type: ignore[arg-type]
+        transport = httpx.ASGITransport(app=manager.app)
         async with httpx.AsyncClient(transport=transport, base_url="http://t", timeout=30) as client:
             yield LangGraphClient(client)
 
@@ -48,8 +49,8 @@ def our_checkpoints(backend: Backend, thread_id: str) -> int:
         return int(row[0]) if row else 0
 
 
-def said(values: dict[str, Any]) -> list[str]:
-    return [m["content"] for m in values["messages"]]
+def said(values: list[dict[str, Any]] | dict[str, Any]) -> list[str]:
+    return [m["content"] for m in one_state(values)["messages"]]
 
 
 async def test_the_project_saver_keeps_the_checkpoints(tmp_path: Path, backend: Backend) -> None:
@@ -59,8 +60,8 @@ async def test_the_project_saver_keeps_the_checkpoints(tmp_path: Path, backend: 
         assert project_saver.LIFECYCLE == ["enter"]
         thread = await sdk.threads.create()
         tid = thread["thread_id"]
-        await sdk.runs.wait(tid, "echo", input={"messages": [{"role": "user", "content": "one"}]})
-        queued = await sdk.runs.create(tid, "echo", input={"messages": [{"role": "user", "content": "two"}]})
+        await sdk.runs.wait(tid, "echo", input=user_says("one"))
+        queued = await sdk.runs.create(tid, "echo", input=user_says("two"))
         await sdk.runs.join(tid, queued["run_id"])
         assert project_saver.CALLS["aput"] > 0 and project_saver.CALLS["aput_writes"] > 0
         assert our_checkpoints(backend, tid) == 0
@@ -72,12 +73,12 @@ async def test_the_project_saver_keeps_the_checkpoints(tmp_path: Path, backend: 
         assert [h["metadata"]["step"] for h in history] == [6, 5, 4, 3, 2, 1, 0, -1]
         # Time travel: a run from the checkpoint after the first answer forks the thread there.
         first_answer = next(h for h in history if said(h["values"]) == ["one", "You said: one"])
-        await sdk.runs.wait(tid, "echo", input={"messages": [{"role": "user", "content": "three"}]},
+        await sdk.runs.wait(tid, "echo", input=user_says("three"),
                             checkpoint_id=first_answer["checkpoint"]["checkpoint_id"])
         assert said((await sdk.threads.get_state(tid))["values"]) == ["one", "You said: one", "three",
                                                                        "You said: three"]
         # A copy is made through the saver's own API (InMemorySaver has no acopy_thread).
-        copy = await sdk.threads.copy(tid)
+        copy = await copy_thread(sdk, tid)
         assert said((await sdk.threads.get_state(copy["thread_id"]))["values"]) == said(
             (await sdk.threads.get_state(tid))["values"])
         assert len(await sdk.threads.get_history(copy["thread_id"])) == len(await sdk.threads.get_history(tid))
@@ -111,7 +112,7 @@ async def test_with_encryption_the_project_saver_gets_only_ciphertext(tmp_path: 
     async with serve(tmp_path, backend, checkpointer={"path": SAVER},
                      encryption={"path": "tests.encryption_project.encryption:encryption"}) as sdk:
         tid = (await sdk.threads.create())["thread_id"]
-        await sdk.runs.wait(tid, "echo", input={"messages": [{"role": "user", "content": marker}]})
+        await sdk.runs.wait(tid, "echo", input=user_says(marker))
         assert said((await sdk.threads.get_state(tid))["values"]) == [marker, f"You said: {marker}"]
         saver = project_saver.SAVERS[-1]
         held = pickle.dumps((dict(saver.storage), dict(saver.writes), dict(saver.blobs)))

@@ -11,7 +11,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import pytest
@@ -24,6 +24,7 @@ from tests.shared_app import shared_app
 from threadline.settings import Settings
 
 Frame = dict[str, Any]
+Transport = Literal["sse", "websocket"]  # langgraph-sdk's `threads.stream(transport=...)`
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -67,7 +68,7 @@ async def command(url: str, tid: str, method: str, params: dict[str, Any], cid: 
 
 # --- the SDK, end to end -------------------------------------------------------------
 @pytest.mark.parametrize("transport", ["sse", "websocket"])
-async def test_sdk_run_to_completion_with_streamed_messages(base: str, transport: str) -> None:
+async def test_sdk_run_to_completion_with_streamed_messages(base: str, transport: Transport) -> None:
     client = get_client(url=base)
     async with client.threads.stream(assistant_id="echo", transport=transport) as thread:
         await thread.run.start(input={"messages": [{"role": "user", "content": "hi"}]})
@@ -80,7 +81,7 @@ async def test_sdk_run_to_completion_with_streamed_messages(base: str, transport
 
 
 @pytest.mark.parametrize("transport", ["sse", "websocket"])
-async def test_sdk_interrupt_answered_with_respond(base: str, transport: str) -> None:
+async def test_sdk_interrupt_answered_with_respond(base: str, transport: Transport) -> None:
     client = get_client(url=base)
     async with client.threads.stream(assistant_id="approval", transport=transport) as thread:
         await thread.run.start(input={"request": "deploy"})
@@ -275,7 +276,8 @@ async def test_stream_request_errors(http: httpx.AsyncClient) -> None:
     missing = await http.post(f"/threads/{tid}/stream/events", json={"channels": ["values"]})
     assert missing.status_code == 404
     await http.post("/threads", json={"thread_id": tid})
-    for body in ({"channels": ["nope"]}, {"channels": []}, {}, {"channels": ["custom:"]}):
+    bodies: list[dict[str, list[str]]] = [{"channels": ["nope"]}, {"channels": []}, {}, {"channels": ["custom:"]}]
+    for body in bodies:
         response = await http.post(f"/threads/{tid}/stream/events", json=body)
         assert response.status_code == 400, body
     assert "unsupported entries: nope" in (await http.post(f"/threads/{tid}/stream/events",

@@ -5,13 +5,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from langgraph.types import Interrupt
 from langgraph_sdk.client import LangGraphClient
+from langgraph_sdk.schema import StreamMode
 from pydantic import BaseModel
 
+from tests.sdk_shapes import batch_entry, copy_thread, one_state, user_says, wire
 from tests.services import Backend
 from tests.shared_app import shared_app
 from threadline.core.state import interrupt_json, run_output
@@ -35,7 +38,7 @@ def module_settings(module_backend: Backend) -> Settings:
 # --- /wait outputs -------------------------------------------------------------------------------------------
 async def test_wait_output_of_an_interrupt_has_response_schema(sdk: LangGraphClient) -> None:
     tid = (await sdk.threads.create())["thread_id"]
-    out = await sdk.runs.wait(tid, "dynamic_interrupt", input={"task": "ship"})
+    out = one_state(await sdk.runs.wait(tid, "dynamic_interrupt", input={"task": "ship"}))
     assert out["__interrupt__"] == [{"value": {"question": "May I ship?"}, "id": out["__interrupt__"][0]["id"],
                                      "response_schema": None}]
     # The thread and its state show the interrupt without the null schema, as the reference does.
@@ -44,7 +47,8 @@ async def test_wait_output_of_an_interrupt_has_response_schema(sdk: LangGraphCli
 
 async def test_wait_output_of_an_entrypoint_stopped_at_interrupt(sdk: LangGraphClient) -> None:
     tid = (await sdk.threads.create())["thread_id"]
-    out = await sdk.runs.wait(tid, "functional", input={"numbers": [2, 3], "review": True})
+    given: dict[str, Any] = {"numbers": [2, 3], "review": True}
+    out = one_state(await sdk.runs.wait(tid, "functional", input=given))
     assert list(out) == ["__interrupt__"]
     assert out["__interrupt__"][0]["value"] == {"question": "Keep these squares?", "squares": [4, 9]}
     joined = await sdk.runs.join(tid, (await sdk.runs.list(tid))[0]["run_id"])
@@ -66,17 +70,16 @@ async def test_an_interrupts_response_schema_is_json_schema() -> None:
 
 # --- stream events ---------------------------------------------------------------------------------------------
 async def test_messages_with_messages_tuple_sends_the_tuples_alone(sdk: LangGraphClient) -> None:
-    parts = [p async for p in sdk.runs.stream(None, "messages", input={"messages": [{"role": "user", "content": "hi"}]},
+    parts = [p async for p in sdk.runs.stream(None, "messages", input=user_says("hi"),
                                               stream_mode=["messages", "messages-tuple"])]
     events = {p.event for p in parts}
     assert "messages" in events and not {e for e in events if e.startswith("messages/")}, events
-    alone = [p async for p in sdk.runs.stream(None, "messages", input={"messages": [{"role": "user", "content": "hi"}]},
-                                              stream_mode="messages")]
+    alone = [p async for p in sdk.runs.stream(None, "messages", input=user_says("hi"), stream_mode="messages")]
     assert {"messages/metadata", "messages/partial"} <= {p.event for p in alone}
 
 
 async def test_a_stateless_run_streams_no_checkpoints(sdk: LangGraphClient) -> None:
-    modes = ["checkpoints", "debug", "values"]
+    modes: list[StreamMode] = ["checkpoints", "debug", "values"]
     parts = [p async for p in sdk.runs.stream(None, "typed", input={"topic": "owls"}, stream_mode=modes)]
     assert "checkpoints" not in {p.event for p in parts}
     debug = [p.data["type"] for p in parts if p.event == "debug"]
@@ -96,7 +99,7 @@ async def test_a_stateless_run_streams_no_checkpoints(sdk: LangGraphClient) -> N
 async def test_a_runs_kwargs_are_the_run_resolved(sdk: LangGraphClient) -> None:
     tid = (await sdk.threads.create())["thread_id"]
     await sdk.runs.wait(tid, "typed", input={"topic": "a"})
-    run = (await sdk.runs.list(tid))[0]
+    run = wire((await sdk.runs.list(tid))[0])
     assert run["langsmith_session_name"] is None
     kwargs = run["kwargs"]
     assert {k: v for k, v in kwargs.items() if k != "config"} == {
@@ -107,44 +110,44 @@ async def test_a_runs_kwargs_are_the_run_resolved(sdk: LangGraphClient) -> None:
                                                 "run_id": run["run_id"], "thread_id": tid}
     assert kwargs["config"]["metadata"] == run["metadata"]
 
-    made = await sdk.runs.create(tid, "typed", input={"topic": "b"}, stream_mode=["updates", "messages-tuple"],
-                                 config={"tags": ["t"]}, context={"c": 2}, interrupt_before=["draft"],
-                                 stream_subgraphs=True, stream_resumable=True, durability="exit")
+    made = wire(await sdk.runs.create(tid, "typed", input={"topic": "b"}, stream_mode=["updates", "messages-tuple"],
+                                      config={"tags": ["t"]}, context={"c": 2}, interrupt_before=["draft"],
+                                      stream_subgraphs=True, stream_resumable=True, durability="exit"))
     kwargs = made["kwargs"]
     assert (kwargs["stream_mode"], kwargs["subgraphs"], kwargs["resumable"], kwargs["durability"]) == (
         ["updates", "messages-tuple"], True, True, "exit")
     assert (kwargs["context"], kwargs["interrupt_before"], kwargs["config"]["tags"]) == ({"c": 2}, ["draft"], ["t"])
     assert kwargs["config"]["configurable"]["c"] == 2 and "stream_subgraphs" not in kwargs
     await sdk.runs.join(tid, made["run_id"])
-    assert (await sdk.runs.get(tid, made["run_id"]))["kwargs"] == kwargs
+    assert wire(await sdk.runs.get(tid, made["run_id"]))["kwargs"] == kwargs
 
 
 async def test_a_batch_answers_langgraph_run_objects(sdk: LangGraphClient) -> None:
-    made = await sdk.runs.create_batch([{"assistant_id": "typed", "input": {"topic": "a"}},
-                                        {"assistant_id": "typed", "input": {"topic": "b"}}])
+    made = [wire(r) for r in await sdk.runs.create_batch([batch_entry("typed", input={"topic": "a"}),
+                                                          batch_entry("typed", input={"topic": "b"})])]
     assert [r["kwargs"]["input"] for r in made] == [{"topic": "a"}, {"topic": "b"}]
     assert all(r["kwargs"]["temporary"] and "agent_id" not in r and "input" not in r for r in made)
 
 
 # --- thread objects ------------------------------------------------------------------------------------------
 async def test_thread_state_updated_at_follows_its_state(sdk: LangGraphClient) -> None:
-    thread = await sdk.threads.create()
+    thread = wire(await sdk.threads.create())
     tid = thread["thread_id"]
     assert thread["state_updated_at"] == thread["created_at"]
     await sdk.runs.wait(tid, "typed", input={"topic": "a"})
-    ran = await sdk.threads.get(tid)
+    ran = wire(await sdk.threads.get(tid))
     assert ran["state_updated_at"] > thread["state_updated_at"]
-    patched = await sdk.threads.update(tid, metadata={"tag": "x"})
+    patched = wire(await sdk.threads.update(tid, metadata={"tag": "x"}))
     assert patched["updated_at"] > ran["updated_at"] and patched["state_updated_at"] == ran["state_updated_at"]
     await sdk.threads.update_state(tid, {"topic": "b"})
-    updated = await sdk.threads.get(tid)
+    updated = wire(await sdk.threads.get(tid))
     assert updated["state_updated_at"] > ran["state_updated_at"]
-    copied = await sdk.threads.copy(tid)
+    copied = wire(await copy_thread(sdk, tid))
     assert copied["state_updated_at"] >= copied["created_at"]
     await sdk.threads.create()
     for order in ("asc", "desc"):
         found = await sdk.threads.search(sort_by="state_updated_at", sort_order=order, limit=100)
-        stamps = [t["state_updated_at"] for t in found]
+        stamps = [wire(t)["state_updated_at"] for t in found]
         assert len(stamps) >= 3 and stamps == sorted(stamps, reverse=order == "desc"), stamps
 
 

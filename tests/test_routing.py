@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import httpx
 from fastapi import FastAPI
+from starlette.routing import BaseRoute, Match
+from starlette.types import Scope
 
 from threadline.api.common import Router
 from threadline.api.routing import RouteIndex, remember_matches
@@ -32,6 +34,16 @@ def _app() -> tuple[FastAPI, Router, Router]:
     return app, fixed, open_ended
 
 
+def _record_matches(route: BaseRoute, paths: list[str]) -> None:
+    """`route.matches` appends the path it is asked about to `paths`, then answers as before."""
+    original = route.matches
+
+    def matches(scope: Scope) -> tuple[Match, Scope]:
+        paths.append(scope["path"])
+        return original(scope)
+
+    route.matches = matches  # type: ignore[method-assign]  # this one route's method, wrapped by instance
+
 async def test_routes_still_match_and_other_first_segments_are_declined() -> None:
     app, fixed, open_ended = _app()
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
@@ -44,8 +56,7 @@ async def test_routes_still_match_and_other_first_segments_are_declined() -> Non
 
     tried: list[str] = []
     for route in fixed.routes:
-        original = route.matches
-        route.matches = lambda scope, original=original: (tried.append(scope["path"]), original(scope))[1]  # type: ignore[method-assign]
+        _record_matches(route, tried)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
         assert (await http.get("/c/d")).status_code == 200
         assert tried == []  # `/c/…` is not under `/a`: declined before any of its routes was tried
@@ -69,13 +80,11 @@ async def test_the_route_index_answers_as_the_full_scan() -> None:
     _indexed(app)
     calls: list[str] = []
     for route in fixed.routes:
-        original = route.matches
-        route.matches = lambda scope, original=original: (calls.append(scope["path"]), original(scope))[1]  # type: ignore[method-assign]
+        _record_matches(route, calls)
     asked: list[str] = []  # the branches the app's router asked
     for branch in app.router.routes:
         if getattr(branch, "original_router", None) is fixed:
-            original = branch.matches
-            branch.matches = lambda scope, original=original: (asked.append(scope["path"]), original(scope))[1]  # type: ignore[method-assign]
+            _record_matches(branch, asked)
     async with (httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http,
                 httpx.AsyncClient(transport=httpx.ASGITransport(app=plain), base_url="http://t") as full):
         for method, path in (("GET", "/a/1"), ("GET", "/c/d"), ("GET", "/z/b"), ("GET", "/a"), ("POST", "/a/1"),

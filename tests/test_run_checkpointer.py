@@ -9,10 +9,11 @@ import operator
 import sqlite3
 import uuid
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import pytest
-from langgraph.checkpoint.base import empty_checkpoint
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import CheckpointMetadata, empty_checkpoint
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 from typing_extensions import TypedDict
@@ -151,22 +152,25 @@ async def test_a_history_lists_what_langgraphs_own_saver_lists(database_url: str
         thread = thread_config(str(uuid.uuid4()))
         await graph.ainvoke({"log": ["input"]}, thread)
         checkpoint = empty_checkpoint()
-        at = await saver.aput(thread, checkpoint, {"source": "update", "step": 9, "n": 2**62}, {})
+        # A key of its own besides LangGraph's (a filter matches it): still a CheckpointMetadata at run time.
+        metadata = cast(CheckpointMetadata, {"source": "update", "step": 9, "n": 2**62})
+        at = await saver.aput(thread, checkpoint, metadata, {})
         await saver.aput_writes(at, [("log", "a1"), ("log", "a2")], "task-a")
         await saver.aput_writes(at, [("log", "b1")], "task-b", "~path")
         everything = [t async for t in saver.alist(thread)]
         newest = everything[0].config
         async with _langgraphs_saver(database_url, saver.serde) as theirs:
-            for config, kwargs in [
+            cases: list[tuple[RunnableConfig, dict[str, Any]]] = [
                 (thread, {}), ({"configurable": {"thread_id": thread["configurable"]["thread_id"]}}, {}),
                 (thread, {"limit": 2}), (thread, {"before": newest}), (thread, {"filter": {"source": "loop"}}),
                 (thread, {"filter": {"n": 2**62}, "limit": 1}),
-            ]:
+            ]
+            for config, kwargs in cases:
                 ours = [t async for t in saver.alist(config, **kwargs)]
                 assert ours == [t async for t in theirs.alist(config, **kwargs)], kwargs
                 assert ours, kwargs
         assert len({t.config["configurable"]["checkpoint_ns"] for t in everything}) == 1  # root only, as asked
-        whole = {"configurable": {"thread_id": thread["configurable"]["thread_id"]}}
+        whole: RunnableConfig = {"configurable": {"thread_id": thread["configurable"]["thread_id"]}}
         namespaced = [t async for t in saver.alist(whole)]
         assert len({t.config["configurable"]["checkpoint_ns"] for t in namespaced}) == 2  # and the subgraph's
         assert [w[:2] for w in everything[0].pending_writes] == [("task-a", "log"), ("task-a", "log"),
@@ -200,5 +204,5 @@ async def _langgraphs_saver(database_url: str, serde: Any) -> AsyncIterator[Any]
     from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
     from psycopg.rows import dict_row
 
-    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True, row_factory=dict_row) as conn:
-        yield AsyncPostgresSaver(conn, serde=serde)
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True, row_factory=dict_row) as pg:
+        yield AsyncPostgresSaver(pg, serde=serde)

@@ -11,6 +11,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -31,7 +32,7 @@ SEQUENCES = {
     "sigint-x3": [signal.SIGINT] * 3,
     "sigterm": [signal.SIGTERM],
 }
-SLOW = {"assistant_id": "slow", "input": {"tag": "s", "steps": 60, "delay": 0.05}}
+SLOW: dict[str, Any] = {"assistant_id": "slow", "input": {"tag": "s", "steps": 60, "delay": 0.05}}
 
 
 def _signal_and_wait(proc: subprocess.Popen, signals: list[signal.Signals], log: Path) -> float:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -66,7 +66,8 @@ async def empty_store(http: httpx.AsyncClient) -> None:
     assert (await http.post("/store/namespaces", json={})).json()["namespaces"] == []
 
 
-def ts(value: str) -> datetime:
+def ts(value: str | datetime) -> datetime:
+    assert isinstance(value, str), value  # the JSON's ISO string (the SDK annotates it datetime, never parsed)
     parsed = datetime.fromisoformat(value)
     assert parsed.tzinfo is not None, value
     return parsed
@@ -92,7 +93,7 @@ async def seed(sdk: LangGraphClient) -> None:
     await sdk.store.put_item(["z"], "k4", {"n": 4, "color": "red"})
 
 
-def keys(result: dict[str, Any]) -> list[str]:
+def keys(result: Mapping[str, Any]) -> list[str]:
     return [item["key"] for item in result["items"]]
 
 
@@ -183,7 +184,8 @@ async def test_refresh_ttl_is_accepted_on_get(sdk: LangGraphClient) -> None:
 async def test_put_with_ttl_stores_the_item(sdk: LangGraphClient, http: httpx.AsyncClient) -> None:
     resp = await http.put("/store/items", json={"namespace": ["ttl"], "key": "k", "value": {"v": 1}, "ttl": 5})
     assert resp.status_code == 204
-    await sdk.store.put_item(["ttl"], "k2", {"v": 2}, ttl=0.5)
+    # ttl is in minutes, a number in the API; the SDK annotates an int, and sends what it is given.
+    await sdk.store.put_item(["ttl"], "k2", {"v": 2}, ttl=0.5)  # type: ignore[arg-type]
     assert (await sdk.store.get_item(["ttl"], "k"))["value"] == {"v": 1}
     assert (await sdk.store.get_item(["ttl"], "k2"))["value"] == {"v": 2}
 
@@ -194,13 +196,13 @@ async def ttl_sdk(tmp_path: Path) -> AsyncIterator[LangGraphClient]:
     settings = Settings(config=str(TTL_PROJECT), database_url=f"sqlite:///{tmp_path / 'ttl.db'}", workers=0)
     application = create_app(settings)
     async with LifespanManager(application, startup_timeout=30, shutdown_timeout=30) as manager:
-        transport = httpx.ASGITransport(app=manager.app)  # type: ignore[arg-type]
+        transport = httpx.ASGITransport(app=manager.app)
         async with httpx.AsyncClient(transport=transport, base_url="http://threadline", timeout=30) as client:
             yield LangGraphClient(client)
 
 
 async def test_item_with_ttl_expires(ttl_sdk: LangGraphClient) -> None:
-    await ttl_sdk.store.put_item(["ttl"], "short", {"v": 1}, ttl=0.005)  # 0.3 s
+    await ttl_sdk.store.put_item(["ttl"], "short", {"v": 1}, ttl=0.005)  # type: ignore[arg-type]  # 0.3 s; SDK: int
     await ttl_sdk.store.put_item(["ttl"], "forever", {"v": 2})
     await ttl_sdk.store.put_item(["ttl"], "long", {"v": 3}, ttl=60)
     assert (await ttl_sdk.store.get_item(["ttl"], "short"))["value"] == {"v": 1}
@@ -561,7 +563,7 @@ async def test_semantic_reindexes_on_overwrite(semantic_sdk: LangGraphClient) ->
 async def test_embed_given_as_a_file_path_is_resolved(semantic_backend: Backend) -> None:
     """`"embed": "./embeddings.py:embed"`, relative to langgraph.json, as LangGraph's server accepts."""
     async with open_app(FILE_EMBED_PROJECT, semantic_backend) as manager:
-        transport = httpx.ASGITransport(app=manager.app)  # type: ignore[arg-type]
+        transport = httpx.ASGITransport(app=manager.app)
         async with httpx.AsyncClient(transport=transport, base_url="http://threadline") as client:
             sdk = LangGraphClient(client)
             await seed_texts(sdk)
@@ -617,7 +619,7 @@ async def test_info_says_how_postgres_searches_by_meaning(scaleout_services: Sca
         pgvector = await cur.fetchone() is not None
     for project, expected in ((STORE_PROJECT, "pgvector" if pgvector else "exact_scan"), (PLAIN_PROJECT, None)):
         async with open_app(project, backend) as manager:
-            transport = httpx.ASGITransport(app=manager.app)  # type: ignore[arg-type]
+            transport = httpx.ASGITransport(app=manager.app)
             async with httpx.AsyncClient(transport=transport, base_url="http://threadline") as client:
                 storage = (await client.get("/info")).json()["storage"]
         assert storage["backend"] == "postgresql", storage
