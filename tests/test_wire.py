@@ -8,7 +8,9 @@ from typing import Any
 import httpx
 import pytest
 from langgraph_sdk.client import LangGraphClient
+from langgraph_sdk.schema import StreamMode
 
+from tests.sdk_shapes import copy_thread, wire
 from tests.shared_app import shared_app
 
 # The module's tests share one started app per backend (tests/conftest.py, `module_served`): each makes what it
@@ -77,7 +79,7 @@ async def test_store_refuses_bad_namespaces_and_keys_with_422(http: httpx.AsyncC
 
 
 async def _finished_resumable(sdk: LangGraphClient, tid: str, assistant: str, inp: dict[str, Any],
-                              modes: list[str], **kw: Any) -> str:
+                              modes: list[StreamMode], **kw: Any) -> str:
     run = await sdk.runs.create(tid, assistant, input=inp, stream_mode=modes, stream_resumable=True, **kw)
     await sdk.runs.join(tid, run["run_id"])
     return str(run["run_id"])
@@ -131,26 +133,26 @@ async def test_partial_messages_are_whole_messages(sdk: LangGraphClient) -> None
 async def test_state_and_history_name_their_checkpoints(sdk: LangGraphClient) -> None:
     tid = (await sdk.threads.create())["thread_id"]
     await sdk.runs.wait(tid, "counter", input={"increment": 1})
-    state = await sdk.threads.get_state(tid)
+    state = wire(await sdk.threads.get_state(tid))
     assert state["checkpoint_id"] == state["checkpoint"]["checkpoint_id"]
     assert state["parent_checkpoint_id"] == state["parent_checkpoint"]["checkpoint_id"]
     assert set(state["checkpoint"]) == {"checkpoint_id", "thread_id", "checkpoint_ns"}  # no null checkpoint_map
-    history = await sdk.threads.get_history(tid)
+    history = [wire(h) for h in await sdk.threads.get_history(tid)]
     assert [h["checkpoint_id"] for h in history] == [h["checkpoint"]["checkpoint_id"] for h in history]
     assert history[0]["checkpoint_id"] == state["checkpoint_id"]
     assert [h["parent_checkpoint_id"] for h in history[:-1]] == [h["checkpoint_id"] for h in history[1:]]
     assert history[-1]["parent_checkpoint_id"] is None
-    updated = await sdk.threads.update_state(tid, {"count": 1})
+    updated = wire(await sdk.threads.update_state(tid, {"count": 1}))
     assert (updated["checkpoint_id"] == updated["checkpoint"]["checkpoint_id"]
             == updated["configurable"]["checkpoint_id"])
-    assert (await sdk.threads.get_state(tid))["checkpoint_id"] == updated["checkpoint_id"]
+    assert wire(await sdk.threads.get_state(tid))["checkpoint_id"] == updated["checkpoint_id"]
 
 
 async def test_checkpoint_metadata_names_its_thread_also_in_a_copy(sdk: LangGraphClient) -> None:
     tid = (await sdk.threads.create())["thread_id"]
     await sdk.runs.wait(tid, "nested", input={"items": []})
     assert {h["metadata"]["thread_id"] for h in await sdk.threads.get_history(tid)} == {tid}
-    copy = (await sdk.threads.copy(tid))["thread_id"]
+    copy = (await copy_thread(sdk, tid))["thread_id"]
     history = await sdk.threads.get_history(copy)
     assert history and {h["metadata"]["thread_id"] for h in history} == {copy}
     assert {h["checkpoint"]["thread_id"] for h in history} == {copy}
