@@ -151,7 +151,10 @@ class _Walker:
             self.add(path, indexed, ref, tl)
 
     def events(self, ref: list[dict[str, Any]], tl: list[dict[str, Any]]) -> None:
-        """Align the two event sequences by event name; compare the data of aligned events."""
+        """Align the two event sequences by event name; compare the data of aligned events. The ends of a
+        step's concurrent tasks come in the order the tasks finished, which neither server defines: they are
+        compared in a canonical order (`settled_order`)."""
+        ref, tl = settled_order(ref), settled_order(tl)
         names = difflib.SequenceMatcher(a=[e["event"] for e in ref], b=[e["event"] for e in tl], autojunk=False)
         for op, a0, a1, b0, b1 in names.get_opcodes():
             if op == "equal":
@@ -163,6 +166,53 @@ class _Walker:
                 self.add(f"sse[{ref[i]['event']}]", f"sse[{i}:{ref[i]['event']}]", ref[i]["data"], MISSING)
             for j in range(b0, b1):
                 self.add(f"sse[{tl[j]['event']}]", f"sse[{j}:{tl[j]['event']}]", MISSING, tl[j]["data"])
+
+
+def _task_end_step(event: dict[str, Any]) -> Any:
+    """The step a task's end belongs to: `debug`'s `task_result` and `tasks`' result carry it; an `updates`
+    event (a node's or a task's return) belongs to the step around it (None); anything else is no task's end."""
+    data = event.get("data")
+    if event["event"] == "updates":
+        return None
+    if event["event"] in ("debug", "tasks") and isinstance(data, dict):
+        if data.get("type") == "task_result" and "step" in data:
+            return data["step"]
+        payload = data.get("payload") if event["event"] == "debug" else data
+        if isinstance(payload, dict) and "result" in payload and "step" in data:
+            return data["step"]
+    return _NOT_A_TASK_END
+
+
+_NOT_A_TASK_END = object()
+
+
+def settled_order(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events, with each run of one step's task ends (its `updates`, `debug` `task_result` and `tasks`
+    result events, consecutive, with two or more steps named the same: concurrent tasks) sorted by event and
+    data. Everything else keeps its order, and so does a run that names no step twice (sequential nodes)."""
+    out: list[dict[str, Any]] = []
+    block: list[dict[str, Any]] = []
+    steps: list[Any] = []
+
+    def close() -> None:
+        named = [step for step in steps if step is not None]
+        concurrent = len(named) >= 2 and len(set(map(json.dumps, named))) == 1
+        out.extend(sorted(block, key=lambda e: (e["event"], json.dumps(e.get("data"), sort_keys=True, default=str)))
+                   if concurrent else block)
+        block.clear()
+        steps.clear()
+
+    for event in events:
+        step = _task_end_step(event)
+        if step is _NOT_A_TASK_END or (step is not None and any(s is not None and s != step for s in steps)):
+            close()
+        if step is _NOT_A_TASK_END:
+            out.append(event)
+        else:
+            block.append(event)
+            steps.append(step)
+    close()
+    return out
 
 
 def compare(session: str, reference: list[Exchange], threadline: list[Exchange]) -> list[Difference]:
