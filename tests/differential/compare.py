@@ -169,17 +169,14 @@ class _Walker:
 
 
 def _task_end_step(event: dict[str, Any]) -> Any:
-    """The step a task's end belongs to: `debug`'s `task_result` and `tasks`' result carry it; an `updates`
-    event (a node's or a task's return) belongs to the step around it (None); anything else is no task's end."""
+    """The step a task's end belongs to: a `debug` `task_result` names it; an `updates` event (a node's or a
+    task's return) belongs to the step around it (None); anything else is no task's end. (`tasks` results name
+    no step, so they keep their order.)"""
     data = event.get("data")
     if event["event"] == "updates":
         return None
-    if event["event"] in ("debug", "tasks") and isinstance(data, dict):
-        if data.get("type") == "task_result" and "step" in data:
-            return data["step"]
-        payload = data.get("payload") if event["event"] == "debug" else data
-        if isinstance(payload, dict) and "result" in payload and "step" in data:
-            return data["step"]
+    if event["event"] == "debug" and isinstance(data, dict) and data.get("type") == "task_result" and "step" in data:
+        return data["step"]
     return _NOT_A_TASK_END
 
 
@@ -187,9 +184,9 @@ _NOT_A_TASK_END = object()
 
 
 def settled_order(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The events, with each run of one step's task ends (its `updates`, `debug` `task_result` and `tasks`
-    result events, consecutive, with two or more steps named the same: concurrent tasks) sorted by event and
-    data. Everything else keeps its order, and so does a run that names no step twice (sequential nodes)."""
+    """The events, with each run of one step's task ends (its `updates` and `debug` `task_result` events,
+    consecutive, with two or more `task_result`s of the same step: concurrent tasks) sorted by event and data.
+    Everything else keeps its order, and so does a run that names no step twice (sequential nodes)."""
     out: list[dict[str, Any]] = []
     block: list[dict[str, Any]] = []
     steps: list[Any] = []
