@@ -28,7 +28,7 @@ def clean_env() -> dict[str, str]:
     return {**env, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
 
 
-def stop(proc: subprocess.Popen[str], timeout: float = 20) -> None:
+def stop(proc: subprocess.Popen[Any], timeout: float = 20) -> None:
     """SIGTERM, then SIGKILL if it has not exited within `timeout`."""
     proc.terminate()
     try:

@@ -21,6 +21,7 @@ from langgraph_sdk import get_client
 
 from tests.conftest import serving
 from tests.processes import stop
+from tests.sdk_shapes import one_state
 from tests.services import Backend
 from tests.shared_app import shared_app
 from threadline import __version__
@@ -287,7 +288,7 @@ def key_settings(own_backend: Backend, tmp_path: Path) -> Settings:
 async def key_http(key_settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     application = create_app(key_settings)
     async with LifespanManager(application, startup_timeout=30, shutdown_timeout=30) as manager:
-        transport = httpx.ASGITransport(app=manager.app)  # type: ignore[arg-type]
+        transport = httpx.ASGITransport(app=manager.app)
         async with httpx.AsyncClient(transport=transport, base_url="http://threadline", timeout=30) as client:
             yield client
 
@@ -345,7 +346,7 @@ async def test_a_real_sdk_client_with_an_api_key(key_settings: Settings) -> None
         bearer = get_client(url=url, api_key=None, headers={"authorization": f"Bearer {KEY}"})
         assert (await bearer.assistants.search())[0]["graph_id"]
         thread = await client.threads.create()
-        out = await client.runs.wait(thread["thread_id"], "echo", input={"message": "hi"})
+        out = one_state(await client.runs.wait(thread["thread_id"], "echo", input={"message": "hi"}))
         assert out["messages"][-1]["content"]
         chunks = [c async for c in client.runs.stream(thread["thread_id"], "echo", input={"message": "again"})]
         assert chunks[-1].event in ("values", "end")
@@ -453,7 +454,7 @@ async def test_a_configured_cors_preflight_with_authentication(tmp_path: Path, o
     (tmp_path / "langgraph.json").write_text(json.dumps(project))
     application = create_app(Settings(config=str(tmp_path / "langgraph.json"), **own_backend.settings()))
     async with LifespanManager(application, startup_timeout=30, shutdown_timeout=30) as manager:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app),  # type: ignore[arg-type]
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app),
                                      base_url="http://threadline") as client:
             ok = await client.options("/threads", headers={"origin": "https://app.example",
                                                            "access-control-request-method": "POST",
@@ -487,7 +488,7 @@ async def test_the_projects_own_routes_need_credentials_only_when_asked(tmp_path
     (tmp_path / "langgraph.json").write_text(json.dumps(project))
     application = create_app(Settings(config=str(tmp_path / "langgraph.json"), **own_backend.settings()))
     async with LifespanManager(application, startup_timeout=30, shutdown_timeout=30) as manager:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app),  # type: ignore[arg-type]
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app),
                                      base_url="http://threadline") as client:
             anonymous = await client.get("/custom/hello")
             assert anonymous.status_code == (401 if custom_route_auth else 200)
@@ -519,7 +520,7 @@ async def test_a_worker_in_another_process_runs_the_agent_as_the_caller(own_back
     try:
         application = create_app(Settings(config=str(AUTH_PROJECT), workers=0, **backend.settings()))
         async with LifespanManager(application, startup_timeout=30, shutdown_timeout=30) as manager:
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app),  # type: ignore[arg-type]
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app),
                                          base_url="http://threadline", timeout=60) as client:
                 thread = (await client.post("/threads", json={}, headers=ALICE)).json()
                 run = (await client.post(f"/threads/{thread['thread_id']}/runs", headers=ALICE,
@@ -644,7 +645,7 @@ async def test_a_handler_that_reads_the_request_body_leaves_it_to_the_route(tmp_
                                                          "auth": {"path": "./auth.py:auth"}}))
     application = create_app(Settings(config=str(tmp_path / "langgraph.json"), **own_backend.settings()))
     async with LifespanManager(application, startup_timeout=30, shutdown_timeout=30) as manager:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app),  # type: ignore[arg-type]
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app),
                                      base_url="http://threadline") as client:
             created = await client.post("/threads", json={"metadata": {"as": "carol", "x": 1}})
             assert created.status_code == 200 and created.json()["metadata"] == {"as": "carol", "x": 1}
@@ -694,7 +695,7 @@ async def test_authorization_handlers_answer_over_http(tmp_path: Path, own_backe
     application = create_app(Settings(config=str(tmp_path / "langgraph.json"), workers=1, **own_backend.settings()))
     bob = {"authorization": "Bearer user-bob"}
     async with LifespanManager(application, startup_timeout=30, shutdown_timeout=30) as manager:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app),  # type: ignore[arg-type]
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app),
                                      base_url="http://threadline") as client:
             thread = (await client.post("/threads", json={"metadata": {"x": 1}}, headers=ALICE)).json()
             assert thread["metadata"] == {"x": 1, "owner": "alice"}
@@ -738,7 +739,7 @@ async def test_handlers_are_given_the_values_langgraph_gives(tmp_path: Path, own
                                                          "auth": {"path": "./auth.py:auth"}}))
     application = create_app(Settings(config=str(tmp_path / "langgraph.json"), workers=1, **own_backend.settings()))
     async with LifespanManager(application, startup_timeout=30, shutdown_timeout=30) as manager:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app),  # type: ignore[arg-type]
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app),
                                      base_url="http://threadline") as client:
             tid = (await client.post("/threads", json={}, headers=ALICE)).json()["thread_id"]
             (tmp_path / "seen.jsonl").write_text("")

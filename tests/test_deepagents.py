@@ -14,15 +14,17 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, Literal, TypedDict, Unpack
 
 import httpx
 import pytest
-from deepagents.middleware.async_subagents import AsyncSubAgentMiddleware
+from deepagents.middleware.async_subagents import AsyncSubAgent, AsyncSubAgentMiddleware
 from langchain.tools import ToolRuntime
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage, ToolCall, ToolMessage
 from langgraph.types import Command
 from langgraph_sdk.client import LangGraphClient
+
+from tests.sdk_shapes import user_says
 
 PARENT_THREAD = "parent-thread-1"
 SLOW = 500  # units of work (20 ms each) a `work` request asks for: far more than any test waits
@@ -37,14 +39,21 @@ async def sdk_live(live_url: str) -> AsyncIterator[LangGraphClient]:
         yield LangGraphClient(client)
 
 
+class SubAgentOptions(TypedDict, total=False):
+    """What a test sets of the researcher's `AsyncSubAgent` spec, over the defaults `ParentAgent` gives it."""
+    headers: dict[str, str]
+    update_strategy: Literal["interrupt", "enqueue"]
+
+
 class ParentAgent:
     """The deep agent's side: its state, and the tool calls its model would make."""
 
-    def __init__(self, url: str, **spec: Any) -> None:
-        self.middleware = AsyncSubAgentMiddleware(async_subagents=[{
+    def __init__(self, url: str, **options: Unpack[SubAgentOptions]) -> None:
+        spec: AsyncSubAgent = {
             "name": "researcher", "description": "Researches a topic in the background", "graph_id": "subagent",
-            "url": url, "headers": {"x-tenant": "tests"}, **spec,
-        }])
+            "url": url, "headers": {"x-tenant": "tests"}, **options,
+        }
+        self.middleware = AsyncSubAgentMiddleware(async_subagents=[spec])
         self.tools = {tool.name: tool for tool in self.middleware.tools}
         self.state: dict[str, Any] = {"messages": [], "async_tasks": {}}
         self.calls = 0
@@ -52,7 +61,7 @@ class ParentAgent:
     async def call(self, name: str, **args: Any) -> str:
         """Run one tool call; apply its state update as the agent's graph would; return what the model reads."""
         self.calls += 1
-        call = {"type": "tool_call", "name": name, "id": f"call_{self.calls}", "args": args}
+        call: ToolCall = {"type": "tool_call", "name": name, "id": f"call_{self.calls}", "args": args}
         self.state["messages"].append(AIMessage(content="", tool_calls=[call]))
         runtime = ToolRuntime(state=self.state, context=None, tool_call_id=call["id"], store=None,
                               stream_writer=lambda _: None,
@@ -211,7 +220,8 @@ async def test_runs_on_a_task_thread_carry_its_parent(live_url: str, sdk_live: L
     try:
         task = await parent.start("summarize the Agent Protocol")
         await parent.check_until(task, _finished)
-        run = await sdk_live.runs.create(task, "subagent", input={"messages": [{"role": "user", "content": "more"}]})
+        more = user_says("more")
+        run = await sdk_live.runs.create(task, "subagent", input=more)
         metadata = (await sdk_live.runs.get(task, run["run_id"]))["metadata"]
         assert metadata.get("parent_thread_id") == PARENT_THREAD and metadata.get("subagent_name") == "researcher"
     finally:

@@ -11,8 +11,10 @@ from typing import Any
 import httpx
 import pytest
 from langgraph_sdk.client import LangGraphClient
+from langgraph_sdk.runtime import ServerRuntime
 
 from tests.project.userstyle import FACTORY_CALLS, greeter
+from tests.sdk_shapes import one_state
 from tests.shared_app import shared_app
 from tests.waits import logged, until
 from threadline.core.graphs import GraphEntry, GraphRegistry
@@ -77,9 +79,9 @@ async def test_a_runs_context_is_in_its_configurable_too(sdk: LangGraphClient) -
 
 
 async def test_factory_runtime_carries_the_run_context_and_the_store() -> None:
-    seen: list[object] = []
+    seen: list[ServerRuntime[Any]] = []
 
-    def factory(config: dict, runtime):  # type: ignore[no-untyped-def]
+    def factory(config: dict[str, Any], runtime: ServerRuntime[Any]) -> Any:
         seen.append(runtime)
         return greeter
 
@@ -90,9 +92,10 @@ async def test_factory_runtime_carries_the_run_context_and_the_store() -> None:
     async with registry.graph("g", {}, access="threads.read", store=store):
         pass
     run_rt, read_rt = seen
-    assert run_rt.access_context == "threads.create_run" and run_rt.execution_runtime is run_rt  # type: ignore[attr-defined]
-    assert run_rt.context == {"greeting": "a"} and run_rt.store is store  # type: ignore[attr-defined]
-    assert read_rt.access_context == "threads.read" and read_rt.execution_runtime is None  # type: ignore[attr-defined]
+    execution = run_rt.execution_runtime  # how a factory reads the run's context (the SDK's typed narrowing)
+    assert run_rt.access_context == "threads.create_run" and execution is run_rt
+    assert execution.context == {"greeting": "a"} and run_rt.store is store
+    assert read_rt.access_context == "threads.read" and read_rt.execution_runtime is None
 
 
 async def test_update_state_of_a_factory_graph_uses_the_assistants_config(sdk: LangGraphClient) -> None:
@@ -198,15 +201,15 @@ async def test_state_update_while_a_run_is_active_is_409(sdk: LangGraphClient, h
     assert r.status_code == 409 and pending["run_id"] in r.json()["detail"]
     await sdk.runs.join(tid, pending["run_id"])
     history = await sdk.threads.get_history(tid, limit=100)
-    assert not any(c["values"].get("tag") == "x" for c in history) and len(history) > len(before)
+    assert not any(one_state(c["values"]).get("tag") == "x" for c in history) and len(history) > len(before)
     r = await http.post(f"/threads/{tid}/state", json={"values": {"tag": "x"}})
-    assert r.status_code == 200 and (await sdk.threads.get_state(tid))["values"]["tag"] == "x"
+    assert r.status_code == 200 and one_state((await sdk.threads.get_state(tid))["values"])["tag"] == "x"
 
 
 async def test_an_agent_calls_its_own_server_with_get_client(sdk: LangGraphClient) -> None:
     """`langgraph_sdk.get_client()` without a URL, in a node, reaches this server in-process."""
     tid = (await sdk.threads.create())["thread_id"]
-    out = await sdk.runs.wait(tid, "caller", input={"text": "ping"})
+    out = one_state(await sdk.runs.wait(tid, "caller", input={"text": "ping"}))
     assert "error" not in out and "__error__" not in out, out
     assert {"caller", "echo", "greeter"} <= set(out["assistants"])
     assert out["answer"]["messages"][-1]["content"] == "You said: ping"

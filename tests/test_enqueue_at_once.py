@@ -72,7 +72,7 @@ async def _case(storage: PostgresStorage, at_once: bool, exists: bool, active: i
                 after: float) -> tuple[Any, Any]:
     storage.enqueues_at_once = at_once
     thread_id = str(uuid.uuid4())
-    base = {"thread_metadata": {"graph_id": "agent"}, "create_thread": False, "reject_if_active": False,
+    base: dict[str, Any] = {"thread_metadata": {"graph_id": "agent"}, "create_thread": False, "reject_if_active": False,
             "thread_ttl_minutes": 5.0, "new_thread_metadata": {"k": "new"}}
     if exists:
         await storage.enqueue_run(_run(thread_id), **{**base, "create_thread": True})

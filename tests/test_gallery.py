@@ -22,8 +22,10 @@ from langgraph_sdk import get_client
 from langgraph_sdk.schema import Command
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+from mcp.types import TextContent
 
 from tests.conftest import serving
+from tests.sdk_shapes import one_state
 from tests.services import Backend
 from threadline.settings import Settings
 
@@ -86,11 +88,11 @@ async def test_rest(url: str, graph: str) -> None:
     given, check = CASES[graph]
     thread = await client.threads.create()
     tid = thread["thread_id"]
-    waited = await client.runs.wait(tid, graph, input=given)
+    waited = one_state(await client.runs.wait(tid, graph, input=given))
     assert "__error__" not in waited, waited
     check(waited)
     state = await client.threads.get_state(tid)
-    check(state["values"])
+    check(one_state(state["values"]))
     history = await client.threads.get_history(tid, limit=100)
     assert history[0]["checkpoint"]["checkpoint_id"] == state["checkpoint"]["checkpoint_id"]
     assert history[-1]["metadata"]["source"] == "input"
@@ -100,7 +102,7 @@ async def test_rest(url: str, graph: str) -> None:
     joined = await client.runs.join(other, run["run_id"])
     check(joined)
     assert (await client.runs.get(other, run["run_id"]))["status"] == "success"
-    check(await client.runs.wait(None, graph, input=given))  # stateless
+    check(one_state(await client.runs.wait(None, graph, input=given)))  # stateless
 
 
 # --- stream modes ------------------------------------------------------------------------------------
@@ -148,20 +150,21 @@ async def test_schemas(url: str, graph: str) -> None:
 # --- context, interrupts ----------------------------------------------------------------------------------
 async def test_runtime_context_given_and_from_an_assistant(url: str) -> None:
     client = get_client(url=url)
-    given = await client.runs.wait(None, "context", input={"name": "Ada"}, context={"greeting": "Bonjour"})
+    given = one_state(await client.runs.wait(None, "context", input={"name": "Ada"}, context={"greeting": "Bonjour"}))
     assert given["reply"] == "Bonjour, Ada!"
     assistant = await client.assistants.create("context", context={"greeting": "Hi", "punctuation": "?"})
-    assert (await client.runs.wait(None, assistant["assistant_id"], input={"name": "Ada"}))["reply"] == "Hi, Ada?"
+    from_assistant = one_state(await client.runs.wait(None, assistant["assistant_id"], input={"name": "Ada"}))
+    assert from_assistant["reply"] == "Hi, Ada?"
 
 
 async def test_dynamic_interrupt_resumed_with_command(url: str) -> None:
     client = get_client(url=url)
     tid = (await client.threads.create())["thread_id"]
-    first = await client.runs.wait(tid, "dynamic_interrupt", input={"task": "ship"})
+    first = one_state(await client.runs.wait(tid, "dynamic_interrupt", input={"task": "ship"}))
     assert first["__interrupt__"][0]["value"] == {"question": "May I ship?"}
     thread = await client.threads.get(tid)
     assert thread["status"] == "interrupted"
-    done = await client.runs.wait(tid, "dynamic_interrupt", command=Command(resume="yes"))
+    done = one_state(await client.runs.wait(tid, "dynamic_interrupt", command=Command(resume="yes")))
     assert done["log"] == ["planned ship", "human said yes", "did ship"]
     assert (await client.threads.get(tid))["status"] == "idle"
 
@@ -172,14 +175,15 @@ async def test_static_breakpoint_resumed_with_no_input(url: str) -> None:
     await client.runs.wait(tid, "static_interrupt", input={"task": "ship"})
     assert (await client.threads.get_state(tid))["next"] == ["act"]
     assert (await client.threads.get(tid))["status"] == "interrupted"
-    done = await client.runs.wait(tid, "static_interrupt", input=None)
+    done = one_state(await client.runs.wait(tid, "static_interrupt", input=None))
     assert done["log"] == ["planned ship", "did ship"]
 
 
 async def test_functional_interrupt_resumed(url: str) -> None:
     client = get_client(url=url)
     tid = (await client.threads.create())["thread_id"]
-    await client.runs.wait(tid, "functional", input={"numbers": [2, 3], "review": True})
+    review: dict[str, Any] = {"numbers": [2, 3], "review": True}
+    await client.runs.wait(tid, "functional", input=review)
     assert (await client.threads.get(tid))["status"] == "interrupted"
     done = await client.runs.wait(tid, "functional", command=Command(resume="keep"))
     assert done == {"squares": [4, 9], "verdict": "keep"}
@@ -202,7 +206,9 @@ async def test_mcp_lists_and_calls_gallery_graphs(url: str) -> None:
             given = {"messages": "hi"} if graph == "messages" else CASES[graph][0]
             done = await session.call_tool(graph, given)
             assert not done.is_error, (graph, done.content)
-            CASES[graph][1](json.loads(done.content[0].text))
+            text = done.content[0]
+            assert isinstance(text, TextContent), done.content
+            CASES[graph][1](json.loads(text.text))
 
 
 @pytest.mark.parametrize("graph", ["messages", "react", "agent"])

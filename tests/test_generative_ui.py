@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from langgraph_sdk.client import LangGraphClient
 
 from tests.environments import frontend_build, frontend_missing, in_ci
 from tests.processes import clean_env, serving, threadline_cmd
+from tests.sdk_shapes import one_state
 from tests.services import Backend
 from tests.waits import until_sync
 from threadline.config import load_config
@@ -68,6 +70,7 @@ async def test_what_is_not_in_the_bundle_is_a_json_404_and_bad_input_a_422(http:
                      await http.get("/ui/nothing/entrypoint.js"), await http.get("/ui/agent/schemas.json"),
                      await http.get("/ui/agent/..%2Fschemas.json")):
         assert response.status_code == 404 and "detail" in response.json(), response.text
+    body: object
     for body in ({}, {"name": 3}, [], "weather"):
         refused = await http.post("/ui/agent", json=body)
         assert refused.status_code == 422 and "name" in refused.json()["detail"], refused.text
@@ -78,8 +81,9 @@ async def test_what_is_not_in_the_bundle_is_a_json_404_and_bad_input_a_422(http:
 @pytest.mark.slow  # the app bundles at startup: LangGraph's bundler is a node process
 async def test_push_ui_message_streams_in_custom_and_in_the_values(sdk: LangGraphClient) -> None:
     thread = await sdk.threads.create()
+    asked: dict[str, Any] = {"messages": [{"role": "human", "content": "weather in Paris"}]}
     parts = [part async for part in sdk.runs.stream(
-        thread["thread_id"], "agent", input={"messages": [{"role": "human", "content": "weather in Paris"}]},
+        thread["thread_id"], "agent", input=asked,
         stream_mode=["values", "custom"])]
     custom = [p.data for p in parts if p.event == "custom"]
     assert len(custom) == 1, [p.event for p in parts]
@@ -92,7 +96,7 @@ async def test_push_ui_message_streams_in_custom_and_in_the_values(sdk: LangGrap
     assert card["metadata"]["message_id"] == answer["id"]  # how a front-end places the card beside its message
     assert final["ui"] == [card]  # `values.ui`, which useStream shows after the run and on reload
     state = await sdk.threads.get_state(thread["thread_id"])
-    assert state["values"]["ui"] == [card]
+    assert one_state(state["values"])["ui"] == [card]
 
 
 @pytest.mark.slow  # `threadline dev` and LangGraph's bundler in watch mode: node processes
@@ -131,6 +135,7 @@ def test_the_config_takes_ui_and_ui_config(tmp_path: Path) -> None:
     project = load_config(path)
     assert project.ui == {"a": "./ui.tsx"} and project.ui_config == {"shared": ["x"]}
     assert "ui" not in project.unsupported and "ui_config" not in project.unsupported
+    wrong: Mapping[str, object]
     for wrong in ({"ui": ["./ui.tsx"]}, {"ui": {"a": 1}}, {"ui_config": {"shared": "x"}}, {"ui_config": []}):
         path.write_text(json.dumps({"graphs": {"a": "./a.py:g"}, **wrong}))
         with pytest.raises(ConfigError, match="ui"):

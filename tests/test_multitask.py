@@ -8,7 +8,9 @@ from __future__ import annotations
 import httpx
 import pytest
 from langgraph_sdk.client import LangGraphClient
+from langgraph_sdk.schema import Run
 
+from tests.sdk_shapes import one_state
 from tests.shared_app import shared_app
 from tests.waits import logged, until
 
@@ -17,7 +19,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 backend, served, http = shared_app()
 
 
-async def _start_slow(sdk: LangGraphClient, tid: str, tag: str) -> dict:
+async def _start_slow(sdk: LangGraphClient, tid: str, tag: str) -> Run:
     from tests.project.agents import WORK_LOG
 
     run = await sdk.runs.create(tid, "slow", input={"tag": tag, "steps": 40, "delay": 0.02})
@@ -32,7 +34,7 @@ async def test_reject(sdk: LangGraphClient) -> None:
         await sdk.runs.create(tid, "slow", input={"tag": "rej-b", "steps": 1}, multitask_strategy="reject")
     assert err.value.response.status_code == 409
     await sdk.runs.join(tid, first["run_id"])
-    assert (await sdk.threads.get_state(tid))["values"]["done"] == ["rej-a"]
+    assert one_state((await sdk.threads.get_state(tid))["values"])["done"] == ["rej-a"]
     assert len(await sdk.runs.list(tid)) == 1
 
 
@@ -44,7 +46,7 @@ async def test_enqueue(sdk: LangGraphClient) -> None:
     await sdk.runs.join(tid, second["run_id"])
     assert (await sdk.runs.get(tid, first["run_id"]))["status"] == "success"
     assert (await sdk.runs.get(tid, second["run_id"]))["status"] == "success"
-    assert (await sdk.threads.get_state(tid))["values"]["done"] == ["enq-a", "enq-b"]
+    assert one_state((await sdk.threads.get_state(tid))["values"])["done"] == ["enq-a", "enq-b"]
 
 
 async def test_interrupt(sdk: LangGraphClient) -> None:
@@ -55,7 +57,7 @@ async def test_interrupt(sdk: LangGraphClient) -> None:
     assert (await sdk.runs.get(tid, first["run_id"]))["status"] == "interrupted"
     assert (await sdk.runs.get(tid, second["run_id"]))["status"] == "success"
     # The interrupted run never finished its node, so only the second run's update is in the state.
-    assert (await sdk.threads.get_state(tid))["values"]["done"] == ["int-b"]
+    assert one_state((await sdk.threads.get_state(tid))["values"])["done"] == ["int-b"]
     assert (await sdk.threads.get(tid))["status"] == "idle"
 
 
@@ -68,7 +70,7 @@ async def test_rollback(sdk: LangGraphClient) -> None:
     with pytest.raises(httpx.HTTPStatusError) as err:
         await sdk.runs.get(tid, first["run_id"])
     assert err.value.response.status_code == 404
-    assert (await sdk.threads.get_state(tid))["values"]["done"] == ["rb-0", "rb-b"]
+    assert one_state((await sdk.threads.get_state(tid))["values"])["done"] == ["rb-0", "rb-b"]
     # The rolled-back run left no checkpoint behind.
     history = await sdk.threads.get_history(tid, limit=100)
     assert all(h["metadata"].get("run_id") != first["run_id"] for h in history)
@@ -79,5 +81,5 @@ async def test_many_enqueued_runs_run_in_order(sdk: LangGraphClient) -> None:
     runs = [await sdk.runs.create(tid, "counter", input={"increment": 1, "tag": str(i)}) for i in range(8)]
     await sdk.runs.join(tid, runs[-1]["run_id"])
     state = await sdk.threads.get_state(tid)
-    assert state["values"]["count"] == 8
-    assert state["values"]["log"] == [str(i) for i in range(8)]
+    assert one_state(state["values"])["count"] == 8
+    assert one_state(state["values"])["log"] == [str(i) for i in range(8)]

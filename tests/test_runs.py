@@ -7,7 +7,9 @@ from typing import Any
 import httpx
 import pytest
 from langgraph_sdk.client import LangGraphClient
+from langgraph_sdk.schema import StreamMode
 
+from tests.sdk_shapes import one_state, user_says, wire
 from tests.shared_app import shared_app
 from tests.waits import logged, until
 
@@ -20,7 +22,7 @@ backend, served, http = shared_app()
 
 async def test_background_run_join_get_list(sdk: LangGraphClient) -> None:
     tid = (await sdk.threads.create())["thread_id"]
-    run = await sdk.runs.create(tid, "echo", input={"messages": [{"role": "user", "content": "hi"}]},
+    run = await sdk.runs.create(tid, "echo", input=user_says("hi"),
                                 metadata={"m": 1})
     assert run["status"] == "pending" and run["thread_id"] == tid
     # As the reference: the assistant's metadata, then the thread's (tagged with the graph), then the request's.
@@ -38,7 +40,7 @@ async def test_background_run_join_get_list(sdk: LangGraphClient) -> None:
 
 async def test_wait_returns_values(sdk: LangGraphClient) -> None:
     tid = (await sdk.threads.create())["thread_id"]
-    out = await sdk.runs.wait(tid, "counter", input={"increment": 4, "tag": "x"})
+    out = one_state(await sdk.runs.wait(tid, "counter", input={"increment": 4, "tag": "x"}))
     assert out["count"] == 4 and out["log"] == ["x"]
 
 
@@ -46,14 +48,15 @@ async def test_durability_decides_which_checkpoints_are_kept(sdk: LangGraphClien
     """`durability` is LangGraph's: "exit" keeps only the final checkpoint; the legacy `checkpoint_during: false`
     means "exit"; the default ("async") and "sync" keep every step's."""
     kept = {}
-    for name, fields in {"default": {}, "sync": {"durability": "sync"}, "exit": {"durability": "exit"},
-                         "legacy": {"checkpoint_during": False}}.items():
+    bodies: dict[str, dict[str, Any]] = {"default": {}, "sync": {"durability": "sync"},
+                                         "exit": {"durability": "exit"}, "legacy": {"checkpoint_during": False}}
+    for name, fields in bodies.items():
         tid = (await sdk.threads.create())["thread_id"]
         r = await http.post(f"/threads/{tid}/runs/wait", json={"assistant_id": "counter",
                                                                 "input": {"increment": 2}, **fields})
         assert r.status_code == 200 and r.json()["count"] == 2, r.text
         kept[name] = len(await sdk.threads.get_history(tid, limit=100))
-        assert (await sdk.threads.get_state(tid))["values"]["count"] == 2
+        assert one_state((await sdk.threads.get_state(tid))["values"])["count"] == 2
     assert kept["exit"] == kept["legacy"] == 1
     assert kept["default"] == kept["sync"] > 1
 
@@ -66,7 +69,7 @@ async def test_default_assistant_when_omitted(http: httpx.AsyncClient) -> None:
 
 async def test_stateless_wait_and_stream(sdk: LangGraphClient) -> None:
     threads = await sdk.threads.count()  # the module's app is shared: what earlier tests made stays
-    out = await sdk.runs.wait(None, "counter", input={"increment": 2})
+    out = one_state(await sdk.runs.wait(None, "counter", input={"increment": 2}))
     assert out["count"] == 2
     parts = [p async for p in sdk.runs.stream(None, "counter", input={"increment": 1}, stream_mode="updates")]
     assert parts[0].event == "metadata"
@@ -76,7 +79,7 @@ async def test_stateless_wait_and_stream(sdk: LangGraphClient) -> None:
 
 async def test_stream_modes(sdk: LangGraphClient) -> None:
     tid = (await sdk.threads.create())["thread_id"]
-    modes = ["values", "updates", "custom", "debug", "tasks", "checkpoints", "messages-tuple"]
+    modes: list[StreamMode] = ["values", "updates", "custom", "debug", "tasks", "checkpoints", "messages-tuple"]
     parts = [p async for p in sdk.runs.stream(tid, "counter", input={"increment": 1, "steps": 2, "tag": "t"},
                                               stream_mode=modes)]
     events = [p.event for p in parts]
@@ -143,7 +146,7 @@ async def test_error_run(sdk: LangGraphClient) -> None:
 
 async def test_interrupt_and_resume(sdk: LangGraphClient) -> None:
     tid = (await sdk.threads.create())["thread_id"]
-    out = await sdk.runs.wait(tid, "approval", input={"request": "deploy"})
+    out = one_state(await sdk.runs.wait(tid, "approval", input={"request": "deploy"}))
     assert out["__interrupt__"][0]["value"] == {"question": "Approve 'deploy'?"}
     thread = await sdk.threads.get(tid)
     assert thread["status"] == "interrupted"
@@ -154,7 +157,7 @@ async def test_interrupt_and_resume(sdk: LangGraphClient) -> None:
                                                  stream_mode="updates")]
     marker = [p.data["__interrupt__"] for p in streamed if p.event == "updates" and "__interrupt__" in p.data]
     assert marker and marker[0][0]["value"] == {"question": "Approve 'again'?"} and marker[0][0]["id"]
-    out = await sdk.runs.wait(tid, "approval", command={"resume": True})
+    out = one_state(await sdk.runs.wait(tid, "approval", command={"resume": True}))
     assert out["outcome"] == "done: again"
     assert (await sdk.threads.get(tid))["status"] == "idle"
 
@@ -164,7 +167,7 @@ async def test_interrupt_before(sdk: LangGraphClient) -> None:
     await sdk.runs.wait(tid, "counter", input={"increment": 1}, interrupt_before=["count"])
     state = await sdk.threads.get_state(tid)
     assert state["next"] == ["count"]
-    out = await sdk.runs.wait(tid, "counter", input=None)
+    out = one_state(await sdk.runs.wait(tid, "counter", input=None))
     assert out["count"] == 1
 
 
@@ -201,7 +204,7 @@ async def test_cancel_really_stops_the_agent(sdk: LangGraphClient) -> None:
     await asyncio.sleep(0.2)
     assert len([w for w in WORK_LOG if w.startswith(tag)]) == done_at_cancel < 100
     thread = await sdk.threads.get(tid)
-    assert thread["status"] == "interrupted" and thread["error"]["error"] == "UserInterrupt"
+    assert thread["status"] == "interrupted" and wire(thread)["error"]["error"] == "UserInterrupt"
 
 
 async def test_cancelling_a_synchronous_node_ends_the_run_when_the_node_returns(sdk: LangGraphClient) -> None:
@@ -219,7 +222,7 @@ async def test_cancelling_a_synchronous_node_ends_the_run_when_the_node_returns(
     await sdk.runs.wait(tid, "slow_sync", input={"tag": "next", "steps": 1, "delay": 0})
     assert WORK_LOG.index("next:0") > WORK_LOG.index(f"{tag}:{steps - 1}")
     # The cancelled node's result was not kept.
-    assert (await sdk.threads.get_state(tid))["values"]["done"] == ["next"]
+    assert one_state((await sdk.threads.get_state(tid))["values"])["done"] == ["next"]
 
 
 async def test_cancel_between_claim_and_start_stops_the_run_and_keeps_the_worker(runtime: Any,
@@ -246,7 +249,7 @@ async def test_cancel_between_claim_and_start_stops_the_run_and_keeps_the_worker
         broker.on_cancel = registered
     # Every worker slot is still claiming: the early cancel did not kill the slot that held the run.
     assert all(not loop.done() for loop in runtime.workers._loops)
-    after = await sdk.runs.wait(tid, "slow", input={"tag": "later", "steps": 1, "delay": 0})
+    after = one_state(await sdk.runs.wait(tid, "slow", input={"tag": "later", "steps": 1, "delay": 0}))
     assert after["done"] == ["later"]
 
 
@@ -273,7 +276,7 @@ async def test_cancel_rollback_deletes_run_and_checkpoints(sdk: LangGraphClient)
         await sdk.runs.get(tid, run["run_id"])
     after = await sdk.threads.get_history(tid, limit=100)
     assert [h["checkpoint"]["checkpoint_id"] for h in after] == [h["checkpoint"]["checkpoint_id"] for h in before]
-    assert (await sdk.threads.get_state(tid))["values"]["done"] == ["first"]
+    assert one_state((await sdk.threads.get_state(tid))["values"])["done"] == ["first"]
     assert (await sdk.threads.get(tid))["status"] == "idle"
 
 
@@ -303,7 +306,7 @@ async def test_a_thread_created_by_a_run_carries_the_run_metadata(sdk: LangGraph
     """As the reference (probed): the new thread gets the graph, the assistant and the run's metadata; the run
     gets the assistant's metadata and its own (no thread existed to inherit from)."""
     tid = str(uuid.uuid4())
-    run = await sdk.runs.create(tid, "echo", input={"messages": [{"role": "user", "content": "hi"}]},
+    run = await sdk.runs.create(tid, "echo", input=user_says("hi"),
                                 metadata={"m": 3}, if_not_exists="create")
     assert run["metadata"] == {"created_by": "system", "m": 3, "assistant_id": run["assistant_id"]}
     await sdk.runs.join(tid, run["run_id"])
@@ -346,7 +349,7 @@ async def test_a_finished_run_has_its_checkpoints_committed(sdk: LangGraphClient
     import sqlite3
 
     tid = (await sdk.threads.create())["thread_id"]
-    out = await sdk.runs.wait(tid, "counter", input={"increment": 2})
+    out = one_state(await sdk.runs.wait(tid, "counter", input={"increment": 2}))
     assert out["count"] == 2
     other = sqlite3.connect(database_url.removeprefix("sqlite:///"))
     try:

@@ -1,12 +1,15 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
 import pytest
 from langgraph_sdk.client import LangGraphClient
+from langgraph_sdk.schema import ThreadState
 
+from tests.sdk_shapes import copy_thread, one_state, wire
 from tests.shared_app import shared_app
 from tests.waits import logged, until
 
@@ -73,7 +76,7 @@ async def test_state_history_update_and_copy(sdk: LangGraphClient) -> None:
     await sdk.runs.wait(tid, "counter", input={"increment": 2, "tag": "a"})
     await sdk.runs.wait(tid, "counter", input={"increment": 3, "tag": "b"})
     state = await sdk.threads.get_state(tid)
-    assert state["values"]["count"] == 5 and state["values"]["log"] == ["a", "b"]
+    assert one_state(state["values"])["count"] == 5 and one_state(state["values"])["log"] == ["a", "b"]
     thread = await sdk.threads.get(tid)
     assert thread["values"]["count"] == 5 and thread["status"] == "idle"
     assert thread["metadata"]["graph_id"] == "counter"
@@ -82,7 +85,8 @@ async def test_state_history_update_and_copy(sdk: LangGraphClient) -> None:
     limited = await sdk.threads.get_history(tid, limit=2)
     assert len(limited) == 2
     # `before` as LangGraph's history returns it (a RunnableConfig), and as a bare id.
-    as_config = await sdk.threads.get_history(tid, before={"configurable": history[0]["checkpoint"]}, limit=1)
+    as_config = await sdk.threads.get_history(
+        tid, before={"configurable": history[0]["checkpoint"]}, limit=1)  # type: ignore[arg-type]  # SDK: no config type
     assert as_config[0]["checkpoint"]["checkpoint_id"] == history[1]["checkpoint"]["checkpoint_id"]
     as_str = await sdk.threads.get_history(tid, before=history[0]["checkpoint"]["checkpoint_id"], limit=1)
     assert as_str == as_config
@@ -94,12 +98,12 @@ async def test_state_history_update_and_copy(sdk: LangGraphClient) -> None:
     # Update writes a new revision.
     updated = await sdk.threads.update_state(tid, {"count": 10}, as_node="count")
     assert updated["checkpoint"]["checkpoint_id"]
-    assert (await sdk.threads.get_state(tid))["values"]["count"] == 15
+    assert one_state((await sdk.threads.get_state(tid))["values"])["count"] == 15
     assert (await sdk.threads.get(tid))["values"]["count"] == 15
     # Copy carries state and history.
-    copy = await sdk.threads.copy(tid)
+    copy = await copy_thread(sdk, tid)
     assert copy["thread_id"] != tid
-    assert (await sdk.threads.get_state(copy["thread_id"]))["values"]["count"] == 15
+    assert one_state((await sdk.threads.get_state(copy["thread_id"]))["values"])["count"] == 15
     assert len(await sdk.threads.get_history(copy["thread_id"], limit=100)) == len(
         await sdk.threads.get_history(tid, limit=100))
 
@@ -110,29 +114,31 @@ async def test_large_values_read_again_are_never_stale(sdk: LangGraphClient, run
     still gives the state as stored."""
     big = ["a" * 70_000], ["b" * 70_000], ["c" * 70_000], ["d" * 70_000]  # each past the 64 KiB kept
     tid = str(uuid.uuid4())
-    supersteps = [{"updates": [{"values": {"log": big[0], "count": 1}, "as_node": "count"}]}]
+    supersteps: list[dict[str, Sequence[dict[str, Any]]]] = [
+        {"updates": [{"values": {"log": big[0], "count": 1}, "as_node": "count"}]}]
     await sdk.threads.create(thread_id=tid, graph_id="counter", supersteps=supersteps)
-    assert (await sdk.threads.get_state(tid))["values"]["log"] == big[0]
+    assert one_state((await sdk.threads.get_state(tid))["values"])["log"] == big[0]
     cache = getattr(runtime.storage.checkpointer, "blob_cache", None)
     if backend.kind == "postgres":  # the cache is there, and holds the thread's log
         assert cache is not None and any(k[0] == "log" for k in cache.held(tid, ""))
-    assert (await sdk.threads.get_state(tid))["values"]["log"] == big[0]
+    assert one_state((await sdk.threads.get_state(tid))["values"])["log"] == big[0]
     await sdk.threads.update_state(tid, {"log": big[1]}, as_node="count")
-    assert (await sdk.threads.get_state(tid))["values"]["log"] == big[0] + big[1]
+    assert one_state((await sdk.threads.get_state(tid))["values"])["log"] == big[0] + big[1]
     assert (await sdk.threads.get(tid))["values"]["log"] == big[0] + big[1]
 
     await sdk.threads.delete(tid)
-    again = [{"updates": [{"values": {"log": big[2], "count": 1}, "as_node": "count"}]}]
+    again: list[dict[str, Sequence[dict[str, Any]]]] = [
+        {"updates": [{"values": {"log": big[2], "count": 1}, "as_node": "count"}]}]
     await sdk.threads.create(thread_id=tid, graph_id="counter", supersteps=again)
-    assert (await sdk.threads.get_state(tid))["values"]["log"] == big[2]
+    assert one_state((await sdk.threads.get_state(tid))["values"])["log"] == big[2]
 
-    copy = (await sdk.threads.copy(tid))["thread_id"]
-    assert (await sdk.threads.get_state(copy))["values"]["log"] == big[2]
+    copy = (await copy_thread(sdk, tid))["thread_id"]
+    assert one_state((await sdk.threads.get_state(copy))["values"])["log"] == big[2]
     await sdk.threads.update_state(copy, {"log": big[3]}, as_node="count")
-    assert (await sdk.threads.get_state(copy))["values"]["log"] == big[2] + big[3]
-    assert (await sdk.threads.get_state(tid))["values"]["log"] == big[2]
+    assert one_state((await sdk.threads.get_state(copy))["values"])["log"] == big[2] + big[3]
+    assert one_state((await sdk.threads.get_state(tid))["values"])["log"] == big[2]
     history = await sdk.threads.get_history(copy, limit=10)
-    assert [h["values"]["log"] for h in history[:2]] == [big[2] + big[3], big[2]]
+    assert [one_state(h["values"])["log"] for h in history[:2]] == [big[2] + big[3], big[2]]
 
 
 async def test_each_history_entry_is_the_state_at_its_checkpoint(sdk: LangGraphClient) -> None:
@@ -148,7 +154,7 @@ async def test_each_history_entry_is_the_state_at_its_checkpoint(sdk: LangGraphC
         assert entry == await sdk.threads.get_state(tid, checkpoint_id=entry["checkpoint"]["checkpoint_id"])
     filtered = await sdk.threads.get_history(tid, limit=100, metadata={"source": "loop"})
     assert filtered and all(e["metadata"]["source"] == "loop" for e in filtered)
-    assert [e["checkpoint_id"] for e in filtered] == [e["checkpoint_id"] for e in history
+    assert [wire(e)["checkpoint_id"] for e in filtered] == [wire(e)["checkpoint_id"] for e in history
                                                        if e["metadata"]["source"] == "loop"]
 
 
@@ -169,11 +175,11 @@ async def test_a_state_update_shows_in_the_thread_and_in_search_by_values(sdk: L
     await sdk.threads.update_state(tid, {"count": 5}, as_node="count")
     assert tid not in [t["thread_id"] for t in await sdk.threads.search(values={"count": 2}, limit=100)]
     assert tid in [t["thread_id"] for t in await sdk.threads.search(values={"count": 7}, limit=100)]
-    copy = await sdk.threads.copy(tid)
+    copy = await copy_thread(sdk, tid)
     assert copy["values"] == (await sdk.threads.get_state(tid))["values"]
 
 
-def _fields(state: dict[str, Any]) -> dict[str, Any]:
+def _fields(state: ThreadState) -> dict[str, Any]:
     """What a thread's row should cache of `state` (its values, pending interrupts and the status they imply)."""
     interrupts = {t["id"]: t["interrupts"] for t in state["tasks"] if t["interrupts"]}
     return {"values": state["values"], "interrupts": interrupts,
@@ -207,7 +213,8 @@ async def test_after_each_kind_of_state_update_the_thread_caches_its_latest_stat
     assert (await sdk.threads.get(tid))["values"]["request"] == "forked"
     # Through a reducer, on a graph with a subgraph node next.
     nested = (await sdk.threads.create())["thread_id"]
-    await sdk.runs.wait(nested, "nested", input={"items": ["a"]})
+    start: dict[str, Any] = {"items": ["a"]}
+    await sdk.runs.wait(nested, "nested", input=start)
     await sdk.threads.update_state(nested, {"items": ["b"]}, as_node="parent_step")
     await check(nested)
     assert (await sdk.threads.get(nested))["values"]["items"][-1] == "b"
@@ -253,7 +260,7 @@ async def test_prune(sdk: LangGraphClient, http: httpx.AsyncClient) -> None:
     r = await http.post("/threads/prune", json={"thread_ids": [tid], "strategy": "keep_latest"})
     assert r.status_code == 200 and r.json() == {"pruned_count": 1}
     assert len(await sdk.threads.get_history(tid, limit=100)) == 1
-    assert (await sdk.threads.get_state(tid))["values"]["log"] == ["a", "b"]
+    assert one_state((await sdk.threads.get_state(tid))["values"])["log"] == ["a", "b"]
 
 
 async def test_errors(http: httpx.AsyncClient) -> None:

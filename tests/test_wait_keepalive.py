@@ -16,7 +16,7 @@ from tests.conftest import PROJECT, serving
 from tests.services import Backend
 from threadline.settings import Settings
 
-SLOW = {"tag": "k", "steps": 4, "delay": 0.1}  # about 0.4 s: several heartbeats of 0.05 s
+SLOW: dict[str, Any] = {"tag": "k", "steps": 4, "delay": 0.1}  # about 0.4 s: several heartbeats of 0.05 s
 
 
 @pytest.fixture
@@ -107,6 +107,6 @@ async def test_sdk_wait_and_join_over_a_real_socket(settings: Settings) -> None:
 async def test_by_default_a_wait_of_six_seconds_is_kept_alive(http: httpx.AsyncClient) -> None:
     """As LangGraph's server, a newline every 5 s by default: a run of at least 6 s gets one (Aegra's e2e suite
     counts them on a 15 s wait). With a 15 s default, such a wait was a plain JSON answer."""
-    body = {"assistant_id": "slow", "input": {"tag": "d", "steps": 1, "delay": 6.0}}
+    body: dict[str, Any] = {"assistant_id": "slow", "input": {"tag": "d", "steps": 1, "delay": 6.0}}
     r = await http.post("/runs/wait", json=body)
     assert r.status_code == 200 and _kept_alive(r.content) == {**body["input"], "done": ["d"]}

@@ -58,7 +58,7 @@ def run_durability(kwargs: Mapping[str, Any]) -> Durability:
     """The run's `durability`, else the legacy `checkpoint_during` (false: "exit"), else LangGraph's default,
     "async"."""
     if kwargs.get("durability"):
-        return kwargs["durability"]
+        return cast(Durability, kwargs["durability"])  # the request's, one of Durability's (checked at the API)
     return "exit" if kwargs.get("checkpoint_during") is False else "async"
 
 

@@ -19,6 +19,7 @@ async def look_around(state: State) -> dict[str, Any]:
     owners = sorted({(t["metadata"] or {}).get("owner") for t in await client.threads.search(limit=100)})
     made = await client.threads.create(metadata={"made_by": "caller"})
     nested = await client.runs.wait(None, "whoami", input={"message": "nested"})
+    assert isinstance(nested, dict), nested  # whoami's state is a dict (the SDK types a wait's answer a list or one)
     try:
         await client.threads.get(state["other_thread"])
         other = "found"

@@ -13,11 +13,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from langgraph_sdk.client import LangGraphClient
-from langgraph_sdk.schema import Command
+from langgraph_sdk.schema import Command, StreamMode
 
 from tests.differential.compare import Difference, compare
 from tests.differential.harness import Session
 from tests.differential.variants import COMMAND, LATER, OPERATIONS
+from tests.sdk_shapes import as_cron, batch_entry
 
 SessionScript = Callable[[Session], Awaitable[None]]
 SESSIONS: dict[str, SessionScript] = {}
@@ -43,7 +44,7 @@ INPUTS: dict[str, dict[str, Any]] = {
     "progress": {"steps": 2, "delay": 0.01},
     "loopback": {"graph_id": "typed_ext"},
 }
-ALL_MODES = ["values", "updates", "messages-tuple", "custom", "debug"]
+ALL_MODES: list[StreamMode] = ["values", "updates", "messages-tuple", "custom", "debug"]
 #: The thread stream's last event of a run, as both servers send it (spaces removed).
 RUN_DONE = '"status":"run_done"'
 
@@ -106,7 +107,7 @@ async def schemas(s: Session) -> None:
 
 
 # --- streams: every mode on the graphs that exercise it --------------------------------------------------
-def _stream_session(graph_id: str, modes: list[str], subgraphs: bool = False) -> SessionScript:
+def _stream_session(graph_id: str, modes: list[StreamMode], subgraphs: bool = False) -> SessionScript:
     async def script(s: Session) -> None:
         c = s.client
         thread = await s.do("create thread", c.threads.create())
@@ -120,7 +121,7 @@ def _stream_session(graph_id: str, modes: list[str], subgraphs: bool = False) ->
 
 SESSIONS["stream:messages-mode"] = _stream_session("messages", ["messages"])
 
-for _graph, _modes, _sub in [
+_STREAMED: list[tuple[str, list[StreamMode], bool]] = [
     ("messages", [*ALL_MODES, "messages"], False),
     ("typed", ["events"], False),
     ("react", ALL_MODES, False),
@@ -131,7 +132,8 @@ for _graph, _modes, _sub in [
     ("command", ["values", "updates"], False),
     ("pydantic_state", ["values", "updates"], False),
     ("dataclass_state", ["values", "updates"], False),
-]:
+]
+for _graph, _modes, _sub in _STREAMED:
     SESSIONS[f"stream:{_graph}"] = _stream_session(_graph, _modes, _sub)
 
 
@@ -200,8 +202,8 @@ async def runs(s: Session) -> None:
     await s.do("list", c.runs.list(tid))
     await s.do("list success", c.runs.list(tid, status="success", limit=1))
     await s.do("stateless", c.runs.wait(None, "typed", input={"topic": "wasps"}))
-    await s.do("batch", c.runs.create_batch([{"assistant_id": "typed", "input": {"topic": "a"}},
-                                             {"assistant_id": "typed", "input": {"topic": "b"}}]))
+    await s.do("batch", c.runs.create_batch([batch_entry("typed", input={"topic": "a"}),
+                                             batch_entry("typed", input={"topic": "b"})]))
     await s.do("unknown assistant", c.runs.wait(tid, "no_such_graph", input={}))
     await s.do("delete", c.runs.delete(tid, run["run_id"]))
     await s.do("get deleted", c.runs.get(tid, run["run_id"]))
@@ -357,7 +359,8 @@ async def functional_review(s: Session) -> None:
     c = s.client
     thread = await s.do("create thread", c.threads.create())
     tid = thread["thread_id"]
-    await s.do("wait", c.runs.wait(tid, "functional", input={"numbers": [2, 3], "review": True}))
+    review: dict[str, Any] = {"numbers": [2, 3], "review": True}
+    await s.do("wait", c.runs.wait(tid, "functional", input=review))
     await s.do("thread", c.threads.get(tid))
     await s.do("resume", c.runs.wait(tid, "functional", command=Command(resume="keep")))
     await s.do("state", c.threads.get_state(tid))
@@ -465,7 +468,7 @@ async def crons(s: Session) -> None:
     await s.do("invalid schedule", c.crons.create("typed", schedule="61 * * * *"))
     await s.do("invalid timezone", c.crons.create("typed", schedule="0 0 1 1 *", timezone="Not/AZone"))
     await s.do("missing thread", c.crons.create_for_thread(missing, "typed", schedule="0 0 1 1 *"))
-    cron_id = on_thread["cron_id"] if on_thread else missing
+    cron_id = as_cron(on_thread)["cron_id"] if on_thread else missing
     await s.raw("get", "GET", f"/runs/crons/{cron_id}")
     await s.raw("get missing", "GET", f"/runs/crons/{missing}")
     await s.do("update", c.crons.update(cron_id, schedule="0 0 1 7 *", metadata={"more": 1}, input={"topic": "bats"},
@@ -504,7 +507,7 @@ async def accept_requests(s: Session) -> None:
     ids = {"tid": thread["thread_id"] if thread else "-", "aid": assistant["assistant_id"] if assistant else "-"}
     cron = await s.do("cron", c.crons.create("typed", schedule="0 0 1 1 *", enabled=False,
                                              metadata={"session": s.name}))
-    ids["cron"] = cron["cron_id"] if cron else "-"
+    ids["cron"] = as_cron(cron)["cron_id"] if cron else "-"
     for group in OPERATIONS.values():
         for op in group:
             for label, body in op.variants():
@@ -516,7 +519,9 @@ async def accept_resume(s: Session) -> None:
     """Agent Chat UI answers an interrupt with `input: {}` beside the command: the command wins (any input)."""
     c = s.client
     # The background route's variants are in accept:requests (statuses); two real resumes are enough here.
-    for route, suffix, extra in [("stream", "/stream", {"input": {}}), ("wait", "/wait", {"input": {"task": "other"}})]:
+    resumes: list[tuple[str, str, dict[str, Any]]] = [("stream", "/stream", {"input": {}}),
+                                                       ("wait", "/wait", {"input": {"task": "other"}})]
+    for route, suffix, extra in resumes:
         thread = await s.do(f"{route} thread", c.threads.create())
         tid = thread["thread_id"] if thread else "-"
         await s.do(f"{route} interrupted", c.runs.wait(tid, "dynamic_interrupt", input={"task": "ship"}))

@@ -51,7 +51,7 @@ class RouteState(TypedDict):
 
 
 def triage(state: RouteState) -> Command[Literal["approve", "escalate"]]:
-    target = "approve" if state["amount"] < 100 else "escalate"
+    target: Literal["approve", "escalate"] = "approve" if state["amount"] < 100 else "escalate"
     return Command(update={"route": f"triage->{target}"}, goto=target)
 
 

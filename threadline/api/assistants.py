@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastapi import Request
+from starlette.responses import Response
 
 from threadline.api.common import JSON, Router, no_content, paginated, runtime, select
 from threadline.api.models import (
@@ -52,7 +53,7 @@ async def patch_assistant(request: Request, assistant_id: str, body: AssistantPa
 
 @router.delete("/{assistant_id}", status_code=204)
 async def delete_assistant(request: Request, assistant_id: str,
-                           delete_threads: bool = False):
+                           delete_threads: bool = False) -> Response:
     """Its pending and running runs are cancelled; with `delete_threads`, the threads it ran on last go too."""
     await runtime(request).runs.delete_assistant(assistant_id, delete_threads=delete_threads)
     return no_content()

@@ -49,7 +49,8 @@ class Router(APIRouter):
 
 
 def runtime(request: Request) -> Runtime:
-    return request.app.state.runtime
+    rt: Runtime = request.app.state.runtime  # set by the app's lifespan (app.py); Starlette's state is untyped
+    return rt
 
 
 class JSON(Response):

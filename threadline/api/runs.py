@@ -160,7 +160,7 @@ async def get_thread_run(request: Request, thread_id: UUID, run_id: UUID) -> JSO
 
 
 @router.delete("/threads/{thread_id}/runs/{run_id}", status_code=204)
-async def delete_thread_run(request: Request, thread_id: UUID, run_id: UUID):
+async def delete_thread_run(request: Request, thread_id: UUID, run_id: UUID) -> Response:
     await runtime(request).runs.delete(str(run_id), str(thread_id))
     return no_content()
 
@@ -269,7 +269,7 @@ async def get_run(request: Request, run_id: UUID) -> JSON:
 
 
 @router.delete("/runs/{run_id}", status_code=204)
-async def delete_run(request: Request, run_id: UUID):
+async def delete_run(request: Request, run_id: UUID) -> Response:
     await runtime(request).runs.delete(str(run_id))
     return no_content()
 
@@ -295,6 +295,6 @@ async def join_run_stream(request: Request, run_id: UUID, last_event_id: str | N
 
 @router.post("/runs/{run_id}/cancel", status_code=204)
 async def cancel_run(request: Request, run_id: UUID, wait: bool = False,
-                     action: CancelAction = "interrupt"):
+                     action: CancelAction = "interrupt") -> Response:
     await runtime(request).runs.cancel(str(run_id), wait=wait, action=action)
     return no_content()

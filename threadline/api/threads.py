@@ -93,7 +93,7 @@ async def patch_thread(request: Request, thread_id: UUID, body: ThreadPatch) -> 
 
 
 @router.delete("/{thread_id}", status_code=204)
-async def delete_thread(request: Request, thread_id: UUID):
+async def delete_thread(request: Request, thread_id: UUID) -> Response:
     if not await runtime(request).runs.delete_threads([str(thread_id)]):
         raise NotFound(f"Thread with ID {thread_id} not found")
     return no_content()

@@ -95,7 +95,8 @@ async def _not_found(scope: Any, receive: Any, send: Any) -> None:
 
 
 def _route_path(scope: Any) -> str:
-    path, root = scope.get("path", ""), scope.get("root_path", "")
+    path: str = scope.get("path", "")  # an ASGI scope's, a str
+    root: str = scope.get("root_path", "")
     return path[len(root):] if root and path.startswith(root) else path
 
 
