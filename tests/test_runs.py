@@ -263,11 +263,14 @@ async def test_cancel_pending_run_never_starts(sdk: LangGraphClient) -> None:
 
 
 async def test_cancel_rollback_deletes_run_and_checkpoints(sdk: LangGraphClient) -> None:
+    from tests.project.agents import WORK_LOG
+
     tid = (await sdk.threads.create())["thread_id"]
     await sdk.runs.wait(tid, "slow", input={"tag": "first", "steps": 1})
     before = await sdk.threads.get_history(tid, limit=100)
-    run = await sdk.runs.create(tid, "slow", input={"tag": "second", "steps": 100, "delay": 0.02})
-    await asyncio.sleep(0.2)
+    tag = uuid.uuid4().hex
+    run = await sdk.runs.create(tid, "slow", input={"tag": tag, "steps": 100, "delay": 0.02})
+    await until(logged(WORK_LOG, tag))  # running: a rollback deletes what it wrote
     await sdk.runs.cancel(tid, run["run_id"], wait=True, action="rollback")
     with pytest.raises(httpx.HTTPStatusError):
         await sdk.runs.get(tid, run["run_id"])
