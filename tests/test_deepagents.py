@@ -24,6 +24,8 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.types import Command
 from langgraph_sdk.client import LangGraphClient
 
+from tests.waits import agent_stopped
+
 PARENT_THREAD = "parent-thread-1"
 SLOW = 500  # units of work (20 ms each) a `work` request asks for: far more than any test waits
 
@@ -108,7 +110,7 @@ def _work(tag: str) -> int:
 async def _assert_stopped(tag: str) -> None:
     """The agent doing `tag`'s work does no more of it."""
     done = _work(tag)
-    await asyncio.sleep(0.3)  # 15 units of work, were it still going
+    await agent_stopped(tag)
     assert _work(tag) == done < SLOW
 
 

@@ -9,7 +9,7 @@ import pytest
 from langgraph_sdk.client import LangGraphClient
 
 from tests.shared_app import shared_app
-from tests.waits import logged, until
+from tests.waits import agent_stopped, logged, until
 
 # The module's tests share one started app per backend (tests/conftest.py, `module_served`): each makes what it
 # reads, under ids of its own. They run in the app's event loop.
@@ -198,7 +198,7 @@ async def test_cancel_really_stops_the_agent(sdk: LangGraphClient) -> None:
     await sdk.runs.cancel(tid, run["run_id"], wait=True)
     done_at_cancel = len([w for w in WORK_LOG if w.startswith(tag)])
     assert (await sdk.runs.get(tid, run["run_id"]))["status"] == "interrupted"
-    await asyncio.sleep(0.2)
+    await agent_stopped(tag)
     assert len([w for w in WORK_LOG if w.startswith(tag)]) == done_at_cancel < 100
     thread = await sdk.threads.get(tid)
     assert thread["status"] == "interrupted" and thread["error"]["error"] == "UserInterrupt"
