@@ -357,14 +357,16 @@ def create_assistant(d: Dialect, row: Row, if_exists: str) -> Script[AssistantRe
 def ensure_assistants(d: Dialect, rows: list[Row]) -> Script[list[AssistantRecord]]:
     """`create_assistant(row, "do_nothing")` of every row, in one transaction of two steps (on PostgreSQL, one
     round trip each, the second with the COMMIT): the rows inserted, then the inserted ones' versions and
-    every row as stored."""
+    every row as stored. Inserted in the ids' order: two processes starting at once on one database, whose
+    projects list their graphs in other orders, wait for each other's rows in the same order, not deadlock."""
     if not rows:
         return []
+    ordered = sorted(rows, key=lambda row: row["assistant_id"])
     inserted = yield tuple(Q(d.insert("assistants", row, conflict="(assistant_id) DO NOTHING RETURNING assistant_id"),
-                             row) for row in rows)
+                             row) for row in ordered)
     versions = tuple(q(d, "insert_assistant_version", wait=False,
                        **{k: row[k] for k in (*VERSION_COLUMNS, "created_at")})
-                     for row, new in zip(rows, inserted, strict=True) if new)
+                     for row, new in zip(ordered, inserted, strict=True) if new)
     found = yield Final((*versions, *(q(d, "get_assistant", assistant_id=row["assistant_id"]) for row in rows)))
     return [cast("AssistantRecord", one[0]) for one in found[len(versions):]]
 
