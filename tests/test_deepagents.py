@@ -25,6 +25,7 @@ from langgraph.types import Command
 from langgraph_sdk.client import LangGraphClient
 
 from tests.sdk_shapes import user_says
+from tests.waits import agent_stopped
 
 PARENT_THREAD = "parent-thread-1"
 SLOW = 500  # units of work (20 ms each) a `work` request asks for: far more than any test waits
@@ -117,7 +118,7 @@ def _work(tag: str) -> int:
 async def _assert_stopped(tag: str) -> None:
     """The agent doing `tag`'s work does no more of it."""
     done = _work(tag)
-    await asyncio.sleep(0.3)  # 15 units of work, were it still going
+    await agent_stopped(tag)
     assert _work(tag) == done < SLOW
 
 

@@ -22,7 +22,7 @@ from mcp.types import CallToolResult, TextContent
 
 from tests.conftest import PROJECT
 from tests.shared_app import shared_app
-from tests.waits import logged, until
+from tests.waits import agent_stopped, logged, until
 from threadline.api.mcp import PAGE_SIZE, simplify_schema, tool_name
 from threadline.core.runtime import Runtime
 
@@ -218,7 +218,7 @@ async def test_a_client_that_leaves_a_tool_call_stops_its_run(live_url: str, run
 
         await until(ended, what="the left tool call's run to end")
         done = sum(w.startswith("mcpleft:") for w in WORK_LOG)
-        await asyncio.sleep(0.3)  # and no work after it ended
+        await agent_stopped("mcpleft")  # and no work after it ended
         assert sum(w.startswith("mcpleft:") for w in WORK_LOG) == done < 200
 
 

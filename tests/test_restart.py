@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -19,7 +20,9 @@ from langgraph_sdk.client import LangGraphClient
 
 from tests.conftest import PROJECT
 from threadline.api.app import create_app
+from threadline.core.assistants import system_assistant_id
 from threadline.settings import Settings
+from threadline.storage.records import AssistantRecord
 
 
 async def test_restart_keeps_assistants_threads_history_and_store(settings: Settings) -> None:
@@ -50,6 +53,47 @@ async def test_restart_keeps_assistants_threads_history_and_store(settings: Sett
     assert len(await sdk.runs.list(thread["thread_id"])) == 1
     await client.aclose()
     await manager.__aexit__(None, None, None)
+
+
+async def test_the_system_assistants_are_made_once_and_kept_across_restarts(settings: Settings) -> None:
+    """At its first start the app makes one assistant per graph (the reference server's id, version 1, its one
+    version stamped as it was made); a restart leaves them as they are, one changed since included, and makes
+    again only one deleted meanwhile."""
+    async def system_assistants() -> dict[str, tuple[AssistantRecord, list[AssistantRecord]]]:
+        app = create_app(settings)
+        async with LifespanManager(app, startup_timeout=30, shutdown_timeout=30):
+            storage = app.state.runtime.storage
+            found = await storage.search_assistants(graph_id=None, name=None, metadata={"created_by": "system"},
+                                                    limit=100, offset=0, sort_by="created_at", sort_order="asc")
+            return {a["graph_id"]: (a, await storage.list_assistant_versions(
+                a["assistant_id"], metadata=None, limit=10, offset=0)) for a in found}
+
+    graph_ids = list(json.loads(PROJECT.read_text())["graphs"])
+    first = await system_assistants()
+    assert list(first) == graph_ids  # made in the graphs' order
+    for graph_id, (row, versions) in first.items():
+        assert row == {"assistant_id": system_assistant_id(graph_id), "graph_id": graph_id, "name": graph_id,
+                       "description": None, "config": {}, "context": {}, "metadata": {"created_by": "system"},
+                       "version": 1, "created_at": row["created_at"], "updated_at": row["created_at"]}
+        assert versions == [{k: row[k] for k in ("assistant_id", "graph_id", "name", "description", "config",
+                                                 "context", "metadata", "version", "created_at")}]
+    assert await system_assistants() == first
+
+    app = create_app(settings)
+    async with LifespanManager(app, startup_timeout=30, shutdown_timeout=30):
+        assistants = app.state.runtime.assistants
+        await assistants.patch(system_assistant_id("counter"), name="renamed")
+        assert await assistants.storage.delete_assistant(system_assistant_id("echo"))
+    again = await system_assistants()
+    assert {k: v for k, v in again.items() if k not in ("counter", "echo")} == {
+        k: v for k, v in first.items() if k not in ("counter", "echo")}
+    counter, counter_versions = again["counter"]
+    assert (counter["name"], counter["version"]) == ("renamed", 2)
+    assert counter["created_at"] == first["counter"][0]["created_at"]
+    assert counter_versions[1:] == first["counter"][1]
+    echo, echo_versions = again["echo"]
+    assert echo["version"] == 1 and echo["created_at"] > first["echo"][0]["created_at"]
+    assert [(v["version"], v["created_at"]) for v in echo_versions] == [(1, echo["created_at"])]
 
 
 def _free_port() -> int:

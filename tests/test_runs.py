@@ -11,7 +11,7 @@ from langgraph_sdk.schema import StreamMode
 
 from tests.sdk_shapes import one_state, user_says, wire
 from tests.shared_app import shared_app
-from tests.waits import logged, until
+from tests.waits import agent_stopped, logged, until
 
 # The module's tests share one started app per backend (tests/conftest.py, `module_served`): each makes what it
 # reads, under ids of its own. They run in the app's event loop.
@@ -201,7 +201,7 @@ async def test_cancel_really_stops_the_agent(sdk: LangGraphClient) -> None:
     await sdk.runs.cancel(tid, run["run_id"], wait=True)
     done_at_cancel = len([w for w in WORK_LOG if w.startswith(tag)])
     assert (await sdk.runs.get(tid, run["run_id"]))["status"] == "interrupted"
-    await asyncio.sleep(0.2)
+    await agent_stopped(tag)
     assert len([w for w in WORK_LOG if w.startswith(tag)]) == done_at_cancel < 100
     thread = await sdk.threads.get(tid)
     assert thread["status"] == "interrupted" and wire(thread)["error"]["error"] == "UserInterrupt"
@@ -266,11 +266,14 @@ async def test_cancel_pending_run_never_starts(sdk: LangGraphClient) -> None:
 
 
 async def test_cancel_rollback_deletes_run_and_checkpoints(sdk: LangGraphClient) -> None:
+    from tests.project.agents import WORK_LOG
+
     tid = (await sdk.threads.create())["thread_id"]
     await sdk.runs.wait(tid, "slow", input={"tag": "first", "steps": 1})
     before = await sdk.threads.get_history(tid, limit=100)
-    run = await sdk.runs.create(tid, "slow", input={"tag": "second", "steps": 100, "delay": 0.02})
-    await asyncio.sleep(0.2)
+    tag = uuid.uuid4().hex
+    run = await sdk.runs.create(tid, "slow", input={"tag": tag, "steps": 100, "delay": 0.02})
+    await until(logged(WORK_LOG, tag))  # running: a rollback deletes what it wrote
     await sdk.runs.cancel(tid, run["run_id"], wait=True, action="rollback")
     with pytest.raises(httpx.HTTPStatusError):
         await sdk.runs.get(tid, run["run_id"])

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import pytest
@@ -828,6 +828,41 @@ async def test_deleting_an_assistant_deletes_its_versions(storage: Storage) -> N
     # Made again under the same id, it starts at version 1 with no history.
     await create_assistant(storage, "a1")
     assert await versions("a1") == [1] and await versions("a2") == [1]
+
+
+async def test_ensure_assistants_stores_what_create_assistant_does_and_keeps_what_is_stored(storage: Storage) -> None:
+    """`ensure_assistants` (the system assistants at every start, in one transaction) stores each row as
+    `create_assistant(row, if_exists="do_nothing")` does, one transaction each: the same rows under other ids,
+    written both ways, read back the same; an id stored already (here at version 2) is left as it is."""
+    stored = await create_assistant(storage, "e-kept")
+    kept = await storage.update_assistant("e-kept", {"name": "renamed"})
+    kept_versions = await storage.list_assistant_versions("e-kept", metadata=None, limit=10, offset=0)
+    rows: list[Any] = []
+    for i, name in enumerate(["one", "two", "three"]):
+        now = now_iso()
+        rows.append({"assistant_id": f"e-{i}", "graph_id": f"graph-{i}", "name": name, "description": None,
+                     "config": {"configurable": {"i": i}}, "context": {"i": i}, "metadata": {"created_by": "system"},
+                     "version": 1, "created_at": now, "updated_at": now})
+    rows.insert(1, {**rows[0], "assistant_id": "e-kept", "name": "not written"})
+    copies = [cast("AssistantRecord", {**row, "assistant_id": "c" + row["assistant_id"]})
+              for row in rows if row["assistant_id"] != "e-kept"]
+    one_by_one = [await storage.create_assistant(row, if_exists="do_nothing") for row in copies]
+
+    ensured = await storage.ensure_assistants(rows)
+    assert [a["assistant_id"] for a in ensured] == ["e-0", "e-kept", "e-1", "e-2"]
+    assert ensured[1] == kept and kept["version"] == 2 and kept["created_at"] == stored["created_at"]
+    assert await storage.list_assistant_versions("e-kept", metadata=None, limit=10, offset=0) == kept_versions
+    made = [a for a in ensured if a["assistant_id"] != "e-kept"]
+    assert [{**a, "assistant_id": "c" + a["assistant_id"]} for a in made] == one_by_one
+    for ours, theirs in zip(made, one_by_one, strict=True):
+        assert ours == await storage.get_assistant(ours["assistant_id"])
+        versions = await storage.list_assistant_versions(ours["assistant_id"], metadata=None, limit=10, offset=0)
+        reference = await storage.list_assistant_versions(theirs["assistant_id"], metadata=None, limit=10, offset=0)
+        assert [{**v, "assistant_id": "c" + v["assistant_id"]} for v in versions] == reference
+        assert [(v["version"], v["created_at"]) for v in versions] == [(1, ours["created_at"])]
+    # Again: nothing is written, each is returned as stored.
+    assert await storage.ensure_assistants(rows) == ensured
+    assert await storage.ensure_assistants([]) == []
 
 
 # Search order and paging: the same on every backend.

@@ -20,7 +20,7 @@ from sse_starlette.event import ensure_bytes
 
 from tests.conftest import serving_asgi
 from tests.shared_app import shared_app
-from tests.waits import logged, until
+from tests.waits import agent_stopped, logged, until
 from threadline.api.sse import frame
 from threadline.broker.base import StreamEvent
 from threadline.shapes import OnCompletion
@@ -161,7 +161,7 @@ async def _assert_cancelled_and_stopped(live: LangGraphClient, tid: str, tag: st
     runs = await until(interrupted, what="the thread's run to end interrupted")
     assert runs[0]["status"] == "interrupted"
     done = len([w for w in WORK_LOG if w.startswith(f"{tag}:")])
-    await asyncio.sleep(0.2)
+    await agent_stopped(tag)
     assert len([w for w in WORK_LOG if w.startswith(f"{tag}:")]) == done < 200
 
 

@@ -34,10 +34,28 @@ async def _follow(client: LangGraphClient, tid: str, runs_to_finish: int, **kwar
     return parts
 
 
+async def _following(client: LangGraphClient, tid: str, runs_to_finish: int,
+                     **kwargs: Any) -> asyncio.Task[list[StreamPart]]:
+    """`_follow` in a task, once its response has begun: from then on, the follower gets every run created
+    (`follow_thread` fixes "now" before the response's headers), so a test creates its runs after this."""
+    begun = asyncio.Event()
+
+    async def seen(response: httpx.Response) -> None:
+        if response.url.path == f"/threads/{tid}/stream":
+            begun.set()
+
+    client.http.client.event_hooks["response"].append(seen)
+    try:
+        following = asyncio.create_task(_follow(client, tid, runs_to_finish, **kwargs))
+        await asyncio.wait_for(begun.wait(), 30)
+    finally:
+        client.http.client.event_hooks["response"].remove(seen)
+    return following
+
+
 async def test_follows_every_run_of_the_thread_in_turn(live: LangGraphClient) -> None:  # noqa: F811
     tid = (await live.threads.create())["thread_id"]
-    following = asyncio.create_task(_follow(live, tid, 2))
-    await asyncio.sleep(0.3)  # the follower is listening before any run exists
+    following = await _following(live, tid, 2)  # listening before any run exists
     first = await live.runs.create(tid, "slow", input={"tag": "a", "steps": 3, "delay": 0.02},
                                    stream_mode=["custom"])
     second = await live.runs.create(tid, "slow", input={"tag": "b", "steps": 2, "delay": 0.02},
@@ -56,8 +74,7 @@ async def test_follows_every_run_of_the_thread_in_turn(live: LangGraphClient) ->
 
 async def test_last_event_id_resumes_inside_a_run_and_goes_on_to_later_runs(live: LangGraphClient) -> None:  # noqa: F811
     tid = (await live.threads.create())["thread_id"]
-    following = asyncio.create_task(_follow(live, tid, 2))
-    await asyncio.sleep(0.3)
+    following = await _following(live, tid, 2)
     await live.runs.create(tid, "slow", input={"tag": "a", "steps": 4, "delay": 0.01}, stream_mode=["custom"])
     await live.runs.create(tid, "slow", input={"tag": "b", "steps": 2, "delay": 0.01}, stream_mode=["custom"])
     everything = await asyncio.wait_for(following, 30)
@@ -70,8 +87,7 @@ async def test_last_event_id_resumes_inside_a_run_and_goes_on_to_later_runs(live
 
 async def test_lifecycle_mode_has_only_run_start_and_end(live: LangGraphClient) -> None:  # noqa: F811
     tid = (await live.threads.create())["thread_id"]
-    following = asyncio.create_task(_follow(live, tid, 1, stream_mode="lifecycle"))
-    await asyncio.sleep(0.3)
+    following = await _following(live, tid, 1, stream_mode="lifecycle")
     run = await live.runs.create(tid, "slow", input={"tag": "l", "steps": 2, "delay": 0.01},
                                  stream_mode=["custom", "values"])
     parts = await asyncio.wait_for(following, 30)
@@ -84,8 +100,7 @@ async def test_joining_while_a_run_is_running_follows_it_then_the_next(live: Lan
     first = await live.runs.create(tid, "slow", input={"tag": "a", "steps": 30, "delay": 0.02},
                                    stream_mode=["custom"])
     await until(lambda: _status_is(live, tid, first["run_id"], "running"), what="the first run to be running")
-    following = asyncio.create_task(_follow(live, tid, 2))
-    await asyncio.sleep(0.2)
+    following = await _following(live, tid, 2)
     second = await live.runs.create(tid, "slow", input={"tag": "b", "steps": 1, "delay": 0}, stream_mode=["custom"])
     parts = await asyncio.wait_for(following, 30)
     done = [p.data["run_id"] for p in parts if p.data.get("status") == "run_done"]

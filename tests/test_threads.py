@@ -11,7 +11,7 @@ from langgraph_sdk.schema import ThreadState
 
 from tests.sdk_shapes import copy_thread, one_state, wire
 from tests.shared_app import shared_app
-from tests.waits import logged, until
+from tests.waits import agent_stopped, logged, until
 
 # The module's tests share one started app per backend (tests/conftest.py, `module_served`): each reads and
 # counts only the threads it made. They run in the app's event loop.
@@ -316,7 +316,6 @@ async def test_update_state_bad_node(sdk: LangGraphClient, http: httpx.AsyncClie
 
 
 async def test_delete_thread_stops_its_running_run(sdk: LangGraphClient) -> None:
-    import asyncio
 
     from tests.project.agents import WORK_LOG
 
@@ -326,7 +325,7 @@ async def test_delete_thread_stops_its_running_run(sdk: LangGraphClient) -> None
     await until(logged(WORK_LOG, tag))
     await sdk.threads.delete(tid)
     done = len([w for w in WORK_LOG if w.startswith(tag)])
-    await asyncio.sleep(0.2)
+    await agent_stopped(tag)
     assert len([w for w in WORK_LOG if w.startswith(tag)]) == done < 200
     with pytest.raises(httpx.HTTPStatusError) as err:
         await sdk.runs.get(tid, run["run_id"])

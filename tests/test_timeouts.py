@@ -7,7 +7,6 @@ checkpoint; waits answer 200 with the thread's values; the stream ends without a
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import socket
@@ -25,6 +24,7 @@ import pytest
 from tests.conftest import PROJECT
 from tests.project.agents import WORK_LOG
 from tests.services import Backend
+from tests.waits import agent_stopped
 
 TIMEOUT = {"configurable": {"run_timeout_seconds": 0.3}}
 
@@ -52,7 +52,7 @@ async def test_a_run_past_its_timeout_ends_timeout_and_its_agent_stops(http: htt
     assert thread["error"] == {"error": "TimeoutError", "message": ""}
     stopped_at = _done("t1")
     assert stopped_at < 200
-    await asyncio.sleep(0.3)
+    await agent_stopped("t1")
     assert _done("t1") == stopped_at  # the agent's task stopped: no more work after the end
     metrics = (await http.get("/metrics")).text
     assert 'lg_api_runs_finished_total{status="timeout"} 1.0' in metrics

@@ -59,6 +59,14 @@ def logged(log: list[str], prefix: str) -> Callable[[], bool]:
     return lambda: any(entry.startswith(prefix) for entry in log)
 
 
+async def agent_stopped(tag: str) -> None:
+    """Wait until the test agent doing `tag`'s work (`slow`, `subagent`) was cancelled mid-way: from then on it
+    does no more of it (instead of sleeping to see WORK_LOG stand still). Fails the test if it is not."""
+    from tests.project.agents import STOPPED
+
+    await until(lambda: tag in STOPPED, what=f"the agent doing {tag!r}'s work to be cancelled")
+
+
 def _describe(condition: Callable[..., object]) -> str:
     name = getattr(condition, "__qualname__", repr(condition))
     return f"{name} to hold" if name != "<lambda>" else "the condition to hold"

@@ -16,6 +16,10 @@ from typing_extensions import TypedDict
 
 #: Every unit of work the `slow` and `subagent` agents do, by tag: lets a test prove a cancelled agent stopped.
 WORK_LOG: list[str] = []
+#: The tags whose latest work the `slow` and `subagent` agents were cancelled in the middle of (the agent's task
+#: got its CancelledError; work begun again on a tag takes it out): once a tag is here its agent does no more
+#: work, so a test waits for it (`tests.waits.agent_stopped`) instead of sleeping to see the log stand still.
+STOPPED: set[str] = set()
 
 
 class SlowState(TypedDict, total=False):
@@ -28,10 +32,15 @@ class SlowState(TypedDict, total=False):
 async def _work(state: SlowState) -> dict[str, Any]:
     writer = get_stream_writer()
     tag = state.get("tag", "")
-    for i in range(int(state.get("steps") or 3)):
-        await asyncio.sleep(float(state.get("delay") or 0.05))
-        WORK_LOG.append(f"{tag}:{i}")
-        writer({"tag": tag, "step": i})
+    STOPPED.discard(tag)
+    try:
+        for i in range(int(state.get("steps") or 3)):
+            await asyncio.sleep(float(state.get("delay") or 0.05))
+            WORK_LOG.append(f"{tag}:{i}")
+            writer({"tag": tag, "step": i})
+    except asyncio.CancelledError:
+        STOPPED.add(tag)
+        raise
     return {"done": [tag]}
 
 
@@ -79,9 +88,14 @@ async def _research(state: SubagentState, config: RunnableConfig) -> dict[str, A
     requests = [str(m.content) for m in state.get("messages") or [] if isinstance(m, HumanMessage)]
     words = requests[-1].split() if requests else []
     if words[:1] == ["work"]:
-        for i in range(int(words[2])):
-            await asyncio.sleep(0.02)
-            WORK_LOG.append(f"{words[1]}:{i}")
+        STOPPED.discard(words[1])
+        try:
+            for i in range(int(words[2])):
+                await asyncio.sleep(0.02)
+                WORK_LOG.append(f"{words[1]}:{i}")
+        except asyncio.CancelledError:
+            STOPPED.add(words[1])
+            raise
     # deepagents tells the subagent's run which agent launched it.
     launched_by = (config.get("configurable") or {}).get("deepagents_parent") or {}
     answer = AIMessage(content=f"Done: {requests[-1] if requests else ''} (request {len(requests)})")

@@ -6,6 +6,7 @@ import contextlib
 import functools
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from threadline.core.access import Access
@@ -38,20 +39,20 @@ class Assistants:
         self.access = access or Access()
 
     async def ensure_system_assistants(self) -> list[AssistantRecord]:
-        """One assistant per configured graph, with the reference server's deterministic id."""
-        made = []
-        for graph_id in self.graphs.ids():
-            made.append(await self.storage.create_assistant(
-                self._new_row(system_assistant_id(graph_id), graph_id, name=graph_id,
-                              metadata={"created_by": "system"}),
-                if_exists="do_nothing",
-            ))
-        return made
+        """One assistant per configured graph, with the reference server's deterministic id; one that is stored
+        already stays as it is. All in one transaction (once, at every start: it was one for each graph)."""
+        # Stamped a microsecond apart, in the graphs' order: sorted by `created_at` they are listed as configured
+        # (one at a time, each took a round trip to make).
+        start = datetime.now(UTC)
+        return await self.storage.ensure_assistants([
+            self._new_row(system_assistant_id(graph_id), graph_id, name=graph_id, metadata={"created_by": "system"},
+                          now=(start + timedelta(microseconds=i)).isoformat(timespec="microseconds"))
+            for i, graph_id in enumerate(self.graphs.ids())])
 
     def _new_row(self, assistant_id: str, graph_id: str, *, name: str | None = None, description: str | None = None,
                  config: dict[str, Any] | None = None, context: dict[str, Any] | None = None,
-                 metadata: dict[str, Any] | None = None) -> AssistantRecord:
-        now = now_iso()
+                 metadata: dict[str, Any] | None = None, now: str | None = None) -> AssistantRecord:
+        now = now or now_iso()
         return {
             "assistant_id": assistant_id, "graph_id": graph_id, "name": name or "Untitled",
             "description": description, "config": config or {}, "context": context or {},

@@ -114,6 +114,11 @@ class Storage(abc.ABC):
         """Insert an assistant and its version 1; on a duplicate id raise Conflict or return the existing one."""
 
     @abc.abstractmethod
+    async def ensure_assistants(self, rows: list[AssistantRecord]) -> list[AssistantRecord]:
+        """`create_assistant(row, if_exists="do_nothing")` of each row, in one transaction: each row inserted
+        with its version 1 unless its id is stored already; each as stored, in the rows' order."""
+
+    @abc.abstractmethod
     async def get_assistant(self, assistant_id: str, *,
                             filters: dict[str, Any] | None = None) -> AssistantRecord | None:
         """The assistant, or None; `filters` as in `get_thread`, on the assistant's metadata."""

@@ -101,6 +101,10 @@ class EncryptedStorage:
         return await self._opened("assistant", await self.inner.create_assistant(await self._seal("assistant", row),
                                                                                 if_exists=if_exists))
 
+    async def ensure_assistants(self, rows: list[AssistantRecord]) -> list[AssistantRecord]:
+        sealed = [await self._seal("assistant", row) for row in rows]
+        return await self._open_all("assistant", await self.inner.ensure_assistants(sealed))
+
     async def get_assistant(self, assistant_id: str, *,
                             filters: dict[str, Any] | None = None) -> AssistantRecord | None:
         return await self._open("assistant", await self.inner.get_assistant(assistant_id, filters=filters))

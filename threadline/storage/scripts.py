@@ -354,6 +354,23 @@ def create_assistant(d: Dialect, row: Row, if_exists: str) -> Script[AssistantRe
     return cast("AssistantRecord", (yield q(d, "get_assistant", assistant_id=row["assistant_id"]))[0])
 
 
+def ensure_assistants(d: Dialect, rows: list[Row]) -> Script[list[AssistantRecord]]:
+    """`create_assistant(row, "do_nothing")` of every row, in one transaction of two steps (on PostgreSQL, one
+    round trip each, the second with the COMMIT): the rows inserted, then the inserted ones' versions and
+    every row as stored. Inserted in the ids' order: two processes starting at once on one database, whose
+    projects list their graphs in other orders, wait for each other's rows in the same order, not deadlock."""
+    if not rows:
+        return []
+    ordered = sorted(rows, key=lambda row: row["assistant_id"])
+    inserted = yield tuple(Q(d.insert("assistants", row, conflict="(assistant_id) DO NOTHING RETURNING assistant_id"),
+                             row) for row in ordered)
+    versions = tuple(q(d, "insert_assistant_version", wait=False,
+                       **{k: row[k] for k in (*VERSION_COLUMNS, "created_at")})
+                     for row, new in zip(ordered, inserted, strict=True) if new)
+    found = yield Final((*versions, *(q(d, "get_assistant", assistant_id=row["assistant_id"]) for row in rows)))
+    return [cast("AssistantRecord", one[0]) for one in found[len(versions):]]
+
+
 def update_assistant(d: Dialect, assistant_id: str, changes: Row) -> Script[AssistantRecord]:
     current, latest = yield (q(d, "lock_assistant", assistant_id=assistant_id),
                              q(d, "latest_assistant_version", assistant_id=assistant_id))

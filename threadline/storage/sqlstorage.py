@@ -85,6 +85,9 @@ class SQLStorage(Storage):
                                if_exists: Literal["raise", "do_nothing"]) -> AssistantRecord:
         return await self._transact(scripts.create_assistant, row, if_exists, heavy=True)
 
+    async def ensure_assistants(self, rows: list[AssistantRecord]) -> list[AssistantRecord]:
+        return await self._transact(scripts.ensure_assistants, rows, heavy=True)
+
     async def _get_filtered(self, table: str, key: str, value: str, filters: dict[str, Any],
                             columns: str = "*") -> Row | None:
         """One row by its key, only if it passes an authorization filter (inside the query)."""
