@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import httpx
 import pytest
@@ -28,7 +29,7 @@ from tests.sdk_shapes import as_cron, one_state
 from tests.services import Backend
 from tests.shared_app import shared_app
 from threadline.api.app import create_app
-from threadline.core.crons import Crons, Schedule, iso, tick_run_id
+from threadline.core.crons import CLAIM_SECONDS, Crons, Schedule, iso, tick_run_id
 from threadline.core.runtime import Runtime
 from threadline.settings import Settings
 from threadline.storage.records import RunRecord
@@ -409,6 +410,38 @@ async def test_concurrent_schedulers_fire_each_tick_once(sdk: LangGraphClient, r
         await asyncio.gather(*(s.run_due() for s in schedulers))
     assert len(await _cron_runs(runtime, cron["cron_id"])) == 5
     assert len(await _cron_runs(runtime, stateless["cron_id"])) == 5
+
+
+class _LateCreate:
+    """`Runs` whose `create` first lets `other` pass: a claimer whose claim lapsed while it was creating the
+    tick's run, so that another claimer took the tick and made the run meanwhile."""
+
+    def __init__(self, runs: Any, other: Crons) -> None:
+        self.runs, self.other = runs, other
+
+    async def create(self, *args: Any, **kwargs: Any) -> Any:
+        await self.other.run_due()
+        return await self.runs.create(*args, **kwargs)
+
+
+async def test_a_tick_whose_run_another_claimer_made_meanwhile_is_not_an_error(
+        sdk: LangGraphClient, runtime: Runtime, clock: Clock) -> None:
+    """A claim can lapse under a slow claimer (`CLAIM_SECONDS`): the next claimer takes the tick and makes its
+    run. The first one's create then finds the run's id taken: that tick is done, not a failure (the pass goes
+    on, the cron moves on once, one run). A full-loop CI run saw the shared app's scheduler and a test's meet so."""
+    tid = (await sdk.threads.create())["thread_id"]
+    cron = as_cron(await sdk.crons.create_for_thread(tid, "counter", schedule="* * * * *", input={"increment": 1}))
+    later = Clock(clock.now)
+    fast = Crons(runtime.storage, runtime.runs, runtime.assistants, runtime.metrics, clock=later)
+    slow = Crons(runtime.storage, runtime.runs, runtime.assistants, runtime.metrics, clock=clock)
+    slow.runs = _LateCreate(runtime.runs, fast)  # type: ignore[assignment]  # a stand-in with `create` only
+    clock.advance(minutes=1)
+    later.advance(minutes=1, seconds=2 * CLAIM_SECONDS)  # past the slow claimer's claim
+    assert await slow.run_due() == 0
+    assert [r["run_id"] for r in await _cron_runs(runtime, cron["cron_id"])] == [
+        tick_run_id(cron["cron_id"], iso(START.replace(minute=2, second=0)))]
+    row = await runtime.storage.get_cron(cron["cron_id"])
+    assert row is not None and row["next_run_date"] == iso(START.replace(minute=4, second=0))  # by the later pass
 
 
 @pytest.mark.usefixtures("held")
