@@ -128,8 +128,8 @@ class RedisBroker(Broker):
         self._reader = Redis.from_pool(ConnectionPool.from_url(url, max_connections=max_subscribers, **options))
         # Every subscriber's next batch comes from one `XREAD` of the process, on a connection of its own
         # (`threadline.broker.redis_reads`).
-        self._reads = SharedReads(Redis.from_url(url, **options), self._redis, self._exchange,
-                                  block_seconds=self.block_seconds, short_block_ms=self.short_block_ms,
+        self._reads = SharedReads(Redis.from_url(url, client_name=self._keys.reads_name, **options), self._redis,
+                                  self._exchange, block_seconds=self.block_seconds, short_block_ms=self.short_block_ms,
                                   batch_events=self.batch_events, batch_bytes=self.batch_bytes)
         # No silent reconnect on the listener: resubscribing is ours, so we re-check what we may have missed.
         self._listener = Redis.from_url(url, retry=Retry(NoBackoff(), 0), client_name=self._keys.listener_name,
