@@ -857,7 +857,7 @@ async def test_redis_a_subscriber_that_stops_reading_stalls_no_one_and_holds_no_
     data = [b"%04d" % i + b"x" * 2_000 for i in range(700)]  # the first read takes 500: the rest is ~400 kB
     for d in data:
         await worker.post("slow", "values", d)
-    await worker.end_stream("slow")
+    await worker.end_stream("r")  # once it returns, the posts are stored
     stopped = api.subscribe_batches("slow", replay=True)
     got = list(await anext(stopped))
     assert 0 < len(got) < len(data)
@@ -872,6 +872,7 @@ async def test_redis_a_subscriber_that_stops_reading_stalls_no_one_and_holds_no_
     held = [follower.ready for follower in api._reads._followers]
     assert len(held) == 1 and not isinstance(held[0], BaseException)
     assert sum(len(fields[3]) for _, fields in held[0] or []) <= api.batch_bytes + 2_100
+    await worker.end_stream("slow")
     got += [ev async for batch in stopped for ev in batch]
     assert [ev.data for ev in got] == data
 
