@@ -26,8 +26,10 @@ from collections.abc import Callable
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from threadline.broker.base import StreamEvent
+from threadline.errors import BrokerUnavailable
 
 log = logging.getLogger("threadline.broker")
 
@@ -125,6 +127,8 @@ class SharedReads:
                     await task
         self._task = self._unblocking = None
         await self._drop_connection()
+        for follower in self._followers:  # a subscriber still waiting fails as on a read that failed
+            follower.hand(BrokerUnavailable("Redis is unavailable (the broker closed). Retry shortly."))
 
     def _joined(self) -> None:
         self._changed.set()
@@ -150,49 +154,60 @@ class SharedReads:
 
     async def _run(self) -> None:
         while True:
-            wanting = [follower for follower in self._followers if follower.wanting]
-            if not wanting:
-                self._changed.clear()
-                await self._changed.wait()
-                continue
-            streams: dict[str, str] = {}
-            for follower in wanting:
-                cursor = streams.get(follower.events)
-                if cursor is None or id_key(follower.cursor) < id_key(cursor):
-                    streams[follower.events] = follower.cursor
-            draining = False
-            for follower in wanting:
-                if follower.ended:
-                    draining = True
-                else:
-                    streams[follower.end] = "0-0"
-            count = min(follower.count for follower in wanting)
-            if draining:
-                block: int | None = None
-            elif len(wanting) < len(self._followers):  # someone holds a batch: it will want more soon
-                block = min(self._block_ms, int(self.block_seconds * 1000))
-            else:
-                block = int(self.block_seconds * 1000)
-            self._changed.clear()
-            self._generation += 1
-            self._unblockable = block is not None and block > self.short_block_ms
             try:
-                reply = await self._read(streams, count, block)
-            except asyncio.CancelledError:
+                await self._round()
+            except Exception:  # a bug: the subscribers waiting fail, the reader goes on
+                log.exception("Redis broker: the stream read failed")
                 await self._drop_connection()
-                raise
-            except Exception as exc:  # noqa: BLE001 - Unavailable (counted by its exchange), or a bug: each reader raises it
-                await self._drop_connection()
-                for follower in wanting:
-                    if not follower.closed:
-                        follower.hand(copy.copy(exc))  # each raises its own
-                continue
-            finally:
-                self._unblockable = False
-            got: dict[bytes, list[Any]] = dict(reply) if reply else {}
-            if not got and block is not None and not self._changed.is_set():
-                self._block_ms = min(2 * self._block_ms, int(self.block_seconds * 1000))
-            self._deliver(wanting, streams, got, count)
+                for follower in list(self._followers):
+                    if follower.wanting:
+                        follower.hand(BrokerUnavailable("Redis is unavailable (the read failed). Retry shortly."))
+
+    async def _round(self) -> None:
+        """One read for every subscriber that wants its next batch (or a wait for one to)."""
+        wanting = [follower for follower in self._followers if follower.wanting]
+        if not wanting:
+            self._changed.clear()
+            await self._changed.wait()
+            return
+        streams: dict[str, str] = {}
+        for follower in wanting:
+            cursor = streams.get(follower.events)
+            if cursor is None or id_key(follower.cursor) < id_key(cursor):
+                streams[follower.events] = follower.cursor
+        draining = False
+        for follower in wanting:
+            if follower.ended:
+                draining = True
+            else:
+                streams[follower.end] = "0-0"
+        count = min(follower.count for follower in wanting)
+        if draining:
+            block: int | None = None
+        elif len(wanting) < len(self._followers):  # someone holds a batch: it will want more soon
+            block = min(self._block_ms, int(self.block_seconds * 1000))
+        else:
+            block = int(self.block_seconds * 1000)
+        self._changed.clear()
+        self._generation += 1
+        self._unblockable = block is not None and block > self.short_block_ms
+        try:
+            reply = await self._read(streams, count, block)
+        except asyncio.CancelledError:
+            await self._drop_connection()
+            raise
+        except Exception as exc:  # noqa: BLE001 - Unavailable (counted by its exchange), or a bug: each reader raises it
+            await self._drop_connection()
+            for follower in wanting:
+                if not follower.closed:
+                    follower.hand(copy.copy(exc))  # each raises its own
+            return
+        finally:
+            self._unblockable = False
+        got: dict[bytes, list[Any]] = dict(reply) if reply else {}
+        if not got and block is not None and not self._changed.is_set():
+            self._block_ms = min(2 * self._block_ms, int(self.block_seconds * 1000))
+        self._deliver(wanting, streams, got, count)
 
     def _deliver(self, wanting: list[Follower], streams: dict[str, str], got: dict[bytes, list[Any]],
                  count: int) -> None:
@@ -220,21 +235,29 @@ class SharedReads:
 
     async def _read(self, streams: dict[str, str], count: int, block: int | None) -> Any:
         """One `XREAD` on the reader's own connection (opened, and its client id asked, when there is none)."""
+        args: list[Any] = ["XREAD", "COUNT", count]
+        if block is not None:
+            args += ["BLOCK", block]
+        args += ["STREAMS", *streams.keys(), *streams.values()]
         async with self._exchange(self.block_seconds):
-            if self._connection is None:
-                self._connection = await self._reads.connection_pool.get_connection()  # type: ignore[no-untyped-call]
-                self._client_id = None
-            connection = self._connection
-            if self._client_id is None:
-                await connection.send_command("CLIENT", "ID", check_health=False)
-                self._client_id = int(await connection.read_response())
-            args: list[Any] = ["XREAD", "COUNT", count]
-            if block is not None:
-                args += ["BLOCK", block]
-            args += ["STREAMS", *streams.keys(), *streams.values()]
-            self.reads += 1
-            await connection.send_packed_command(connection.pack_command(*args), check_health=False)
-            return await connection.read_response()
+            for attempt in (1, 2):  # a connection that dropped while idle (Redis restarted): once more, afresh
+                try:
+                    if self._connection is None:
+                        pool = self._reads.connection_pool
+                        self._connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+                        self._client_id = None
+                    connection = self._connection
+                    if self._client_id is None:
+                        await connection.send_command("CLIENT", "ID", check_health=False)
+                        self._client_id = int(await connection.read_response())
+                    self.reads += 1
+                    await connection.send_packed_command(connection.pack_command(*args), check_health=False)
+                    return await connection.read_response()
+                except RedisConnectionError:
+                    await self._drop_connection()
+                    if attempt == 2:
+                        raise
+        raise AssertionError("unreachable")
 
     async def _drop_connection(self) -> None:
         connection, self._connection, self._client_id = self._connection, None, None
