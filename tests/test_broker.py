@@ -894,6 +894,35 @@ async def test_redis_a_subscriber_joining_a_long_blocked_read_is_read_without_wa
     assert await asyncio.wait_for(waiting, 30) == []
 
 
+async def test_redis_where_an_acl_refuses_client_unblock_a_join_is_still_read(
+        redis_deployment: Deployment, caplog: pytest.LogCaptureFixture) -> None:
+    """A Redis user without `CLIENT UNBLOCK` (an admin command an ACL may refuse): the process learns it on its
+    reading connection, says so once, and its read blocks briefly instead, so a subscriber that joins a read
+    (whose timeout is an hour here) still gets its events and its end."""
+    user = redis_deployment.keys.prefix.replace(" ", "_") + "-no-unblock"
+    admin = aioredis.Redis.from_url(REDIS_URL)
+    await admin.execute_command("ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-client|unblock")
+    try:
+        scheme, _, rest = REDIS_URL.partition("://")
+        api = RedisBroker(f"{scheme}://{user}:pw@{rest}", key_prefix=redis_deployment.keys.prefix)
+        redis_deployment.opened.append(api)
+        await api.start()
+        worker = await redis_deployment.open()
+        api._reads.block_seconds = 3600.0
+        waiting = asyncio.create_task(_collect(api, "a", replay=True))
+        await until(lambda: not api._reads.unblock, what="the refusal seen")
+        assert "CLIENT UNBLOCK is refused" in caplog.text
+        joined = asyncio.create_task(_collect(api, "b", replay=True))
+        await worker.post("b", "values", b"0")
+        await worker.end_stream("b")
+        assert await asyncio.wait_for(joined, 30) == _numbers(0)
+        await worker.end_stream("a")
+        assert await asyncio.wait_for(waiting, 30) == []
+    finally:
+        await admin.execute_command("ACL", "DELUSER", user)
+        await admin.aclose()
+
+
 # Leases (the stream cap shared by every API process).
 
 

@@ -121,8 +121,8 @@ class RedisBroker(Broker):
         # Timeouts are ours (asyncio.timeout): redis-py's socket_timeout sends through asyncio.wait_for,
         # which on Python 3.11 can swallow a cancellation and leave a cancelled subscriber (or run) running.
         options: dict[str, Any] = {"socket_timeout": None, "socket_connect_timeout": 5, "socket_keepalive": True}
-        # Commands wait for a free connection. Each subscriber's blocking read holds a connection of its
-        # own pool, so many stream clients cannot starve the workers that publish.
+        # Commands wait for a free connection. Subscribers' other reads (context, `buffered_bytes`) take a
+        # connection of their own pool, so many stream clients cannot starve the workers that publish.
         self._redis = Redis.from_pool(BlockingConnectionPool.from_url(
             url, max_connections=max_connections, timeout=None, **options))
         self._reader = Redis.from_pool(ConnectionPool.from_url(url, max_connections=max_subscribers, **options))

@@ -10,7 +10,9 @@ A subscriber that wants more while the read is blocked joins the next one: a rea
 any subscriber holds a batch (it will want more soon), twice as long after each read that found nothing and
 saw no one join (up to `block_seconds`), and `block_seconds` while every subscriber is in it; a subscriber that
 joins a read blocked longer than `short_block_ms` unblocks it (`CLIENT UNBLOCK` from the broker's command
-connection), so it never waits for more than about `short_block_ms` plus a round trip.
+connection), so it never waits for more than about `short_block_ms` plus a round trip. Where Redis refuses
+`CLIENT UNBLOCK` (an ACL without admin commands; asked once per connection), reads block at most
+`fallback_block_ms` (32 ms) instead: a join waits at most that, and idle subscribers cost a read that often.
 
 A read that fails (Redis away) fails the subscribers that were in it, each with the broker's `Unavailable`, as
 each one's own read did; the connection is opened again by the next read.
@@ -27,6 +29,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 
 from threadline.broker.base import StreamEvent
 from threadline.errors import BrokerUnavailable
@@ -86,7 +89,8 @@ class SharedReads:
         self.block_seconds = block_seconds
         self.short_block_ms = short_block_ms
         self.batch_events, self.batch_bytes = batch_events, batch_bytes
-        self.unblock = unblock
+        self.unblock = unblock  # False once Redis refused CLIENT UNBLOCK (an ACL): reads block briefly instead
+        self.fallback_block_ms = 32
         self._followers: set[Follower] = set()
         self._changed = asyncio.Event()  # a follower joined or wants more
         self._task: asyncio.Task[None] | None = None
@@ -190,7 +194,7 @@ class SharedReads:
             block = int(self.block_seconds * 1000)
         self._changed.clear()
         self._generation += 1
-        self._unblockable = block is not None and block > self.short_block_ms
+        self._unblockable = self.unblock and block is not None and block > self.short_block_ms
         try:
             reply = await self._read(streams, count, block)
         except asyncio.CancelledError:
@@ -250,6 +254,10 @@ class SharedReads:
                     if self._client_id is None:
                         await connection.send_command("CLIENT", "ID", check_health=False)
                         self._client_id = int(await connection.read_response())
+                        if self.unblock:
+                            await self._check_unblock(connection)
+                    if not self.unblock and block is not None:
+                        args[args.index("BLOCK") + 1] = block = min(block, self.fallback_block_ms)
                     self.reads += 1
                     await connection.send_packed_command(connection.pack_command(*args), check_health=False)
                     return await connection.read_response()
@@ -258,6 +266,19 @@ class SharedReads:
                     if attempt == 2:
                         raise
         raise AssertionError("unreachable")
+
+    async def _check_unblock(self, connection: Any) -> None:
+        """Whether this Redis user may send `CLIENT UNBLOCK` (an ACL can refuse it: it is an admin command),
+        asked once per connection with the reader's own id (not blocked: it unblocks nothing). Refused, the
+        read blocks at most `fallback_block_ms`, so a join waits at most that instead of a round trip."""
+        await connection.send_command("CLIENT", "UNBLOCK", self._client_id, check_health=False)
+        try:
+            await connection.read_response()
+        except ResponseError as exc:
+            self.unblock = False
+            self._unblockable = False
+            log.warning("Redis broker: CLIENT UNBLOCK is refused (%s): the shared stream read blocks at most %d ms "
+                        "at a time instead", exc, self.fallback_block_ms)
 
     async def _drop_connection(self) -> None:
         connection, self._connection, self._client_id = self._connection, None, None
