@@ -803,6 +803,126 @@ async def test_a_stream_end_lost_in_an_outage_is_sent_once_redis_is_back(redis_d
     assert await asyncio.wait_for(_collect(broker, "r", after="0-0"), 30) == _numbers(0)
 
 
+async def _stream_reads(deployment: Deployment) -> list[dict[str, Any]]:
+    """The deployment's stream-reading connections (`broker/redis_reads.py`), as Redis lists them."""
+    client = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        return [c for c in await client.client_list() if c.get("name") == deployment.keys.reads_name]
+    finally:
+        await client.aclose()
+
+
+async def _one_blocked_read(deployment: Deployment) -> bool:
+    reads = await _stream_reads(deployment)
+    return len(reads) == 1 and reads[0].get("cmd") == "xread" and "b" in reads[0].get("flags", "")
+
+
+async def test_redis_subscribers_of_many_runs_share_one_read_and_each_gets_its_events_once(
+        redis_deployment: Deployment) -> None:
+    """An API process reads the streams of all its subscribers with one `XREAD` on one connection: while
+    subscribers of six runs (two of them on one run, from different cursors) wait, one read is blocked for them
+    all; then each gets its own run's events, every one exactly once and in order, and its end."""
+    api, worker = await redis_deployment.open(), await redis_deployment.open()
+    runs = [f"r{i}" for i in range(6)]
+    first = {run: await worker.publish(run, "values", b"0") for run in runs}
+    live = {run: asyncio.create_task(_collect_events(api, run, after=first[run])) for run in runs}
+    replaying = asyncio.create_task(_collect_events(api, "r0", replay=True))
+    await until(lambda: _one_blocked_read(redis_deployment), what="one blocked XREAD for every subscriber")
+    n = 300
+    for i in range(1, n + 1):  # interleaved, so that most reads carry several runs' events
+        for run in runs:
+            await worker.post(run, "values", b"%d" % i)
+    for run in runs:
+        await worker.end_stream(run)
+    for run, task in live.items():
+        got = await asyncio.wait_for(task, 30)
+        assert [ev.data for ev in got] == _numbers(*range(1, n + 1)), run
+        assert [_stream_id(ev.id) for ev in got] == sorted({_stream_id(ev.id) for ev in got}), run
+    assert [ev.data for ev in await asyncio.wait_for(replaying, 30)] == _numbers(*range(n + 1))
+    assert len(await _stream_reads(redis_deployment)) == 1  # still the one connection
+
+
+def _stream_id(event_id: str) -> tuple[int, int]:
+    ms, _, n = event_id.partition("-")
+    return int(ms), int(n)
+
+
+async def test_redis_a_subscriber_that_stops_reading_stalls_no_one_and_holds_no_more(
+        redis_deployment: Deployment) -> None:
+    """A subscriber that took a batch and stopped (its client reads slowly) is left out of the shared read: the
+    process holds nothing more for it while the subscribers of other runs get all their events and their ends;
+    once it reads again it gets the rest of its run, exactly once and in order."""
+    api, worker = await redis_deployment.open(), await redis_deployment.open()
+    assert isinstance(api, RedisBroker)
+    data = [b"%04d" % i + b"x" * 2_000 for i in range(700)]  # the first read takes 500: the rest is ~400 kB
+    for d in data:
+        await worker.post("slow", "values", d)
+    await worker.end_stream("r")  # once it returns, the posts are stored
+    stopped = api.subscribe_batches("slow", replay=True)
+    got = list(await anext(stopped))
+    assert 0 < len(got) < len(data)
+    others = {run: asyncio.create_task(_collect(api, run, replay=True)) for run in ("a", "b")}
+    for i in range(100):
+        for run in others:
+            await worker.post(run, "values", b"%d" % i)
+    for run in others:
+        await worker.end_stream(run)
+    for task in others.values():
+        assert await asyncio.wait_for(task, 30) == _numbers(*range(100))
+    held = [follower.ready for follower in api._reads._followers]
+    assert len(held) == 1 and not isinstance(held[0], BaseException)
+    assert sum(len(fields[3]) for _, fields in held[0] or []) <= api.batch_bytes + 2_100
+    await worker.end_stream("slow")
+    got += [ev async for batch in stopped for ev in batch]
+    assert [ev.data for ev in got] == data
+
+
+async def test_redis_a_subscriber_joining_a_long_blocked_read_is_read_without_waiting_for_it(
+        redis_deployment: Deployment) -> None:
+    """A read blocked for every subscriber of a process (here for an hour) is unblocked when another subscriber
+    joins, which gets its events and its end without waiting for the read to time out."""
+    api, worker = await redis_deployment.open(), await redis_deployment.open()
+    assert isinstance(api, RedisBroker)
+    api._reads.block_seconds = 3600.0
+    waiting = asyncio.create_task(_collect(api, "a", replay=True))
+    await until(lambda: _one_blocked_read(redis_deployment), what="the read blocked for the first subscriber")
+    joined = asyncio.create_task(_collect(api, "b", replay=True))
+    await worker.post("b", "values", b"0")
+    await worker.end_stream("b")
+    assert await asyncio.wait_for(joined, 30) == _numbers(0)
+    await worker.end_stream("a")
+    assert await asyncio.wait_for(waiting, 30) == []
+
+
+async def test_redis_where_an_acl_refuses_client_unblock_a_join_is_still_read(
+        redis_deployment: Deployment, caplog: pytest.LogCaptureFixture) -> None:
+    """A Redis user without `CLIENT UNBLOCK` (an admin command an ACL may refuse): the process learns it on its
+    reading connection, says so once, and its read blocks briefly instead, so a subscriber that joins a read
+    (whose timeout is an hour here) still gets its events and its end."""
+    user = redis_deployment.keys.prefix.replace(" ", "_") + "-no-unblock"
+    admin = aioredis.Redis.from_url(REDIS_URL)
+    await admin.execute_command("ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-client|unblock")
+    try:
+        scheme, _, rest = REDIS_URL.partition("://")
+        api = RedisBroker(f"{scheme}://{user}:pw@{rest}", key_prefix=redis_deployment.keys.prefix)
+        redis_deployment.opened.append(api)
+        await api.start()
+        worker = await redis_deployment.open()
+        api._reads.block_seconds = 3600.0
+        waiting = asyncio.create_task(_collect(api, "a", replay=True))
+        await until(lambda: not api._reads.unblock, what="the refusal seen")
+        assert "CLIENT UNBLOCK is refused" in caplog.text
+        joined = asyncio.create_task(_collect(api, "b", replay=True))
+        await worker.post("b", "values", b"0")
+        await worker.end_stream("b")
+        assert await asyncio.wait_for(joined, 30) == _numbers(0)
+        await worker.end_stream("a")
+        assert await asyncio.wait_for(waiting, 30) == []
+    finally:
+        await admin.execute_command("ACL", "DELUSER", user)
+        await admin.aclose()
+
+
 # Leases (the stream cap shared by every API process).
 
 

@@ -78,3 +78,8 @@ class Keys:
     def listener_name(self) -> str:
         """Client name of each broker's pub/sub connection (no spaces allowed)."""
         return f"{self.prefix.replace(' ', '_')}:listener"
+
+    @property
+    def reads_name(self) -> str:
+        """Client name of each broker's stream-reading connection (`broker/redis_reads.py`)."""
+        return f"{self.prefix.replace(' ', '_')}:reads"

@@ -40,6 +40,7 @@ from threadline.broker.local import LocalSignals
 from threadline.broker.outage import Outage, exchange
 from threadline.broker.outbox import Item, Outbox
 from threadline.broker.redis_posts import POST_SCRIPT, pack_batch
+from threadline.broker.redis_reads import SharedReads, id_key, stream_events
 from threadline.errors import Unavailable
 
 log = logging.getLogger("threadline.broker")
@@ -81,11 +82,6 @@ def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
 
 
-def _id_key(stream_id: str) -> tuple[int, int]:
-    ms, _, n = stream_id.partition("-")
-    return int(ms or 0), int(n or 0)
-
-
 class RedisBroker(Broker):
     """Per-run Redis Streams for events; pub/sub for wake-ups, run-done and cancel signals."""
 
@@ -104,6 +100,9 @@ class RedisBroker(Broker):
     batch_items = 1000
     #: About the most bytes of events a subscriber reads from Redis at once (fewer events when they are large).
     batch_bytes = 256 * 1024
+    #: How long the process's shared stream read blocks while a subscriber holds a batch (it joins the next read
+    #: when it wants more); see `threadline.broker.redis_reads`.
+    short_block_ms = 2
     #: During an outage, at most one log line (a count of what failed) per this many seconds.
     outage_report_seconds = 30.0
     #: Most wake-up tokens kept (more are dropped: runs claimed by a slot that frees, or by a poll, need none),
@@ -122,11 +121,16 @@ class RedisBroker(Broker):
         # Timeouts are ours (asyncio.timeout): redis-py's socket_timeout sends through asyncio.wait_for,
         # which on Python 3.11 can swallow a cancellation and leave a cancelled subscriber (or run) running.
         options: dict[str, Any] = {"socket_timeout": None, "socket_connect_timeout": 5, "socket_keepalive": True}
-        # Commands wait for a free connection. Each subscriber's blocking read holds a connection of its
-        # own pool, so many stream clients cannot starve the workers that publish.
+        # Commands wait for a free connection. Subscribers' other reads (context, `buffered_bytes`) take a
+        # connection of their own pool, so many stream clients cannot starve the workers that publish.
         self._redis = Redis.from_pool(BlockingConnectionPool.from_url(
             url, max_connections=max_connections, timeout=None, **options))
         self._reader = Redis.from_pool(ConnectionPool.from_url(url, max_connections=max_subscribers, **options))
+        # Every subscriber's next batch comes from one `XREAD` of the process, on a connection of its own
+        # (`threadline.broker.redis_reads`).
+        self._reads = SharedReads(Redis.from_url(url, client_name=self._keys.reads_name, **options), self._redis,
+                                  self._exchange, block_seconds=self.block_seconds, short_block_ms=self.short_block_ms,
+                                  batch_events=self.batch_events, batch_bytes=self.batch_bytes)
         # No silent reconnect on the listener: resubscribing is ours, so we re-check what we may have missed.
         self._listener = Redis.from_url(url, retry=Retry(NoBackoff(), 0), client_name=self._keys.listener_name,
                                         **options)
@@ -179,7 +183,8 @@ class RedisBroker(Broker):
                 await self._listening
             self._listening = None
         await self._drop_subscription()
-        for client in (self._redis, self._reader, self._listener, self._taker):
+        await self._reads.close()
+        for client in (self._redis, self._reader, self._reads.client, self._listener, self._taker):
             with contextlib.suppress(*_ERRORS):
                 await client.aclose()
 
@@ -263,9 +268,9 @@ class RedisBroker(Broker):
         if not first:  # every event was trimmed: a gap for a client that had not read the newest
             newest = info.get("last-generated-id") or b"0-0"
             newest = newest.decode() if isinstance(newest, bytes) else str(newest)
-            return _id_key(newest) > _id_key(_after_id(after))
+            return id_key(newest) > id_key(_after_id(after))
         kept = first[0].decode() if isinstance(first[0], bytes) else str(first[0])
-        return _id_key(kept) > _id_key(_after_id(after))
+        return id_key(kept) > id_key(_after_id(after))
 
     async def buffered_bytes(self, run_id: str) -> int:
         total, start, events = 0, "-", self._keys.events(run_id)
@@ -295,32 +300,13 @@ class RedisBroker(Broker):
         if context and cursor != "0-0":
             async for before in self._context(events, cursor):
                 yield before
-        ended, count = False, self.batch_events
-        while True:
-            # Once ended, drain what is buffered without blocking, as MemoryBroker does.
-            block = None if ended else int(self.block_seconds * 1000)
-            async with self._exchange(self.block_seconds):
-                reply: Any = await self._reader.xread({events: cursor, end: "0-0"}, count=count, block=block)
-            batch: list[Any] = []
-            for key, entries in reply.items() if isinstance(reply, dict) else reply or []:
-                if key.decode() == end:
-                    ended = True
-                else:
-                    batch = entries
-            count = self._next_count(batch)
-            if batch:
-                cursor = batch[-1][0].decode()
-                yield [StreamEvent(entry_id.decode(), fields[b"e"].decode(), fields[b"d"])
-                       for entry_id, fields in batch]
-            elif ended:
-                return
-
-    def _next_count(self, batch: list[Any]) -> int:
-        """How many events to read next: about `batch_bytes` of events the size of the last batch's."""
-        if not batch:
-            return self.batch_events
-        size = sum(len(fields[b"d"]) for _, fields in batch) // len(batch) + 1
-        return max(1, min(self.batch_events, self.batch_bytes // size))
+        follower = self._reads.follow(events, end, cursor)
+        try:
+            while (entries := await follower.take()) is not None:
+                yield stream_events(entries)
+                self._reads.want(follower)
+        finally:
+            self._reads.unfollow(follower)
 
     async def _context(self, events: str, cursor: str) -> AsyncIterator[list[StreamEvent]]:
         """The events still kept up to `cursor` (included), marked as context, in batches."""
