@@ -21,8 +21,8 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
-import scaleout  # noqa: E402
+import harness
+import scaleout
 
 ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
 REDIS = "redis://127.0.0.1:6379/0"
@@ -129,7 +129,7 @@ def main() -> None:
         for src in cfg.src:
             print(f"{src}: " + ", ".join(f"{role} {statistics.median(v):.1f} MB (median of {len(v)}: "
                                          f"{' '.join(f'{x:.0f}' for x in v)})" for role, v in rows[src].items())
-                  + f"; api + worker {statistics.median(rows[src]['api']) + statistics.median(rows[src]['worker']):.1f}")
+                  + f"; api + worker {sum(statistics.median(rows[src][r]) for r in ('api', 'worker')):.1f}")
         if cfg.modules:
             for src in cfg.src:
                 mods = one(src, tmp, importtime=True)
