@@ -77,3 +77,37 @@ def test_a2a_mcp_and_the_console_templates_load_at_first_use(tmp_path: Path) -> 
     assert out["mcp"] == [200, True]
     assert {"a2a", "google.protobuf", "mcp_types"} <= set(out["after_all"])
     assert "opentelemetry.exporter" not in out["after_all"]  # no OTEL_* set: no exporter, ever
+
+
+WORKER = """
+import asyncio, json, sys
+from threadline import cli
+from threadline.core.runtime import Runtime
+from threadline.heap import startup_frozen
+from threadline.settings import Settings
+from threadline.shutdown import Stop, without_stuck_threads
+
+async def main():
+    runtime = await Runtime.open(Settings(config=%(config)r, database_url=%(db)r, workers=1))
+    try:
+        await runtime.start()
+    finally:
+        await runtime.close()
+
+cli.run_loop(main())
+print(json.dumps(sorted({n.split(".")[0] if not n.startswith("threadline.") else n for n in sys.modules})))
+"""
+
+
+def test_a_worker_imports_no_http_server_nor_api(tmp_path: Path) -> None:
+    """What `threadline worker` imports (`cli.work`: the CLI, a runtime opened and started) holds no HTTP server,
+    no web framework and nothing of the API's surfaces."""
+    script = WORKER % {"config": str(PROJECT), "db": f"sqlite:///{tmp_path / 'worker.db'}"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=100,
+                          cwd=tmp_path, env={"LANGSMITH_TRACING": "false", "PATH": "/usr/bin:/bin",
+                                             "PYTHONPATH": str(Path(__file__).parent.parent)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    loaded = set(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert "threadline.core.runtime" in loaded  # (what the check reads is the worker's imports)
+    assert not loaded & {"uvicorn", "watchfiles", "fastapi", "a2a", "mcp_types", "jinja2", "threadline.server",
+                         "threadline.api", "threadline.ui"}
