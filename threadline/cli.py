@@ -15,12 +15,10 @@ from collections.abc import Coroutine
 from dataclasses import fields
 from typing import Any, TypeVar
 
-import uvicorn
-
 from threadline import __version__, logs, tracing
 from threadline.errors import ConfigError
 from threadline.settings import Settings, redact_url
-from threadline.shutdown import GRACE_SECONDS, StoppableServer
+from threadline.shutdown import GRACE_SECONDS
 
 # Settings that only an HTTP server reads; `worker` and `migrate` do not take them.
 _HTTP_ONLY = {"host", "port", "max_body_bytes", "heartbeat_seconds", "ui", "ui_bundler"}
@@ -97,8 +95,11 @@ def run_loop(main: Coroutine[Any, Any, T]) -> T:
 
 def serve(settings: Settings, *, reload: bool = False) -> None:
     """The HTTP server (with `reload`, in a child process restarted when the project's files change)."""
+    import uvicorn  # here: `threadline worker` and `migrate` serve no HTTP (and skip its imports)
+
     from threadline.api.app import create_app
     from threadline.config import find_config
+    from threadline.server import Server
 
     sock = _bind(settings.host, settings.port)
     if reload:
@@ -121,7 +122,7 @@ def serve(settings: Settings, *, reload: bool = False) -> None:
                                 log_level=settings.log_level.lower(), timeout_graceful_shutdown=GRACE_SECONDS,
                                 timeout_keep_alive=settings.keep_alive_seconds,
                                 proxy_headers=False)
-    server = _Server(config)
+    server = Server(config)
     try:
         if reload:
             from uvicorn.supervisors import ChangeReload
@@ -171,45 +172,6 @@ class StartupError(ConfigError):
 
     def __init__(self, message: str, hint: str) -> None:
         super().__init__(f"{message}\n  hint: {hint}")
-
-
-class _Server(StoppableServer):
-    """The server (stopped as `threadline.shutdown` says), which prints Threadline's banner once it is listening."""
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        app = self.config.loaded_app
-        while app is not None and not hasattr(getattr(app, "state", None), "project"):
-            app = getattr(app, "app", None)  # under uvicorn's own middleware
-        if self.started and app is not None and sockets:
-            host, port = sockets[0].getsockname()[:2]
-            print(banner(app.state.settings, app.state.project, f"http://{host}:{port}"), flush=True)
-
-
-def banner(settings: Settings, project: Any, url: str) -> str:
-    from threadline.core.runtime import default_database_url
-
-    prefix = project.http.mount_prefix  # langgraph.json http.mount_prefix: the API (and its docs) under it
-    return "\n".join([
-        f"Threadline {__version__}",
-        f"  config:   {project.path}",
-        f"  agents:   {', '.join(project.graphs)}"
-        + (f" (default: {project.default_agent})" if project.default_agent else ""),
-        f"  data:     {redact_url(settings.database_url or default_database_url())}",
-        f"  broker:   {_broker_line(settings)}",
-        f"  workers:  {settings.workers}",
-        f"  listening on {url}{prefix}"
-        + ("" if "meta" in project.http.disabled else f"  (docs at {url}{prefix}/docs)"),
-    ])
-
-
-def _broker_line(settings: Settings) -> str:
-    from threadline.broker import broker_kind, broker_url
-
-    kind = broker_kind(broker_url(settings.database_url or "", settings.redis_url))
-    if kind == "redis":
-        return redact_url(settings.redis_url or "")
-    return "PostgreSQL (LISTEN/NOTIFY)" if kind == "postgres" else "in-process"
 
 
 async def work(settings: Settings) -> None:

@@ -25,8 +25,6 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
-import uvicorn
-
 log = logging.getLogger("threadline")
 
 #: Open requests after the first signal, before they are cut; whole seconds (uvicorn types its
@@ -106,38 +104,3 @@ async def without_stuck_threads(code: int = 0) -> None:
                     THREAD_SECONDS)
         logging.shutdown()
         exit_now(code)
-
-
-class StoppableServer(uvicorn.Server):
-    """uvicorn's server, stopped by `Stop`'s steps instead of uvicorn's signals.
-
-    uvicorn's own handling skips the app's shutdown on a second Ctrl-C, and re-raises the signals it caught
-    into asyncio's teardown once it has served; its signals are replaced by ours. The app's runtime is found
-    under uvicorn's wrappers (`app.state.runtime`) when the first signal comes, to end open streams. Defined at
-    module level: `threadline dev` hands `run` to a child process, which pickles it."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        stop = Stop(asyncio.get_running_loop(), graceful=self._graceful, now=self._now)
-        with stop.installed():
-            yield
-
-    def _graceful(self) -> None:
-        self.should_exit = True
-        app = self.config.loaded_app
-        while app is not None and not hasattr(getattr(app, "state", None), "runtime"):
-            app = getattr(app, "app", None)  # under uvicorn's own middleware
-        if app is not None:
-            app.state.runtime.draining.set()  # open streams end now, with a frame telling them to reconnect
-
-    def _now(self) -> None:
-        self.should_exit = self.force_exit = True
-
-    async def shutdown(self, sockets: Any = None) -> None:
-        await super().shutdown(sockets)
-        if self.force_exit:  # uvicorn then skips the app's shutdown: ours returns the runs to the queue
-            await self.lifespan.shutdown()
-
-    async def serve(self, sockets: Any = None) -> None:
-        await super().serve(sockets)
-        await without_stuck_threads()

@@ -14,8 +14,6 @@ import re
 from typing import Any
 
 from fastapi import Request
-from mcp_types import Tool
-from mcp_types import methods as mcp_methods
 from pydantic import ValidationError
 from starlette.responses import Response
 
@@ -82,6 +80,8 @@ async def _dispatch(request: Request, message: jsonrpc.Incoming, version: str) -
         raise jsonrpc.RpcError(jsonrpc.METHOD_NOT_FOUND, f"Method not found: {message.method}")
     if message.params is not None and not isinstance(message.params, dict):
         raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, "Invalid params: 'params' must be an object")
+    from mcp_types import methods as mcp_methods  # MCP's types load here, at the first call (issue 24: RSS at rest)
+
     try:
         parsed = mcp_methods.parse_client_request(message.method, version, message.params)
     except ValidationError as exc:
@@ -201,6 +201,8 @@ async def _describe(rt: Runtime, name: str, row: AssistantRecord, schemas: dict[
     tool = {"name": name, "title": row["name"], "inputSchema": simplify_schema(schemas[key]),
             "description": row.get("description") or f"Tool based on the {row['name']} assistant",
             "annotations": ANNOTATIONS}
+    from mcp_types import Tool
+
     try:
         Tool.model_validate(tool)  # e.g. a graph whose input is not an object cannot be a tool
     except ValidationError:

@@ -7,19 +7,22 @@ and gets the same errors as any client.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from threadline import __version__
 from threadline.ui import graph as graph_layout
 from threadline.ui.client import Api, ApiError
 from threadline.ui.views import chat_messages, interrupts_of, namespace_tree
+
+if TYPE_CHECKING:
+    from jinja2 import Environment
 
 HERE = Path(__file__).parent
 #: Where the console is served. Not `/ui`: that is LangGraph's path for generative UI bundles (`api/generative_ui.py`).
@@ -27,18 +30,26 @@ PATH = "/console"
 PAGE_SIZE = 25
 STATUSES = ("idle", "busy", "interrupted", "error")
 
-env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]),
-                  trim_blocks=True, lstrip_blocks=True)
-env.filters["tojson_pretty"] = lambda value: json.dumps(value, indent=2, ensure_ascii=False, default=str)
-env.filters["short"] = lambda value: str(value)[:8] if value else ""
-env.filters["when"] = lambda value: str(value or "").replace("T", " ")[:19]
+
+
+@functools.cache
+def templates() -> Environment:
+    """The pages' templates; Jinja2 is imported at the first page, not when the app starts (issue 24)."""
+    from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+    env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]),
+                      trim_blocks=True, lstrip_blocks=True)
+    env.filters["tojson_pretty"] = lambda value: json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    env.filters["short"] = lambda value: str(value)[:8] if value else ""
+    env.filters["when"] = lambda value: str(value or "").replace("T", " ")[:19]
+    return env
 
 router = APIRouter(prefix=PATH, include_in_schema=False)
 
 
 def render(request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:
     root = str(request.scope.get("root_path", ""))
-    page = env.get_template(template).render(
+    page = templates().get_template(template).render(
         **{"ui": root + PATH, "api": root, "version": __version__, "path": request.url.path, "request": request,
            **context})
     return HTMLResponse(page, status_code=status_code)
