@@ -220,6 +220,13 @@ def _varied_reply() -> list[Any]:
         kind = rng.choice(kinds)
         for _ in range(rng.choice([1, 1, 2, 5, 20])):  # alone, or a stretch of chunks alike
             chunks.append(AIMessageChunk(content=rng.choice(texts), **kind))
+    # A merge that changes a field the frame does not show (a tool call's arguments, by spaces: the call the
+    # frame shows, parsed, is the same) is not a no-op: the arguments the frame shows later hold every space.
+    chunks.append(AIMessageChunk(content="t", id="lc_run--1", tool_call_chunks=[
+        {"name": "g", "args": '{"q": 1}', "id": "c2", "index": 1}]))
+    for args in [" ", " ", " ", " ", "}"]:  # (then invalid: the frame shows the arguments as they came)
+        chunks.append(AIMessageChunk(content="t", id="lc_run--1", tool_call_chunks=[
+            {"name": None, "args": args, "id": None, "index": 1}]))
     return chunks
 
 
