@@ -46,7 +46,9 @@ class MessageStreamer:
     A `messages/partial` frame is the whole message so far. Built whole for each chunk, a reply of n chunks
     costs O(n²) to merge and serialize; a message whose chunks carry text is instead merged without its text,
     serialized once per chunk with a marker for it, and cut around the marker: the frame is that head, the
-    text so far and that tail, byte for byte the whole message's JSON, and its delta is the chunk's text."""
+    text so far and that tail, byte for byte the whole message's JSON, and its delta is the chunk's text. A chunk
+    whose fields besides its text are those of a chunk whose merge changed nothing (most chunks of a reply:
+    text alone) is not merged or cut again: its frame is the same head and tail around the longer text."""
 
     def __init__(self, *, legacy: bool, tuples: bool) -> None:
         self.legacy = legacy
