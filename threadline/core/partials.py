@@ -175,8 +175,7 @@ class PartialDecoder:
                 self.gap = True
                 return None
             base, prefix, suffix = known[1], head[2], head[3]
-            view = memoryview(base)  # the frame in one copy (`a + b + c` copies the message so far 3 times)
-            frame = b"".join((view[:prefix], body, view[len(base) - suffix:]))
+            frame = base[:prefix] + body + base[len(base) - suffix:]
         self.frames.pop(msg_id, None)  # re-inserted last: the dict's order is the messages' recency
         self.frames[msg_id] = (n, frame)
         if len(self.frames) > MAX_MESSAGES:
