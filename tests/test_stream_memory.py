@@ -215,7 +215,7 @@ def _varied_reply() -> list[Any]:
         {"id": "lc_run--1", "tool_call_chunks": [{"name": "f", "args": "{", "id": "c1", "index": 0}]},
         {"id": "lc_run--1", "response_metadata": {"finish_reason": "stop"}, "chunk_position": "last"}]
     rng = random.Random(7)
-    chunks = []
+    chunks: list[AIMessageChunk] = []
     while len(chunks) < 600:
         kind = rng.choice(kinds)
         for _ in range(rng.choice([1, 1, 2, 5, 20])):  # alone, or a stretch of chunks alike
