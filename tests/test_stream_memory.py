@@ -197,6 +197,71 @@ def test_messages_partials_are_the_whole_message_so_far_at_a_flat_cost_per_chunk
     assert per_chunk[4_000] < 1.25 * per_chunk[1_000], per_chunk
 
 
+def _varied_reply() -> list[Any]:
+    """Chunks whose fields besides the text change along the reply, in stretches and alone: fields whose merge
+    is a no-op (zero usage, the same provider), and fields whose merge is not (a string in `additional_kwargs`
+    or `response_metadata` grows by itself, usage adds up, a tool call's arguments grow). (All of a message's
+    chunks have its id: the stream tells messages apart by it.)"""
+    from langchain_core.messages import AIMessageChunk
+
+    texts = ["a", " ", "é", '"q"', "\n", "🙂", "\u2028"]
+    zero = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
+    kinds: list[dict[str, Any]] = [
+        {"id": "lc_run--1"}, {"id": "lc_run--1", "name": "bot"},
+        {"id": "lc_run--1", "response_metadata": {"model_provider": "openai"}},
+        {"id": "lc_run--1", "usage_metadata": zero},
+        {"id": "lc_run--1", "usage_metadata": {"input_tokens": 1, "output_tokens": 2, "total_tokens": 3}},
+        {"id": "lc_run--1", "additional_kwargs": {"note": "x"}},
+        {"id": "lc_run--1", "tool_call_chunks": [{"name": "f", "args": "{", "id": "c1", "index": 0}]},
+        {"id": "lc_run--1", "response_metadata": {"finish_reason": "stop"}, "chunk_position": "last"}]
+    rng = random.Random(7)
+    chunks: list[AIMessageChunk] = []
+    while len(chunks) < 600:
+        kind = rng.choice(kinds)
+        for _ in range(rng.choice([1, 1, 2, 5, 20])):  # alone, or a stretch of chunks alike
+            chunks.append(AIMessageChunk(content=rng.choice(texts), **kind))
+    # A merge that changes a field the frame does not show (a tool call's arguments, by spaces: the call the
+    # frame shows, parsed, is the same) is not a no-op: the arguments the frame shows later hold every space.
+    chunks.append(AIMessageChunk(content="t", id="lc_run--1", tool_call_chunks=[
+        {"name": "g", "args": '{"q": 1}', "id": "c2", "index": 1}]))
+    for args in [" ", " ", " ", " ", "}"]:  # (then invalid: the frame shows the arguments as they came)
+        chunks.append(AIMessageChunk(content="t", id="lc_run--1", tool_call_chunks=[
+            {"name": None, "args": args, "id": None, "index": 1}]))
+    return chunks
+
+
+def test_messages_partials_of_chunks_whose_other_fields_change_are_the_merged_message(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chunk's merge is skipped when a chunk with the same fields merged as a no-op just before (most chunks
+    of a reply: text alone): the frames are still the merged message byte for byte when the other fields
+    change, in stretches or chunk by chunk, whether their merge changes the message or not."""
+    from langchain_core.messages import message_chunk_to_message
+
+    from threadline.core import messages
+    from threadline.serde import dumps
+
+    cut = [0]
+
+    def counting(chunk: Any) -> Any:
+        cut[0] += 1
+        return message_chunk_to_message(chunk)
+
+    monkeypatch.setattr(messages, "message_chunk_to_message", counting)
+    streamer, decoder, merged = messages.MessageStreamer(legacy=True, tuples=False), PartialDecoder(), None
+    chunks = _varied_reply()
+    for i, chunk in enumerate(chunks):
+        events = dict(streamer.feed((chunk, {"langgraph_node": "model"})))
+        merged = chunk if merged is None else merged + chunk
+        assert decoder.decode(events["messages/partial"]) == dumps([message_chunk_to_message(merged)]), i
+    assert not decoder.gap
+    assert 0 < cut[0] < len(chunks) - 100, cut  # the stretches of no-op merges were skipped
+    # A reply of text alone (the fields of its first and last chunks aside): all but a few chunks skipped.
+    streamer, cut[0] = messages.MessageStreamer(legacy=True, tuples=False), 0
+    for chunk in _reply(300):
+        list(streamer.feed((chunk, {"langgraph_node": "model"})))
+    assert cut[0] <= 4, cut
+
+
 # Over the API.
 
 

@@ -17,6 +17,10 @@ _TEXT = "\x00threadline:text\x00"
 _TEXT_JSON = dumps(_TEXT)[1:-1]
 
 
+#: A chunk's type and its fields but the content (its `__dict__` and pydantic's extra fields).
+_Fields = tuple[type, dict[str, Any], dict[str, Any] | None]
+
+
 @dataclass
 class _Reply:
     """A message streamed as chunks of text: the chunks merged with their text left out, and the text apart,
@@ -24,6 +28,11 @@ class _Reply:
 
     rest: BaseMessageChunk  # the merged chunks, with "" for content
     text: bytearray = field(default_factory=bytearray)
+    # The frame cut around the text (`rest` serialized: head, tail), None when it could not be cut there.
+    cut: tuple[bytes, bytes] | None = None
+    # The fields (all but the content) of a chunk whose merge left `rest` as it was: a chunk with the same
+    # fields leaves it as it is too (the merge is a function of the fields' values), and the same cut.
+    idle: _Fields | None = None
 
     def whole(self) -> BaseMessageChunk:
         return self.rest.model_copy(update={"content": loads(b'"' + self.text + b'"')})
@@ -37,7 +46,9 @@ class MessageStreamer:
     A `messages/partial` frame is the whole message so far. Built whole for each chunk, a reply of n chunks
     costs O(n²) to merge and serialize; a message whose chunks carry text is instead merged without its text,
     serialized once per chunk with a marker for it, and cut around the marker: the frame is that head, the
-    text so far and that tail, byte for byte the whole message's JSON, and its delta is the chunk's text."""
+    text so far and that tail, byte for byte the whole message's JSON, and its delta is the chunk's text. A chunk
+    whose fields besides its text are those of a chunk whose merge changed nothing (most chunks of a reply:
+    text alone) is not merged or cut again: its frame is the same head and tail around the longer text."""
 
     def __init__(self, *, legacy: bool, tuples: bool) -> None:
         self.legacy = legacy
@@ -75,16 +86,27 @@ class MessageStreamer:
 
     def _partial(self, msg_id: str, message: BaseMessageChunk, prev: BaseMessage | _Reply | None) -> Held:
         if isinstance(message.content, str) and (prev is None or isinstance(prev, _Reply)):
+            fields = _fields(message)
+            if prev is not None and prev.idle is not None and prev.cut is not None and fields == prev.idle:
+                # Most chunks of a reply carry text only (their other fields the same each time): merging
+                # one changes nothing but the text, and the frame is the same head and tail around more text.
+                piece = dumps(message.content)[1:-1]
+                prev.text += piece
+                return self._partials.encode_parts(msg_id, prev.cut[0], prev.text, prev.cut[1], len(piece))
             rest = message.model_copy(update={"content": ""})
             reply = _Reply(rest) if prev is None else prev
+            before = reply.rest
             if prev is not None:
                 reply.rest = reply.rest + rest
             self._seen[msg_id] = reply
             piece = dumps(message.content)[1:-1]
             reply.text += piece
             cut = _listed(message_chunk_to_message(reply.rest.model_copy(update={"content": _TEXT}))).split(_TEXT_JSON)
-            if len(cut) == 2:
-                return self._partials.encode_parts(msg_id, cut[0], reply.text, cut[1], len(piece))
+            was, reply.cut = reply.cut, (cut[0], cut[1]) if len(cut) == 2 else None
+            reply.idle = fields if (prev is not None and reply.cut is not None and reply.cut == was
+                                    and _same(before, reply.rest)) else None
+            if reply.cut is not None:
+                return self._partials.encode_parts(msg_id, reply.cut[0], reply.text, reply.cut[1], len(piece))
             current: BaseMessage = reply.whole()  # the marker was found elsewhere too: the whole message
         else:
             if isinstance(prev, _Reply):  # content that is not text now: merged whole from here on
@@ -92,6 +114,17 @@ class MessageStreamer:
             current = prev + message if isinstance(prev, BaseMessageChunk) else message
             self._seen[msg_id] = current
         return self._partials.encode(msg_id, _listed(message_chunk_to_message(current)))
+
+
+def _fields(message: BaseMessageChunk) -> _Fields:
+    fields = dict(message.__dict__)
+    del fields["content"]
+    return type(message), fields, message.__pydantic_extra__
+
+
+def _same(a: BaseMessageChunk, b: BaseMessageChunk) -> bool:
+    """Whether two merged chunks hold the same values (their fields and extra fields)."""
+    return type(a) is type(b) and a.__dict__ == b.__dict__ and a.__pydantic_extra__ == b.__pydantic_extra__
 
 
 def _listed(message: BaseMessage) -> bytes:
