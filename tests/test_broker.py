@@ -877,6 +877,17 @@ async def test_redis_a_subscriber_that_stops_reading_stalls_no_one_and_holds_no_
     assert [ev.data for ev in got] == data
 
 
+async def _join_is_read(api: Broker, worker: Broker, waiting: asyncio.Task[Any]) -> None:
+    """Run "b" joins the read that run "a"'s subscriber (`waiting`) is blocked in: it gets its event and its end,
+    and so does "a" once ended."""
+    joined = asyncio.create_task(_collect(api, "b", replay=True))
+    await worker.post("b", "values", b"0")
+    await worker.end_stream("b")
+    assert await asyncio.wait_for(joined, 30) == _numbers(0)
+    await worker.end_stream("a")
+    assert await asyncio.wait_for(waiting, 30) == []
+
+
 async def test_redis_a_subscriber_joining_a_long_blocked_read_is_read_without_waiting_for_it(
         redis_deployment: Deployment) -> None:
     """A read blocked for every subscriber of a process (here for an hour) is unblocked when another subscriber
@@ -886,12 +897,7 @@ async def test_redis_a_subscriber_joining_a_long_blocked_read_is_read_without_wa
     api._reads.block_seconds = 3600.0
     waiting = asyncio.create_task(_collect(api, "a", replay=True))
     await until(lambda: _one_blocked_read(redis_deployment), what="the read blocked for the first subscriber")
-    joined = asyncio.create_task(_collect(api, "b", replay=True))
-    await worker.post("b", "values", b"0")
-    await worker.end_stream("b")
-    assert await asyncio.wait_for(joined, 30) == _numbers(0)
-    await worker.end_stream("a")
-    assert await asyncio.wait_for(waiting, 30) == []
+    await _join_is_read(api, worker, waiting)
 
 
 async def test_redis_where_an_acl_refuses_client_unblock_a_join_is_still_read(
@@ -912,12 +918,7 @@ async def test_redis_where_an_acl_refuses_client_unblock_a_join_is_still_read(
         waiting = asyncio.create_task(_collect(api, "a", replay=True))
         await until(lambda: not api._reads.unblock, what="the refusal seen")
         assert "CLIENT UNBLOCK is refused" in caplog.text
-        joined = asyncio.create_task(_collect(api, "b", replay=True))
-        await worker.post("b", "values", b"0")
-        await worker.end_stream("b")
-        assert await asyncio.wait_for(joined, 30) == _numbers(0)
-        await worker.end_stream("a")
-        assert await asyncio.wait_for(waiting, 30) == []
+        await _join_is_read(api, worker, waiting)
     finally:
         await admin.execute_command("ACL", "DELUSER", user)
         await admin.aclose()
