@@ -587,6 +587,43 @@ async def test_a_finish_write_lost_is_written_again(runtime: Any, http: httpx.As
     assert run["status"] == "success" and run["run_id"] == failed[0]
 
 
+async def test_a_pipeline_left_open_by_a_stalled_process_is_ended_by_the_sweeper(scaleout_services: ScaleOut) -> None:
+    """A process stopped inside a pipeline (its statements ran, its Sync never came: psycopg's and LangGraph's
+    saver's pipelines send each statement as it is queued) holds its row locks in a session the server reports
+    `active`, so its idle-in-transaction timeout never ends it; a CI run saw a run taken over from a stopped
+    worker stay `running` so. The lease sweeper's pass ends such sessions of this deployment, and only those:
+    another application's session stopped alike is left alone."""
+    from threadline.storage.postgres import PostgresStorage
+
+    url = scaleout_services.fresh().database_url
+    storage = await PostgresStorage.open(url)
+    stopped = [await psycopg.AsyncConnection.connect(url, autocommit=True, application_name=name)
+               for name in ("threadline", "someone-else")]
+    try:
+        # A statement sent in a pipeline, no Sync: as a process stopped right after it (ours holds row locks).
+        for conn, sql in zip(stopped, (b"SELECT 1 FROM threadline_migrations FOR UPDATE", b"SELECT 1"), strict=True):
+            conn.pgconn.enter_pipeline_mode()
+            conn.pgconn.send_query_params(sql, None)
+            conn.pgconn.flush()
+        assert await storage.end_stalled_sessions(3600) == 0  # not stopped long enough yet
+        await asyncio.sleep(1.5)
+        seen = await storage._read("SELECT application_name, state, wait_event, now() - state_change AS age "
+                                   "FROM pg_stat_activity WHERE datname = current_database()", {})
+        assert await storage.end_stalled_sessions(1) == 1, seen
+        async with storage._pool.connection() as other:  # the rows are free again
+            await other.execute("SET lock_timeout = '1s'")
+            await other.execute("SELECT 1 FROM threadline_migrations FOR UPDATE NOWAIT")
+        ours, theirs = stopped
+        rows = await storage._read("SELECT application_name FROM pg_stat_activity WHERE pid = ANY(%(pids)s)",
+                                   {"pids": [ours.pgconn.backend_pid, theirs.pgconn.backend_pid]})
+        assert [r["application_name"] for r in rows] == ["someone-else"]
+    finally:
+        for conn in stopped:
+            with contextlib.suppress(Exception):
+                await conn.close()
+        await storage.close()
+
+
 async def test_a_transaction_left_open_by_a_stalled_process_is_ended(scaleout_services: ScaleOut,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """A process stopped inside a transaction (SIGSTOP, a frozen VM) would keep its row locks for as long as

@@ -36,6 +36,10 @@ from threadline.storage.records import AssistantRecord, RunRecord
 from threadline.tracing import traced_run
 
 log = logging.getLogger("threadline.worker")
+#: How long a database session may stay stopped inside a transaction, waiting for its client's next statement,
+#: before the lease sweeper ends it (`Storage.end_stalled_sessions`); the server's idle-in-transaction timeout
+#: (10 s) ends the other kind. Ours take milliseconds.
+STALLED_SESSION_SECONDS = 10.0
 
 
 class WorkerPool:
@@ -300,11 +304,24 @@ class WorkerPool:
         while True:
             await asyncio.sleep(self.lease_seconds / 2)
             try:
+                await self._end_stalled_sessions()
                 await recover(self.storage, self.broker, self.max_attempts, expired_only=True,
                               metrics=self.executor.metrics)
                 await self.storage.sweep_quota_slots()
             except Exception:
                 log.exception("sweeping expired leases failed")
+
+    async def _end_stalled_sessions(self) -> None:
+        """First in a pass: a stalled process's open pipeline holds row locks that the runs taken over from it
+        will need. Its failure (the database away, a role that may not end sessions) leaves the pass to go on."""
+        try:
+            ended = await self.storage.end_stalled_sessions(STALLED_SESSION_SECONDS)
+        except Exception as exc:  # noqa: BLE001 - logged; the sweep goes on without it
+            log.warning("could not look for stalled database sessions: %s", exc)
+            return
+        if ended:
+            log.warning("ended %d database session(s) stalled inside a transaction for %g s or more",
+                        ended, STALLED_SESSION_SECONDS)
 
 
 async def recover(storage: Storage, broker: Broker, max_attempts: int, *, expired_only: bool,

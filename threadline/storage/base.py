@@ -320,6 +320,12 @@ class Storage(abc.ABC):
         slots it gave back or dropped (0 where a backend counts the active runs themselves)."""
 
     @abc.abstractmethod
+    async def end_stalled_sessions(self, seconds: float) -> int:
+        """End this deployment's database sessions stopped for `seconds` or more inside a transaction that the
+        server's own idle timeout does not end (PostgreSQL: a pipeline whose process stalled before its Sync),
+        so that their row locks do not block the runs the sweeper gives to other workers. How many it ended."""
+
+    @abc.abstractmethod
     async def queue_stats(self) -> QueueStats:
         """Pending count, running count and the age in seconds of the oldest pending run."""
 

@@ -53,6 +53,12 @@ _MIGRATION_LOCK = 7_345_112_907  # pg_advisory_lock key: one process migrates at
 _SETS_IDLE_TIMEOUT = re.compile(r"idle[-_]in[-_]transaction[-_]session[-_]timeout\s*=", re.IGNORECASE)
 
 
+def application_name(url: str) -> dict[str, str]:
+    """The name our sessions show in `pg_stat_activity` ("threadline"), unless the URL names them: the lease
+    sweeper finds this deployment's stalled sessions by it (`Storage.end_stalled_sessions`)."""
+    return {} if conninfo_to_dict(url).get("application_name") else {"application_name": "threadline"}
+
+
 def session_options(url: str, idle_in_transaction_ms: int) -> str:
     """The `options` our pooled connections start with: the operator's own (the URL's `options`, else
     `PGOPTIONS`, which an `options` keyword would otherwise replace), plus our idle-in-transaction timeout
@@ -157,7 +163,8 @@ class PostgresStorage(SQLStorage):
             return _Pool(url, min_size=1, max_size=size, open=False, check=check_at_checkout,
                          timeout=cls.checkout_seconds, configure=_configure,
                          kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row,
-                                 "options": session_options(url, cls.idle_in_transaction_ms)})
+                                 "options": session_options(url, cls.idle_in_transaction_ms),
+                                 **application_name(url)})
 
         pool, reads = new_pool(pool_size), new_pool(min(cls.read_pool_size, pool_size))
         try:

@@ -265,6 +265,10 @@ class SQLStorage(Storage):
     async def sweep_quota_slots(self) -> int:
         return await self._transact(scripts.sweep_quota_slots, idempotent=True)
 
+    async def end_stalled_sessions(self, seconds: float) -> int:
+        rows = await self._named("end_stalled_sessions", seconds=seconds)
+        return int(rows[0]["n"]) if rows else 0
+
     async def queue_stats(self) -> QueueStats:
         rows = await self._named("queue_stats")
         row = rows[0] if rows else {}

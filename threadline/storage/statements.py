@@ -233,6 +233,8 @@ DIALECT_STATEMENTS: dict[DialectName, dict[str, str]] = {
             f"FROM runs WHERE {ACTIVE}"),
         # Nothing to sweep: SQLite counts the active runs themselves, and holds no slots.
         "sweep_quota_slots": "SELECT 0 AS n",
+        # No sessions: one process, one file (its writer holds no transaction across a stall of another's).
+        "end_stalled_sessions": "SELECT 0 AS n",
         "delete_thread_checkpoints": (
             "DELETE FROM checkpoints WHERE thread_id {in:thread_ids}; "
             "DELETE FROM writes WHERE thread_id {in:thread_ids}"),
@@ -273,6 +275,17 @@ DIALECT_STATEMENTS: dict[DialectName, dict[str, str]] = {
         # Slots held by runs no longer active given back, and the rows of keys with none held deleted
         # (migration 0011): the lease sweeper's pass.
         "sweep_quota_slots": "SELECT threadline_sweep_quota_slots() AS n",
+        # Sessions of this deployment (its `application_name`) stopped inside a transaction that the server's
+        # idle-in-transaction timeout never ends: a pipeline (psycopg's, LangGraph's saver's) whose statements
+        # ran but whose Sync never came, because its process stalled (SIGSTOP, a frozen VM). The server reports
+        # them `active`, waiting on `ClientRead`, and their row locks block whoever takes the stalled runs over.
+        "end_stalled_sessions": (
+            "SELECT COUNT(*) FILTER (WHERE pg_terminate_backend(pid)) AS n FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend' "
+            "AND application_name = current_setting('application_name') AND usename = current_user "
+            "AND state = 'active' "
+            "AND wait_event = 'ClientRead' AND xact_start IS NOT NULL "
+            "AND state_change < now() - make_interval(secs => :seconds)"),
         # As SQLite's, and the row names the checkpoint its values are the state of (migration 0013). With
         # `:parent_checkpoint_id`, only the top-level keys the update changed are sent (`:patch`, `:removed`),
         # applied only onto the values of that parent checkpoint: no row when the row holds other values
