@@ -924,6 +924,38 @@ async def test_redis_where_an_acl_refuses_client_unblock_a_join_is_still_read(
         await admin.aclose()
 
 
+async def test_redis_a_read_that_fails_unexpectedly_fails_its_subscribers_and_the_reader_goes_on(
+        redis_deployment: Deployment, caplog: pytest.LogCaptureFixture) -> None:
+    """An error the shared read did not expect (a bug in handing out a reply, not an outage) fails the subscribers
+    that were in that read, as an outage would (`Unavailable`, a 503 or an `error` event to their clients), is
+    logged, and leaves the reader serving: it waits for the next subscriber instead of reading again at once."""
+    api, worker = await redis_deployment.open(), await redis_deployment.open()
+    assert isinstance(api, RedisBroker)
+    reads = api._reads
+    real = reads._deliver
+    broken = True
+
+    def deliver(*args: Any) -> None:
+        if broken:
+            raise RuntimeError("a bug")
+        real(*args)
+
+    reads._deliver = deliver  # type: ignore[method-assign,assignment]  # the fault, on this one reader
+    failing = asyncio.create_task(_collect(api, "a", replay=True))
+    await until(lambda: reads.reads >= 1, what="the first read")
+    await worker.post("a", "values", b"0")
+    with pytest.raises(Unavailable):
+        await asyncio.wait_for(failing, 30)
+    assert "the stream read failed" in caplog.text
+    sent = reads.reads
+    await asyncio.sleep(0.3)
+    assert reads.reads == sent  # nobody wants a batch: no read (no loop on the failure)
+    broken = False
+    await worker.post("b", "values", b"1")
+    await worker.end_stream("b")
+    assert await asyncio.wait_for(_collect(api, "b", replay=True), 30) == _numbers(1)
+
+
 # Leases (the stream cap shared by every API process).
 
 
