@@ -7,6 +7,7 @@ the one with a smaller stream buffer starts its own app on `own_backend`."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import random
 import re
@@ -361,3 +362,34 @@ async def test_a_partial_is_never_rebuilt_from_what_was_dropped(own_backend: Bac
     assert all(sent_first[i] == (e, d) for i, e, d in resumed if i in sent_first)
     assert len(resumed) < len(first) and json.loads(resumed[-1][2])[0]["content"] == replies["w1"]
     assert re.search(r"^lg_api_stream_replay_gaps_total [12]\.0$", metrics, re.M)
+
+
+def _allocated(data: bytes) -> int:
+    """What glibc handed out for a `bytes` object (one over 512 bytes: Python takes it from `malloc`)."""
+    usable = ctypes.CDLL(None).malloc_usable_size
+    usable.argtypes, usable.restype = [ctypes.c_void_p], ctypes.c_size_t
+    return int(usable(id(data)))
+
+
+async def test_the_events_a_run_posts_take_their_own_length(client: tuple[httpx.AsyncClient, Runtime],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stream's events are held (the memory broker's buffer, a Redis outbox) by their length, which the byte
+    budgets count: not in orjson's output buffer, which held about twice a large event's length (a server
+    holding 193 MB of counted events grew by 390 MB)."""
+    http, runtime = client
+    posted: list[bytes] = []
+    post = runtime.broker.post
+
+    async def recording(run_id: str, event: str, data: bytes) -> None:
+        posted.append(data)
+        await post(run_id, event, data)
+
+    monkeypatch.setattr(runtime.broker, "post", recording)
+    tid = (await http.post("/threads", json={})).json()["thread_id"]
+    answer = await http.post(f"/threads/{tid}/runs/wait", json={
+        "assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "x" * 200_000}]}})
+    assert answer.status_code == 200, answer.text
+    large = [data for data in posted if len(data) > 100_000]
+    assert len(large) >= 2  # the values before and after the reply
+    for data in large:
+        assert _allocated(data) < len(data) + 8192, (len(data), _allocated(data))

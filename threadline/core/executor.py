@@ -26,7 +26,7 @@ from threadline.core.state import bind, debug_json, run_output, snapshot_json, t
 from threadline.core.threads import Threads
 from threadline.core.webhooks import Webhooks
 from threadline.errors import Unavailable
-from threadline.serde import dumps
+from threadline.serde import dumps_kept
 from threadline.shapes import FinalRunStatus, StreamMode, requested_modes, run_durability, run_out
 from threadline.storage.base import Storage
 from threadline.storage.records import AssistantRecord, RunKwargs, RunRecord
@@ -437,7 +437,8 @@ class Executor:
 
     async def _publish(self, lease: Lease, event: str, data: Any) -> None:
         lease.check()  # a worker that lost the run must not write into the stream its successor owns
-        await self.broker.post(lease.run_id, event, data if isinstance(data, Held) else dumps(data))
+        # Held in the stream's buffer (and a Redis outbox) for as long as it is kept: its own length, not orjson's.
+        await self.broker.post(lease.run_id, event, data if isinstance(data, Held) else dumps_kept(data))
 
     async def _finish_run(self, run: RunRecord, lease: Lease, status: FinalRunStatus,
                           **outcome: Any) -> RunRecord | None:
