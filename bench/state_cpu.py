@@ -4,6 +4,7 @@
     python bench/state_cpu.py --kind post                       # POST /threads/{id}/state on the 1 MB thread
     python bench/state_cpu.py --backend pg --kind history       # POST /threads/{id}/history, 200 checkpoints
     python bench/state_cpu.py --kind get --profile /tmp/get.prof
+    python bench/state_cpu.py --kind run                        # POST /threads/{id}/runs/wait on the 1 MB thread
     python bench/state_cpu.py --backend pg --kind post --against /tmp/before --rounds 3
 
 The app is `create_app` on `bench/workloads_project` (the `docs` and `ticker` graphs of `bench/workloads.py`)
@@ -73,6 +74,9 @@ async def measure(backend: str, kind: str, requests: int, profile: str | None, p
                         return "GET", f"/threads/{thread}/state", b""
                     if kind == "history":
                         return "POST", f"/threads/{thread}/history", b'{"limit": 200}'
+                    if kind == "run":  # a turn on the thread: its node reads the documents, writes a note
+                        return "POST", f"/threads/{thread}/runs/wait", orjson.dumps(
+                            {"assistant_id": "docs", "input": {"notes": f"run {i}"}})
                     return "POST", f"/threads/{thread}/state", orjson.dumps(
                         {"values": {"notes": f"note {i}"}, "as_node": "load"})
 
@@ -103,7 +107,7 @@ async def measure(backend: str, kind: str, requests: int, profile: str | None, p
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", choices=["sqlite", "pg"], default="sqlite")
-    parser.add_argument("--kind", choices=["get", "post", "history"], default="post")
+    parser.add_argument("--kind", choices=["get", "post", "history", "run"], default="post")
     parser.add_argument("--requests", type=int, default=40)
     parser.add_argument("--profile", help="write a cProfile of the timed requests here")
     parser.add_argument("--pg-url", default=os.environ.get("THREADLINE_BENCH_PG_URL",

@@ -33,7 +33,7 @@ AGENT_RECURSION_LIMIT = 200
 
 @dataclass(frozen=True)
 class Workload:
-    """One row of the table. `kind`: stream | agent | state-read | state-update | history."""
+    """One row of the table. `kind`: stream | agent | state-read | state-update | state-run | history."""
 
     name: str
     kind: str
@@ -74,6 +74,12 @@ def steps_of(wl: Workload, completed: int) -> int:
     if wl.kind == "agent":
         return completed * (2 * wl.steps - 1)
     return completed
+
+
+def check_docs_run(values: Any) -> None:
+    """A run on the 1 MB thread answers the whole state: every document, and the note its node wrote."""
+    if len(values["documents"]) != N_DOCS or values["notes"] != f"{N_DOCS} documents":
+        raise RuntimeError(f"run on the 1 MB thread: {len(values['documents'])} documents, notes {values['notes']!r}")
 
 
 def chat_config(wl: Workload) -> dict[str, Any]:
@@ -183,7 +189,7 @@ class HttpOps:
     async def setup(self, wl: Workload) -> None:
         if wl.kind == "agent" or (wl.kind == "stream" and wl.reader == "resume"):
             self.threads = [await self.new_thread() for _ in range(wl.count if wl.kind == "agent" else wl.concurrency)]
-        elif wl.kind in ("state-read", "state-update"):
+        elif wl.kind in ("state-read", "state-update", "state-run"):
             self.thread = await self.new_thread()
             await self.request("POST", f"/threads/{self.thread}/runs/wait",
                                {"assistant_id": "docs", "input": {"n_docs": N_DOCS, "doc_chars": DOC_CHARS}})
@@ -252,6 +258,10 @@ class HttpOps:
         elif wl.kind == "state-update":
             await self.request("POST", f"/threads/{self.thread}/state",
                                {"values": {"notes": f"note {i}"}, "as_node": "load"})
+        elif wl.kind == "state-run":
+            out = await self.request("POST", f"/threads/{self.thread}/runs/wait",
+                                     {"assistant_id": "docs", "input": {"notes": f"run {i}"}})
+            check_docs_run(out)
         elif wl.kind == "history":
             hist = await self.request("POST", f"/threads/{self.thread}/history", {"limit": HISTORY_CHECKPOINTS})
             if len(hist) != HISTORY_CHECKPOINTS:
@@ -281,7 +291,7 @@ class FloorOps:
     async def setup(self, wl: Workload) -> None:
         self.threads = [str(uuid.uuid4()) for _ in range(max(wl.count, wl.concurrency))]
         self.thread = str(uuid.uuid4())
-        if wl.kind in ("state-read", "state-update"):
+        if wl.kind in ("state-read", "state-update", "state-run"):
             await self.graphs["docs"].ainvoke({"n_docs": N_DOCS, "doc_chars": DOC_CHARS}, self.cfg(self.thread))
         elif wl.kind == "history":
             await self.graphs["ticker"].ainvoke({"count": 0, "target": HISTORY_CHECKPOINTS},
@@ -328,6 +338,8 @@ class FloorOps:
                 raise RuntimeError("state has the wrong number of documents")
         elif wl.kind == "state-update":
             await self.graphs["docs"].aupdate_state(self.cfg(self.thread), {"notes": f"note {i}"}, as_node="load")
+        elif wl.kind == "state-run":
+            check_docs_run(await self.graphs["docs"].ainvoke({"notes": f"run {i}"}, self.cfg(self.thread)))
         elif wl.kind == "history":
             hist = [s async for s in self.graphs["ticker"].aget_state_history(
                 self.cfg(self.thread), limit=HISTORY_CHECKPOINTS)]

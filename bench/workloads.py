@@ -67,6 +67,7 @@ def stream(tokens: int, c: int, mode: str, reader: str = "full") -> Workload:
 def large_state(n_read: int, n_update: int, n_history: int) -> list[Workload]:
     return [Workload(f"state 1MB GET x{n_read}", "state-read", count=n_read),
             Workload(f"state 1MB POST x{n_update}", "state-update", count=n_update),
+            Workload(f"state 1MB run x{n_update}", "state-run", count=n_update),
             Workload(f"history 200 ckpt x{n_history}", "history", count=n_history)]
 
 

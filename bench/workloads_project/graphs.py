@@ -118,6 +118,8 @@ class DocsState(TypedDict, total=False):
 
 
 def load(state: DocsState) -> dict[str, Any]:
+    if state.get("documents"):  # a later turn on the thread: the documents read, a small note written
+        return {"notes": f"{len(state['documents'])} documents"}
     n, chars = state.get("n_docs", 200), state.get("doc_chars", 5000)
     text = (" ".join(WORDS) + " ") * (chars // 70 + 1)
     return {"documents": [{"id": i, "title": f"document {i}", "text": text[:chars]} for i in range(n)], "notes": ""}
