@@ -531,6 +531,33 @@ async def test_a_run_finishing_writes_its_threads_row_once(storage: Storage, dat
     assert ts(stored["state_updated_at"]) == ts(stored["updated_at"]) > ts(thread["updated_at"])
 
 
+async def test_what_every_run_writes_whole_is_compressed_with_lz4(storage: Storage, database_url: str) -> None:
+    """A thread run's output and its thread's values are the whole state (1 MB for a large one), written by every
+    run: on PostgreSQL both are compressed with lz4 where the server has it, not pglz, which took most of its time
+    for such a run (migrations 0014 and 0016; bench/README.md)."""
+    if database_url.startswith("sqlite:"):
+        pytest.skip("SQLite stores the JSON text as it is")
+    async with OtherConnection(database_url) as other:
+        try:
+            await other.execute("CREATE TEMP TABLE lz4_probe (v jsonb COMPRESSION lz4)")
+        except psycopg.errors.FeatureNotSupported:
+            pytest.skip("this PostgreSQL was built without lz4")
+    thread = await create_thread(storage)
+    run = await enqueue(storage, thread["thread_id"])
+    await storage.claim_run("w1", 30)
+    state = {"documents": [{"id": i, "text": "the quick brown fox jumps over the lazy dog " * 40} for i in range(50)]}
+    assert await storage.finish_run(run["run_id"], "success", output=state, worker_id="w1", attempt=1,
+                                    thread_changes={"values": state, "interrupts": {}, "status": "idle",
+                                                    "error": None})
+    async with OtherConnection(database_url) as other:
+        assert await other.execute("SELECT pg_column_compression(output) FROM runs WHERE run_id = ?",
+                                   (run["run_id"],)) == [("lz4",)]
+        assert await other.execute('SELECT pg_column_compression("values") FROM threads WHERE thread_id = ?',
+                                   (thread["thread_id"],)) == [("lz4",)]
+    stored = await storage.get_run(run["run_id"])
+    assert stored is not None and stored["output"] == state
+
+
 async def test_an_sqlite_database_from_before_the_in_place_stamp_is_upgraded(tmp_path: Path) -> None:
     """SQLite only (PostgreSQL's stamp was always set in the written row, by a BEFORE trigger): a database the
     migrations before `0012_thread_state_stamped_in_place.sql` made, with a thread in it, is upgraded when
