@@ -289,6 +289,51 @@ async def test_process_budget_drops_finished_runs_first_oldest_first(deployment:
     assert await broker.resume_gap("c", first)
 
 
+async def test_finished_runs_keep_at_most_their_own_budget_the_first_ended_going_first() -> None:
+    """In process, the finished runs' buffers are bounded apart (`finished_bytes`, well under the process budget):
+    a burst of runs on a large state, each posting its whole state, kept hundreds of MB for ten minutes."""
+    event = b"x" * 1_000
+    size = event_bytes("values", event)
+    broker = MemoryBroker(total_bytes=100 * size, finished_bytes=10 * size)
+    running = [await broker.publish("live", "values", event) for _ in range(8)]
+    for run_id in ("a", "b", "c"):
+        for _ in range(4):
+            await broker.publish(run_id, "values", event)
+        await broker.end_stream(run_id)
+    # 12 events' worth finished, over the 10 allowed: "a", which ended first, goes whole.
+    assert await _collect(broker, "a", replay=True) == []
+    assert await broker.resume_gap("a", "-1")
+    assert await _collect(broker, "b", replay=True) == [event] * 4
+    assert await _collect(broker, "c", replay=True) == [event] * 4
+    assert broker.finished_bytes == 8 * size and broker.held_bytes == 16 * size
+    assert not await broker.resume_gap("live", running[0])  # a running run's buffer is not the finished ones'
+    await broker.end_stream("live")  # 16 events' worth finished now: the older runs go, the newest stays
+    assert broker.finished_bytes == broker.held_bytes == 8 * size
+    assert len(await _collect(broker, "live", replay=True)) == 8
+    assert await _collect(broker, "c", replay=True) == []
+
+
+async def test_a_finished_run_being_read_is_kept_and_bounded_once_its_reader_is_done() -> None:
+    event = b"x" * 1_000
+    size = event_bytes("values", event)
+    broker = MemoryBroker(finished_bytes=5 * size)
+    broker.batch_bytes = size  # one event a batch: the reader is in the middle of the run's stream
+    for _ in range(4):
+        await broker.publish("a", "values", event)
+    await broker.end_stream("a")
+    reader = broker.subscribe_batches("a", replay=True)
+    assert len(await anext(reader)) == 1
+    for _ in range(4):
+        await broker.publish("b", "values", event)
+    await broker.end_stream("b")  # over the budget, but "a" is being read: kept, and "b" after it
+    assert broker.finished_bytes == 8 * size
+    assert [len(batch) async for batch in reader] == [1, 1, 1]  # the rest of "a", none lost
+    # Its reader done, "a" goes; "b", newer, stays.
+    assert broker.finished_bytes == 4 * size
+    assert await _collect(broker, "a", replay=True) == []
+    assert await _collect(broker, "b", replay=True) == [event] * 4
+
+
 async def test_a_slow_reader_does_not_grow_what_is_held(deployment: Deployment) -> None:
     broker = await deployment.open(buffer_bytes=20_000)
     reader = broker.subscribe("r", replay=True)

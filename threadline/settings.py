@@ -86,6 +86,13 @@ class Settings:
         256 * 1024 * 1024, "Bytes of events this process keeps for all runs together: past it, finished runs' "
         "events go first (oldest runs first), then the oldest events of the largest running one."
     )
+    stream_finished_bytes: int = _setting(
+        64 * 1024 * 1024, "Embedded (in-process broker): bytes of finished runs' events this process keeps for late "
+        "joins and Last-Event-ID resumes, within stream_memory_bytes: past it, the runs that ended first are "
+        "dropped whole (while a client of this process still reads the oldest, it and the runs after it are kept "
+        "until it is done). 0: a finished run keeps nothing once no client reads it. With Redis or the PostgreSQL "
+        "broker the events are in those services, bounded by stream_memory_bytes and their expiry."
+    )
     database_pool_size: int = _setting(
         0, "PostgreSQL only: the most connections each of this process's pools holds (storage's, for writes, "
         "checkpoints and the store; without Redis, the broker's), reads having at most this many of their own "

@@ -31,13 +31,15 @@ def broker_kind(url: str | None) -> str:
 
 def open_broker(url: str | None, *, buffer_events: int = 10_000, buffer_bytes: int = 8 << 20,
                 total_bytes: int = 256 << 20, key_prefix: str = "threadline", outbox_bytes: int = 16 << 20,
-                pool_size: int = 0) -> Broker:
+                pool_size: int = 0, finished_bytes: int = 64 << 20) -> Broker:
     """The broker `url` names (see `broker_url`); None means in-process (the embedded default). `pool_size`: the
-    PostgreSQL broker's most pooled connections (0: its default)."""
+    PostgreSQL broker's most pooled connections (0: its default). `finished_bytes`: the in-process broker's bound on
+    finished runs' events (the shared brokers keep them in their service)."""
     if url is None or url.startswith("memory:"):
         from threadline.broker.memory import MemoryBroker
 
-        return MemoryBroker(buffer_events=buffer_events, buffer_bytes=buffer_bytes, total_bytes=total_bytes)
+        return MemoryBroker(buffer_events=buffer_events, buffer_bytes=buffer_bytes, total_bytes=total_bytes,
+                            finished_bytes=finished_bytes)
     if url.startswith(("redis://", "rediss://", "unix://")):
         from threadline.broker.redis import RedisBroker
 

@@ -100,6 +100,7 @@ class _RunStream:
         self.waiters: list[asyncio.Future[None]] = []  # subscribers waiting for the next change
         self.ended_at: float | None = None
         self.dropped = 0  # seq of the newest event the bounded buffer dropped
+        self.readers = 0  # subscribers of this process reading it now
 
     def changed(self) -> None:
         """Wake every subscriber waiting (one loop, no lock: nothing in between can interleave)."""
@@ -131,11 +132,14 @@ class MemoryBroker(Broker):
     #: Most bytes of events a subscriber takes from the buffer at once.
     batch_bytes = 256 * 1024
 
-    def __init__(self, buffer_events: int = 10_000, buffer_bytes: int = 8 << 20, total_bytes: int = 256 << 20) -> None:
+    def __init__(self, buffer_events: int = 10_000, buffer_bytes: int = 8 << 20, total_bytes: int = 256 << 20,
+                 finished_bytes: int = 64 << 20) -> None:
         self._buffer = buffer_events
         self._buffer_bytes = buffer_bytes
         self._total_bytes = total_bytes
+        self._finished_bytes = finished_bytes
         self._held = 0  # bytes of every buffer together
+        self._finished_held = 0  # ... of the finished runs' buffers
         self._started_ms = int(time.time() * 1000)
         self._streams: dict[str, _RunStream] = {}
         self._signals = LocalSignals()
@@ -150,6 +154,16 @@ class MemoryBroker(Broker):
     def held_bytes(self) -> int:
         """Bytes the buffers of this process hold (as counted against `total_bytes`)."""
         return self._held
+
+    @property
+    def finished_bytes(self) -> int:
+        """Bytes the buffers of finished runs hold (as counted against `finished_bytes`)."""
+        return self._finished_held
+
+    def _freed(self, stream: _RunStream, size: int) -> None:
+        self._held -= size
+        if stream.ended:
+            self._finished_held -= size
 
     async def buffered_bytes(self, run_id: str) -> int:
         stream = self._streams.get(run_id)
@@ -167,25 +181,38 @@ class MemoryBroker(Broker):
         while self._ended and self._ended[0][0] < cutoff:
             stream = self._streams.pop(self._ended.popleft()[1], None)
             if stream is not None:
-                self._held -= stream.bytes
+                self._freed(stream, stream.bytes)
         while self._ended_holding and self._ended_holding[0] not in self._streams:
             self._ended_holding.popleft()
 
     def _bound(self, stream: _RunStream) -> None:
         """Drop what is over the run's bounds, then over the process's (see `Broker`)."""
         while len(stream.events) > 1 and (len(stream.events) > self._buffer or stream.bytes > self._buffer_bytes):
-            self._held -= stream.drop_oldest()
+            self._freed(stream, stream.drop_oldest())
         if self._held <= self._total_bytes:
             return
         while self._ended_holding and self._held > self._total_bytes:  # finished runs first, oldest first, whole
             ended = self._streams.get(self._ended_holding.popleft())
             if ended is not None:
-                self._held -= ended.drop_all()
+                self._freed(ended, ended.drop_all())
         while self._held > self._total_bytes:  # then the oldest events of the largest running stream
             largest = max(self._streams.values(), key=lambda s: s.bytes if len(s.events) > 1 else 0)
             if len(largest.events) <= 1:
                 return
-            self._held -= largest.drop_oldest()
+            self._freed(largest, largest.drop_oldest())
+
+    def _bound_finished(self) -> None:
+        """Drop the finished runs' buffers past `finished_bytes`, whole, the runs that ended first first. One that a
+        subscriber of this process still reads (a slow client at the end of a long reply) stops the dropping
+        until that subscriber is done: a stream in progress is never cut, and a newer run never goes before an
+        older one (the newest may be what a client that subscribes as its run ends is about to read)."""
+        while self._ended_holding and self._finished_held > self._finished_bytes:
+            ended = self._streams.get(self._ended_holding[0])
+            if ended is not None and ended.readers:
+                return
+            self._ended_holding.popleft()
+            if ended is not None:
+                self._freed(ended, ended.drop_all())
 
     async def publish(self, run_id: str, event: str, data: bytes) -> str:
         return self._append(run_id, event, data)
@@ -203,6 +230,8 @@ class MemoryBroker(Broker):
         stream.events.append((stream.seq, ev, size))
         stream.bytes += size
         self._held += size
+        if stream.ended:
+            self._finished_held += size
         self._bound(stream)
         stream.changed()
         return ev.id
@@ -213,12 +242,14 @@ class MemoryBroker(Broker):
             return
         stream.ended = True
         stream.ended_at = time.monotonic()
+        self._finished_held += stream.bytes
         if isinstance(stream.events, deque) and len(stream.events) >= PACK_EVENTS:
             stream.events = _Packed(stream.events)
         stream.changed()
         self._ended.append((stream.ended_at, run_id))
         self._ended_holding.append(run_id)
         self._evict()
+        self._bound_finished()
 
     async def resume_gap(self, run_id: str, after: str) -> bool:
         stream = self._streams.get(run_id)
@@ -241,32 +272,38 @@ class MemoryBroker(Broker):
             cursor = 0
         else:
             cursor = stream.seq
-        if context and cursor:
-            before = [ev._replace(context=True) for seq, ev, _ in list(stream.events) if seq <= cursor]
-            if before:
-                yield before
-        while True:
-            while not stream.ended and (not stream.events or stream.events[-1][0] <= cursor):
-                waiter = asyncio.get_running_loop().create_future()
-                stream.waiters.append(waiter)
-                await waiter
-            # Only the events after the cursor: O(new events), not O(buffer); and a batch of at most
-            # `batch_bytes`, so a slow reader keeps no more than that of what the buffer has dropped.
-            fresh = min(max(stream.seq - cursor, 0), len(stream.events))
-            batch, taken = [], 0
-            for index in range(len(stream.events) - fresh, len(stream.events)):
-                seq, ev, size = stream.events[index]
-                batch.append(ev)
-                taken += size
-                if taken >= self.batch_bytes:
-                    break
-            ended = stream.ended
-            if not batch:
-                if ended:
-                    return
-                continue
-            cursor = seq
-            yield batch
+        stream.readers += 1
+        try:
+            if context and cursor:
+                before = [ev._replace(context=True) for seq, ev, _ in list(stream.events) if seq <= cursor]
+                if before:
+                    yield before
+            while True:
+                while not stream.ended and (not stream.events or stream.events[-1][0] <= cursor):
+                    waiter = asyncio.get_running_loop().create_future()
+                    stream.waiters.append(waiter)
+                    await waiter
+                # Only the events after the cursor: O(new events), not O(buffer); and a batch of at most
+                # `batch_bytes`, so a slow reader keeps no more than that of what the buffer has dropped.
+                fresh = min(max(stream.seq - cursor, 0), len(stream.events))
+                batch, taken = [], 0
+                for index in range(len(stream.events) - fresh, len(stream.events)):
+                    seq, ev, size = stream.events[index]
+                    batch.append(ev)
+                    taken += size
+                    if taken >= self.batch_bytes:
+                        break
+                ended = stream.ended
+                if not batch:
+                    if ended:
+                        return
+                    continue
+                cursor = seq
+                yield batch
+        finally:
+            stream.readers -= 1
+            if stream.ended and not stream.readers:  # kept for it past `finished_bytes`: bound now
+                self._bound_finished()
 
     async def wake_workers(self) -> None:
         await self._signals.wake()
