@@ -16,6 +16,7 @@ from threadline.storage.statements import (
     CRON_COLUMNS,
     DIALECT_STATEMENTS,
     POSTGRES,
+    RUN_COLUMNS_BUT_OUTPUT,
     SERVER_STATEMENTS,
     SQLITE,
     STATEMENTS,
@@ -88,6 +89,28 @@ async def test_every_statement_prepares_on_its_database(backend: Backend) -> Non
             await prepare_on_postgres(backend.database_url)
     finally:
         await storage.close()
+
+
+async def test_a_runs_end_answers_every_column_of_the_run_but_its_output(backend: Backend) -> None:
+    """`finish_run` names the columns it answers (all but `output`, which the caller has): a column added to
+    `runs` later must be added there too, on both backends, or a finished run would come back without it."""
+    storage = await open_storage(backend.database_url)
+    try:
+        if backend.kind == "sqlite":
+            db = sqlite3.connect(backend.database_url.removeprefix("sqlite:///"))
+            try:
+                columns = [row[1] for row in db.execute("PRAGMA table_info(runs)")]
+            finally:
+                db.close()
+        else:
+            async with await psycopg.AsyncConnection.connect(backend.database_url, autocommit=True) as conn:
+                cur = await conn.execute("SELECT column_name FROM information_schema.columns WHERE table_name = "
+                                         "'runs' AND table_schema = current_schema() ORDER BY ordinal_position")
+                columns = [row[0] for row in await cur.fetchall()]
+    finally:
+        await storage.close()
+    assert sorted(RUN_COLUMNS_BUT_OUTPUT) == sorted(c for c in columns if c != "output")
+    assert "output" in columns
 
 
 def prepare_on_sqlite(path: str) -> None:

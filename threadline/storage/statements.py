@@ -40,11 +40,18 @@ _CLAIMABLE = (
     "AND NOT EXISTS (SELECT 1 FROM runs e WHERE e.thread_id = r.thread_id AND e.status = 'pending' AND e.seq < r.seq) "
     "ORDER BY seq LIMIT "
 )
+#: A run's columns but its `output`, what a run's end answers: the caller has the output, which for a thread run
+#: is the whole state again (1 MB of JSON for a large one, read back and parsed for nothing). The same on both
+#: backends (`tests/test_statements.py` checks them against the schemas).
+RUN_COLUMNS_BUT_OUTPUT = ("seq", "run_id", "thread_id", "assistant_id", "status", "metadata", "kwargs",
+                          "multitask_strategy", "available_at", "attempt", "worker_id", "error", "created_at",
+                          "updated_at", "lease_expires_at", "deadline_at", "identity", "quota_slots")
 # The finish guard: with a worker named, only the holder of that attempt ends the run.
 _FINISH_RUN = (
     "UPDATE runs SET status = :status, error = {json:error}, output = {json:output}, lease_expires_at = NULL, "
     "updated_at = {now} WHERE run_id = :run_id AND (CAST(:worker_id AS TEXT) IS NULL OR "
-    "(worker_id = :worker_id AND attempt = :attempt AND status = 'running')) RETURNING *")
+    "(worker_id = :worker_id AND attempt = :attempt AND status = 'running')) RETURNING "
+    + ", ".join(RUN_COLUMNS_BUT_OUTPUT))
 #: A running run's deadline has passed (limits, issue 16), on the clock `{now}` names.
 _PAST_DEADLINE = "(deadline_at IS NOT NULL AND deadline_at <= {now}) AS past_deadline"
 
@@ -265,6 +272,7 @@ DIALECT_STATEMENTS: dict[DialectName, dict[str, str]] = {
     "postgres": {
         # `finish_run` that raises TL410 when it ends no run (migration 0015), so that it can go with the
         # reconciliation and the COMMIT in one round trip: the refusal aborts the pipeline, rolling all back.
+        # Its row comes back without the output, as `finish_run`'s (migration 0017).
         "finish_run_or_refuse": (
             "SELECT * FROM threadline_finish_run(:run_id, :status, {json:error}, {json:output}, "
             "CAST(:worker_id AS text), CAST(:attempt AS integer))"),
