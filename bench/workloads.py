@@ -14,6 +14,9 @@ Targets (each started fresh for each workload, one at a time, never concurrently
                   database and Redis key prefix (``bench/scaleout.py``'s helpers);
 * ``pgonly``    - the same processes on PostgreSQL alone (no Redis URL: PostgreSQL is the broker too); not in
                   the default targets, ask for it with ``--targets``;
+* ``pg1``       - PostgreSQL + Redis in one process: ``threadline serve`` with its in-process workers (the
+                  scale-out stack where each process both serves and runs: what one such process holds and
+                  spends against the two of ``pg``); not in the default targets either;
 * ``reference`` - ``langgraph dev`` (LangGraph's own server), skipped with the reason if it is not installed.
 
 For each (workload, target): wall time of the measured part, its ratio to the floor and to the reference, the
@@ -54,7 +57,9 @@ from workload_ops import Workload
 
 from threadline.cli import event_loop_name, run_loop
 
-TARGETS = ("floor", "embedded", "pg", "pgonly", "reference")
+TARGETS = ("floor", "embedded", "pg", "pgonly", "pg1", "reference")
+#: The targets on PostgreSQL (a fresh database each, `started_pg`).
+PG_TARGETS = ("pg", "pgonly", "pg1")
 MODES = ("messages-tuple", "messages", "values", "updates")
 
 
@@ -144,14 +149,15 @@ def started(target: Target, wl: Workload, cfg: argparse.Namespace, tmp: Path) ->
             yield Live([proc.pid], base_url=url)
     else:
         with started_pg(target, cfg, env, port, log_path) as (groups, db_url):
-            roles = {g: "api" if i == 0 else "worker" for i, g in enumerate(groups)}
+            roles = {} if target.kind == "pg1" else {g: "api" if i == 0 else "worker" for i, g in enumerate(groups)}
             yield Live(groups, base_url=url, roles=roles, db_url=db_url)
 
 
 @contextlib.contextmanager
 def started_pg(target: Target, cfg: argparse.Namespace, env: dict[str, str], port: int,
                log_path: Path) -> Iterator[tuple[list[int], str]]:
-    """A fresh database and Redis prefix, `threadline migrate`, N workers and one API process; all gone after."""
+    """A fresh database and Redis prefix, `threadline migrate`, N workers and one API process (`pg1`: one process
+    that serves and runs); all gone after."""
     token = uuid.uuid4().hex[:10]
     dbname, prefix = f"threadline_bench_{token}", f"tlbench-{token}"
     db_url = scaleout.database_url(cfg.scaleout_pg_admin_url, dbname)
@@ -164,11 +170,12 @@ def started_pg(target: Target, cfg: argparse.Namespace, env: dict[str, str], por
     try:
         subprocess.run([*cfg.tl_argv, "migrate"], env=env, check=True, capture_output=True, timeout=120)
         workers = []
-        for i in range(cfg.pg_workers):
+        for i in range(0 if target.kind == "pg1" else cfg.pg_workers):
             path = log_path.with_name(f"{log_path.stem}-worker{i + 1}.log")
             argv = [*cfg.tl_argv, "worker", "--workers", str(cfg.scaleout_slots), *cfg.threadline_arg]
             workers.append((procs.start(f"worker {i + 1}", argv, env, path), path))
-        api = procs.start("api", [*cfg.tl_argv, "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", "0",
+        slots = str(cfg.scaleout_slots) if target.kind == "pg1" else "0"
+        api = procs.start("api", [*cfg.tl_argv, "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", slots,
                            *cfg.threadline_arg], env, log_path)
         run_loop(scaleout.wait_workers(workers, cfg.startup_timeout))
         yield [api.pid, *(p.pid for p, _ in workers)], db_url
@@ -451,7 +458,7 @@ def plan(cfg: argparse.Namespace) -> list[Target]:
     targets = []
     for kind in cfg.targets:
         targets.append(Target(kind, kind))
-        if cfg.threadline_src and kind in ("embedded", "pg", "pgonly"):
+        if cfg.threadline_src and kind in ("embedded", *PG_TARGETS):
             targets.append(Target(f"{kind}@{Path(cfg.threadline_src).name}", kind, cfg.threadline_src))
     return targets
 
@@ -523,7 +530,7 @@ def roles_cell(c: dict[str, Any]) -> str:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="The quick profile (a few minutes).")
-    p.add_argument("--targets", default=",".join(t for t in TARGETS if t != "pgonly"),
+    p.add_argument("--targets", default=",".join(t for t in TARGETS if t not in ("pgonly", "pg1")),
                    help=f"Comma-separated, of {','.join(TARGETS)}.")
     p.add_argument("--only", default="",
                    help="Run only the workloads whose name contains one of these (comma-separated).")
@@ -587,11 +594,11 @@ def main(argv: list[str] | None = None) -> int:
     skipped: dict[str, str] = {}
     if "reference" in cfg.targets and (cfg.ref_bin is None or not cfg.ref_bin.exists()):
         skipped["reference"] = f"`langgraph dev` not installed; {bench_run.INSTALL_HINT}"
-    for kind in ("pg", "pgonly"):
+    for kind in PG_TARGETS:
         if kind in cfg.targets and (why := scaleout.check_services(cfg)):
             skipped[kind] = why
     targets = [t for t in plan(cfg) if t.kind not in skipped]
-    cfg.imported_from = {t.name: threadline_file(cfg, t) for t in targets if t.kind in ("embedded", "pg", "pgonly")}
+    cfg.imported_from = {t.name: threadline_file(cfg, t) for t in targets if t.kind in ("embedded", *PG_TARGETS)}
     for name, path in cfg.imported_from.items():
         harness.log(f"[{name}] threadline imported from {path}")
     for t, why in skipped.items():
