@@ -450,7 +450,9 @@ async def protocol(s: Session) -> None:
 @session("crons")
 async def crons(s: Session) -> None:
     """Every client.crons call and field. Schedules are yearly or weekly, so no cron fires during the session and
-    `next_run_date` is the same on both servers."""
+    `next_run_date` is the same on both servers; the hourly one is disabled, and the others the sorted searches
+    see fire at minute 30, so no two share a `next_run_date` (a weekly 09:00 in New York and `@hourly` were both
+    due at 14:00 UTC on Mondays from 13:00: a tie the two servers broke differently)."""
     c = s.client
     missing = "00000000-0000-4000-8000-000000000000"
     thread = await s.do("thread", c.threads.create(metadata={"session": s.name}))
@@ -460,7 +462,7 @@ async def crons(s: Session) -> None:
         config={"tags": ["t"]}, context={"c": 1}, interrupt_before=["draft"], multitask_strategy="enqueue",
         stream_mode=["values"], durability="sync"))
     await s.do("create", c.crons.create(
-        "typed", schedule="0 9 * * 1", input=INPUTS["typed"], metadata={"session": s.name, "kind": "stateless"},
+        "typed", schedule="30 9 * * 1", input=INPUTS["typed"], metadata={"session": s.name, "kind": "stateless"},
         on_run_completed="keep", timezone="America/New_York", end_time=datetime(2031, 1, 1, tzinfo=UTC),
         enabled=False))
     await s.do("create hourly", c.crons.create("typed", schedule="@hourly", enabled=False,
@@ -471,7 +473,7 @@ async def crons(s: Session) -> None:
     cron_id = as_cron(on_thread)["cron_id"] if on_thread else missing
     await s.raw("get", "GET", f"/runs/crons/{cron_id}")
     await s.raw("get missing", "GET", f"/runs/crons/{missing}")
-    await s.do("update", c.crons.update(cron_id, schedule="0 0 1 7 *", metadata={"more": 1}, input={"topic": "bats"},
+    await s.do("update", c.crons.update(cron_id, schedule="30 0 1 7 *", metadata={"more": 1}, input={"topic": "bats"},
                                         timezone="Europe/Paris", on_run_completed="keep"))
     await s.do("update end_time", c.crons.update(cron_id, end_time=datetime(2032, 1, 1, tzinfo=UTC)))
     await s.do("clear end_time", c.crons.update(cron_id, end_time=None, enabled=False))
