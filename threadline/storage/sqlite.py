@@ -31,7 +31,7 @@ from threadline.storage.base import Row
 from threadline.storage.records import RunRecord
 from threadline.storage.scripts import Final, Q, Script, T, Undo
 from threadline.storage.sql import JSON_COLUMNS, apply_migrations, dumps, iso_after, now_iso
-from threadline.storage.sqlite_saver import WriterSqliteSaver
+from threadline.storage.sqlite_saver import WriterSqliteSaver, keep_latest_checkpoints
 from threadline.storage.sqlite_writer import Writer, in_transaction, translated
 from threadline.storage.sqlstorage import SQLStorage
 from threadline.storage.statements import SQLITE, Encoded
@@ -170,7 +170,8 @@ class SQLiteStorage(SQLStorage):
         if strategy == "delete":
             await self.checkpointer.adelete_thread(thread_id)
         else:
-            await self.writer.run(in_transaction, _keep_latest_checkpoints, thread_id, inline=False)
+            await self.writer.run(in_transaction, keep_latest_checkpoints, self.checkpointer.serde, thread_id,
+                                  inline=False)
 
 
 def _stepped(db: sqlite3.Connection, script: Callable[..., Script[T]], args: tuple[Any, ...]) -> T:
@@ -247,13 +248,6 @@ def _row(r: Any) -> Row:
         if col in out and isinstance(out[col], str):
             out[col] = _json(out[col])
     return out
-
-
-def _keep_latest_checkpoints(db: sqlite3.Connection, thread_id: str) -> None:
-    keep = "SELECT checkpoint_ns, MAX(checkpoint_id) FROM checkpoints WHERE thread_id = ? GROUP BY checkpoint_ns"
-    for table in ("writes", "checkpoints"):
-        db.execute(f"DELETE FROM {table} WHERE thread_id = ? AND (checkpoint_ns, checkpoint_id) NOT IN ({keep})",
-                   (thread_id, thread_id))
 
 
 def _lock_exclusively(db: Path) -> IO[bytes]:

@@ -8,8 +8,13 @@ run on the event loop, and a read of the latest checkpoint runs there too, with 
 Every write is committed before it returns, except through `grouped()`, the saver of `async` and `exit`
 runs, whose writes are committed in groups (`sqlite_writer.py`, "Group commit").
 
-The tables and rows are LangGraph's `SqliteSaver`'s. A checkpoint and a task's writes are serialized as
-LangGraph serializes them, on the caller's task, so a value that cannot be serialized fails its own run.
+The tables and rows are LangGraph's `SqliteSaver`'s, but for one: a channel value that serializes to
+`BLOB_BYTES` or more is stored once per version of its channel, in `checkpoint_blobs` (migration 0014), not
+inside each checkpoint that holds it, as LangGraph's PostgreSQL and in-memory savers store every value. Stored
+whole, a checkpoint repeats the state's unchanged values at every step: a thread with 1 MB of documents grew
+by about 4 MB per run. Reads fill the values back in (`_filled`), so checkpoints written whole before read as
+they are. A checkpoint and a task's writes are serialized as LangGraph serializes them, on the caller's task,
+so a value that cannot be serialized fails its own run.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import sqlite3
 from collections.abc import AsyncIterator
 from typing import Any
 
-from langgraph.checkpoint.base import WRITES_IDX_MAP, CheckpointTuple
+from langgraph.checkpoint.base import WRITES_IDX_MAP, BaseCheckpointSaver, CheckpointTuple
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
@@ -32,6 +37,12 @@ _PUT_CHECKPOINT = (
     "INSERT OR REPLACE INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, "
     "checkpoint, metadata) VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
+#: A channel value at least this large (serialized) is stored apart, once per version (see the module docstring).
+BLOB_BYTES = 4096
+#: Values looked up by one statement (x 2 parameters, + 2: far below SQLite's limit on a statement's parameters).
+_PAIRS_PER_QUERY = 400
+_PUT_BLOB = ("INSERT OR IGNORE INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob) "
+             "VALUES (?, ?, ?, ?, ?, ?)")
 # As LangGraph's saver: writes to its special channels replace, other writes are kept.
 _PUT_WRITES = ("INSERT OR {} INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, "
                "channel, type, value) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
@@ -62,11 +73,26 @@ class WriterSqliteSaver(AsyncSqliteSaver):
     async def aput(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
         configurable = config["configurable"]
         thread_id, checkpoint_ns = str(configurable["thread_id"]), configurable["checkpoint_ns"]
-        type_, blob = self.serde.dumps_typed(checkpoint)
+        versions = checkpoint.get("channel_versions") or {}
+        inline: dict[str, Any] = {}
+        blobs: list[tuple[Any, ...]] = []
+        for channel, value in (checkpoint.get("channel_values") or {}).items():
+            if channel in versions:
+                value_type, data = self.serde.dumps_typed(value)
+                if len(data) >= BLOB_BYTES:
+                    # Every large value, changed or not: one already stored at this version is left as it is
+                    # (OR IGNORE), and a checkpoint written whole before holds none apart yet.
+                    blobs.append((thread_id, checkpoint_ns, channel, str(versions[channel]), value_type, data))
+                    continue
+            inline[channel] = value
+        type_, blob = self.serde.dumps_typed({**checkpoint, "channel_values": inline} if blobs else checkpoint)
         # JSON text, as LangGraph's `SqliteSaver` stores it; a lone surrogate is dropped, as it drops it.
         meta = dumps(checkpoint_metadata(config, metadata)).encode("utf-8", "ignore")
         row = (thread_id, checkpoint_ns, checkpoint["id"], configurable.get("checkpoint_id"), type_, blob, meta)
-        await self.writer.run(_insert, _PUT_CHECKPOINT, [row], group=self._group)
+        if blobs:
+            await self.writer.run(in_transaction, _put_with_blobs, row, blobs, group=self._group)
+        else:
+            await self.writer.run(_insert, _PUT_CHECKPOINT, [row], group=self._group)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns,
                                  "checkpoint_id": checkpoint["id"]}}
 
@@ -81,6 +107,11 @@ class WriterSqliteSaver(AsyncSqliteSaver):
     async def aget_tuple(self, config: Any) -> CheckpointTuple | None:
         found: CheckpointTuple | None = await self.writer.run(_get_tuple, self._reader, config)
         return found
+
+    async def aget_delta_channel_history(self, *, config: Any, channels: Any) -> Any:
+        # LangGraph's SQLite fast path reads the checkpoint rows itself, which no longer hold the large values:
+        # the generic walk over `aget_tuple` (filled) instead.
+        return await BaseCheckpointSaver.aget_delta_channel_history(self, config=config, channels=channels)
 
     async def alist(self, config: Any, **kwargs: Any) -> AsyncIterator[CheckpointTuple]:
         # LangGraph's sync `list`, read whole in one trip to the connection's thread before the first is
@@ -101,6 +132,25 @@ def delete_thread_checkpoints(db: sqlite3.Connection, thread_id: str) -> None:
         db.execute(sql, {"thread_ids": dumps([thread_id])})
 
 
+def keep_latest_checkpoints(db: sqlite3.Connection, serde: SerializerProtocol, thread_id: str) -> None:
+    """The thread's latest checkpoint of each namespace, its writes and the values it holds apart; the rest goes."""
+    keep = "SELECT checkpoint_ns, MAX(checkpoint_id) FROM checkpoints WHERE thread_id = ? GROUP BY checkpoint_ns"
+    for table in ("writes", "checkpoints"):
+        db.execute(f"DELETE FROM {table} WHERE thread_id = ? AND (checkpoint_ns, checkpoint_id) NOT IN ({keep})",
+                   (thread_id, thread_id))
+    held = db.execute("SELECT rowid, checkpoint_ns, channel, version FROM checkpoint_blobs WHERE thread_id = ?",
+                      (thread_id,)).fetchall()
+    if not held:
+        return
+    used: set[tuple[str, str, str]] = set()
+    for ns, type_, blob in db.execute("SELECT checkpoint_ns, type, checkpoint FROM checkpoints WHERE thread_id = ?",
+                                      (thread_id,)):
+        versions = serde.loads_typed((type_, blob)).get("channel_versions") or {}
+        used.update((ns, channel, str(version)) for channel, version in versions.items())
+    gone = [(rowid,) for rowid, ns, channel, version in held if (ns, channel, version) not in used]
+    db.executemany("DELETE FROM checkpoint_blobs WHERE rowid = ?", gone)
+
+
 _ROWS_PER_STATEMENT = 500  # x 9 values: far below SQLite's limit on a statement's parameters
 
 
@@ -118,9 +168,49 @@ def _insert_many(db: sqlite3.Connection, sql: str, rows: list[tuple[Any, ...]]) 
     db.executemany(sql, rows)
 
 
+def _put_with_blobs(db: sqlite3.Connection, row: tuple[Any, ...], blobs: list[tuple[Any, ...]]) -> None:
+    """A checkpoint and the large values it holds apart (in the caller's transaction)."""
+    db.executemany(_PUT_BLOB, blobs)
+    db.execute(_PUT_CHECKPOINT, row)
+
+
 def _list(db: sqlite3.Connection, reader: SqliteSaver, config: Any, kwargs: dict[str, Any]) -> list[CheckpointTuple]:
-    return list(reader.list(config, **kwargs))
+    return _filled(db, reader.serde, list(reader.list(config, **kwargs)))
 
 
 def _get_tuple(db: sqlite3.Connection, reader: SqliteSaver, config: Any) -> CheckpointTuple | None:
-    return reader.get_tuple(config)
+    found = reader.get_tuple(config)
+    return None if found is None else _filled(db, reader.serde, [found])[0]
+
+
+def _filled(db: sqlite3.Connection, serde: SerializerProtocol, found: list[CheckpointTuple]) -> list[CheckpointTuple]:
+    """The checkpoints with the values they hold apart put back: a channel with a version and no value inline
+    is looked up at that version (none found: the channel is empty, as in a checkpoint stored whole). One query
+    per thread and namespace for every value its checkpoints name (a history shares one row of a value no step
+    changed), each decoded for each checkpoint that holds it, as a checkpoint stored whole is."""
+    wanted: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    for item in found:
+        configurable = item.config["configurable"]
+        key = (str(configurable["thread_id"]), str(configurable.get("checkpoint_ns", "")))
+        values = item.checkpoint["channel_values"]
+        wanted.setdefault(key, set()).update((channel, str(version)) for channel, version
+                                            in item.checkpoint["channel_versions"].items() if channel not in values)
+    stored: dict[tuple[str, str, str, str], tuple[str, bytes]] = {}
+    for key, pairs in wanted.items():
+        listed = sorted(pairs)
+        for start in range(0, len(listed), _PAIRS_PER_QUERY):
+            chunk = listed[start:start + _PAIRS_PER_QUERY]
+            sql = ("SELECT channel, version, type, blob FROM checkpoint_blobs WHERE thread_id = ? AND checkpoint_ns "
+                   "= ? AND (channel, version) IN (VALUES " + ", ".join(["(?, ?)"] * len(chunk)) + ")")
+            for channel, version, type_, blob in db.execute(sql, [*key, *(v for pair in chunk for v in pair)]):
+                stored[(*key, channel, version)] = (type_, blob)
+    if stored:
+        for item in found:
+            configurable = item.config["configurable"]
+            key = (str(configurable["thread_id"]), str(configurable.get("checkpoint_ns", "")))
+            values = item.checkpoint["channel_values"]
+            for channel, version in item.checkpoint["channel_versions"].items():
+                held = None if channel in values else stored.get((*key, channel, str(version)))
+                if held is not None:
+                    values[channel] = serde.loads_typed(held)
+    return found

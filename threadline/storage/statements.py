@@ -244,7 +244,8 @@ DIALECT_STATEMENTS: dict[DialectName, dict[str, str]] = {
         "end_stalled_sessions": "SELECT 0 AS n",
         "delete_thread_checkpoints": (
             "DELETE FROM checkpoints WHERE thread_id {in:thread_ids}; "
-            "DELETE FROM writes WHERE thread_id {in:thread_ids}"),
+            "DELETE FROM writes WHERE thread_id {in:thread_ids}; "
+            "DELETE FROM checkpoint_blobs WHERE thread_id {in:thread_ids}"),
         # The thread's cache of its latest state, written after a change to its checkpoints; a thread a run
         # holds busy stays busy (the run's end reconciles it). Nothing read back: the caller has what it wrote.
         # It stamps `state_updated_at` itself: the stamping trigger would write the whole row again. Always the
@@ -267,7 +268,10 @@ DIALECT_STATEMENTS: dict[DialectName, dict[str, str]] = {
             "FROM checkpoints WHERE thread_id = :source; "
             "INSERT OR REPLACE INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, "
             "channel, type, value) SELECT :target, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, "
-            "type, value FROM writes WHERE thread_id = :source"),
+            "type, value FROM writes WHERE thread_id = :source; "
+            "INSERT OR REPLACE INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob) "
+            "SELECT :target, checkpoint_ns, channel, version, type, blob FROM checkpoint_blobs "
+            "WHERE thread_id = :source"),
     },
     "postgres": {
         # `finish_run` that raises TL410 when it ends no run (migration 0015), so that it can go with the
