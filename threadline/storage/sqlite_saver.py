@@ -73,19 +73,22 @@ class WriterSqliteSaver(AsyncSqliteSaver):
     async def aput(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
         configurable = config["configurable"]
         thread_id, checkpoint_ns = str(configurable["thread_id"]), configurable["checkpoint_ns"]
-        versions = checkpoint.get("channel_versions") or {}
-        inline: dict[str, Any] = {}
+        type_, blob = self.serde.dumps_typed(checkpoint)
         blobs: list[tuple[Any, ...]] = []
-        for channel, value in (checkpoint.get("channel_values") or {}).items():
-            if channel in versions:
-                value_type, data = self.serde.dumps_typed(value)
-                if len(data) >= BLOB_BYTES:
-                    # Every large value, changed or not: one already stored at this version is left as it is
-                    # (OR IGNORE), and a checkpoint written whole before holds none apart yet.
-                    blobs.append((thread_id, checkpoint_ns, channel, str(versions[channel]), value_type, data))
-                    continue
-            inline[channel] = value
-        type_, blob = self.serde.dumps_typed({**checkpoint, "channel_values": inline} if blobs else checkpoint)
+        if len(blob) >= BLOB_BYTES:  # else no value in it is that large: stored whole, serialized once
+            versions = checkpoint.get("channel_versions") or {}
+            inline: dict[str, Any] = {}
+            for channel, value in (checkpoint.get("channel_values") or {}).items():
+                if channel in versions:
+                    value_type, data = self.serde.dumps_typed(value)
+                    if len(data) >= BLOB_BYTES:
+                        # Every large value, changed or not: one already stored at this version is left as it
+                        # is (OR IGNORE), and a checkpoint written whole before holds none apart yet.
+                        blobs.append((thread_id, checkpoint_ns, channel, str(versions[channel]), value_type, data))
+                        continue
+                inline[channel] = value
+            if blobs:
+                type_, blob = self.serde.dumps_typed({**checkpoint, "channel_values": inline})
         # JSON text, as LangGraph's `SqliteSaver` stores it; a lone surrogate is dropped, as it drops it.
         meta = dumps(checkpoint_metadata(config, metadata)).encode("utf-8", "ignore")
         row = (thread_id, checkpoint_ns, checkpoint["id"], configurable.get("checkpoint_id"), type_, blob, meta)
