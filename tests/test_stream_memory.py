@@ -23,6 +23,7 @@ from tests.conftest import PROJECT
 from tests.services import Backend
 from tests.shared_app import shared_app
 from threadline.api.app import create_app
+from threadline.broker.memory import MemoryBroker
 from threadline.core.partials import PartialDecoder, PartialEncoder, is_partial
 from threadline.core.runtime import Runtime
 from threadline.settings import Settings
@@ -393,3 +394,33 @@ async def test_the_events_a_run_posts_take_their_own_length(client: tuple[httpx.
     assert len(large) >= 2  # the values before and after the reply
     for data in large:
         assert _allocated(data) < len(data) + 8192, (len(data), _allocated(data))
+
+
+async def test_finished_runs_keep_no_more_than_their_budget_in_a_served_process(own_backend: Backend) -> None:
+    """`stream_finished_bytes` reaches the process's broker: turns on a thread whose state each run posts twice
+    (as `values`) keep the newest finished runs' events within it, and a resume of an older run's stream gets the
+    counted gap instead of its events."""
+    app = create_app(_settings(own_backend, stream_finished_bytes=30_000))
+    async with LifespanManager(app, startup_timeout=30, shutdown_timeout=30) as manager:
+        broker = app.state.runtime.broker
+        if not isinstance(broker, MemoryBroker):
+            pytest.skip("a shared broker keeps the events in its service (bounded by stream_memory_bytes)")
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app), base_url="http://t",
+                                     timeout=60) as http:
+            tid = (await http.post("/threads", json={})).json()["thread_id"]
+            runs = []
+            for i in range(3):  # the state twice per run, growing by 4 KB a run: about 6, 14 and 22 KB of events
+                answer = await http.post(f"/threads/{tid}/runs", json={
+                    "assistant_id": "echo", "input": {"messages": [{"role": "user", "content": f"{i}" * 2_000}]}})
+                runs.append(answer.json()["run_id"])
+                await http.get(f"/threads/{tid}/runs/{runs[-1]}/join")
+            # Read to its end: the last run's stream has ended, and its reader is gone.
+            last = _frames((await http.get(f"/threads/{tid}/runs/{runs[-1]}/stream",
+                                           headers={"Last-Event-ID": "-1"})).content)
+            assert 0 < broker.finished_bytes <= 30_000
+            first = _frames((await http.get(f"/threads/{tid}/runs/{runs[0]}/stream",
+                                            headers={"Last-Event-ID": "-1"})).content)
+            metrics = (await http.get("/metrics")).text
+    assert [event for _, event, _ in first] == []
+    assert [event for _, event, _ in last].count("values") == 2
+    assert re.search(r"^lg_api_stream_replay_gaps_total 1\.0$", metrics, re.M)
