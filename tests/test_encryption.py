@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import sqlite3
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -114,6 +115,30 @@ async def test_a_marker_in_every_record_is_stored_encrypted_and_read_back(tmp_pa
     # row); only the system assistants, created at startup outside any request, have none.
     assert {tenant for tenant, _ in project_encryption.TENANTS} == {"acme", None}
     assert {call[1] for tenant, call in project_encryption.TENANTS if tenant is None} == {"assistant"}
+
+
+async def test_a_large_state_is_stored_sealed_and_read_back(tmp_path: Path, backend: Backend) -> None:
+    """A state value of several KiB: SQLite keeps it apart from its checkpoints (`checkpoint_blobs`), PostgreSQL in
+    its blob table; either way sealed, and every checkpoint that holds it reads it back."""
+    long = (MARKER + " ") * 1_000  # 20 KB: past the 4 KiB at which SQLite stores a value apart
+    async with serve(tmp_path, backend, encryption={"path": ENCRYPTION}) as (_, http):
+        sdk = LangGraphClient(http)
+        tid = (await sdk.threads.create())["thread_id"]
+        for _ in range(2):  # the second run's checkpoints hold the first one's messages, unchanged at first
+            message: dict[str, Any] = {"messages": [{"role": "user", "content": long}]}
+            await sdk.runs.wait(tid, "echo", input=message)
+        assert not found_in(stored_text(backend))
+        if backend.kind == "sqlite":  # the sealed messages were stored apart, once per version
+            db = sqlite3.connect(backend.database_url.removeprefix("sqlite:///"))
+            try:
+                assert db.execute("SELECT count(*) FROM checkpoint_blobs WHERE thread_id = ?", (tid,)).fetchone()[0]
+            finally:
+                db.close()
+        history = await sdk.threads.get_history(tid)
+        assert len(history) >= 6
+        assert all(one_state(h["values"])["messages"][0]["content"] == long for h in history[:-1])
+        state = one_state((await sdk.threads.get_state(tid))["values"])
+        assert [m["content"] for m in state["messages"]] == [long, f"You said: {long}"] * 2
 
 
 async def test_a_malformed_encryption_context_header_is_422(tmp_path: Path, backend: Backend) -> None:
