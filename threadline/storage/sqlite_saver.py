@@ -74,28 +74,13 @@ class WriterSqliteSaver(AsyncSqliteSaver):
         configurable = config["configurable"]
         thread_id, checkpoint_ns = str(configurable["thread_id"]), configurable["checkpoint_ns"]
         type_, blob = self.serde.dumps_typed(checkpoint)
-        blobs: list[tuple[Any, ...]] = []
-        if len(blob) >= BLOB_BYTES:  # else no value in it is that large: stored whole, serialized once
-            versions = checkpoint.get("channel_versions") or {}
-            inline: dict[str, Any] = {}
-            for channel, value in (checkpoint.get("channel_values") or {}).items():
-                if channel in versions:
-                    value_type, data = self.serde.dumps_typed(value)
-                    if len(data) >= BLOB_BYTES:
-                        # Every large value, changed or not: one already stored at this version is left as it
-                        # is (OR IGNORE), and a checkpoint written whole before holds none apart yet.
-                        blobs.append((thread_id, checkpoint_ns, channel, str(versions[channel]), value_type, data))
-                        continue
-                inline[channel] = value
-            if blobs:
-                type_, blob = self.serde.dumps_typed({**checkpoint, "channel_values": inline})
         # JSON text, as LangGraph's `SqliteSaver` stores it; a lone surrogate is dropped, as it drops it.
         meta = dumps(checkpoint_metadata(config, metadata)).encode("utf-8", "ignore")
         row = (thread_id, checkpoint_ns, checkpoint["id"], configurable.get("checkpoint_id"), type_, blob, meta)
-        if blobs:
-            await self.writer.run(in_transaction, _put_with_blobs, row, blobs, group=self._group)
-        else:
+        if len(blob) < BLOB_BYTES:  # no value in it is that large: stored whole, serialized once
             await self.writer.run(_insert, _PUT_CHECKPOINT, [row], group=self._group)
+        else:
+            await self.writer.run(in_transaction, _put_apart, self.serde, row, checkpoint, group=self._group)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns,
                                  "checkpoint_id": checkpoint["id"]}}
 
@@ -171,10 +156,45 @@ def _insert_many(db: sqlite3.Connection, sql: str, rows: list[tuple[Any, ...]]) 
     db.executemany(sql, rows)
 
 
-def _put_with_blobs(db: sqlite3.Connection, row: tuple[Any, ...], blobs: list[tuple[Any, ...]]) -> None:
-    """A checkpoint and the large values it holds apart (in the caller's transaction)."""
+def _put_apart(db: sqlite3.Connection, serde: SerializerProtocol, row: tuple[Any, ...], checkpoint: Any) -> None:
+    """A checkpoint of `BLOB_BYTES` or more (`row`, serialized whole), in the caller's transaction. A value already
+    stored at its version (one no step changed since an earlier checkpoint) stays where it is, neither serialized
+    nor written again; another value of `BLOB_BYTES` or more is stored apart; the rest stays inline, and the row
+    is serialized again without what went apart. A checkpoint written whole before this layout holds nothing
+    apart yet: its next one stores its large values."""
+    thread_id, checkpoint_ns = row[0], row[1]
+    versions = {channel: str(version) for channel, version in (checkpoint.get("channel_versions") or {}).items()}
+    values = checkpoint.get("channel_values") or {}
+    stored = {(channel, version) for channel, version, *_ in _blob_rows(
+        db, "channel, version", (thread_id, checkpoint_ns), [(c, versions[c]) for c in values if c in versions])}
+    inline: dict[str, Any] = {}
+    blobs: list[tuple[Any, ...]] = []
+    for channel, value in values.items():
+        version = versions.get(channel)
+        if version is not None and (channel, version) in stored:
+            continue
+        if version is not None:
+            value_type, data = serde.dumps_typed(value)
+            if len(data) >= BLOB_BYTES:
+                blobs.append((thread_id, checkpoint_ns, channel, version, value_type, data))
+                continue
+        inline[channel] = value
+    if len(inline) < len(values):
+        row = (*row[:4], *serde.dumps_typed({**checkpoint, "channel_values": inline}), row[6])
     db.executemany(_PUT_BLOB, blobs)
     db.execute(_PUT_CHECKPOINT, row)
+
+
+def _blob_rows(db: sqlite3.Connection, columns: str, key: tuple[str, str],
+               pairs: list[tuple[str, str]]) -> list[Any]:
+    """`columns` of the values a thread's namespace (`key`) holds apart at these (channel, version) pairs."""
+    found: list[Any] = []
+    for start in range(0, len(pairs), _PAIRS_PER_QUERY):
+        chunk = pairs[start:start + _PAIRS_PER_QUERY]
+        sql = (f"SELECT {columns} FROM checkpoint_blobs WHERE thread_id = ? AND checkpoint_ns = ? AND "
+               "(channel, version) IN (VALUES " + ", ".join(["(?, ?)"] * len(chunk)) + ")")
+        found.extend(db.execute(sql, [*key, *(v for pair in chunk for v in pair)]))
+    return found
 
 
 def _list(db: sqlite3.Connection, reader: SqliteSaver, config: Any, kwargs: dict[str, Any]) -> list[CheckpointTuple]:
@@ -200,13 +220,8 @@ def _filled(db: sqlite3.Connection, serde: SerializerProtocol, found: list[Check
                                             in item.checkpoint["channel_versions"].items() if channel not in values)
     stored: dict[tuple[str, str, str, str], tuple[str, bytes]] = {}
     for key, pairs in wanted.items():
-        listed = sorted(pairs)
-        for start in range(0, len(listed), _PAIRS_PER_QUERY):
-            chunk = listed[start:start + _PAIRS_PER_QUERY]
-            sql = ("SELECT channel, version, type, blob FROM checkpoint_blobs WHERE thread_id = ? AND checkpoint_ns "
-                   "= ? AND (channel, version) IN (VALUES " + ", ".join(["(?, ?)"] * len(chunk)) + ")")
-            for channel, version, type_, blob in db.execute(sql, [*key, *(v for pair in chunk for v in pair)]):
-                stored[(*key, channel, version)] = (type_, blob)
+        for channel, version, type_, blob in _blob_rows(db, "channel, version, type, blob", key, sorted(pairs)):
+            stored[(*key, channel, version)] = (type_, blob)
     if stored:
         for item in found:
             configurable = item.config["configurable"]
