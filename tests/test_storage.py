@@ -587,6 +587,70 @@ async def test_an_sqlite_database_from_before_the_in_place_stamp_is_upgraded(tmp
         await storage.close()
 
 
+def _schema_of(path: Path, tables: tuple[str, ...]) -> set[tuple[str, str, str]]:
+    """The indexes and triggers of `tables`, their SQL with whitespace and `IF NOT EXISTS` taken out."""
+    db = sqlite3.connect(path)
+    try:
+        rows = db.execute("SELECT type, name, sql FROM sqlite_master WHERE type IN ('index', 'trigger') AND tbl_name IN "
+                          f"({', '.join('?' * len(tables))})", tables).fetchall()
+    finally:
+        db.close()
+    return {(kind, name, " ".join((sql or "").replace("IF NOT EXISTS ", "").split())) for kind, name, sql in rows}
+
+
+async def test_an_sqlite_database_from_before_large_columns_last_is_upgraded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite only: a database the migrations before `0015_large_columns_last.sql` made (a thread's `values` and a
+    run's `output` in the middle of their rows) is rebuilt when opened: those columns last, every row as it was,
+    the same indexes and triggers, working, and the run sequence going on past a deleted run's `seq`."""
+    from threadline.storage import sql
+
+    path = tmp_path / "old.db"
+    url = f"sqlite:///{path}"
+    every = sql.pending_migrations
+    monkeypatch.setattr(sql, "pending_migrations", lambda dialect, done: [
+        (name, script) for name, script in every(dialect, done) if name != "0015_large_columns_last.sql"])
+    storage = await open_storage(url)
+    try:
+        thread = await create_thread(storage, ttl_minutes=5.0, values={"documents": ["x" * 5000] * 3})
+        runs = [await enqueue(storage, thread["thread_id"]) for _ in range(3)]
+        assert await storage.delete_run(runs[-1]["run_id"])
+    finally:
+        await storage.close()
+    old = sqlite3.connect(path)
+    assert [c[1] for c in old.execute("PRAGMA table_info(threads)")].index("values") == 4
+    before_rows = {table: old.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall() for table in ("threads", "runs")}
+    before_columns = {table: [c[1] for c in old.execute(f"PRAGMA table_info({table})")] for table in ("threads", "runs")}
+    old.close()
+    before_schema = _schema_of(path, ("threads", "runs"))
+    monkeypatch.setattr(sql, "pending_migrations", every)
+
+    storage = await open_storage(url)
+    try:
+        assert storage.applied_migrations == ["0015_large_columns_last.sql"]
+        assert _schema_of(path, ("threads", "runs")) == before_schema
+        new = sqlite3.connect(path)
+        for table, last in (("threads", "values"), ("runs", "output")):
+            columns = [c[1] for c in new.execute(f"PRAGMA table_info({table})")]
+            assert columns[-1] == last and sorted(columns) == sorted(before_columns[table])
+            names = ", ".join(f'"{c}"' for c in before_columns[table])
+            rows = new.execute(f"SELECT {names} FROM {table} ORDER BY 1").fetchall()
+            assert rows == before_rows[table]
+        new.close()
+        stored = await storage.get_thread(thread["thread_id"])
+        assert stored is not None and stored["values"] == {"documents": ["x" * 5000] * 3}
+        assert await storage.update_thread(thread["thread_id"], {"metadata": {"k": 1}})
+        updated = await storage.get_thread(thread["thread_id"])
+        assert updated is not None and updated["expires_at"] > stored["expires_at"]  # the TTL trigger, made again
+        later = await enqueue(storage, thread["thread_id"])
+        new = sqlite3.connect(path)
+        seqs = dict(new.execute("SELECT run_id, seq FROM runs").fetchall())
+        new.close()
+        assert seqs[later["run_id"]] == max(seqs[r["run_id"]] for r in runs[:-1]) + 2  # the deleted run's seq skipped
+    finally:
+        await storage.close()
+
+
 async def test_cancelling_a_pending_run_leaves_a_running_one_alone(storage: Storage) -> None:
     running = await enqueue(storage)
     pending = await enqueue(storage, running["thread_id"])
