@@ -591,8 +591,8 @@ def _schema_of(path: Path, tables: tuple[str, ...]) -> set[tuple[str, str, str]]
     """The indexes and triggers of `tables`, their SQL with whitespace and `IF NOT EXISTS` taken out."""
     db = sqlite3.connect(path)
     try:
-        rows = db.execute("SELECT type, name, sql FROM sqlite_master WHERE type IN ('index', 'trigger') AND tbl_name IN "
-                          f"({', '.join('?' * len(tables))})", tables).fetchall()
+        rows = db.execute("SELECT type, name, sql FROM sqlite_master WHERE type IN ('index', 'trigger') "
+                          f"AND tbl_name IN ({', '.join('?' * len(tables))})", tables).fetchall()
     finally:
         db.close()
     return {(kind, name, " ".join((sql or "").replace("IF NOT EXISTS ", "").split())) for kind, name, sql in rows}
@@ -619,8 +619,9 @@ async def test_an_sqlite_database_from_before_large_columns_last_is_upgraded(
         await storage.close()
     old = sqlite3.connect(path)
     assert [c[1] for c in old.execute("PRAGMA table_info(threads)")].index("values") == 4
-    before_rows = {table: old.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall() for table in ("threads", "runs")}
-    before_columns = {table: [c[1] for c in old.execute(f"PRAGMA table_info({table})")] for table in ("threads", "runs")}
+    tables = ("threads", "runs")
+    before_rows = {table: old.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall() for table in tables}
+    before_columns = {table: [c[1] for c in old.execute(f"PRAGMA table_info({table})")] for table in tables}
     old.close()
     before_schema = _schema_of(path, ("threads", "runs"))
     monkeypatch.setattr(sql, "pending_migrations", every)
