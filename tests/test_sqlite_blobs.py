@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import StateGraph
 from typing_extensions import TypedDict
@@ -104,6 +105,48 @@ async def test_a_checkpoint_stored_whole_reads_as_it_is_and_the_next_stores_its_
     await g.ainvoke({}, config(tid))
     assert (await g.aget_state(config(tid))).values == {"docs": DOCS, "count": 6}
     assert rows(storage, "SELECT channel FROM checkpoint_blobs WHERE thread_id = ?", tid) == [("docs",)]
+
+
+class CountingSerde(JsonPlusSerializer):
+    """LangGraph's serializer, counting what it serialized that holds `text` (a value, or a checkpoint with it)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text.encode()
+        self.large = 0
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        type_, data = super().dumps_typed(obj)
+        self.large += self.text in data
+        return type_, data
+
+
+async def test_a_large_value_is_serialized_once_by_a_step_that_changes_it_and_not_by_one_that_does_not(
+        tmp_path: Path) -> None:
+    """A long conversation's messages change at every turn: each checkpoint that changes them serializes them
+    once (beside the write that changed them), and one that does not (the turn's input checkpoint) not at all, as
+    LangGraph's own savers do. Before, every checkpoint of a large state was serialized whole first and its
+    changed values again: 3 and 1 here."""
+    serde = CountingSerde(OTHER)
+    storage = await open_storage(f"sqlite:///{tmp_path / 'count.db'}", serde=serde)
+    try:
+        assert isinstance(storage, SQLiteStorage)
+        tid = str(uuid.uuid4())
+        g = graph(storage.checkpointer)
+        await g.aupdate_state(config(tid), {"docs": DOCS, "count": 0}, as_node="step")  # large from the start
+        for n in range(1, 4):
+            serde.large = 0
+            await g.aupdate_state(config(tid), {"docs": OTHER + str(n)}, as_node="step")  # changes it
+            assert serde.large == 2  # the update's write, and the checkpoint's value
+            serde.large = 0
+            await g.aupdate_state(config(tid), {"count": n}, as_node="step")  # does not
+            assert serde.large == 0
+        state = await g.aget_state(config(tid))
+        assert state.values == {"docs": OTHER + "3", "count": 3}
+        history = [s.values async for s in g.aget_state_history(config(tid))]
+        assert [h["docs"] for h in history[:3]] == [OTHER + "3", OTHER + "3", OTHER + "2"]
+    finally:
+        await storage.close()
 
 
 async def test_pruning_copying_and_deleting_a_thread_take_its_values_along(storage: SQLiteStorage) -> None:

@@ -39,6 +39,8 @@ _PUT_CHECKPOINT = (
 )
 #: A channel value at least this large (serialized) is stored apart, once per version (see the module docstring).
 BLOB_BYTES = 4096
+#: Threads remembered as holding values apart (`WriterSqliteSaver._large`), the earliest remembered forgotten first.
+_LARGE_THREADS = 10_000
 #: Values looked up by one statement (x 2 parameters, + 2: far below SQLite's limit on a statement's parameters).
 _PAIRS_PER_QUERY = 400
 _PUT_BLOB = ("INSERT OR IGNORE INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob) "
@@ -61,6 +63,9 @@ class WriterSqliteSaver(AsyncSqliteSaver):
         self._reader.is_setup = True  # setup() creates the tables
         self._group = group
         self._grouped: WriterSqliteSaver | None = self if group else None
+        # The threads (and namespaces) whose latest checkpoint held values apart, shared with the grouped saver:
+        # their next checkpoint is split at once, not serialized whole first (`aput`).
+        self._large: dict[tuple[str, str], None] = {}
 
     def grouped(self) -> WriterSqliteSaver:
         """This saver, its checkpoint writes committed in groups (`sqlite_writer.py`, "Group commit"): for runs
@@ -68,19 +73,34 @@ class WriterSqliteSaver(AsyncSqliteSaver):
         if self._grouped is None:
             self._grouped = WriterSqliteSaver(self.writer, group=True, serde=self.serde)
             self._grouped.is_setup = True
+            self._grouped._large = self._large
         return self._grouped
 
     async def aput(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
         configurable = config["configurable"]
         thread_id, checkpoint_ns = str(configurable["thread_id"]), configurable["checkpoint_ns"]
-        type_, blob = self.serde.dumps_typed(checkpoint)
         # JSON text, as LangGraph's `SqliteSaver` stores it; a lone surrogate is dropped, as it drops it.
         meta = dumps(checkpoint_metadata(config, metadata)).encode("utf-8", "ignore")
-        row = (thread_id, checkpoint_ns, checkpoint["id"], configurable.get("checkpoint_id"), type_, blob, meta)
-        if len(blob) < BLOB_BYTES:  # no value in it is that large: stored whole, serialized once
-            await self.writer.run(_insert, _PUT_CHECKPOINT, [row], group=self._group)
+        key = (thread_id, checkpoint_ns)
+        row: tuple[Any, ...] = (thread_id, checkpoint_ns, checkpoint["id"], configurable.get("checkpoint_id"),
+                                None, None, meta)
+        if key not in self._large:
+            # A small state is serialized once, whole; a state that turns out large is split after.
+            row = (*row[:4], *self.serde.dumps_typed(checkpoint), meta)
+            if len(row[5]) < BLOB_BYTES:  # no value in it is that large: stored whole
+                await self.writer.run(_insert, _PUT_CHECKPOINT, [row], group=self._group)
+                return {"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns,
+                                         "checkpoint_id": checkpoint["id"]}}
+        # Split. A thread whose last checkpoint held values apart comes here at once: serialized whole first,
+        # each of its large values was serialized once more at every checkpoint, changed or not (a long
+        # conversation's messages: about 5 times a turn instead of 2).
+        apart = await self.writer.run(in_transaction, _put_apart, self.serde, row, checkpoint, group=self._group)
+        if apart:
+            self._large[key] = None
+            while len(self._large) > _LARGE_THREADS:
+                del self._large[next(iter(self._large))]
         else:
-            await self.writer.run(in_transaction, _put_apart, self.serde, row, checkpoint, group=self._group)
+            self._large.pop(key, None)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns,
                                  "checkpoint_id": checkpoint["id"]}}
 
@@ -156,12 +176,13 @@ def _insert_many(db: sqlite3.Connection, sql: str, rows: list[tuple[Any, ...]]) 
     db.executemany(sql, rows)
 
 
-def _put_apart(db: sqlite3.Connection, serde: SerializerProtocol, row: tuple[Any, ...], checkpoint: Any) -> None:
-    """A checkpoint of `BLOB_BYTES` or more (`row`, serialized whole), in the caller's transaction. A value already
-    stored at its version (one no step changed since an earlier checkpoint) stays where it is, neither serialized
-    nor written again; another value of `BLOB_BYTES` or more is stored apart; the rest stays inline, and the row
-    is serialized again without what went apart. A checkpoint written whole before this layout holds nothing
-    apart yet: its next one stores its large values."""
+def _put_apart(db: sqlite3.Connection, serde: SerializerProtocol, row: tuple[Any, ...], checkpoint: Any) -> bool:
+    """A checkpoint of `BLOB_BYTES` or more, or of a thread whose last one held values apart (`row`: serialized
+    whole, or its type and blob None), in the caller's transaction. A value already stored at its version (one no
+    step changed since an earlier checkpoint) stays where it is, neither serialized nor written again; another
+    value of `BLOB_BYTES` or more is stored apart; the rest stays inline, and the row is serialized (again)
+    without what went apart. A checkpoint written whole before this layout holds nothing apart yet: its next one
+    stores its large values. True when the checkpoint holds some value apart."""
     thread_id, checkpoint_ns = row[0], row[1]
     versions = {channel: str(version) for channel, version in (checkpoint.get("channel_versions") or {}).items()}
     values = checkpoint.get("channel_values") or {}
@@ -179,10 +200,11 @@ def _put_apart(db: sqlite3.Connection, serde: SerializerProtocol, row: tuple[Any
                 blobs.append((thread_id, checkpoint_ns, channel, version, value_type, data))
                 continue
         inline[channel] = value
-    if len(inline) < len(values):
+    if len(inline) < len(values) or row[5] is None:
         row = (*row[:4], *serde.dumps_typed({**checkpoint, "channel_values": inline}), row[6])
     db.executemany(_PUT_BLOB, blobs)
     db.execute(_PUT_CHECKPOINT, row)
+    return len(inline) < len(values)
 
 
 def _blob_rows(db: sqlite3.Connection, columns: str, key: tuple[str, str],
