@@ -5,6 +5,7 @@
     python bench/state_cpu.py --backend pg --kind history       # POST /threads/{id}/history, 200 checkpoints
     python bench/state_cpu.py --kind get --profile /tmp/get.prof
     python bench/state_cpu.py --kind run                        # POST /threads/{id}/runs/wait on the 1 MB thread
+    python bench/state_cpu.py --kind talk                       # a turn of a 400-message conversation (1 MB)
     python bench/state_cpu.py --backend pg --kind post --against /tmp/before --rounds 3
 
 The app is `create_app` on `bench/workloads_project` (the `docs` and `ticker` graphs of `bench/workloads.py`)
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from cpu import _call
+from workload_ops import talk_history
 
 HERE = Path(__file__).resolve().parent
 WORKLOADS = HERE / "workloads_project"
@@ -64,6 +66,7 @@ async def measure(backend: str, kind: str, requests: int, profile: str | None, p
                 thread = orjson.loads((await call(app, "POST", "/threads", b"{}"))[1])["thread_id"]
                 setup = ({"assistant_id": "ticker", "input": {"count": 0, "target": 200},
                           "config": {"recursion_limit": 250}} if kind == "history" else
+                         {"assistant_id": "talk", "input": {"messages": talk_history()}} if kind == "talk" else
                          {"assistant_id": "docs", "input": {"n_docs": 200, "doc_chars": 5000}})
                 status, answer = await call(app, "POST", f"/threads/{thread}/runs/wait", orjson.dumps(setup))
                 if status != 200:
@@ -74,6 +77,9 @@ async def measure(backend: str, kind: str, requests: int, profile: str | None, p
                         return "GET", f"/threads/{thread}/state", b""
                     if kind == "history":
                         return "POST", f"/threads/{thread}/history", b'{"limit": 200}'
+                    if kind == "talk":  # a turn of the conversation: a question, the whole conversation answered
+                        return "POST", f"/threads/{thread}/runs/wait", orjson.dumps(
+                            {"assistant_id": "talk", "input": {"messages": [{"role": "user", "content": f"q {i}"}]}})
                     if kind == "run":  # a turn on the thread: its node reads the documents, writes a note
                         return "POST", f"/threads/{thread}/runs/wait", orjson.dumps(
                             {"assistant_id": "docs", "input": {"notes": f"run {i}"}})
@@ -107,7 +113,7 @@ async def measure(backend: str, kind: str, requests: int, profile: str | None, p
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", choices=["sqlite", "pg"], default="sqlite")
-    parser.add_argument("--kind", choices=["get", "post", "history", "run"], default="post")
+    parser.add_argument("--kind", choices=["get", "post", "history", "run", "talk"], default="post")
     parser.add_argument("--requests", type=int, default=40)
     parser.add_argument("--profile", help="write a cProfile of the timed requests here")
     parser.add_argument("--pg-url", default=os.environ.get("THREADLINE_BENCH_PG_URL",

@@ -28,12 +28,13 @@ PROJECT_DIR = Path(__file__).resolve().parent / "workloads_project"
 INPUT = {"messages": [{"role": "user", "content": "hi"}]}
 N_DOCS, DOC_CHARS = 200, 5000  # 1 MB of values
 HISTORY_CHECKPOINTS = 200
+TALK_TURNS = 200  # the conversation's earlier turns: 400 messages, about 1 MB
 AGENT_RECURSION_LIMIT = 200
 
 
 @dataclass(frozen=True)
 class Workload:
-    """One row of the table. `kind`: stream | agent | state-read | state-update | state-run | history."""
+    """One row of the table. `kind`: stream | agent | state-read | state-update | state-run | history | talk."""
 
     name: str
     kind: str
@@ -80,6 +81,24 @@ def check_docs_run(values: Any) -> None:
     """A run on the 1 MB thread answers the whole state: every document, and the note its node wrote."""
     if len(values["documents"]) != N_DOCS or values["notes"] != f"{N_DOCS} documents":
         raise RuntimeError(f"run on the 1 MB thread: {len(values['documents'])} documents, notes {values['notes']!r}")
+
+
+def talk_history() -> list[dict[str, str]]:
+    """The conversation so far, as a client sends it: a question and the graph's answer per turn."""
+    out: list[dict[str, str]] = []
+    for turn in range(TALK_TURNS):
+        out.append({"role": "user", "content": f"question {turn}"})
+        out.append({"role": "assistant", "content": f"reply {2 * turn + 1}: " + "x" * GRAPHS.REPLY_CHARS})
+    return out
+
+
+def check_talk_turn(values: Any, i: int) -> None:
+    """A turn of the conversation answers the whole of it: the question asked last, and the node's reply."""
+    messages = values["messages"]
+    question, answer = messages[-2], messages[-1]
+    if (len(messages) < 2 * TALK_TURNS + 3 or question.get("content") != f"turn {i}"
+            or not str(answer.get("content")).startswith(f"reply {len(messages) - 1}: ")):
+        raise RuntimeError(f"talk: {len(messages)} messages, the last two {question!r:.80} {answer!r:.80}")
 
 
 def chat_config(wl: Workload) -> dict[str, Any]:
@@ -193,6 +212,10 @@ class HttpOps:
             self.thread = await self.new_thread()
             await self.request("POST", f"/threads/{self.thread}/runs/wait",
                                {"assistant_id": "docs", "input": {"n_docs": N_DOCS, "doc_chars": DOC_CHARS}})
+        elif wl.kind == "talk":
+            self.thread = await self.new_thread()
+            await self.request("POST", f"/threads/{self.thread}/runs/wait",
+                               {"assistant_id": "talk", "input": {"messages": talk_history()}})
         elif wl.kind == "history":
             self.thread = await self.new_thread()
             await self.request("POST", f"/threads/{self.thread}/runs/wait",
@@ -262,6 +285,9 @@ class HttpOps:
             out = await self.request("POST", f"/threads/{self.thread}/runs/wait",
                                      {"assistant_id": "docs", "input": {"notes": f"run {i}"}})
             check_docs_run(out)
+        elif wl.kind == "talk":
+            check_talk_turn(await self.request("POST", f"/threads/{self.thread}/runs/wait", {
+                "assistant_id": "talk", "input": {"messages": [{"role": "user", "content": f"turn {i}"}]}}), i)
         elif wl.kind == "history":
             hist = await self.request("POST", f"/threads/{self.thread}/history", {"limit": HISTORY_CHECKPOINTS})
             if len(hist) != HISTORY_CHECKPOINTS:
@@ -279,7 +305,7 @@ class FloorOps:
 
         saver = InMemorySaver()
         self.graphs = {name: getattr(GRAPHS, name).builder.compile(checkpointer=saver)
-                       for name in ("chat", "agent", "docs", "ticker")}
+                       for name in ("chat", "agent", "docs", "ticker", "talk")}
         self.threads: list[str] = []
         self.thread = ""
 
@@ -293,6 +319,8 @@ class FloorOps:
         self.thread = str(uuid.uuid4())
         if wl.kind in ("state-read", "state-update", "state-run"):
             await self.graphs["docs"].ainvoke({"n_docs": N_DOCS, "doc_chars": DOC_CHARS}, self.cfg(self.thread))
+        elif wl.kind == "talk":
+            await self.graphs["talk"].ainvoke({"messages": talk_history()}, self.cfg(self.thread))
         elif wl.kind == "history":
             await self.graphs["ticker"].ainvoke({"count": 0, "target": HISTORY_CHECKPOINTS},
                                                 self.cfg(self.thread, {"recursion_limit": HISTORY_CHECKPOINTS + 50}))
@@ -340,6 +368,10 @@ class FloorOps:
             await self.graphs["docs"].aupdate_state(self.cfg(self.thread), {"notes": f"note {i}"}, as_node="load")
         elif wl.kind == "state-run":
             check_docs_run(await self.graphs["docs"].ainvoke({"notes": f"run {i}"}, self.cfg(self.thread)))
+        elif wl.kind == "talk":
+            out = await self.graphs["talk"].ainvoke({"messages": [{"role": "user", "content": f"turn {i}"}]},
+                                                    self.cfg(self.thread))
+            check_talk_turn({"messages": [{"content": m.content} for m in out["messages"]]}, i)
         elif wl.kind == "history":
             hist = [s async for s in self.graphs["ticker"].aget_state_history(
                 self.cfg(self.thread), limit=HISTORY_CHECKPOINTS)]

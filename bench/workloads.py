@@ -76,15 +76,19 @@ def large_state(n_read: int, n_update: int, n_history: int) -> list[Workload]:
             Workload(f"history 200 ckpt x{n_history}", "history", count=n_history)]
 
 
+def conversation(n_turns: int) -> Workload:
+    return Workload(f"talk 400 msgs turn x{n_turns}", "talk", count=n_turns)
+
+
 PROFILES: dict[str, list[Workload]] = {
     "quick": [stream(4000, 8, "messages-tuple"), stream(4000, 8, "messages"),
               Workload("agent 25 steps x4", "agent", concurrency=4, count=4, steps=25),
-              *large_state(100, 100, 20)],
+              *large_state(100, 100, 20), conversation(30)],
     "full": [*(stream(t, c, m) for t in (4000, 16000) for c in (8, 32) for m in MODES),
              stream(4000, 8, "messages-tuple", "slow"), stream(4000, 8, "messages-tuple", "resume"),
              stream(16000, 8, "messages-tuple", "resume"),
              Workload("agent 25 steps x16", "agent", concurrency=8, count=16, steps=25),
-             *large_state(300, 300, 50)],
+             *large_state(300, 300, 50), conversation(100)],
 }
 
 

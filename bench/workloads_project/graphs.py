@@ -10,6 +10,8 @@
 * ``docs``   - a ``typing.TypedDict`` state that a node fills with ``n_docs`` documents of ``doc_chars``
   characters (200 x 5,000 = 1 MB of values), and a small ``notes`` key to update.
 * ``ticker`` - a counter looping ``target`` times: one checkpoint per step (a 200-checkpoint thread).
+* ``talk``   - ``MessagesState``, one node answering 5,000 characters at once (not streamed): a long
+  conversation, whose cost per turn is its growing message list (400 messages: about 1 MB).
 
 ``bench/workloads.py`` imports this module for the in-process floor and for the expected replies.
 """
@@ -148,3 +150,17 @@ def again(state: TickState) -> str:
 ticker = (StateGraph(TickState).add_node("tick", tick).add_edge(START, "tick")
           .add_conditional_edges("tick", again).compile())
 ticker.name = "ticker"
+
+
+# --------------------------------------------------------------------------- talk: a long conversation
+
+REPLY_CHARS = 5000
+
+
+def reply(state: MessagesState) -> dict[str, Any]:
+    text = f"reply {len(state['messages'])}: " + (" ".join(WORDS) + " ") * (REPLY_CHARS // 70 + 1)
+    return {"messages": [AIMessage(content=text[:REPLY_CHARS])]}
+
+
+talk = StateGraph(MessagesState).add_node("reply", reply).add_edge(START, "reply").compile()
+talk.name = "talk"
