@@ -47,8 +47,10 @@ GROUP_SECONDS = 0.01  # the longest a group of checkpoint writes stays uncommitt
 # transaction to the next (a read connection's is emptied whenever another commits). With 2 MB, a thread of
 # 1 MB of values evicted its own pages at every write: each read of its stored values and each rewrite of its
 # row went to the file page by page (a state update on the 1 MB thread of `bench/workloads.py`: about 1.5 ms
-# of CPU more). Pages are allocated as they are used, so a small database never takes it all.
-CACHE_KIB = 32 * 1024
+# of CPU more). Pages are allocated as they are used, so a small database never takes it all; 8 MB holds
+# what a turn on such a thread writes and reads again, and 32 MB only added to the process's memory (a 1 MB
+# thread's turns: RSS peak 190 against 215 MB, CPU alike; bench/README.md, "Large state on SQLite").
+CACHE_KIB = 8 * 1024
 
 
 class _CommittingLock(asyncio.Lock):
