@@ -587,6 +587,42 @@ async def test_an_sqlite_database_from_before_the_in_place_stamp_is_upgraded(tmp
         await storage.close()
 
 
+async def test_a_checkpoints_large_values_and_writes_are_compressed_with_lz4(storage: Storage,
+                                                                           database_url: str) -> None:
+    """A long conversation's messages (1 MB) are stored again by every step that adds one, in LangGraph's
+    `checkpoint_blobs`, and the step's input in `checkpoint_writes`: on PostgreSQL both are compressed with lz4
+    where the server has it (set after LangGraph's setup, once), not pglz, which spent about 20 ms of the server's
+    CPU per such value (bench/README.md, "Large state on PostgreSQL")."""
+    if database_url.startswith("sqlite:"):
+        pytest.skip("SQLite stores the serialized bytes as they are")
+    async with OtherConnection(database_url) as other:
+        try:
+            await other.execute("CREATE TEMP TABLE lz4_probe (v bytea COMPRESSION lz4)")
+        except psycopg.errors.FeatureNotSupported:
+            pytest.skip("this PostgreSQL was built without lz4")
+    from langgraph.graph import START, StateGraph
+    from typing_extensions import TypedDict
+
+    class Talk(TypedDict, total=False):
+        text: str
+
+    def answer(state: Talk) -> Talk:
+        return {"text": state.get("text", "") + " and the answer"}
+
+    graph = StateGraph(Talk).add_node("answer", answer).add_edge(START, "answer").compile(
+        checkpointer=storage.checkpointer)
+    tid = str(uuid.uuid4())
+    text = " ".join(f"the quick brown fox {i} jumps over the lazy dog" for i in range(20_000))  # 0.9 MB
+    assert (await graph.ainvoke({"text": text}, {"configurable": {"thread_id": tid}}))["text"].endswith("answer")
+    async with OtherConnection(database_url) as other:
+        blobs = await other.execute("SELECT pg_column_compression(blob) FROM checkpoint_blobs "
+                                    "WHERE thread_id = ? AND length(blob) > 100000", (tid,))
+        writes = await other.execute("SELECT pg_column_compression(blob) FROM checkpoint_writes "
+                                     "WHERE thread_id = ? AND length(blob) > 100000", (tid,))
+    assert blobs and set(blobs) == {("lz4",)}
+    assert writes and set(writes) == {("lz4",)}
+
+
 def _schema_of(path: Path, tables: tuple[str, ...]) -> set[tuple[str, str, str]]:
     """The indexes and triggers of `tables`, their SQL with whitespace and `IF NOT EXISTS` taken out."""
     db = sqlite3.connect(path)
