@@ -623,6 +623,41 @@ async def test_a_checkpoints_large_values_and_writes_are_compressed_with_lz4(sto
     assert writes and set(writes) == {("lz4",)}
 
 
+async def test_a_rolled_back_runs_large_values_go_with_its_checkpoints(storage: Storage, database_url: str) -> None:
+    """A rollback deletes the run's checkpoints; the values they held apart (a long conversation's messages: a
+    version per step) go too, on both backends, and the thread's other checkpoints keep theirs and read back."""
+    from langgraph.graph import START, StateGraph
+    from typing_extensions import TypedDict
+
+    class Talk(TypedDict, total=False):
+        lines: list[str]
+
+    def answer(state: Talk) -> Talk:
+        return {"lines": [*state.get("lines", []), "and the answer"]}
+
+    graph = StateGraph(Talk).add_node("answer", answer).add_edge(START, "answer").compile(
+        checkpointer=storage.checkpointer)
+    tid = str(uuid.uuid4())
+    kept, gone = str(uuid.uuid4()), str(uuid.uuid4())
+    lines = [f"the quick brown fox {i} jumps over the lazy dog" for i in range(2_000)]  # 90 KB
+
+    async def held() -> list[tuple[Any, ...]]:
+        async with OtherConnection(database_url) as other:
+            rows = await other.execute("SELECT channel, version FROM checkpoint_blobs WHERE thread_id = ? "
+                                       "AND channel = ?", (tid, "lines"))
+        return sorted(tuple(r) for r in rows)
+
+    await graph.ainvoke({"lines": lines}, {"configurable": {"thread_id": tid, "run_id": kept}})
+    before = await held()
+    assert before  # the value is large: held apart on both backends
+    after_first = (await graph.aget_state({"configurable": {"thread_id": tid}})).values
+    await graph.ainvoke({"lines": [*lines, "again"]}, {"configurable": {"thread_id": tid, "run_id": gone}})
+    assert len(await held()) > len(before)
+    await storage.delete_checkpoints_for_run(tid, gone)
+    assert await held() == before
+    assert (await graph.aget_state({"configurable": {"thread_id": tid}})).values == after_first
+
+
 def _schema_of(path: Path, tables: tuple[str, ...]) -> set[tuple[str, str, str]]:
     """The indexes and triggers of `tables`, their SQL with whitespace and `IF NOT EXISTS` taken out."""
     db = sqlite3.connect(path)

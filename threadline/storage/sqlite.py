@@ -31,7 +31,7 @@ from threadline.storage.base import Row
 from threadline.storage.records import RunRecord
 from threadline.storage.scripts import Final, Q, Script, T, Undo
 from threadline.storage.sql import JSON_COLUMNS, apply_migrations, dumps, iso_after, now_iso
-from threadline.storage.sqlite_saver import WriterSqliteSaver, keep_latest_checkpoints
+from threadline.storage.sqlite_saver import WriterSqliteSaver, delete_run_checkpoints, keep_latest_checkpoints
 from threadline.storage.sqlite_writer import Writer, in_transaction, translated
 from threadline.storage.sqlstorage import SQLStorage
 from threadline.storage.statements import SQLITE, Encoded
@@ -165,6 +165,12 @@ class SQLiteStorage(SQLStorage):
         for run in claimed:
             self._remember_deadline(run, deadline_seconds, since)
         return claimed
+
+    async def delete_checkpoints_for_run(self, thread_id: str, run_id: str) -> None:
+        # Finds the run's checkpoints by their metadata (many rows), and walks the thread's others for the values
+        # they still name: on the connection's thread.
+        await self.writer.run(in_transaction, delete_run_checkpoints, self.checkpointer.serde, thread_id, run_id,
+                              inline=False)
 
     async def prune_checkpoints(self, thread_id: str, strategy: Literal["delete", "keep_latest"]) -> None:
         if strategy == "delete":

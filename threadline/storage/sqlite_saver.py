@@ -146,6 +146,19 @@ def keep_latest_checkpoints(db: sqlite3.Connection, serde: SerializerProtocol, t
     for table in ("writes", "checkpoints"):
         db.execute(f"DELETE FROM {table} WHERE thread_id = ? AND (checkpoint_ns, checkpoint_id) NOT IN ({keep})",
                    (thread_id, thread_id))
+    _forget_unused_values(db, serde, thread_id)
+
+
+def delete_run_checkpoints(db: sqlite3.Connection, serde: SerializerProtocol, thread_id: str, run_id: str) -> None:
+    """A run's checkpoints and their writes (a rollback: found by their metadata), and the values only they held
+    apart; the thread's other checkpoints keep theirs."""
+    for sql in SQLITE.statements("delete_run_checkpoints"):
+        db.execute(sql, {"thread_id": thread_id, "run_id": run_id})
+    _forget_unused_values(db, serde, thread_id)
+
+
+def _forget_unused_values(db: sqlite3.Connection, serde: SerializerProtocol, thread_id: str) -> None:
+    """The values the thread holds apart that none of its checkpoints names any more go."""
     held = db.execute("SELECT rowid, checkpoint_ns, channel, version FROM checkpoint_blobs WHERE thread_id = ?",
                       (thread_id,)).fetchall()
     if not held:

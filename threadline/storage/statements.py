@@ -255,6 +255,7 @@ DIALECT_STATEMENTS: dict[DialectName, dict[str, str]] = {
             "UPDATE threads SET \"values\" = {json:values}, interrupts = {json:interrupts}, "
             "status = CASE WHEN status = 'busy' THEN status ELSE :status END, updated_at = {now}, "
             "state_updated_at = {now} WHERE thread_id = :thread_id RETURNING thread_id"),
+        # A rollback (`sqlite_saver.delete_run_checkpoints`, which then drops the values they alone held apart).
         "delete_run_checkpoints": (
             "DELETE FROM writes WHERE thread_id = :thread_id AND checkpoint_id IN (SELECT checkpoint_id FROM "
             "checkpoints WHERE thread_id = :thread_id AND json_extract(CAST(metadata AS TEXT), '$.run_id') = :run_id); "
@@ -318,7 +319,16 @@ DIALECT_STATEMENTS: dict[DialectName, dict[str, str]] = {
             "DELETE FROM checkpoints WHERE thread_id {in:thread_ids}; "
             "DELETE FROM checkpoint_blobs WHERE thread_id {in:thread_ids}; "
             "DELETE FROM checkpoint_writes WHERE thread_id {in:thread_ids}"),
+        # A rollback. First the values the run's checkpoints name (LangGraph keeps them apart, one row per
+        # channel version) that no other checkpoint of the thread names: the versions the run wrote.
         "delete_run_checkpoints": (
+            "DELETE FROM checkpoint_blobs b USING (SELECT DISTINCT c.checkpoint_ns, v.key AS channel, "
+            "v.value AS version FROM checkpoints c, jsonb_each_text(c.checkpoint -> 'channel_versions') v "
+            "WHERE c.thread_id = :thread_id AND c.metadata->>'run_id' = :run_id) gone "
+            "WHERE b.thread_id = :thread_id AND b.checkpoint_ns = gone.checkpoint_ns AND b.channel = gone.channel "
+            "AND b.version = gone.version AND NOT EXISTS (SELECT 1 FROM checkpoints k WHERE k.thread_id = :thread_id "
+            "AND k.checkpoint_ns = b.checkpoint_ns AND (k.metadata->>'run_id') IS DISTINCT FROM :run_id "
+            "AND k.checkpoint -> 'channel_versions' ->> b.channel = b.version); "
             "DELETE FROM checkpoint_writes WHERE thread_id = :thread_id AND checkpoint_id IN (SELECT checkpoint_id "
             "FROM checkpoints WHERE thread_id = :thread_id AND metadata->>'run_id' = :run_id); "
             "DELETE FROM checkpoints WHERE thread_id = :thread_id AND metadata->>'run_id' = :run_id"),
