@@ -531,17 +531,22 @@ async def test_a_run_finishing_writes_its_threads_row_once(storage: Storage, dat
     assert ts(stored["state_updated_at"]) == ts(stored["updated_at"]) > ts(thread["updated_at"])
 
 
+async def _skip_unless_lz4(database_url: str, why_not_sqlite: str) -> None:
+    """Skip on SQLite (`why_not_sqlite`), and on a PostgreSQL built without lz4."""
+    if database_url.startswith("sqlite:"):
+        pytest.skip(why_not_sqlite)
+    async with OtherConnection(database_url) as other:
+        try:
+            await other.execute("CREATE TEMP TABLE lz4_probe (v bytea COMPRESSION lz4)")
+        except psycopg.errors.FeatureNotSupported:
+            pytest.skip("this PostgreSQL was built without lz4")
+
+
 async def test_what_every_run_writes_whole_is_compressed_with_lz4(storage: Storage, database_url: str) -> None:
     """A thread run's output and its thread's values are the whole state (1 MB for a large one), written by every
     run: on PostgreSQL both are compressed with lz4 where the server has it, not pglz, which took most of its time
     for such a run (migrations 0014 and 0016; bench/README.md)."""
-    if database_url.startswith("sqlite:"):
-        pytest.skip("SQLite stores the JSON text as it is")
-    async with OtherConnection(database_url) as other:
-        try:
-            await other.execute("CREATE TEMP TABLE lz4_probe (v jsonb COMPRESSION lz4)")
-        except psycopg.errors.FeatureNotSupported:
-            pytest.skip("this PostgreSQL was built without lz4")
+    await _skip_unless_lz4(database_url, "SQLite stores the JSON text as it is")
     thread = await create_thread(storage)
     run = await enqueue(storage, thread["thread_id"])
     await storage.claim_run("w1", 30)
@@ -591,15 +596,9 @@ async def test_a_checkpoints_large_values_and_writes_are_compressed_with_lz4(sto
                                                                            database_url: str) -> None:
     """A long conversation's messages (1 MB) are stored again by every step that adds one, in LangGraph's
     `checkpoint_blobs`, and the step's input in `checkpoint_writes`: on PostgreSQL both are compressed with lz4
-    where the server has it (set after LangGraph's setup, once), not pglz, which spent about 20 ms of the server's
-    CPU per such value (bench/README.md, "Large state on PostgreSQL")."""
-    if database_url.startswith("sqlite:"):
-        pytest.skip("SQLite stores the serialized bytes as they are")
-    async with OtherConnection(database_url) as other:
-        try:
-            await other.execute("CREATE TEMP TABLE lz4_probe (v bytea COMPRESSION lz4)")
-        except psycopg.errors.FeatureNotSupported:
-            pytest.skip("this PostgreSQL was built without lz4")
+    where the server has it (set after LangGraph's setup, once), not pglz, which cost PostgreSQL about 8 ms of CPU
+    more per MB stored (bench/README.md, "Large state on SQLite, a long conversation, and lz4 ...")."""
+    await _skip_unless_lz4(database_url, "SQLite stores the serialized bytes as they are")
     from langgraph.graph import START, StateGraph
     from typing_extensions import TypedDict
 
