@@ -1,7 +1,7 @@
 -- A thread's `values` and a run's `output` go last in their rows. SQLite stores a row as one record and a
 -- value past a page in a chain of overflow pages, which a read of any later column walks page by page: a thread
--- of 1 MB of values cost about 0.5-0.7 ms to read without them (its status, metadata, interrupts, stamps, as
--- every request on the thread does), 0.05 ms with them last (bench/README.md, "Large columns last"). Tables
+-- of 1 MB of values cost about 0.5-0.8 ms to read without them (its status, metadata, interrupts, stamps, as
+-- every request on the thread does), 0.05 ms with them last (bench/README.md, "Large state on SQLite"). Tables
 -- cannot reorder their columns in place: each is built anew, its rows copied, its indexes and triggers made
 -- again as the migrations before left them. No other table or trigger names these two. The run sequence
 -- (AUTOINCREMENT) carries over, so a run's `seq` is never given out twice.
