@@ -87,15 +87,12 @@ class WriterSqliteSaver(AsyncSqliteSaver):
         if key not in self._large:
             # A small state is serialized once, whole; a state that turns out large is split after.
             row = (*row[:4], *self.serde.dumps_typed(checkpoint), meta)
-            if len(row[5]) < BLOB_BYTES:  # no value in it is that large: stored whole
-                await self.writer.run(_insert, _PUT_CHECKPOINT, [row], group=self._group)
-                return {"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns,
-                                         "checkpoint_id": checkpoint["id"]}}
+        if row[5] is not None and len(row[5]) < BLOB_BYTES:  # no value in it is that large: stored whole
+            await self.writer.run(_insert, _PUT_CHECKPOINT, [row], group=self._group)
         # Split. A thread whose last checkpoint held values apart comes here at once: serialized whole first,
         # each of its large values was serialized once more at every checkpoint, changed or not (a long
         # conversation's messages: about 5 times a turn instead of 2).
-        apart = await self.writer.run(in_transaction, _put_apart, self.serde, row, checkpoint, group=self._group)
-        if apart:
+        elif await self.writer.run(in_transaction, _put_apart, self.serde, row, checkpoint, group=self._group):
             self._large[key] = None
             while len(self._large) > _LARGE_THREADS:
                 del self._large[next(iter(self._large))]
