@@ -149,6 +149,28 @@ async def test_a_large_value_is_serialized_once_by_a_step_that_changes_it_and_no
         await storage.close()
 
 
+async def test_a_state_that_shrinks_is_stored_whole_again(tmp_path: Path) -> None:
+    """A thread whose large value is replaced by a small one: the checkpoint holds nothing apart, reads back, and
+    the thread's next checkpoints are serialized once, whole, as a small thread's are (its value in the update's
+    write and in the checkpoint: 2), not split value by value (3)."""
+    serde = CountingSerde("short docs")
+    storage = await open_storage(f"sqlite:///{tmp_path / 'shrink.db'}", serde=serde)
+    try:
+        assert isinstance(storage, SQLiteStorage)
+        tid = str(uuid.uuid4())
+        g = graph(storage.checkpointer)
+        await g.aupdate_state(config(tid), {"docs": DOCS, "count": 0}, as_node="step")
+        await g.aupdate_state(config(tid), {"docs": "short docs 1"}, as_node="step")
+        for n in range(2, 4):
+            serde.large = 0
+            await g.aupdate_state(config(tid), {"docs": f"short docs {n}"}, as_node="step")
+            assert serde.large == 2
+        assert (await g.aget_state(config(tid))).values == {"docs": "short docs 3", "count": 0}
+        assert rows(storage, "SELECT count(*) FROM checkpoint_blobs WHERE thread_id = ?", tid) == [(1,)]  # DOCS
+    finally:
+        await storage.close()
+
+
 async def test_pruning_copying_and_deleting_a_thread_take_its_values_along(storage: SQLiteStorage) -> None:
     tid = str(uuid.uuid4())
     g = graph(storage.checkpointer)
