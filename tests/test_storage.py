@@ -592,6 +592,21 @@ async def test_an_sqlite_database_from_before_the_in_place_stamp_is_upgraded(tmp
         await storage.close()
 
 
+def _lines_graph(checkpointer: Any) -> Any:
+    """A one-node graph whose state is a list of lines, a non-primitive value: held apart on both backends
+    (LangGraph's PostgreSQL saver keeps strings and numbers inline in the checkpoint)."""
+    from langgraph.graph import START, StateGraph
+    from typing_extensions import TypedDict
+
+    class Lines(TypedDict, total=False):
+        lines: list[str]
+
+    def answer(state: Lines) -> Lines:
+        return {"lines": [*state.get("lines", []), "and the answer"]}
+
+    return StateGraph(Lines).add_node("answer", answer).add_edge(START, "answer").compile(checkpointer=checkpointer)
+
+
 async def test_a_checkpoints_large_values_and_writes_are_compressed_with_lz4(storage: Storage,
                                                                            database_url: str) -> None:
     """A long conversation's messages (1 MB) are stored again by every step that adds one, in LangGraph's
@@ -599,23 +614,14 @@ async def test_a_checkpoints_large_values_and_writes_are_compressed_with_lz4(sto
     where the server has it (set after LangGraph's setup, once), not pglz, which cost PostgreSQL about 8 ms of CPU
     more per MB stored (bench/README.md, "Large state on SQLite, a long conversation, and lz4 ...")."""
     await _skip_unless_lz4(database_url, "SQLite stores the serialized bytes as they are")
-    from langgraph.graph import START, StateGraph
-    from typing_extensions import TypedDict
-
-    class Talk(TypedDict, total=False):
-        text: str
-
-    def answer(state: Talk) -> Talk:
-        return {"text": state.get("text", "") + " and the answer"}
-
-    graph = StateGraph(Talk).add_node("answer", answer).add_edge(START, "answer").compile(
-        checkpointer=storage.checkpointer)
+    graph = _lines_graph(storage.checkpointer)
     tid = str(uuid.uuid4())
-    text = " ".join(f"the quick brown fox {i} jumps over the lazy dog" for i in range(20_000))  # 0.9 MB
-    assert (await graph.ainvoke({"text": text}, {"configurable": {"thread_id": tid}}))["text"].endswith("answer")
+    lines = [f"the quick brown fox {i} jumps over the lazy dog" for i in range(20_000)]  # 0.9 MB
+    answered = await graph.ainvoke({"lines": lines}, {"configurable": {"thread_id": tid}})
+    assert answered["lines"][-1] == "and the answer"
     async with OtherConnection(database_url) as other:
         blobs = await other.execute("SELECT pg_column_compression(blob) FROM checkpoint_blobs "
-                                    "WHERE thread_id = ? AND length(blob) > 100000", (tid,))
+                                    "WHERE thread_id = ? AND channel = 'lines' AND length(blob) > 100000", (tid,))
         writes = await other.execute("SELECT pg_column_compression(blob) FROM checkpoint_writes "
                                      "WHERE thread_id = ? AND length(blob) > 100000", (tid,))
     assert blobs and set(blobs) == {("lz4",)}
@@ -625,17 +631,7 @@ async def test_a_checkpoints_large_values_and_writes_are_compressed_with_lz4(sto
 async def test_a_rolled_back_runs_large_values_go_with_its_checkpoints(storage: Storage, database_url: str) -> None:
     """A rollback deletes the run's checkpoints; the values they held apart (a long conversation's messages: a
     version per step) go too, on both backends, and the thread's other checkpoints keep theirs and read back."""
-    from langgraph.graph import START, StateGraph
-    from typing_extensions import TypedDict
-
-    class Talk(TypedDict, total=False):
-        lines: list[str]
-
-    def answer(state: Talk) -> Talk:
-        return {"lines": [*state.get("lines", []), "and the answer"]}
-
-    graph = StateGraph(Talk).add_node("answer", answer).add_edge(START, "answer").compile(
-        checkpointer=storage.checkpointer)
+    graph = _lines_graph(storage.checkpointer)
     tid = str(uuid.uuid4())
     kept, gone = str(uuid.uuid4()), str(uuid.uuid4())
     lines = [f"the quick brown fox {i} jumps over the lazy dog" for i in range(2_000)]  # 90 KB
