@@ -24,7 +24,7 @@ from tests.services import Backend
 from tests.shared_app import shared_app
 from threadline.api.app import create_app
 from threadline.broker.memory import MemoryBroker
-from threadline.core.partials import PartialDecoder, PartialEncoder, is_partial
+from threadline.core.partials import DELTA, PartialDecoder, PartialEncoder, is_partial
 from threadline.core.runtime import Runtime
 from threadline.settings import Settings
 
@@ -128,6 +128,34 @@ def test_partials_with_a_span_round_trip_byte_for_byte() -> None:
         held = encoder.encode("m", frame, (len(head) - 1, len(head) + len(text) + 1))
         assert decoder.decode(held) == frame
     assert not decoder.gap
+
+
+def test_frames_around_a_middle_round_trip_byte_for_byte_among_other_frames() -> None:
+    """`encode_around` (a frame expected to differ from the last in its middle) holds the middle alone when
+    the message's last frame had the same head and tail, and whole otherwise: also when the frames before it
+    came from `encode` (whole) or `encode_parts` (a growing body), whose bytes around it are not its own."""
+    rng = random.Random(5)
+    encoder, decoder = PartialEncoder(), PartialDecoder()
+    head, body, around = b'[{"content":', bytearray(), 0
+    tails = [b',"id":"m"},{"meta":1}]', b',"id":"m"},{"meta":2}]', b'}]']
+    for i in range(2_000):
+        kind = rng.choice(["around", "around", "around", "whole", "parts"])
+        if kind == "around":
+            middle = b'"%b"' % rng.choice([b"", b"x", b" ", b"\xc3\xa9", b"yz" * rng.randint(1, 30)])
+            tail = rng.choice(tails[:2]) if rng.random() < 0.2 else tails[0]
+            frame, held = head + middle + tail, encoder.encode_around("m", head, middle, tail)
+            around += held[:1] == DELTA and held.endswith(b"\n" + middle)
+        elif kind == "whole":  # another frame of the message around another middle, or with the same tail
+            frame = head + b'"whole %d"' % i + rng.choice(tails)
+            held = encoder.encode("m", frame)
+        else:
+            grown = rng.choice([b"p", b"qq"])
+            body += grown
+            frame = b'[{"content":"' + body + b'"}]'
+            held = encoder.encode_parts("m", b'[{"content":"', body, b'"}]', len(grown))
+        assert decoder.decode(held) == frame, (i, kind)
+    assert not decoder.gap
+    assert around > 300, around  # most frames around a middle, after one of their own, held as the middle
 
 
 def test_tuple_frames_are_the_chunk_and_its_metadata_byte_for_byte() -> None:
@@ -262,6 +290,51 @@ def test_messages_partials_of_chunks_whose_other_fields_change_are_the_merged_me
     for chunk in _reply(300):
         list(streamer.feed((chunk, {"langgraph_node": "model"})))
     assert cut[0] <= 4, cut
+
+
+def test_tuple_and_partial_frames_of_one_message_interleaved_round_trip_byte_for_byte() -> None:
+    """Both shapes on one run (`stream_mode: ["messages-tuple", "messages"]`) encode each chunk's two frames
+    against the same message's last frame, one after the other: a tuple frame held as its text alone, a
+    partial held in parts or whole (content that is not text: a list of parts), and every frame rebuilds
+    byte for byte, whichever shape came before it; so do the tuple frames alone, where a chunk whose content
+    is a list (held whole) comes between text chunks with the same other fields."""
+    from langchain_core.messages import AIMessageChunk, message_chunk_to_message
+
+    from threadline.core.messages import MessageStreamer
+    from threadline.serde import dumps
+
+    # Text between chunks whose content is a list of parts, the other fields the same throughout.
+    texts = [AIMessageChunk(content=t, id="lc_run--2") for t in ("a", " ", "b", "é", " ")]
+    parts = [AIMessageChunk(content=[{"type": "text", "text": t, "index": 0}], id="lc_run--2") for t in "xy"]
+    chunks = _reply(40) + _varied_reply()[:200] + texts + parts[:1] + texts + parts + texts
+    metadata = {"langgraph_node": "model"}
+    for legacy in (True, False):
+        streamer, decoder = MessageStreamer(legacy=legacy, tuples=True), PartialDecoder()
+        merged: dict[str, Any] = {}
+        for i, chunk in enumerate(chunks):
+            events = dict(streamer.feed((chunk, metadata)))
+            assert decoder.decode(events["messages"]) == b"[" + dumps(chunk) + b"," + dumps(metadata) + b"]", i
+            if legacy:
+                merged[chunk.id] = chunk if chunk.id not in merged else merged[chunk.id] + chunk
+                assert decoder.decode(events["messages/partial"]) == dumps(
+                    [message_chunk_to_message(merged[chunk.id])]), i
+        assert not decoder.gap
+
+
+def test_a_tuple_frame_is_held_as_its_chunks_text() -> None:
+    """Between keyframes, a `messages-tuple` event is held as the chunk's JSON text and a short header: not
+    the chunk's other fields or the metadata, which every frame of the message repeats."""
+    from threadline.core.messages import MessageStreamer
+    from threadline.serde import dumps
+
+    streamer = MessageStreamer(legacy=False, tuples=True)
+    metadata = {"langgraph_node": "model", "checkpoint_ns": "model:" + "0" * 36, "ls_provider": "fake"}
+    sizes = []
+    for chunk in _reply(2_000)[1:-1]:  # the text chunks
+        [(_, held)] = list(streamer.feed((chunk, metadata)))
+        sizes.append((len(held), len(dumps(chunk.content))))
+    deltas = [size - text for size, text in sizes if size - text < 40]
+    assert len(deltas) > 0.9 * len(sizes), (len(deltas), len(sizes))
 
 
 # Over the API.

@@ -67,8 +67,12 @@ class MessageStreamer:
                 self._metadata = (metadata, dumps(metadata))
             # `[message, metadata]` as `dumps` writes it (no spaces), the metadata serialized once.
             body = model_json(message) if isinstance(message, BaseModel) else dumps(message)
-            yield "messages", self._partials.encode(msg_id, b"[" + body + b"," + self._metadata[1] + b"]",
-                                                    _content_span(body, message))
+            end = _content_end(body, message)
+            if end:  # the frame around the chunk's text: most chunks of a reply differ from the last in it alone
+                yield "messages", self._partials.encode_around(msg_id, _TUPLE_HEAD, body[_TEXT_START:end],
+                                                               body[end:] + b"," + self._metadata[1] + b"]")
+            else:
+                yield "messages", self._partials.encode(msg_id, b"[" + body + b"," + self._metadata[1] + b"]")
         if not self.legacy:
             return
         msg_id = getattr(message, "id", None) or ""
@@ -133,17 +137,19 @@ def _listed(message: BaseMessage) -> bytes:
 
 
 _CONTENT_KEY = b'{"content":'
+_TEXT_START = len(_CONTENT_KEY)
+#: What a `messages-tuple` frame `[message, metadata]` holds before a message's text (`_content_end`).
+_TUPLE_HEAD = b"[" + _CONTENT_KEY
 
 
-def _content_span(body: bytes, message: Any) -> tuple[int, int] | None:
-    """Where a message's text content lies in `[body, ...]` (its JSON `body` opened by the content, as a
-    message's fields are ordered), the part of a chunk's tuple frame that changes from one chunk to the next;
-    None when the content is not text or not found there."""
+def _content_end(body: bytes, message: Any) -> int:
+    """Where a message's text content ends in its JSON `body` (which opens with the content, as a message's
+    fields are ordered), the part of a chunk's tuple frame that changes from one chunk to the next; 0 when the
+    content is not text or not found there."""
     content = getattr(message, "content", None)
     if not isinstance(content, str):
-        return None
+        return 0
     text = dumps(content)
-    start = len(_CONTENT_KEY)
-    if not (body.startswith(_CONTENT_KEY) and body.startswith(text, start)):
-        return None
-    return 1 + start, 1 + start + len(text)
+    if not (body.startswith(_CONTENT_KEY) and body.startswith(text, _TEXT_START)):
+        return 0
+    return _TEXT_START + len(text)

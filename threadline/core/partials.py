@@ -84,11 +84,15 @@ class _Sent:
     tail: bytes = b""
     # Where the last frame may differ from the one before it (`encode(span=...)`), None when not known.
     span: tuple[int, int] | None = None
+    # The last frame around its middle (`encode_around`): head + middle + tail, `body` None.
+    middle: bytes = b""
 
     def whole(self) -> bytes:
         if self.frame is None:
-            assert self.body is not None
-            self.frame = self.head + self.body[:self.body_len] + self.tail
+            if self.body is None:
+                self.frame = self.head + self.middle + self.tail
+            else:
+                self.frame = self.head + self.body[:self.body_len] + self.tail
         return self.frame
 
 
@@ -123,8 +127,27 @@ class PartialEncoder:
         middle = frame[prefix:len(frame) - suffix]
         head = dumps([key, last.n, prefix, suffix])
         last.frame, last.body, last.span = frame, None, span
+        last.head = last.middle = last.tail = b""  # the frame is whole: no part of an earlier frame stays
         held = Held(DELTA + head + b"\n" + middle)
         last.deltas += len(held)
+        return held
+
+    def encode_around(self, msg_id: str, head: bytes, middle: bytes, tail: bytes) -> Held:
+        """The held form of the frame `head + middle + tail`, expected to differ from the message's previous
+        frame in its `middle` only (a `messages-tuple` frame: the chunk's text between the same head and tail).
+        When the previous frame had the same head and tail, the delta is `middle`, found without building the
+        frame or comparing more than the two tails (in C); else the whole frame is encoded as by `encode`."""
+        last = self._last.get(msg_id)
+        size = len(head) + len(middle) + len(tail)
+        if last is None or last.body is not None or last.head != head or last.tail != tail or last.deltas >= size:
+            held = self.encode(msg_id, head + middle + tail, (len(head), len(head) + len(middle)))
+        else:
+            last.n += 1
+            held = Held(DELTA + dumps([self._keys[msg_id], last.n, len(head), len(tail)]) + b"\n" + middle)
+            last.deltas += len(held)
+            last.frame, last.span = None, (len(head), len(head) + len(middle))
+        sent = self._last[msg_id]
+        sent.head, sent.middle, sent.tail = head, middle, tail
         return held
 
     def encode_parts(self, msg_id: str, head: bytes, body: bytearray, tail: bytes, grown: int) -> Held:
