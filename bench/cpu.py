@@ -6,6 +6,7 @@
     python bench/cpu.py --against /tmp/old --pairs 3     # old checkout and this one, alternating processes
     python bench/cpu.py --profile /tmp/app.prof          # cProfile of the app's requests only
     python bench/cpu.py --kind long --tokens 4000 --mode messages --runs 10   # long replies (workloads' `chat`)
+    python bench/cpu.py --kind long --model async --runs 20   # the same reply from a natively async model
 
 The app is `create_app` on the bench graph (`bench/project`) over a fresh SQLite file, called through ASGI
 directly: no sockets, no client. After each request the floor (the graph in-process, `InMemorySaver`) runs
@@ -81,7 +82,8 @@ async def _call(app: Any, path: str, body: bytes, method: str = "POST") -> tuple
 
 
 async def measure(runs: int, kind: str, profile: str | None, tokens: int = 4000,
-                  mode: str = "messages-tuple", settings: dict[str, Any] | None = None) -> dict[str, float]:
+                  mode: str = "messages-tuple", settings: dict[str, Any] | None = None,
+                  model: str = "sync") -> dict[str, float]:
     import cProfile
 
     import orjson
@@ -95,7 +97,7 @@ async def measure(runs: int, kind: str, profile: str | None, tokens: int = 4000,
     sys.path.insert(0, str(project))  # the graph, imported as the benches import it for their floor
     if kind == "long":
         from graphs import chat as floor  # type: ignore[import-not-found]
-        floor_config: dict[str, Any] = {"configurable": {"reply_tokens": tokens}}
+        floor_config: dict[str, Any] = {"configurable": {"reply_tokens": tokens, "chat_model": model}}
         body = {"assistant_id": "chat", "input": INPUT, "stream_mode": [mode], "config": floor_config}
     else:
         from graph import build
@@ -176,6 +178,9 @@ def main() -> None:
     parser.add_argument("--kind", choices=["thread", "stateless", "stream", "long"], default="thread")
     parser.add_argument("--tokens", type=int, default=4000, help="--kind long: the reply's chunks")
     parser.add_argument("--mode", default="messages-tuple", help="--kind long: the stream mode")
+    parser.add_argument("--model", choices=["sync", "async"], default="sync",
+                        help="--kind long: the chat model streams from a thread per chunk (GenericFakeChatModel's "
+                             "synchronous `_stream`) or from its own `_astream`, as provider clients do")
     parser.add_argument("--against", help="a checkout of older code, measured in alternating processes")
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--profile", help="write a cProfile of the app's timed requests here")
@@ -185,12 +190,13 @@ def main() -> None:
     args = parser.parse_args()
     if args.against:
         _against(args.against, args.runs, args.kind, args.pairs, ["--tokens", str(args.tokens), "--mode", args.mode,
+                                                                  "--model", args.model,
                                                                   *(f"--set={s}" for s in args.set)])
         return
     from threadline.cli import run_loop  # the loop `threadline serve` runs on
 
     settings = {name: json.loads(value) for name, _, value in (s.partition("=") for s in args.set)}
-    result = run_loop(measure(args.runs, args.kind, args.profile, args.tokens, args.mode, settings))
+    result = run_loop(measure(args.runs, args.kind, args.profile, args.tokens, args.mode, settings, args.model))
     print(json.dumps(result) if args.json else _line(result))
 
 

@@ -45,6 +45,7 @@ class Workload:
     count: int = 1  # runs (agent) or requests (state rows); streams: one per client
     steps: int = 25  # model calls of the agent
     slow_ms: float = 10.0  # the slow reader's pause after each event
+    model: str = "sync"  # the chat model (stream): sync (a thread per chunk) | async (its own `_astream`)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -65,7 +66,8 @@ GRAPHS = load_graphs()
 def warm_variant(wl: Workload) -> Workload:
     """The same path, small: compiles, imports and opens connections before anything is measured."""
     return Workload(wl.name + " (warm-up)", wl.kind, tokens=min(wl.tokens, 20), concurrency=1, mode=wl.mode,
-                    reader="full" if wl.reader == "slow" else wl.reader, count=1, steps=3, slow_ms=0.0)
+                    reader="full" if wl.reader == "slow" else wl.reader, count=1, steps=3, slow_ms=0.0,
+                    model=wl.model)
 
 
 def steps_of(wl: Workload, completed: int) -> int:
@@ -102,7 +104,7 @@ def check_talk_turn(values: Any, i: int) -> None:
 
 
 def chat_config(wl: Workload) -> dict[str, Any]:
-    return {"configurable": {"reply_tokens": wl.tokens}}
+    return {"configurable": {"reply_tokens": wl.tokens, "chat_model": wl.model}}
 
 
 def agent_config(wl: Workload) -> dict[str, Any]:

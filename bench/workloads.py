@@ -63,10 +63,10 @@ PG_TARGETS = ("pg", "pgonly", "pg1")
 MODES = ("messages-tuple", "messages", "values", "updates")
 
 
-def stream(tokens: int, c: int, mode: str, reader: str = "full") -> Workload:
-    suffix = "" if reader == "full" else f" {reader}"
+def stream(tokens: int, c: int, mode: str, reader: str = "full", model: str = "sync") -> Workload:
+    suffix = ("" if reader == "full" else f" {reader}") + ("" if model == "sync" else f" {model}-model")
     return Workload(f"stream {tokens}x{c} {mode}{suffix}", "stream", tokens=tokens, concurrency=c, mode=mode,
-                    reader=reader)
+                    reader=reader, model=model)
 
 
 def large_state(n_read: int, n_update: int, n_history: int) -> list[Workload]:
@@ -82,11 +82,13 @@ def conversation(n_turns: int) -> Workload:
 
 PROFILES: dict[str, list[Workload]] = {
     "quick": [stream(4000, 8, "messages-tuple"), stream(4000, 8, "messages"),
+              stream(4000, 8, "messages-tuple", model="async"),
               Workload("agent 25 steps x4", "agent", concurrency=4, count=4, steps=25),
               *large_state(100, 100, 20), conversation(30)],
     "full": [*(stream(t, c, m) for t in (4000, 16000) for c in (8, 32) for m in MODES),
              stream(4000, 8, "messages-tuple", "slow"), stream(4000, 8, "messages-tuple", "resume"),
-             stream(16000, 8, "messages-tuple", "resume"),
+             stream(16000, 8, "messages-tuple", "resume"), stream(4000, 8, "messages-tuple", model="async"),
+             stream(4000, 8, "messages", model="async"),
              Workload("agent 25 steps x16", "agent", concurrency=8, count=16, steps=25),
              *large_state(300, 300, 50), conversation(100)],
 }

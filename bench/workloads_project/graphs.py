@@ -2,7 +2,9 @@
 
 * ``chat``   - ``MessagesState``, one node calling ``GenericFakeChatModel``, which streams its reply word by
   word (every word and every space is a chunk). The reply's length is the run's
-  ``config.configurable.reply_tokens`` (default 4,000 chunks).
+  ``config.configurable.reply_tokens`` (default 4,000 chunks). With ``configurable.chat_model: "async"`` the
+  model streams the same chunks from an ``_astream`` of its own (``NativeAsyncFakeModel``), as provider
+  clients do, instead of a synchronous ``_stream`` that LangChain runs in a thread per chunk.
 * ``agent``  - a tool-calling agent: a model node and a ``ToolNode``, looping through ``tools_condition``.
   The model asks for a tool on each of its first ``agent_steps - 1`` calls and answers on the last
   (``agent_steps`` default 25: 25 model calls, 24 tool calls, 49 steps, the message list grows to 50).
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -49,9 +51,24 @@ def reply_chunks(tokens: int) -> int:
 # --------------------------------------------------------------------------- chat: one long streamed reply
 
 
+class NativeAsyncFakeModel(GenericFakeChatModel):
+    """The same chunks, streamed by an `_astream` of its own, as provider clients stream (an async HTTP
+    response): GenericFakeChatModel has only a synchronous `_stream`, which LangChain runs in a thread, one
+    hop per chunk, a cost that the floor pays too and that hides the rest of a token's path."""
+
+    async def _astream(self, messages: Any, stop: Any = None, run_manager: Any = None,
+                       **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
+        for chunk in self._stream(messages, stop=stop, run_manager=None, **kwargs):
+            if run_manager:
+                await run_manager.on_llm_new_token(str(chunk.message.content), chunk=chunk)
+            yield chunk
+
+
 async def respond(state: MessagesState, config: RunnableConfig) -> dict[str, Any]:
-    tokens = int((config.get("configurable") or {}).get("reply_tokens", 4000))
-    model = GenericFakeChatModel(messages=iter([AIMessage(content=reply_text(tokens))]))
+    configurable = config.get("configurable") or {}
+    tokens = int(configurable.get("reply_tokens", 4000))
+    kind = NativeAsyncFakeModel if configurable.get("chat_model") == "async" else GenericFakeChatModel
+    model = kind(messages=iter([AIMessage(content=reply_text(tokens))]))
     return {"messages": [await model.ainvoke(state["messages"])]}
 
 
