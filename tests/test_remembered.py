@@ -29,8 +29,10 @@ async def update(saver: InMemorySaver, thread: str, values: Any, as_node: str,
     remembering = Remembering(saver)
     graph = bind(counter, remembering, None)
     await graph.aupdate_state(thread_config(thread, {"checkpoint_id": at} if at else None), values, as_node=as_node)
-    state = snapshot_json(await graph.aget_state(thread_config(thread)))
-    return state, remembering.values_patch(state, graph.stream_channels_asis), remembering
+    snap = await graph.aget_state(thread_config(thread))
+    state = snapshot_json(snap)
+    return state, remembering.values_patch(state["checkpoint_id"], snap.values, graph.stream_channels_asis), \
+        remembering
 
 
 async def values_at(saver: InMemorySaver, thread: str, checkpoint_id: str) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
+from threadline.serde import to_jsonable
 from threadline.storage.base import ValuesPatch
 from threadline.storage.saver_wrapper import SaverWrapper
 
@@ -53,15 +54,16 @@ class Remembering(SaverWrapper):
         self.latest = CheckpointTuple(written, checkpoint, metadata, parent_config, [])
         return written
 
-    def values_patch(self, state: dict[str, Any], channels: Any) -> ValuesPatch | None:
-        """The top-level keys of `state` (the snapshot of `latest`, as `snapshot_json` shows it) that the update
-        changed against its parent checkpoint, for a graph whose values are its `channels` by name (LangGraph's
-        `stream_channels_asis`, a list); None when there is no such comparison (no parent, values that are not
-        a dict, a parent this request did not read, a state that is not the remembered checkpoint's)."""
-        latest, values = self.latest, state.get("values")
+    def values_patch(self, checkpoint_id: str | None, values: Any, channels: Any) -> ValuesPatch | None:
+        """The top-level keys of `values` (a snapshot's, as LangGraph gives them, of checkpoint `checkpoint_id`)
+        that the update changed against its parent checkpoint, as `snapshot_json` shows them (only those are
+        converted), for a graph whose values are its `channels` by name (LangGraph's `stream_channels_asis`, a
+        list); None when there is no such comparison (no parent, values that are not a dict, a parent this
+        request did not read, a snapshot that is not of the remembered checkpoint)."""
+        latest = self.latest
         if (latest is None or latest.parent_config is None or not isinstance(values, dict)
                 or not isinstance(channels, list)
-                or state.get("checkpoint_id") != latest.config["configurable"].get("checkpoint_id")):
+                or checkpoint_id != latest.config["configurable"].get("checkpoint_id")):
             return None
         parent_id = latest.parent_config["configurable"]["checkpoint_id"]
         before = self.versions.get(parent_id)
@@ -69,7 +71,7 @@ class Remembering(SaverWrapper):
             return None
         after = latest.checkpoint.get("channel_versions") or {}
         touched = [c for c in channels if after.get(c) != before.get(c)]
-        return ValuesPatch(parent_id, {k: values[k] for k in touched if k in values},
+        return ValuesPatch(parent_id, {k: to_jsonable(values[k]) for k in touched if k in values},
                            [k for k in touched if k not in values])
 
     async def aput_writes(self, config: Any, writes: Sequence[tuple[str, Any]], task_id: str,

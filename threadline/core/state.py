@@ -48,7 +48,9 @@ def _checkpoint_id(config: Mapping[str, Any] | None) -> str | None:
     return found
 
 
-def snapshot_json(snap: StateSnapshot) -> dict[str, Any]:
+def snapshot_json(snap: StateSnapshot, *, values: bool = True) -> dict[str, Any]:
+    """A state snapshot as the API shows it; with `values=False`, its `values` None (not converted: a caller
+    that needs only some of them, converted apart)."""
     tasks = []
     for t in snap.tasks:
         state = t.state
@@ -63,7 +65,7 @@ def snapshot_json(snap: StateSnapshot) -> dict[str, Any]:
             "result": to_jsonable(getattr(t, "result", None)),
         })
     return {
-        "values": to_jsonable(snap.values),
+        "values": to_jsonable(snap.values) if values else None,
         "next": list(snap.next),
         "tasks": tasks,
         "metadata": to_jsonable(snap.metadata or {}),

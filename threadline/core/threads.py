@@ -20,6 +20,7 @@ from threadline.core.remembered import Remembering
 from threadline.core.state import bind, checkpoint_ref, empty_state, snapshot_json, thread_config, thread_fields
 from threadline.errors import BadRequest, Conflict, NotFound
 from threadline.ids import is_uuid
+from threadline.serde import to_jsonable
 from threadline.shapes import IfExists
 from threadline.storage.base import Storage, ValuesPatch
 from threadline.storage.records import AssistantRecord, ThreadRecord
@@ -222,10 +223,15 @@ class Threads:
             except Exception as exc:  # LangGraph raises InvalidUpdateError/ValueError for bad updates
                 raise BadRequest(f"{type(exc).__name__}: {exc}") from exc
             # The thread's fields from the checkpoint the update just wrote, without reading it back; the row
-            # is sent only the keys it changed where the backend can apply them (`core/remembered.py`).
-            state = snapshot_json(await graph.aget_state(thread_config(thread_id)))
-            patch = remembering.values_patch(state, graph.stream_channels_asis)
-        await self._store(thread, state, patch)
+            # is sent only the keys it changed where the backend can apply them (`core/remembered.py`), and
+            # then the whole values are converted only if the patch does not apply.
+            snap = await graph.aget_state(thread_config(thread_id))
+            state = snapshot_json(snap, values=False)
+            patch = remembering.values_patch(state["checkpoint_id"], snap.values, graph.stream_channels_asis)
+            unconverted = snap.values if patch is not None and self.storage.patches_values else None
+            if unconverted is None:
+                state["values"] = to_jsonable(snap.values)
+        await self._store(thread, state, patch, unconverted)
         # As LangGraph's server: the new checkpoint, also as `configurable` and by its id.
         ref = checkpoint_ref(config)
         return {"checkpoint": ref, "configurable": ref, "checkpoint_id": (ref or {}).get("checkpoint_id")}
@@ -270,9 +276,18 @@ class Threads:
         sweeper, a concurrent DELETE)."""
         await self._store(thread, await self._state(thread))
 
-    async def _store(self, thread: ThreadRecord, state: dict[str, Any], patch: ValuesPatch | None = None) -> None:
+    async def _store(self, thread: ThreadRecord, state: dict[str, Any], patch: ValuesPatch | None = None,
+                     unconverted: Any = None) -> None:
+        """The thread's row from `state`. With `unconverted` (the state's values as LangGraph gave them; `state`
+        has none), the row is sent `patch` alone, and those values are converted only if it does not apply."""
         fields = {**thread_fields(state), "checkpoint_id": state["checkpoint_id"]}
-        if not await self.storage.store_thread_state(thread["thread_id"], fields, patch):
+        if unconverted is not None:
+            del fields["values"]
+        stored = await self.storage.store_thread_state(thread["thread_id"], fields, patch)
+        if stored is None:  # the patch did not apply: the values whole
+            stored = await self.storage.store_thread_state(
+                thread["thread_id"], {**fields, "values": to_jsonable(unconverted)}, None)
+        if not stored:
             raise NotFound(f"Thread with ID {thread['thread_id']} not found")
 
     async def _reread(self, thread_id: str) -> ThreadRecord:

@@ -166,13 +166,18 @@ class Storage(abc.ABC):
                             merge_metadata: dict[str, Any] | None = None) -> ThreadRecord | None:
         """Set columns in `changes` and shallow-merge `merge_metadata` into metadata."""
 
+    #: Whether `store_thread_state` writes a `patch` without the whole values (PostgreSQL): then `fields` may
+    #: leave `values` out, and the caller computes them only when the patch did not apply.
+    patches_values: bool = False
+
     @abc.abstractmethod
-    async def store_thread_state(self, thread_id: str, fields: Row, patch: ValuesPatch | None = None) -> bool:
+    async def store_thread_state(self, thread_id: str, fields: Row, patch: ValuesPatch | None = None) -> bool | None:
         """Write the thread's cache of its latest state (`values`, `interrupts`, and `status`, which a thread
         held busy by a run keeps; `checkpoint_id`, the checkpoint they are the state of) and stamp
         `updated_at`; False when there is no such thread. Returns no row: the values can be large, and the
         caller has them. With `patch`, a backend may write only what it changed, when the row holds the
-        values of the patch's parent checkpoint (PostgreSQL); the result is the same row."""
+        values of the patch's parent checkpoint (PostgreSQL, `patches_values`); the result is the same row.
+        None (nothing written) when the patch did not apply and `fields` has no `values` to write instead."""
 
     @abc.abstractmethod
     async def delete_thread(self, thread_id: str) -> bool:

@@ -131,8 +131,10 @@ class EncryptedStorage:
                          values: bool = True) -> ThreadRecord | None:
         return await self._open("thread", await self.inner.get_thread(thread_id, filters=filters, values=values))
 
-    async def store_thread_state(self, thread_id: str, fields: Row, patch: ValuesPatch | None = None) -> bool:
-        # Sealed values are one opaque value: written whole, never patched.
+    #: Sealed values are one opaque value: written whole, never patched (the caller always sends them).
+    patches_values = False
+
+    async def store_thread_state(self, thread_id: str, fields: Row, patch: ValuesPatch | None = None) -> bool | None:
         return await self.inner.store_thread_state(thread_id, await self._seal("thread", fields))
 
     async def update_thread(self, thread_id: str, changes: Row, *,

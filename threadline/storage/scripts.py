@@ -116,9 +116,10 @@ def update_thread(d: Dialect, thread_id: str, changes: Row,
     return found[0] if found else None
 
 
-def store_thread_state(d: Dialect, thread_id: str, fields: Row, patch: ValuesPatch | None) -> Script[bool]:
+def store_thread_state(d: Dialect, thread_id: str, fields: Row, patch: ValuesPatch | None) -> Script[bool | None]:
     """The thread's cache of its latest state. PostgreSQL first tries `patch` (the keys an update changed),
-    which applies only onto its parent checkpoint's values, and writes the values whole when it did not."""
+    which applies only onto its parent checkpoint's values, and writes the values whole when it did not (None
+    when `fields` has none: the caller computes them then, and only then)."""
     row = {"thread_id": thread_id, "interrupts": fields["interrupts"], "status": fields["status"],
            "checkpoint_id": fields.get("checkpoint_id")}
     if patch is not None and not d.sqlite:
@@ -126,6 +127,8 @@ def store_thread_state(d: Dialect, thread_id: str, fields: Row, patch: ValuesPat
                           parent_checkpoint_id=patch.parent_checkpoint_id)
         if patched:
             return True
+        if "values" not in fields:
+            return None
     rows = yield q(d, "store_thread_state", **row, values=fields["values"], patch=None, removed=[],
                    parent_checkpoint_id=None)
     return bool(rows)

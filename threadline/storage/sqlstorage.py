@@ -158,7 +158,11 @@ class SQLStorage(Storage):
                             merge_metadata: dict[str, Any] | None = None) -> ThreadRecord | None:
         return await self._transact(scripts.update_thread, thread_id, changes, merge_metadata)
 
-    async def store_thread_state(self, thread_id: str, fields: Row, patch: ValuesPatch | None = None) -> bool:
+    @property
+    def patches_values(self) -> bool:  # type: ignore[override]
+        return not self.dialect.sqlite
+
+    async def store_thread_state(self, thread_id: str, fields: Row, patch: ValuesPatch | None = None) -> bool | None:
         return await self._transact(scripts.store_thread_state, thread_id, fields, patch)
 
     async def delete_thread(self, thread_id: str) -> bool:
