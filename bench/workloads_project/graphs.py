@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import AsyncIterator, Iterator
@@ -54,11 +55,14 @@ def reply_chunks(tokens: int) -> int:
 class NativeAsyncFakeModel(GenericFakeChatModel):
     """The same chunks, streamed by an `_astream` of its own, as provider clients stream (an async HTTP
     response): GenericFakeChatModel has only a synchronous `_stream`, which LangChain runs in a thread, one
-    hop per chunk, a cost that the floor pays too and that hides the rest of a token's path."""
+    hop per chunk, a cost that the floor pays too and that hides the rest of a token's path. Each chunk is
+    awaited as a network read is (`asyncio.sleep(0)`: the task yields to the loop, with no delay), so the
+    server's readers wake for it, as they do for a provider's chunks."""
 
     async def _astream(self, messages: Any, stop: Any = None, run_manager: Any = None,
                        **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
         for chunk in self._stream(messages, stop=stop, run_manager=None, **kwargs):
+            await asyncio.sleep(0)
             if run_manager:
                 await run_manager.on_llm_new_token(str(chunk.message.content), chunk=chunk)
             yield chunk
