@@ -232,9 +232,11 @@ class Executor:
     """Runs one run to its end and records the outcome. Used by the worker pool."""
 
     def __init__(self, storage: Storage, broker: Broker, graphs: GraphRegistry, threads: Threads,
-                 metrics: Metrics, webhooks: Webhooks | None = None, *, run_timeout: float = 0.0) -> None:
+                 metrics: Metrics, webhooks: Webhooks | None = None, *, run_timeout: float = 0.0,
+                 log_coalesce: float = 0.0) -> None:
         self.metrics = metrics
         self.run_timeout = run_timeout  # seconds a run may execute unless its config says otherwise; 0: none
+        self.log_coalesce = log_coalesce  # seconds a protocol run's events wait to share a write (`EventWriter`)
         self.node_threads = NodeThreads()  # installed as the loop's default executor by the worker pool
         self.webhooks = webhooks or Webhooks()
         self.storage = storage
@@ -257,7 +259,7 @@ class Executor:
         set_current_user(None)
         NodeThreads.track()  # this task's own context: the node threads it starts count as the run's
         claim, started = Claim.of(run, worker_id, stop, lease), time.monotonic()
-        protocol = ProtocolRun(self.storage, self.broker, run, lease, run["assistant_id"]) \
+        protocol = ProtocolRun(self.storage, self.broker, run, lease, run["assistant_id"], self.log_coalesce) \
             if (run["kwargs"] or {}).get("protocol") else None  # started through /commands
         outcome = await self._outcome(claim, assistant, protocol)
         if outcome is None:

@@ -209,17 +209,24 @@ def _checkpoint(data: dict[str, Any]) -> dict[str, Any]:
 
 
 class EventWriter:
-    """Group commit: events wait while one write is in flight, then go in the next transaction together.
+    """Group commit: events wait while one write is in flight, then go in the next transaction together; and
+    events that come within `coalesce` seconds of the last write began wait for that time, so that a graph
+    streaming tokens writes a transaction per few milliseconds, not per loop pass (a 4,000-token reply: about
+    1,000 transactions of 4 events, against about 250 with 2 ms). The first event after a quiet spell is
+    written at once.
 
     Every write checks the lease first: a worker that lost its run writes nothing more into the log.
     """
 
-    def __init__(self, storage: Storage, broker: Broker, thread_id: str, run_id: str, lease: Lease) -> None:
+    def __init__(self, storage: Storage, broker: Broker, thread_id: str, run_id: str, lease: Lease,
+                 coalesce: float = 0.0) -> None:
         self.storage, self.broker, self.lease = storage, broker, lease
         self.thread_id, self.run_id = thread_id, run_id
+        self.coalesce = coalesce
         self._pending: list[NewThreadEvent] = []
         self._task: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
+        self._last_write = float("-inf")  # when the last write began (the loop's clock)
 
     async def add(self, events: list[Event]) -> None:
         if self._error is not None:
@@ -237,10 +244,15 @@ class EventWriter:
             await asyncio.shield(self._task)
 
     async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
         try:
             while self._pending:
+                wait = self.coalesce - (loop.time() - self._last_write)
+                if wait > 0 and len(self._pending) < BATCH_MAX:
+                    await asyncio.sleep(wait)  # events are coming: those of the next moment join this write
                 batch, self._pending = self._pending[:BATCH_MAX], self._pending[BATCH_MAX:]
                 self.lease.check()
+                self._last_write = loop.time()
                 await self.storage.append_thread_events(self.thread_id, self.run_id, batch)
                 await self.broker.notify_run_done(thread_events_signal(self.thread_id))
         except BaseException as exc:  # noqa: BLE001 - surfaced to the run at its next add/flush
@@ -261,9 +273,10 @@ class ProtocolRun:
     lease gets neither: whoever runs it next writes its end.
     """
 
-    def __init__(self, storage: Storage, broker: Broker, run: RunRecord, lease: Lease, graph_name: str) -> None:
+    def __init__(self, storage: Storage, broker: Broker, run: RunRecord, lease: Lease, graph_name: str,
+                 coalesce: float = 0.0) -> None:
         self.converter = StreamConverter(graph_name)
-        self.writer = EventWriter(storage, broker, run["thread_id"], run["run_id"], lease)
+        self.writer = EventWriter(storage, broker, run["thread_id"], run["run_id"], lease, coalesce)
         self.started = self.ended = False
 
     def named(self, graph_name: str) -> None:

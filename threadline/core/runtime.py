@@ -146,7 +146,8 @@ class Runtime:
         workers = None
         if settings.workers > 0:
             executor = Executor(storage, broker, graphs, threads, metrics, webhooks,
-                                run_timeout=settings.run_timeout_seconds)
+                                run_timeout=settings.run_timeout_seconds,
+                                log_coalesce=settings.stream_coalesce_ms / 1000)
             workers = WorkerPool(storage, broker, executor, settings.workers,
                                  lease_seconds=settings.lease_seconds, max_attempts=settings.run_retries,
                                  sweep=bool(storage.capabilities.get("multi_process")))
