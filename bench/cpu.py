@@ -7,6 +7,7 @@
     python bench/cpu.py --profile /tmp/app.prof          # cProfile of the app's requests only
     python bench/cpu.py --kind long --tokens 4000 --mode messages --runs 10   # long replies (workloads' `chat`)
     python bench/cpu.py --kind long --model async --runs 20   # the same reply from a natively async model
+    python bench/cpu.py --kind protocol --runs 8              # the same reply as a protocol run (/commands)
 
 The app is `create_app` on the bench graph (`bench/project`) over a fresh SQLite file, called through ASGI
 directly: no sockets, no client. After each request the floor (the graph in-process, `InMemorySaver`) runs
@@ -18,7 +19,11 @@ and this one in alternating processes, `--pairs` times. A change of about 0.1 ms
 ones need more runs or pairs. `--kind long` streams `bench/workloads_project`'s `chat` graph (a reply of
 `--tokens` chunks) in `--mode` (`messages-tuple`, `messages`, `values`, `updates`), read whole, against the
 same graph's `astream(stream_mode="messages")` in process: the per-token cost of the server's stream path
-without sockets (`bench/workloads.py` measures it over HTTP). Each line also gives the median of the
+without sockets (`bench/workloads.py` measures it over HTTP). `--kind protocol` starts that reply as a protocol
+run (`run.start` on a new thread through `/threads/{id}/commands`; timed until the thread is no longer busy, so
+the events written into the thread's log count) against LangGraph's own stream of the protocol's modes
+(`astream(version="v2")` with the protocol's stream modes, its messages as content-block events, and
+`InMemorySaver`). Each line also gives the median of the
 per-request ratios (each request against the floor run right after it: steadier than the sums when the
 machine's load moves) and the body messages the app sent per run (each is a pass through the middleware and,
 served, a socket write). `--set NAME=VALUE` gives the app a setting (`stream_coalesce_ms=0`), on both sides of
@@ -93,10 +98,21 @@ async def measure(runs: int, kind: str, profile: str | None, tokens: int = 4000,
     from threadline.api.app import create_app
     from threadline.settings import Settings
 
-    project = WORKLOADS if kind == "long" else PROJECT
+    project = WORKLOADS if kind in ("long", "protocol") else PROJECT
     sys.path.insert(0, str(project))  # the graph, imported as the benches import it for their floor
-    if kind == "long":
-        from graphs import chat as floor  # type: ignore[import-not-found]
+    if kind == "protocol":
+        from graphs import chat  # type: ignore[import-not-found]
+
+        from threadline.core.protocol_events import CONFIG_KEY_STREAM_MESSAGES_V2, PROTOCOL_STREAM_MODES
+
+        floor = chat.copy(update={"checkpointer": InMemorySaver()})
+        floor_config = {"configurable": {"reply_tokens": tokens, "chat_model": model,
+                                         CONFIG_KEY_STREAM_MESSAGES_V2: True}}
+        body = {"id": 1, "method": "run.start",
+                "params": {"assistant_id": "chat", "input": INPUT, "config": {"configurable": {
+                    "reply_tokens": tokens, "chat_model": model}}}}
+    elif kind == "long":
+        from graphs import chat as floor
         floor_config: dict[str, Any] = {"configurable": {"reply_tokens": tokens, "chat_model": model}}
         body = {"assistant_id": "chat", "input": INPUT, "stream_mode": [mode], "config": floor_config}
     else:
@@ -117,25 +133,34 @@ async def measure(runs: int, kind: str, profile: str | None, tokens: int = 4000,
             if kind == "thread":
                 for _ in range(runs + 20):
                     threads.append(orjson.loads((await _call(app, "/threads", b"{}"))[1])["thread_id"])
-            path = {"thread": None, "stateless": "/runs/wait", "stream": "/runs/stream", "long": "/runs/stream"}[kind]
+            path = {"thread": None, "stateless": "/runs/wait", "stream": "/runs/stream", "long": "/runs/stream",
+                    "protocol": None}[kind]
             profiler = cProfile.Profile() if profile else None
             app_cpu = floor_cpu = 0.0
             ratios = []  # each request's app CPU over the floor run right after it: robust to a loaded minute
-            warmup = 2 if kind == "long" else 20
+            warmup = 2 if kind in ("long", "protocol") else 20
             for i in range(runs + warmup):  # the first ones warm up
                 timed = i >= warmup
                 started = time.process_time()
                 if profiler is not None and timed:
                     profiler.enable()
-                status, answer = await _call(app, path or f"/threads/{threads[i]}/runs/wait", request)
+                if kind == "protocol":
+                    status, answer = await _protocol_run(app, request)
+                else:
+                    status, answer = await _call(app, path or f"/threads/{threads[i]}/runs/wait", request)
                 if profiler is not None and timed:
                     profiler.disable()
                 between = time.process_time()
                 if status != 200 or (kind == "stream" and b"event: messages" not in answer) or (
-                        kind == "long" and b"event: error" in answer):
+                        kind == "long" and b"event: error" in answer) or (
+                        kind == "protocol" and json.loads(answer)["status"] != "idle"):
                     raise SystemExit(f"request failed: {status} {answer[:200]!r}")
                 config = {"configurable": {"thread_id": str(uuid.uuid4()), **floor_config.get("configurable", {})}}
-                if kind in ("stream", "long"):
+                if kind == "protocol":
+                    async for _ in floor.astream(INPUT, config, version="v2", stream_mode=PROTOCOL_STREAM_MODES,
+                                                 subgraphs=True):
+                        pass
+                elif kind in ("stream", "long"):
                     async for _ in floor.astream(INPUT, config, stream_mode="messages"):
                         pass
                 else:
@@ -150,6 +175,19 @@ async def measure(runs: int, kind: str, profile: str | None, tokens: int = 4000,
                 profiler.dump_stats(profile)
     return {"app_ms": app_cpu / runs * 1000, "floor_ms": floor_cpu / runs * 1000, "ratio": app_cpu / floor_cpu,
             "median": statistics.median(ratios), "sends": SENDS[0] / runs}
+
+
+async def _protocol_run(app: Any, request: bytes) -> tuple[int, bytes]:
+    """A protocol run on a new thread, from its `run.start` until the thread is no longer busy (the run's events
+    are in the thread's log by then); the command's status and the thread's last read."""
+    thread_id = str(uuid.uuid4())
+    status, answer = await _call(app, f"/threads/{thread_id}/commands", request)
+    while status == 200:
+        await asyncio.sleep(0.02)
+        found, thread = await _call(app, f"/threads/{thread_id}", b"", "GET")
+        if found != 200 or json.loads(thread)["status"] != "busy":
+            return found, thread
+    return status, answer
 
 
 def _against(old: str, runs: int, kind: str, pairs: int, extra: list[str]) -> None:
@@ -175,7 +213,7 @@ def _line(r: dict[str, float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=600)
-    parser.add_argument("--kind", choices=["thread", "stateless", "stream", "long"], default="thread")
+    parser.add_argument("--kind", choices=["thread", "stateless", "stream", "long", "protocol"], default="thread")
     parser.add_argument("--tokens", type=int, default=4000, help="--kind long: the reply's chunks")
     parser.add_argument("--mode", default="messages-tuple", help="--kind long: the stream mode")
     parser.add_argument("--model", choices=["sync", "async"], default="sync",
