@@ -20,8 +20,8 @@ ones need more runs or pairs. `--kind long` streams `bench/workloads_project`'s 
 `--tokens` chunks) in `--mode` (`messages-tuple`, `messages`, `values`, `updates`), read whole, against the
 same graph's `astream(stream_mode="messages")` in process: the per-token cost of the server's stream path
 without sockets (`bench/workloads.py` measures it over HTTP). `--kind protocol` starts that reply as a protocol
-run (`run.start` on a new thread through `/threads/{id}/commands`; timed until the thread is no longer busy, so
-the events written into the thread's log count) against LangGraph's own stream of the protocol's modes
+run (`run.start` on a new thread through `/threads/{id}/commands`; timed until its join returns, so the events
+written into the thread's log count) against LangGraph's own stream of the protocol's modes
 (`astream(version="v2")` with the protocol's stream modes, its messages as content-block events, and
 `InMemorySaver`). Each line also gives the median of the
 per-request ratios (each request against the floor run right after it: steadier than the sums when the
@@ -178,16 +178,15 @@ async def measure(runs: int, kind: str, profile: str | None, tokens: int = 4000,
 
 
 async def _protocol_run(app: Any, request: bytes) -> tuple[int, bytes]:
-    """A protocol run on a new thread, from its `run.start` until the thread is no longer busy (the run's events
-    are in the thread's log by then); the command's status and the thread's last read."""
+    """A protocol run on a new thread, from its `run.start` until it has ended (joined: no polling; its events
+    are in the thread's log by then, written before the run's end); the join's status, and the thread."""
     thread_id = str(uuid.uuid4())
     status, answer = await _call(app, f"/threads/{thread_id}/commands", request)
-    while status == 200:
-        await asyncio.sleep(0.02)
-        found, thread = await _call(app, f"/threads/{thread_id}", b"", "GET")
-        if found != 200 or json.loads(thread)["status"] != "busy":
-            return found, thread
-    return status, answer
+    if status != 200:
+        return status, answer
+    run_id = json.loads(answer)["result"]["run_id"]
+    joined, _ = await _call(app, f"/threads/{thread_id}/runs/{run_id}/join", b"", "GET")
+    return (joined, (await _call(app, f"/threads/{thread_id}", b"", "GET"))[1]) if joined == 200 else (joined, b"")
 
 
 def _against(old: str, runs: int, kind: str, pairs: int, extra: list[str]) -> None:
