@@ -160,7 +160,7 @@ class SQLStorage(Storage):
 
     @property
     def patches_values(self) -> bool:  # type: ignore[override]
-        return not self.dialect.sqlite
+        return scripts.patches_values(self.dialect)
 
     async def store_thread_state(self, thread_id: str, fields: Row, patch: ValuesPatch | None = None) -> bool | None:
         return await self._transact(scripts.store_thread_state, thread_id, fields, patch)
