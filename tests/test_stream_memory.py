@@ -24,7 +24,7 @@ from tests.services import Backend
 from tests.shared_app import shared_app
 from threadline.api.app import create_app
 from threadline.broker.memory import MemoryBroker
-from threadline.core.partials import DELTA, PartialDecoder, PartialEncoder, is_partial
+from threadline.core.partials import DELTA, KEYFRAME, PartialDecoder, PartialEncoder, is_partial
 from threadline.core.runtime import Runtime
 from threadline.settings import Settings
 
@@ -156,6 +156,23 @@ def test_frames_around_a_middle_round_trip_byte_for_byte_among_other_frames() ->
         assert decoder.decode(held) == frame, (i, kind)
     assert not decoder.gap
     assert around > 300, around  # most frames around a middle, after one of their own, held as the middle
+
+
+def test_the_encoder_keeps_the_last_frames_of_as_many_messages_as_a_subscriber() -> None:
+    """A run of many messages (a long agent) holds the last frame of the newest `MAX_MESSAGES` only; a later
+    frame of an older message is held whole, and every frame still rebuilds byte for byte."""
+    from threadline.core.partials import MAX_MESSAGES
+
+    encoder, decoder = PartialEncoder(), PartialDecoder()
+    for m in range(3 * MAX_MESSAGES):
+        for n in range(3):
+            frame = b'[{"content":"message %d, frame %d"}]' % (m, n)
+            assert decoder.decode(encoder.encode(f"m{m}", frame)) == frame
+    assert len(encoder._last) == MAX_MESSAGES
+    late = b'[{"content":"message 0, late"}]'
+    held = encoder.encode("m0", late)
+    assert held[:1] == KEYFRAME and decoder.decode(held) == late
+    assert not decoder.gap
 
 
 def test_tuple_frames_are_the_chunk_and_its_metadata_byte_for_byte() -> None:

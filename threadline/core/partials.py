@@ -97,7 +97,9 @@ class _Sent:
 
 
 class PartialEncoder:
-    """The executor's side: each message's last partial frame, to encode the next one against it."""
+    """The executor's side: each message's last partial frame, to encode the next one against it; of the
+    `MAX_MESSAGES` messages begun last at most (a subscriber rebuilds no more: a later frame of an older one is
+    a keyframe again), so a run of many messages holds a bounded number of frames."""
 
     def __init__(self) -> None:
         self._last: dict[str, _Sent] = {}
@@ -111,6 +113,8 @@ class PartialEncoder:
         last = self._last.get(msg_id)
         if last is None or last.deltas >= len(frame):
             n = 0 if last is None else last.n + 1
+            if last is None and len(self._last) >= MAX_MESSAGES:  # as a subscriber keeps: the oldest goes
+                del self._last[next(iter(self._last))]
             self._last[msg_id] = _Sent(frame, n, span=span)
             return Held(KEYFRAME + dumps([key, n]) + b"\n" + frame)
         before = last.whole()
