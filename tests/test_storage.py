@@ -531,6 +531,63 @@ async def test_a_run_finishing_writes_its_threads_row_once(storage: Storage, dat
     assert ts(stored["state_updated_at"]) == ts(stored["updated_at"]) > ts(thread["updated_at"])
 
 
+async def test_a_state_write_fires_no_trigger_that_would_change_nothing(storage: Storage, database_url: str) -> None:
+    """PostgreSQL's triggers on `threads` are PL/pgSQL, and each copies the row it is handed: a state write's row
+    holds the whole values uncompressed, about 1.4 ms a trigger on a 1 MB state. They fire only when they have
+    something to change (migration 0018); SQLite's stamping is counted by the test above."""
+    if database_url.startswith("sqlite:"):
+        pytest.skip("SQLite's triggers write the row again, and the row writes are counted above")
+    names = ["threadline_thread_state_updated", "threadline_thread_values_checkpoint", "threadline_thread_expiry"]
+    async with OtherConnection(database_url) as other:
+        bodies = await other.execute("SELECT proname, prosrc FROM pg_proc WHERE proname = ANY(?)", (names,))
+        assert sorted(name for name, _ in bodies) == sorted(names)
+
+        async def define(name: str, body: str) -> None:
+            await other.execute(f"CREATE OR REPLACE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS "
+                                f"$body${body}$body$")
+
+        await other.execute("CREATE TABLE IF NOT EXISTS trigger_calls (thread_id TEXT, name TEXT)")
+        try:
+            for name, body in bodies:  # each function as it is, but that it counts its calls first
+                await define(name, body.replace("BEGIN", "BEGIN INSERT INTO trigger_calls VALUES "
+                                                         "(NEW.thread_id, TG_NAME);", 1))
+
+            async def calls(thread_id: str) -> list[str]:
+                rows = await other.execute("DELETE FROM trigger_calls WHERE thread_id = ? RETURNING name",
+                                           (thread_id,))
+                return sorted(row[0] for row in rows)
+
+            tid = (await create_thread(storage))["thread_id"]
+            await calls(tid)
+            fields = {"values": {"docs": ["x" * 5000], "notes": "a"}, "interrupts": {}, "status": "idle"}
+            assert await storage.store_thread_state(tid, {**fields, "checkpoint_id": "c1"})
+            assert await storage.store_thread_state(tid, {**fields, "checkpoint_id": "c2"},
+                                                    ValuesPatch("c1", {"notes": "a"}, []))
+            stored = await storage.get_thread(tid)
+            assert stored is not None and ts(stored["state_updated_at"]) == ts(stored["updated_at"])
+            assert await storage.update_thread(tid, {"metadata": {"k": 1}})
+            assert await calls(tid) == []
+            stored = await storage.get_thread(tid)
+            assert stored is not None and stored["values_checkpoint_id"] == "c2" and stored["expires_at"] is None
+            # A write of the values that stamps nothing and names no checkpoint is still stamped (the metadata's
+            # update moved `updated_at` alone), and the row forgets the checkpoint it named.
+            await other.execute("UPDATE threads SET \"values\" = '{\"n\": 2}' WHERE thread_id = ?", (tid,))
+            assert await calls(tid) == ["threads_state_updated", "threads_values_checkpoint"]
+            written = await storage.get_thread(tid)
+            assert written is not None and written["values_checkpoint_id"] is None
+            assert ts(written["state_updated_at"]) == ts(written["updated_at"]) > ts(stored["state_updated_at"])
+            # A thread with a TTL: its expiry moves with each write.
+            timed = await create_thread(storage, ttl_minutes=5)
+            await calls(timed["thread_id"])
+            assert await storage.store_thread_state(timed["thread_id"], {**fields, "checkpoint_id": "c1"})
+            assert await calls(timed["thread_id"]) == ["threads_expiry"]
+            moved = await storage.get_thread(timed["thread_id"])
+            assert moved is not None and ts(moved["expires_at"]) == ts(moved["updated_at"]) + timedelta(minutes=5)
+        finally:
+            for name, body in bodies:
+                await define(name, body)
+
+
 async def _skip_unless_lz4(database_url: str, why_not_sqlite: str) -> None:
     """Skip on SQLite (`why_not_sqlite`), and on a PostgreSQL built without lz4."""
     if database_url.startswith("sqlite:"):
