@@ -8,9 +8,13 @@
     python bench/cpu.py --kind long --tokens 4000 --mode messages --runs 10   # long replies (workloads' `chat`)
     python bench/cpu.py --kind long --model async --runs 20   # the same reply from a natively async model
     python bench/cpu.py --kind protocol --runs 8              # the same reply as a protocol run (/commands)
+    python bench/cpu.py --kind agent --runs 20                # a 25-step tool-calling agent on a thread
+    python bench/cpu.py --kind long --runs 6 --pg --set 'redis_url="redis://127.0.0.1:6379/0"'   # scale-out
 
-The app is `create_app` on the bench graph (`bench/project`) over a fresh SQLite file, called through ASGI
-directly: no sockets, no client. After each request the floor (the graph in-process, `InMemorySaver`) runs
+The app is `create_app` on the bench graph (`bench/project`) over a fresh SQLite file (or, with `--pg`, a fresh
+PostgreSQL database made through `--pg-url`, dropped after; `--set redis_url=...` adds Redis), called through ASGI
+directly: no sockets, no client; in one process, so the API's and the worker's CPU are summed, and PostgreSQL's
+and Redis's own are not counted. After each request the floor (the graph in-process, `InMemorySaver`) runs
 once, and both are timed with `time.process_time()` (every thread of the process, so aiosqlite's and
 LangGraph's executor threads count). The printed ratio, app CPU over floor CPU, carries the machine's speed
 on both sides, which on a shared VM moves by 2-3x from one minute to the next; compare ratios, not
@@ -23,7 +27,10 @@ without sockets (`bench/workloads.py` measures it over HTTP). `--kind protocol` 
 run (`run.start` on a new thread through `/threads/{id}/commands`; timed until its join returns, so the events
 written into the thread's log count) against LangGraph's own stream of the protocol's modes
 (`astream(version="v2")` with the protocol's stream modes, its messages as content-block events, and
-`InMemorySaver`). Each line also gives the median of the
+`InMemorySaver`). `--kind agent` runs workloads' 25-step `agent` (a model node and a tool node, a checkpoint
+per step, 50 messages at the end) on a new thread, streamed in `messages-tuple` + `updates` and read whole,
+against the same graph's `astream` of `messages` + `updates` with `InMemorySaver`: the per-step cost of a
+thread run (checkpoint writes included; `bench/workloads.py` measures it served). Each line also gives the median of the
 per-request ratios (each request against the floor run right after it: steadier than the sums when the
 machine's load moves) and the body messages the app sent per run (each is a pass through the middleware and,
 served, a socket write). `--set NAME=VALUE` gives the app a setting (`stream_coalesce_ms=0`), on both sides of
@@ -35,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -88,17 +96,18 @@ async def _call(app: Any, path: str, body: bytes, method: str = "POST") -> tuple
 
 async def measure(runs: int, kind: str, profile: str | None, tokens: int = 4000,
                   mode: str = "messages-tuple", settings: dict[str, Any] | None = None,
-                  model: str = "sync") -> dict[str, float]:
+                  model: str = "sync", pg_url: str | None = None) -> dict[str, float]:
     import cProfile
 
     import orjson
+    import psycopg
     from asgi_lifespan import LifespanManager
     from langgraph.checkpoint.memory import InMemorySaver
 
     from threadline.api.app import create_app
     from threadline.settings import Settings
 
-    project = WORKLOADS if kind in ("long", "protocol") else PROJECT
+    project = WORKLOADS if kind in ("long", "protocol", "agent") else PROJECT
     sys.path.insert(0, str(project))  # the graph, imported as the benches import it for their floor
     if kind == "protocol":
         from graphs import chat  # type: ignore[import-not-found]
@@ -111,6 +120,13 @@ async def measure(runs: int, kind: str, profile: str | None, tokens: int = 4000,
         body = {"id": 1, "method": "run.start",
                 "params": {"assistant_id": "chat", "input": INPUT, "config": {"configurable": {
                     "reply_tokens": tokens, "chat_model": model}}}}
+    elif kind == "agent":
+        from graphs import agent
+
+        floor = agent.copy(update={"checkpointer": InMemorySaver()})
+        floor_config = {"recursion_limit": 200, "configurable": {"agent_steps": 25}}
+        body = {"assistant_id": "agent", "input": INPUT, "stream_mode": ["messages-tuple", "updates"],
+                "config": floor_config}
     elif kind == "long":
         from graphs import chat as floor
         floor_config: dict[str, Any] = {"configurable": {"reply_tokens": tokens, "chat_model": model}}
@@ -124,21 +140,28 @@ async def measure(runs: int, kind: str, profile: str | None, tokens: int = 4000,
         if kind == "stream":
             body["stream_mode"] = ["messages-tuple"]
     request = orjson.dumps(body)
-    with tempfile.TemporaryDirectory() as tmp:
-        app = create_app(Settings(config=str(project / "langgraph.json"), database_url=f"sqlite:///{tmp}/bench.db",
+    dbname = f"threadline_cpu_{uuid.uuid4().hex[:8]}" if pg_url else None
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as cleanup:
+        database_url = f"sqlite:///{tmp}/bench.db"
+        if pg_url and dbname:
+            with psycopg.connect(pg_url, autocommit=True) as admin:
+                admin.execute(f'CREATE DATABASE "{dbname}"')
+            cleanup.callback(_drop_database, pg_url, dbname)
+            database_url = pg_url.rsplit("/", 1)[0] + "/" + dbname
+        app = create_app(Settings(config=str(project / "langgraph.json"), database_url=database_url,
                                   **(settings or {}),
                                   log_level="warning"))
         async with LifespanManager(app):
             threads = []
-            if kind == "thread":
+            if kind in ("thread", "agent"):
                 for _ in range(runs + 20):
                     threads.append(orjson.loads((await _call(app, "/threads", b"{}"))[1])["thread_id"])
             path = {"thread": None, "stateless": "/runs/wait", "stream": "/runs/stream", "long": "/runs/stream",
-                    "protocol": None}[kind]
+                    "protocol": None, "agent": None}[kind]
             profiler = cProfile.Profile() if profile else None
             app_cpu = floor_cpu = 0.0
             ratios = []  # each request's app CPU over the floor run right after it: robust to a loaded minute
-            warmup = 2 if kind in ("long", "protocol") else 20
+            warmup = 2 if kind in ("long", "protocol", "agent") else 20
             for i in range(runs + warmup):  # the first ones warm up
                 timed = i >= warmup
                 started = time.process_time()
@@ -147,18 +170,24 @@ async def measure(runs: int, kind: str, profile: str | None, tokens: int = 4000,
                 if kind == "protocol":
                     status, answer = await _protocol_run(app, request)
                 else:
-                    status, answer = await _call(app, path or f"/threads/{threads[i]}/runs/wait", request)
+                    status, answer = await _call(app, path or f"/threads/{threads[i]}/runs/"
+                                                 f"{'stream' if kind == 'agent' else 'wait'}", request)
                 if profiler is not None and timed:
                     profiler.disable()
                 between = time.process_time()
                 if status != 200 or (kind == "stream" and b"event: messages" not in answer) or (
-                        kind == "long" and b"event: error" in answer) or (
+                        kind in ("long", "agent") and b"event: error" in answer) or (
+                        kind == "agent" and answer.count(b"event: updates") != 49) or (
                         kind == "protocol" and json.loads(answer)["status"] != "idle"):
                     raise SystemExit(f"request failed: {status} {answer[:200]!r}")
-                config = {"configurable": {"thread_id": str(uuid.uuid4()), **floor_config.get("configurable", {})}}
+                config = {**floor_config,
+                          "configurable": {"thread_id": str(uuid.uuid4()), **floor_config.get("configurable", {})}}
                 if kind == "protocol":
                     async for _ in floor.astream(INPUT, config, version="v2", stream_mode=PROTOCOL_STREAM_MODES,
                                                  subgraphs=True):
+                        pass
+                elif kind == "agent":
+                    async for _ in floor.astream(INPUT, config, stream_mode=["messages", "updates"]):
                         pass
                 elif kind in ("stream", "long"):
                     async for _ in floor.astream(INPUT, config, stream_mode="messages"):
@@ -175,6 +204,13 @@ async def measure(runs: int, kind: str, profile: str | None, tokens: int = 4000,
                 profiler.dump_stats(profile)
     return {"app_ms": app_cpu / runs * 1000, "floor_ms": floor_cpu / runs * 1000, "ratio": app_cpu / floor_cpu,
             "median": statistics.median(ratios), "sends": SENDS[0] / runs}
+
+
+def _drop_database(pg_url: str, dbname: str) -> None:
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
 
 
 async def _protocol_run(app: Any, request: bytes) -> tuple[int, bytes]:
@@ -212,7 +248,8 @@ def _line(r: dict[str, float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=600)
-    parser.add_argument("--kind", choices=["thread", "stateless", "stream", "long", "protocol"], default="thread")
+    parser.add_argument("--kind", choices=["thread", "stateless", "stream", "long", "protocol", "agent"],
+                        default="thread")
     parser.add_argument("--tokens", type=int, default=4000, help="--kind long: the reply's chunks")
     parser.add_argument("--mode", default="messages-tuple", help="--kind long: the stream mode")
     parser.add_argument("--model", choices=["sync", "async"], default="sync",
@@ -223,17 +260,22 @@ def main() -> None:
     parser.add_argument("--profile", help="write a cProfile of the app's timed requests here")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a setting of the app (e.g. stream_coalesce_ms=0), for both sides of --against")
+    parser.add_argument("--pg", action="store_true", help="a fresh PostgreSQL database instead of SQLite")
+    parser.add_argument("--pg-url", default=os.environ.get("THREADLINE_BENCH_PG_URL",
+                                                           "postgresql://postgres@127.0.0.1:5432/postgres"),
+                        help="--pg: an admin URL, where the fresh database is made and dropped")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.against:
-        _against(args.against, args.runs, args.kind, args.pairs, ["--tokens", str(args.tokens), "--mode", args.mode,
-                                                                  "--model", args.model,
-                                                                  *(f"--set={s}" for s in args.set)])
+        extra = ["--tokens", str(args.tokens), "--mode", args.mode, "--model", args.model,
+                 *(["--pg", "--pg-url", args.pg_url] if args.pg else []), *(f"--set={s}" for s in args.set)]
+        _against(args.against, args.runs, args.kind, args.pairs, extra)
         return
     from threadline.cli import run_loop  # the loop `threadline serve` runs on
 
     settings = {name: json.loads(value) for name, _, value in (s.partition("=") for s in args.set)}
-    result = run_loop(measure(args.runs, args.kind, args.profile, args.tokens, args.mode, settings, args.model))
+    result = run_loop(measure(args.runs, args.kind, args.profile, args.tokens, args.mode, settings, args.model,
+                              args.pg_url if args.pg else None))
     print(json.dumps(result) if args.json else _line(result))
 
 

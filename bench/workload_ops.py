@@ -34,7 +34,8 @@ AGENT_RECURSION_LIMIT = 200
 
 @dataclass(frozen=True)
 class Workload:
-    """One row of the table. `kind`: stream | agent | state-read | state-update | state-run | history | talk."""
+    """One row of the table. `kind`: stream | agent | state-read | thread-read | state-update | state-run | history |
+    talk."""
 
     name: str
     kind: str
@@ -210,7 +211,7 @@ class HttpOps:
     async def setup(self, wl: Workload) -> None:
         if wl.kind == "agent" or (wl.kind == "stream" and wl.reader == "resume"):
             self.threads = [await self.new_thread() for _ in range(wl.count if wl.kind == "agent" else wl.concurrency)]
-        elif wl.kind in ("state-read", "state-update", "state-run"):
+        elif wl.kind in ("state-read", "thread-read", "state-update", "state-run"):
             self.thread = await self.new_thread()
             await self.request("POST", f"/threads/{self.thread}/runs/wait",
                                {"assistant_id": "docs", "input": {"n_docs": N_DOCS, "doc_chars": DOC_CHARS}})
@@ -280,6 +281,10 @@ class HttpOps:
             state = await self.request("GET", f"/threads/{self.thread}/state")
             if len(state["values"]["documents"]) != N_DOCS:
                 raise RuntimeError("state has the wrong number of documents")
+        elif wl.kind == "thread-read":  # the thread itself, whose object carries its values
+            thread = await self.request("GET", f"/threads/{self.thread}")
+            if len(thread["values"]["documents"]) != N_DOCS:
+                raise RuntimeError("thread has the wrong number of documents")
         elif wl.kind == "state-update":
             await self.request("POST", f"/threads/{self.thread}/state",
                                {"values": {"notes": f"note {i}"}, "as_node": "load"})
@@ -319,7 +324,7 @@ class FloorOps:
     async def setup(self, wl: Workload) -> None:
         self.threads = [str(uuid.uuid4()) for _ in range(max(wl.count, wl.concurrency))]
         self.thread = str(uuid.uuid4())
-        if wl.kind in ("state-read", "state-update", "state-run"):
+        if wl.kind in ("state-read", "thread-read", "state-update", "state-run"):
             await self.graphs["docs"].ainvoke({"n_docs": N_DOCS, "doc_chars": DOC_CHARS}, self.cfg(self.thread))
         elif wl.kind == "talk":
             await self.graphs["talk"].ainvoke({"messages": talk_history()}, self.cfg(self.thread))
@@ -362,7 +367,7 @@ class FloorOps:
             await self.stream(wl, i, tally)
         elif wl.kind == "agent":
             await self.agent(wl, i, tally)
-        elif wl.kind == "state-read":
+        elif wl.kind in ("state-read", "thread-read"):  # in process, the thread's values are its state's
             state = await self.graphs["docs"].aget_state(self.cfg(self.thread))
             if len(state.values["documents"]) != N_DOCS:
                 raise RuntimeError("state has the wrong number of documents")

@@ -71,6 +71,7 @@ def stream(tokens: int, c: int, mode: str, reader: str = "full", model: str = "s
 
 def large_state(n_read: int, n_update: int, n_history: int) -> list[Workload]:
     return [Workload(f"state 1MB GET x{n_read}", "state-read", count=n_read),
+            Workload(f"thread 1MB GET x{n_read}", "thread-read", count=n_read),
             Workload(f"state 1MB POST x{n_update}", "state-update", count=n_update),
             Workload(f"state 1MB run x{n_update}", "state-run", count=n_update),
             Workload(f"history 200 ckpt x{n_history}", "history", count=n_history)]
@@ -81,11 +82,12 @@ def conversation(n_turns: int) -> Workload:
 
 
 PROFILES: dict[str, list[Workload]] = {
-    "quick": [stream(4000, 8, "messages-tuple"), stream(4000, 8, "messages"),
+    "quick": [stream(4000, 1, "messages-tuple"), stream(4000, 8, "messages-tuple"), stream(4000, 8, "messages"),
               stream(4000, 8, "messages-tuple", model="async"),
               Workload("agent 25 steps x4", "agent", concurrency=4, count=4, steps=25),
               *large_state(100, 100, 20), conversation(30)],
-    "full": [*(stream(t, c, m) for t in (4000, 16000) for c in (8, 32) for m in MODES),
+    "full": [stream(4000, 1, "messages-tuple"),
+             *(stream(t, c, m) for t in (4000, 16000) for c in (8, 32) for m in MODES),
              stream(4000, 8, "messages-tuple", "slow"), stream(4000, 8, "messages-tuple", "resume"),
              stream(16000, 8, "messages-tuple", "resume"), stream(4000, 8, "messages-tuple", model="async"),
              stream(4000, 8, "messages", model="async"),
