@@ -1331,6 +1331,52 @@ async def test_posts_wait_once_the_outbox_holds_its_bytes(kind: str) -> None:
         await deployment.close()
 
 
+@pytest.mark.parametrize("kind", ["redis", "postgres"])
+async def test_events_posted_within_the_window_share_a_batch_and_what_is_waited_on_goes_at_once(kind: str) -> None:
+    """With a coalescing window (`stream_coalesce_ms`), the first event after a quiet spell is sent at once,
+    and the events posted within the window after it wait to share the next batch (each token of a model that
+    streams from a thread is posted in a loop tick of its own: without the window, a round trip each). What
+    someone waits on (a stream's end, an event's id from `publish`) is sent at once, with what is queued. The
+    window here is 30 s, so anything held by it would outlast the waits below."""
+    deployment = Deployment(kind)
+    live: asyncio.Task[list[bytes]] | None = None
+    try:
+        broker = await deployment.open()
+        outbox = broker._outbox  # type: ignore[attr-defined]
+        outbox.coalesce = 30.0
+        batches: list[list[tuple[str, str]]] = []
+        send, first_sent = outbox._send, asyncio.Event()
+
+        async def counted(batch: list[Any]) -> None:
+            batches.append([(item, run_id) for item, run_id, _ in batch])
+            await send(batch)
+            first_sent.set()
+
+        outbox._send = counted
+        peer = await deployment.open()
+        live = asyncio.create_task(_collect(peer, "r", replay=True))
+        await broker.post("r", "values", b"0")
+        await asyncio.wait_for(first_sent.wait(), 10)  # the first event after a quiet spell: not held by the window
+        assert batches == [[("event", "r")]]
+        for i in range(1, 6):  # each in a tick of its own, all within the window
+            await broker.post("r", "values", str(i).encode())
+            await asyncio.sleep(0)
+        assert len(batches) == 1
+        assert await asyncio.wait_for(broker.publish("r2", "values", b"p"), 10)  # its id is waited for
+        assert batches[1] == [("event", "r")] * 5 + [("event", "r2")]
+        await broker.post("r", "values", b"6")
+        await asyncio.wait_for(broker.end_stream("r"), 10)  # an end is waited for too
+        assert batches[2] == [("event", "r"), ("end", "r")]
+        assert await asyncio.wait_for(live, 10) == [str(i).encode() for i in range(7)]
+    finally:
+        if live is not None:
+            live.cancel()
+        for opened in deployment.opened:  # nothing left to wait 30 s for when the test failed
+            opened._outbox.coalesce = 0.0  # type: ignore[attr-defined]
+            opened._outbox._urgent.set()  # type: ignore[attr-defined]
+        await deployment.close()
+
+
 def test_redis_replies_are_parsed_in_c() -> None:
     """redis-py parses replies and packs commands with hiredis when it is installed (a declared dependency):
     half the CPU of an event's trip through Redis (`bench/redis_path.py`). Fails if packaging drops it."""

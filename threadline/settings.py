@@ -149,7 +149,9 @@ class Settings:
         2.0, "Events of a stream that come within this many milliseconds of its last write wait for that time "
         "and go out together in one write; the first event after a quiet spell goes out at once. 0: each batch "
         "of ready events at once. The same window groups a protocol run's events (/threads/{id}/commands) into "
-        "the transactions that write them into the thread's log."
+        "the transactions that write them into the thread's log, and a run's events into the round trips "
+        "that post them to Redis or PostgreSQL's broker (scale-out); a stream's end, a signal or a wake-up "
+        "never waits."
     )
     stream_coalesce_max_ms: float = _setting(
         16.0, "While a stream's events keep coming faster than it writes (for more than 100 ms), the wait "

@@ -31,10 +31,11 @@ def broker_kind(url: str | None) -> str:
 
 def open_broker(url: str | None, *, buffer_events: int = 10_000, buffer_bytes: int = 8 << 20,
                 total_bytes: int = 256 << 20, key_prefix: str = "threadline", outbox_bytes: int = 16 << 20,
-                pool_size: int = 0, finished_bytes: int = 64 << 20) -> Broker:
+                pool_size: int = 0, finished_bytes: int = 64 << 20, coalesce_seconds: float = 0.0) -> Broker:
     """The broker `url` names (see `broker_url`); None means in-process (the embedded default). `pool_size`: the
     PostgreSQL broker's most pooled connections (0: its default). `finished_bytes`: the in-process broker's bound on
-    finished runs' events (the shared brokers keep them in their service)."""
+    finished runs' events (the shared brokers keep them in their service). `coalesce_seconds`: how long events
+    posted to a shared broker right after a batch wait to go in the next one (`threadline.broker.outbox`)."""
     if url is None or url.startswith("memory:"):
         from threadline.broker.memory import MemoryBroker
 
@@ -44,11 +45,11 @@ def open_broker(url: str | None, *, buffer_events: int = 10_000, buffer_bytes: i
         from threadline.broker.redis import RedisBroker
 
         return RedisBroker(url, buffer_events=buffer_events, buffer_bytes=buffer_bytes, total_bytes=total_bytes,
-                           key_prefix=key_prefix, outbox_bytes=outbox_bytes)
+                           key_prefix=key_prefix, outbox_bytes=outbox_bytes, coalesce_seconds=coalesce_seconds)
     if url.startswith(_POSTGRES):
         from threadline.broker.postgres import PostgresBroker
 
         return PostgresBroker(url, buffer_events=buffer_events, buffer_bytes=buffer_bytes, total_bytes=total_bytes,
-                              key_prefix=key_prefix, outbox_bytes=outbox_bytes,
+                              key_prefix=key_prefix, outbox_bytes=outbox_bytes, coalesce_seconds=coalesce_seconds,
                               **({"max_connections": pool_size} if pool_size > 0 else {}))
     raise ValueError(f"unsupported broker URL {url!r}: use redis://host:port/db, or leave it unset")

@@ -11,6 +11,12 @@ all the same: every waiter of the batch gets the failure, the broker's outage re
 counts what was not sent, and the runs go on. A stream end lost so is queued again once the outage is over
 (`resend_lost_ends`, the outage's `on_end`): a client resuming the stream on a broker that kept the run's
 events then sees it end, instead of waiting for an end that never comes.
+
+With a `coalesce` window (the app's `stream_coalesce_ms`), events posted within that time of the last batch's
+start wait for the window to end and go in the next batch together: a long reply's tokens, each posted in
+a loop tick of its own, took a round trip each (most of the broker's cost per token). The first event after
+a quiet spell goes at once, and so does a batch with anything a caller waits on or that must not wait (a
+stream's end, a signal, a wake-up, an event whose id `publish` waits for): a short run is not delayed.
 """
 
 from __future__ import annotations
@@ -37,14 +43,24 @@ def waiters(batch: list[Item]) -> list[asyncio.Future[Any]]:
     return found + [value[2] for kind, _, value in batch if kind == "event" and value[2] is not None]
 
 
+def _waits(item: Item) -> bool:
+    """Whether an item may wait for the coalescing window: an event posted without a waiter. An end, a signal,
+    a wake-up, an event whose id `publish` waits for go at once, and take what is queued with them."""
+    kind, _, value = item
+    return kind == "event" and value[2] is None
+
+
 class Outbox:
     """The queue of one broker: `post`/`put` queue items, one task hands them to `send` in batches, in order."""
 
     def __init__(self, send: Callable[[list[Item]], Awaitable[None]], *, name: str, max_bytes: int,
-                 outage: Outage, batch_items: int = 0) -> None:
+                 outage: Outage, batch_items: int = 0, coalesce: float = 0.0) -> None:
         self._send, self._name, self.outage = send, name, outage
         self.max_bytes = max_bytes
         self.batch_items = batch_items  # most items in one batch; 0: everything queued
+        self.coalesce = coalesce  # seconds posted events wait after a batch's start to share the next one
+        self._started = -coalesce  # the loop's time when the last batch began to be sent
+        self._urgent = asyncio.Event()  # something queued must not wait for the window (`_waits`)
         self._items: deque[Item] = deque()
         self._sizes: deque[int] = deque()  # the bytes each queued item counts for, in the same order
         self._sending: asyncio.Task[None] | None = None
@@ -61,6 +77,7 @@ class Outbox:
     async def post(self, item: Item) -> None:
         """Queue an event, once the outbox holds less than `max_bytes` (waiting for the sender until then)."""
         while self.held >= self.max_bytes:
+            self._urgent.set()  # full: what is queued goes without waiting for the window
             self._start()  # (a sender that stopped on an error would leave this wait unanswered)
             self._room.clear()
             await self._room.wait()
@@ -74,6 +91,8 @@ class Outbox:
         self._items.append(item)
         self._sizes.append(size)
         self.held += size
+        if not _waits(item):
+            self._urgent.set()
         self._start()
 
     def _start(self) -> None:
@@ -81,8 +100,18 @@ class Outbox:
             self._sending = asyncio.create_task(self._run(), name=self._name)
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         while self._items:
+            wait = self._started + self.coalesce - loop.time()
+            if wait > 0 and not self._urgent.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._urgent.wait(), wait)
+            self._started = loop.time()
             n = len(self._items) if not self.batch_items else min(len(self._items), self.batch_items)
+            if n < len(self._items):  # a backlog: what this batch leaves behind goes next, without a wait
+                self._urgent.set()
+            else:
+                self._urgent.clear()
             batch = [self._items.popleft() for _ in range(n)]
             size = sum(self._sizes.popleft() for _ in range(n))
             try:

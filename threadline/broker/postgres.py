@@ -98,7 +98,7 @@ class PostgresBroker(Broker):
 
     def __init__(self, url: str, *, buffer_events: int = 10_000, buffer_bytes: int = 8 << 20,
                  total_bytes: int = 256 << 20, key_prefix: str = "threadline", max_connections: int = 16,
-                 outbox_bytes: int = 16 << 20) -> None:
+                 outbox_bytes: int = 16 << 20, coalesce_seconds: float = 0.0) -> None:
         self._url = url
         self._names = PgNames(key_prefix)
         self._budget = ByteBudget(buffer_events, buffer_bytes, total_bytes, self.retain_seconds)
@@ -119,7 +119,7 @@ class PostgresBroker(Broker):
                              on_end=lambda: self._outbox.resend_lost_ends())
         # What is waiting to be sent, in order, bounded by bytes (`threadline.broker.outbox`; see `_send_batch`).
         self._outbox = Outbox(self._send_batch, name="threadline-pg-posts", max_bytes=outbox_bytes,
-                              outage=self.outage, batch_items=self.batch_items)
+                              outage=self.outage, batch_items=self.batch_items, coalesce=coalesce_seconds)
         self._swept_at = 0.0
 
     # Lifecycle.

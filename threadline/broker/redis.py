@@ -112,7 +112,7 @@ class RedisBroker(Broker):
 
     def __init__(self, url: str, *, buffer_events: int = 10_000, buffer_bytes: int = 8 << 20,
                  total_bytes: int = 256 << 20, key_prefix: str = "threadline", max_connections: int = 64,
-                 max_subscribers: int = 1000, outbox_bytes: int = 16 << 20) -> None:
+                 max_subscribers: int = 1000, outbox_bytes: int = 16 << 20, coalesce_seconds: float = 0.0) -> None:
         self._budget = ByteBudget(buffer_events, buffer_bytes, total_bytes, self.retain_seconds)
         self._keys = Keys(key_prefix)
         self._url = url
@@ -152,7 +152,7 @@ class RedisBroker(Broker):
                              on_end=lambda: self._outbox.resend_lost_ends())
         # What is waiting to be sent, in order, bounded by bytes (`threadline.broker.outbox`; see `_send_batch`).
         self._outbox = Outbox(self._send_batch, name="threadline-redis-posts", max_bytes=outbox_bytes,
-                              outage=self.outage, batch_items=self.batch_items)
+                              outage=self.outage, batch_items=self.batch_items, coalesce=coalesce_seconds)
         self._poster: tuple[Any, Any] | None = None  # (pool, the connection the outbox sends on)
         self._take_lease = self._redis.register_script(_TAKE_LEASE)
         self._renew_leases = self._redis.register_script(_RENEW_LEASES)

@@ -131,7 +131,8 @@ class Runtime:
         broker = open_broker(chosen, buffer_events=settings.stream_buffer_events,
                              buffer_bytes=settings.stream_buffer_bytes, total_bytes=settings.stream_memory_bytes,
                              key_prefix=settings.redis_key_prefix, outbox_bytes=settings.stream_outbox_bytes,
-                             pool_size=settings.database_pool_size, finished_bytes=settings.stream_finished_bytes)
+                             pool_size=settings.database_pool_size, finished_bytes=settings.stream_finished_bytes,
+                             coalesce_seconds=settings.stream_coalesce_ms / 1000)
         await broker.start()
         if storage.capabilities.get("multi_process") and chosen is None:
             log.warning("%s is shareable, but without a shared broker stream events, wake-ups and cancels stay "
