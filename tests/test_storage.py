@@ -424,6 +424,21 @@ async def test_a_thread_read_without_values_is_the_row_without_them(storage: Sto
     assert await storage.get_thread(thread["thread_id"], filters={"owner": "b"}, values=False) is None
 
 
+async def test_a_search_without_values_reads_the_rows_without_them(storage: Storage) -> None:
+    """`POST /threads/search` whose `select` leaves `values` out (a thread list) reads none: on PostgreSQL,
+    writing a large state's jsonb out as text is most of the read. Filters on the values still apply."""
+    values = {"documents": ["x" * 1000] * 5, "notes": "n"}
+    thread = await create_thread(storage, metadata={"owner": "a"}, values=values)
+    await create_thread(storage, metadata={"owner": "a"}, values={"notes": "other"})
+    query: dict[str, Any] = {"ids": None, "metadata": {"owner": "a"}, "values": {"notes": "n"}, "status": None,
+                             "limit": 10, "offset": 0, "sort_by": "created_at", "sort_order": "desc"}
+    [whole] = await storage.search_threads(**query)
+    assert whole["thread_id"] == thread["thread_id"] and whole["values"] == values
+    [head] = await storage.search_threads(**query, with_values=False)
+    assert head == {k: v for k, v in whole.items() if k not in ("values", "values_checkpoint_id")}
+    assert head == await storage.get_thread(thread["thread_id"], values=False)
+
+
 async def test_storing_a_threads_state_keeps_a_busy_thread_busy(storage: Storage) -> None:
     idle = await create_thread(storage, ttl_minutes=5)
     fields = {"values": {"n": 2}, "interrupts": {"t": [{"value": "?", "id": "i"}]}, "status": "interrupted"}

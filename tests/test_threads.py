@@ -36,9 +36,15 @@ async def test_create_get_patch_delete(sdk: LangGraphClient) -> None:
 
 
 async def test_search_selects_fields_and_refuses_unknown_ones(http: httpx.AsyncClient) -> None:
-    thread = (await http.post("/threads", json={"metadata": {"k": "v"}})).json()
+    thread = (await http.post("/threads", json={"metadata": {"k": "v"}, "graph_id": "counter", "supersteps": [
+        {"updates": [{"values": {"count": 5, "log": ["seed"]}, "as_node": "count"}]}]})).json()
+    assert thread["values"] == {"count": 5, "log": ["seed"]}
     found = await http.post("/threads/search", json={"ids": [thread["thread_id"]], "select": ["thread_id", "metadata"]})
     assert found.json() == [{"thread_id": thread["thread_id"], "metadata": thread["metadata"]}]
+    # The values are read only when the answer shows them (a thread list that leaves them out reads none).
+    for fields in (["thread_id", "values"], None):
+        found = await http.post("/threads/search", json={"ids": [thread["thread_id"]], "select": fields})
+        assert [t["values"] for t in found.json()] == [thread["values"]]
     refused = await http.post("/threads/search", json={"select": ["thread_id", "password"]})
     assert refused.status_code == 422 and refused.json()["errors"][0]["field"] == "select.1", refused.text
 

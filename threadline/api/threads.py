@@ -44,6 +44,7 @@ async def search_threads(request: Request, body: ThreadSearch) -> JSON:
     rows = await runtime(request).threads.search(
         ids=body.ids, metadata=body.metadata, values=body.values, status=body.status, limit=body.limit + 1,
         offset=body.offset, sort_by=body.sort_by or "updated_at", sort_order=body.sort_order or "desc",
+        with_values=not body.select or "values" in body.select,
     )
     page, headers = paginated(rows, body.limit, body.offset)
     return JSON([select(thread_out(r), body.select) for r in page], headers=headers)

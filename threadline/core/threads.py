@@ -126,9 +126,11 @@ class Threads:
         limit = (self.ttl or CheckpointerTTL()).sweep_limit
         return await self.storage.delete_expired_threads(limit=limit, now=now)
 
-    async def search(self, **query: Any) -> list[ThreadRecord]:
+    async def search(self, *, with_values: bool = True, **query: Any) -> list[ThreadRecord]:
+        """Matching threads; `with_values`: whether the answer shows their values (a large state's are the
+        bulk of a row: on PostgreSQL, writing 1 MB of jsonb out as text costs it 4-7 ms)."""
         filters = await self.access.filters("threads", "search", dict(query))
-        return await self.storage.search_threads(**query, filters=filters)
+        return await self.storage.search_threads(**query, filters=filters, with_values=with_values)
 
     async def count(self, **query: Any) -> int:
         filters = await self.access.filters("threads", "search", dict(query))

@@ -197,9 +197,11 @@ class Storage(abc.ABC):
     async def search_threads(
         self, *, ids: list[str] | None, metadata: dict[str, Any] | None, values: dict[str, Any] | None,
         status: str | None, limit: int, offset: int, sort_by: str, sort_order: SortOrder,
-        filters: dict[str, Any] | None = None,
+        filters: dict[str, Any] | None = None, with_values: bool = True,
     ) -> list[ThreadRecord]:
-        """Matching threads, a page; `filters` as in `get_thread`, inside the query (so pages are full)."""
+        """Matching threads, a page; `filters` as in `get_thread`, inside the query (so pages are full). Without
+        `with_values`, the rows are read without their values (and PostgreSQL's `values_checkpoint_id`), as
+        `get_thread(values=False)` reads one: a search whose answer leaves them out never reads them."""
 
     @abc.abstractmethod
     async def count_threads(

@@ -183,12 +183,12 @@ class SQLStorage(Storage):
 
     async def search_threads(self, *, ids: list[str] | None, metadata: dict[str, Any] | None,
                              values: dict[str, Any] | None, status: str | None, limit: int, offset: int,
-                             sort_by: str, sort_order: SortOrder,
-                             filters: dict[str, Any] | None = None) -> list[ThreadRecord]:
+                             sort_by: str, sort_order: SortOrder, filters: dict[str, Any] | None = None,
+                             with_values: bool = True) -> list[ThreadRecord]:
         cond, params = self._thread_filter(ids, metadata, values, status, filters)
         order = order_by(sort_by, sort_order, _THREAD_SORT, "created_at", "thread_id")
-        return cast("list[ThreadRecord]", await self._read(self.dialect.search("threads", cond, order),
-                                                           {**params, "limit": limit, "offset": offset}))
+        statement = self.dialect.search("threads", cond, order, "*" if with_values else THREAD_HEAD)
+        return cast("list[ThreadRecord]", await self._read(statement, {**params, "limit": limit, "offset": offset}))
 
     async def count_threads(self, *, metadata: dict[str, Any] | None, values: dict[str, Any] | None,
                             status: str | None, filters: dict[str, Any] | None = None) -> int:

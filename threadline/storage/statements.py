@@ -457,8 +457,8 @@ class Dialect:
                         f"THEN 'busy' ELSE :status END WHERE thread_id = {target}{guard}"
                         + (" RETURNING status" if returning else ""))
 
-    def search(self, table: str, where: str, order: str) -> str:
-        return self.sql(f"SELECT * FROM {table} {where} ORDER BY {order} LIMIT :limit OFFSET :offset")
+    def search(self, table: str, where: str, order: str, columns: str = "*") -> str:
+        return self.sql(f"SELECT {columns} FROM {table} {where} ORDER BY {order} LIMIT :limit OFFSET :offset")
 
     def count(self, table: str, where: str) -> str:
         return self.sql(f"SELECT COUNT(*) AS n FROM {table} {where}")
