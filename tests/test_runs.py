@@ -327,8 +327,8 @@ async def test_bulk_cancel_goes_on_when_one_run_finishes_meanwhile(runtime: Any,
     real = runtime.storage.get_run
     seen: set[str] = set()
 
-    async def stale_once(run_id: str) -> Any:  # the picking step saw `done` before it finished
-        row = await real(run_id)
+    async def stale_once(run_id: str, **kwargs: Any) -> Any:  # the picking step saw `done` before it finished
+        row = await real(run_id, **kwargs)
         if run_id == done["run_id"] and run_id not in seen:
             seen.add(run_id)
             return {**row, "status": "running"}

@@ -439,6 +439,23 @@ async def test_a_search_without_values_reads_the_rows_without_them(storage: Stor
     assert head == await storage.get_thread(thread["thread_id"], values=False)
 
 
+async def test_a_run_read_without_its_output_is_the_row_without_it(storage: Storage) -> None:
+    """The API's run object has no output, and a thread run's is the whole state again: the run reads that
+    answer with that object (a thread's run list, `GET /runs/{id}`) leave it in storage."""
+    run = await enqueue(storage)
+    await storage.claim_run("w1", 30)
+    assert await storage.finish_run(run["run_id"], "success", output={"documents": ["x" * 1000] * 5},
+                                    worker_id="w1", attempt=1)
+    whole = await storage.get_run(run["run_id"])
+    assert whole is not None and whole["output"] == {"documents": ["x" * 1000] * 5}
+    head = await storage.get_run(run["run_id"], output=False)
+    assert head == {k: v for k, v in whole.items() if k != "output"}
+    query: dict[str, Any] = {"thread_id": run["thread_id"], "assistant_id": None, "status": None, "metadata": None,
+                             "limit": 10, "offset": 0}
+    assert await storage.search_runs(**query) == [whole]
+    assert await storage.search_runs(**query, with_output=False) == [head]
+
+
 async def test_storing_a_threads_state_keeps_a_busy_thread_busy(storage: Storage) -> None:
     idle = await create_thread(storage, ttl_minutes=5)
     fields = {"values": {"n": 2}, "interrupts": {"t": [{"value": "?", "id": "i"}]}, "status": "interrupted"}

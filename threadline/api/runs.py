@@ -150,13 +150,13 @@ async def list_thread_runs(request: Request, thread_id: UUID, limit: int = Query
     rt = runtime(request)
     await rt.threads.get(str(thread_id), values=False)
     rows = await rt.runs.search(thread_id=str(thread_id), assistant_id=None, status=status, metadata=None,
-                                limit=limit, offset=offset)
+                                limit=limit, offset=offset, with_output=False)
     return JSON([select(run_out(r), select_) for r in rows])
 
 
 @router.get("/threads/{thread_id}/runs/{run_id}")
 async def get_thread_run(request: Request, thread_id: UUID, run_id: UUID) -> JSON:
-    return JSON(run_out(await runtime(request).runs.get(str(run_id), str(thread_id))))
+    return JSON(run_out(await runtime(request).runs.get(str(run_id), str(thread_id), output=False)))
 
 
 @router.delete("/threads/{thread_id}/runs/{run_id}", status_code=204)
@@ -258,14 +258,14 @@ async def cancel_runs(request: Request, body: RunCancelMany, action: CancelActio
 async def search_runs(request: Request, body: RunSearch) -> JSON:
     rows = await runtime(request).runs.search(
         thread_id=body.thread_id, assistant_id=body.agent_id or body.assistant_id, status=body.status,
-        metadata=body.metadata, limit=body.limit, offset=body.offset,
+        metadata=body.metadata, limit=body.limit, offset=body.offset, with_output=False,
     )
     return JSON([spec_run_out(r) for r in rows])
 
 
 @router.get("/runs/{run_id}")
 async def get_run(request: Request, run_id: UUID) -> JSON:
-    return JSON(spec_run_out(await runtime(request).runs.get(str(run_id))))
+    return JSON(spec_run_out(await runtime(request).runs.get(str(run_id), output=False)))
 
 
 @router.delete("/runs/{run_id}", status_code=204)

@@ -236,11 +236,11 @@ class Runs:
             raise NotFound(f"Thread with ID {thread_id} not found")
 
     async def get(self, run_id: str, thread_id: str | None = None, *, action: str = "read",
-                  value: dict[str, Any] | None = None) -> RunRecord:
+                  value: dict[str, Any] | None = None, output: bool = True) -> RunRecord:
         """The run, if the caller may `action` its thread (`@auth.on.threads.<action>`, given the run's thread
         and id, and `value`'s fields: a run is its thread's, as on LangGraph's server); otherwise, as when there
-        is no such run, `NotFound`."""
-        run = await self.storage.get_run(run_id)
+        is no such run, `NotFound`. `output`: whether it is read with its output (`Storage.get_run`)."""
+        run = await self.storage.get_run(run_id, output=output)
         if run is None or (thread_id is not None and run["thread_id"] != thread_id):
             raise NotFound("Run not found")
         access = self.threads.access

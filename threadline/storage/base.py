@@ -285,15 +285,19 @@ class Storage(abc.ABC):
         """End runs that are still pending (no worker has them); return the ids that were."""
 
     @abc.abstractmethod
-    async def get_run(self, run_id: str) -> RunRecord | None: ...
+    async def get_run(self, run_id: str, *, output: bool = True) -> RunRecord | None:
+        """The run; without `output`, read without it (`statements.RUN_COLUMNS_BUT_OUTPUT`): the API's run
+        object has none, and a thread run's is the whole state again."""
 
     @abc.abstractmethod
     async def search_runs(
         self, *, thread_id: str | None, assistant_id: str | None, status: str | None,
         metadata: dict[str, Any] | None, limit: int, offset: int, thread_filters: dict[str, Any] | None = None,
+        with_output: bool = True,
     ) -> list[RunRecord]:
         """Runs, newest first; `thread_filters` (as `get_thread`'s `filters`) keeps only runs whose thread
-        passes it, inside the query (a run is its thread's: authorization on runs is on their threads)."""
+        passes it, inside the query (a run is its thread's: authorization on runs is on their threads).
+        Without `with_output`, read without their outputs, as `get_run(output=False)`."""
 
     @abc.abstractmethod
     async def delete_run(self, run_id: str) -> bool: ...

@@ -183,8 +183,8 @@ class EncryptedStorage:
             thread_changes=None if thread_changes is None else await self._seal("thread", thread_changes), **kwargs)
         return await self._open("run", finished)
 
-    async def get_run(self, run_id: str) -> RunRecord | None:
-        return await self._open("run", await self.inner.get_run(run_id))
+    async def get_run(self, run_id: str, *, output: bool = True) -> RunRecord | None:
+        return await self._open("run", await self.inner.get_run(run_id, output=output))
 
     async def search_runs(self, **kwargs: Any) -> list[RunRecord]:
         return await self._open_all("run", await self.inner.search_runs(**kwargs))

@@ -27,7 +27,7 @@ from threadline.storage.records import (
 )
 from threadline.storage.rules import seconds_left
 from threadline.storage.scripts import Script, T
-from threadline.storage.statements import THREAD_HEAD, Dialect, like_pattern, order_by, where
+from threadline.storage.statements import RUN_HEAD, THREAD_HEAD, Dialect, like_pattern, order_by, where
 
 _ASSISTANT_SORT = {"assistant_id", "graph_id", "name", "created_at", "updated_at"}
 _THREAD_SORT = {"thread_id", "status", "created_at", "updated_at", "state_updated_at"}
@@ -234,20 +234,20 @@ class SQLStorage(Storage):
             return []
         return await self._transact(scripts.cancel_pending_runs, run_ids, status, heavy=True)
 
-    async def get_run(self, run_id: str) -> RunRecord | None:
-        return cast("RunRecord | None", await self._one("get_run", run_id=run_id))
+    async def get_run(self, run_id: str, *, output: bool = True) -> RunRecord | None:
+        return cast("RunRecord | None", await self._one("get_run" if output else "get_run_head", run_id=run_id))
 
     async def search_runs(self, *, thread_id: str | None, assistant_id: str | None, status: str | None,
                           metadata: dict[str, Any] | None, limit: int, offset: int,
-                          thread_filters: dict[str, Any] | None = None) -> list[RunRecord]:
+                          thread_filters: dict[str, Any] | None = None, with_output: bool = True) -> list[RunRecord]:
         given = {"thread_id": thread_id, "assistant_id": assistant_id, "status": status}
         clauses = [(f"{col} = :{col}", {col: val}) for col, val in given.items() if val is not None]
         if thread_filters:  # only runs of threads that pass the filter
             visible, visible_params = where(self.dialect, [], filters=thread_filters)
             clauses.append((f"thread_id IN (SELECT thread_id FROM threads {visible})", visible_params))
         cond, params = where(self.dialect, clauses, metadata=metadata)
-        return cast("list[RunRecord]", await self._read(self.dialect.search("runs", cond, "seq DESC"),
-                                                        {**params, "limit": limit, "offset": offset}))
+        statement = self.dialect.search("runs", cond, "seq DESC", "*" if with_output else RUN_HEAD)
+        return cast("list[RunRecord]", await self._read(statement, {**params, "limit": limit, "offset": offset}))
 
     async def delete_run(self, run_id: str) -> bool:
         return await self._transact(scripts.delete_run, run_id, heavy=True)

@@ -46,6 +46,8 @@ _CLAIMABLE = (
 RUN_COLUMNS_BUT_OUTPUT = ("seq", "run_id", "thread_id", "assistant_id", "status", "metadata", "kwargs",
                           "multitask_strategy", "available_at", "attempt", "worker_id", "error", "created_at",
                           "updated_at", "lease_expires_at", "deadline_at", "identity", "quota_slots")
+#: A run's row as the API shows it, which has no output: what run reads that do not join select.
+RUN_HEAD = ", ".join(RUN_COLUMNS_BUT_OUTPUT)
 # The finish guard: with a worker named, only the holder of that attempt ends the run.
 _FINISH_RUN = (
     "UPDATE runs SET status = :status, error = {json:error}, output = {json:output}, lease_expires_at = NULL, "
@@ -122,6 +124,9 @@ STATEMENTS: dict[str, str] = {
         f"UPDATE threads SET status = 'idle', updated_at = {{now}} WHERE status = 'busy' AND NOT {_ACTIVE_RUN}"),
     # --- runs and the queue
     "get_run": "SELECT * FROM runs WHERE run_id = :run_id",
+    # A run as the API shows it: without its output (a thread run's is the whole state again; only a join
+    # answers with it).
+    "get_run_head": f"SELECT {RUN_HEAD} FROM runs WHERE run_id = :run_id",
     "active_runs": f"SELECT * FROM runs WHERE thread_id = :thread_id AND {ACTIVE} ORDER BY seq",
     "next_run": "SELECT * FROM runs WHERE thread_id = :thread_id AND seq > :after_seq ORDER BY seq LIMIT 1",
     "last_run_seq": "SELECT MAX(seq) AS seq FROM runs WHERE thread_id = :thread_id",
