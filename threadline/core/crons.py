@@ -326,7 +326,7 @@ class Crons:
     async def _fire(self, cron: CronRecord, tick: str) -> int:
         """Create the tick's run, unless a claimer before us did (and died before moving the cron on)."""
         run_id = tick_run_id(cron["cron_id"], tick)
-        if await self.storage.get_run(run_id) is not None:
+        if await self.storage.get_run(run_id, output=False) is not None:
             return 0
         payload = cron["payload"]
         body = {k: payload[k] for k in RUN_FIELDS if payload.get(k) is not None}
@@ -344,7 +344,7 @@ class Crons:
         except Exception:
             # A claim that lapsed under a slow pass (`CLAIM_SECONDS`): another claimer took the tick and made its
             # run meanwhile, and ours found the id taken. The tick is done; anything else is this create's error.
-            if await self.storage.get_run(run_id) is not None:
+            if await self.storage.get_run(run_id, output=False) is not None:
                 log.warning("cron %s: its run at %s was made by another scheduler meanwhile", cron["cron_id"], tick)
                 return 0
             raise

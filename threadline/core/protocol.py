@@ -209,11 +209,11 @@ class Commands:
         await self._readable(thread_id)
         run_id = params.get("run_id", params.get("runId"))
         if run_id is not None:
-            run = await self.storage.get_run(str(run_id))
+            run = await self.storage.get_run(str(run_id), output=False)
             run = run if run is not None and run["thread_id"] == thread_id else None
         else:
             found = await self.storage.search_runs(thread_id=thread_id, assistant_id=None, status=None,
-                                                   metadata=None, limit=1, offset=0)
+                                                   metadata=None, limit=1, offset=0, with_output=False)
             run = found[0] if found else None
         if run is None:
             raise NoSuchRun(f"No run{' ' + str(run_id) if run_id else ''} on thread {thread_id}")

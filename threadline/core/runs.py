@@ -181,7 +181,7 @@ class Runs:
             create_thread = body.get("if_not_exists") == "create"
             await self._check_thread(thread_id, filters, may_create=create_thread)
             resuming = body.get("strict_resume") and (body.get("command") or {}).get("resume") is not None
-            if resuming and not (await self.threads.get(thread_id)).get("interrupts"):
+            if resuming and not (await self.threads.get(thread_id, values=False)).get("interrupts"):
                 raise InvalidInput("strict_resume: the thread has no interrupt waiting for an answer")
         # LangGraph's server defaults to enqueue; clients written against it rely on that.
         strategy: MultitaskStrategy = body.get("multitask_strategy") or "enqueue"
@@ -441,7 +441,7 @@ class Runs:
         one, `messages` takes every `messages/*` event, a subgraph's `updates|<ns>` counts as `updates`, and
         `messages-tuple` is sent as `messages`. An `error` event always passes: a client that asked for `values`
         must still learn that the run failed."""
-        run = await self.storage.get_run(run_id)
+        run = await self.storage.get_run(run_id, output=False)
         if run is not None and run["status"] in TERMINAL and not await self.broker.stream_started(run_id):
             return
         gap = False  # counted once per stream, whether events were dropped or a partial cannot be rebuilt
