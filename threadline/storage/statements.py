@@ -46,14 +46,14 @@ _CLAIMABLE = (
 RUN_COLUMNS_BUT_OUTPUT = ("seq", "run_id", "thread_id", "assistant_id", "status", "metadata", "kwargs",
                           "multitask_strategy", "available_at", "attempt", "worker_id", "error", "created_at",
                           "updated_at", "lease_expires_at", "deadline_at", "identity", "quota_slots")
-#: A run's row as the API shows it, which has no output: what run reads that do not join select.
+#: Every column of a run but its output: what the reads that do not answer with the output select.
 RUN_HEAD = ", ".join(RUN_COLUMNS_BUT_OUTPUT)
 # The finish guard: with a worker named, only the holder of that attempt ends the run.
 _FINISH_RUN = (
     "UPDATE runs SET status = :status, error = {json:error}, output = {json:output}, lease_expires_at = NULL, "
     "updated_at = {now} WHERE run_id = :run_id AND (CAST(:worker_id AS TEXT) IS NULL OR "
     "(worker_id = :worker_id AND attempt = :attempt AND status = 'running')) RETURNING "
-    + ", ".join(RUN_COLUMNS_BUT_OUTPUT))
+    + RUN_HEAD)
 #: A running run's deadline has passed (limits, issue 16), on the clock `{now}` names.
 _PAST_DEADLINE = "(deadline_at IS NOT NULL AND deadline_at <= {now}) AS past_deadline"
 
