@@ -46,19 +46,6 @@ class PgNames:
             data bytea NOT NULL,
             size integer NOT NULL,                  -- what it counts for in the byte budgets (event_bytes)
             PRIMARY KEY (run_id, seq));
-        -- An event's data compressed with lz4 where the server has it, as a thread's values and LangGraph's
-        -- blobs are (storage migrations 0014, 0016): pglz took 5-6 ms of the server's CPU to store a 1 MB
-        -- event (a `values` event of a large state), lz4 about 1. Rows keep the compression they were stored
-        -- with; where lz4 is not available the column keeps the default.
-        DO $$
-        BEGIN
-            IF (SELECT attcompression FROM pg_attribute
-                WHERE attrelid = '{self.events}'::regclass AND attname = 'data') IS DISTINCT FROM 'l' THEN
-                EXECUTE 'ALTER TABLE {self.events} ALTER COLUMN data SET COMPRESSION lz4';
-            END IF;
-        EXCEPTION WHEN OTHERS THEN
-            RAISE NOTICE 'the broker''s event data keeps its compression: %', SQLERRM;
-        END $$;
         CREATE UNLOGGED TABLE IF NOT EXISTS {self.cancels} (
             run_id text PRIMARY KEY,
             action text NOT NULL,

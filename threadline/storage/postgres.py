@@ -30,6 +30,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from threadline.errors import ConfigError, StorageUnavailable
+from threadline.pgcompression import compress_with_lz4
 from threadline.pgpool import check_at_checkout
 from threadline.settings import redact_url
 from threadline.storage.base import Row
@@ -208,7 +209,7 @@ class PostgresStorage(SQLStorage):
                     await conn.execute("SELECT threadline_adopt_quota_runs()")
                 await self.checkpointer.setup()
                 await self.store.setup()
-                await _compress_with_lz4(conn)
+                await compress_with_lz4(conn, _LZ4_COLUMNS, log)
             finally:
                 await conn.execute("SELECT pg_advisory_unlock(%s)", (_MIGRATION_LOCK,))
         return applied
@@ -425,28 +426,10 @@ async def _fetch_ok(conn: _Conn, sql: str, *params: Any) -> bool:
 
 
 #: LangGraph's columns that hold a checkpoint's channel values and a task's writes (msgpack in bytea; a long
-#: conversation's messages: 1 MB, written again by every step that adds one), compressed with lz4 instead of
-#: PostgreSQL's default pglz where the server has lz4, as our migrations 0014 and 0016 do for a thread's values
-#: and a run's output. These tables are LangGraph's, made by its setup after our migrations, so this runs after it.
+#: conversation's messages: 1 MB, written again by every step that adds one), compressed with lz4 as our
+#: migrations 0014 and 0016 do for a thread's values and a run's output (`threadline.pgcompression`). These
+#: tables are LangGraph's, made by its setup after our migrations, so this runs after it.
 _LZ4_COLUMNS = (("checkpoint_blobs", "blob"), ("checkpoint_writes", "blob"))
-
-
-async def _compress_with_lz4(conn: _Conn) -> None:
-    """`_LZ4_COLUMNS` set to lz4 once: a column already set is left alone, so a start takes no table lock;
-    without lz4 (or before PostgreSQL 14), or with the table busy past `lock_timeout`, they stay as they are
-    and the next start tries again. Rows keep their compression until they are written again."""
-    for table, column in _LZ4_COLUMNS:
-        try:
-            async with conn.transaction():
-                found = await (await conn.execute(
-                    "SELECT attcompression AS c FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = %s",
-                    (table, column))).fetchone()
-                if found is None or found["c"] == "l":
-                    continue
-                await conn.execute("SET LOCAL lock_timeout = '5s'")
-                await conn.execute(f"ALTER TABLE {table} ALTER COLUMN {column} SET COMPRESSION lz4")
-        except psycopg.Error as exc:
-            log.info("%s.%s keeps its compression: %s", table, column, exc)
 
 
 async def _apply_migrations(conn: _Conn) -> list[str]:
