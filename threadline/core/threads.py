@@ -112,7 +112,8 @@ class Threads:
                     ttl: float | None = None) -> ThreadRecord:
         """Merge `metadata`; a `ttl` (minutes) replaces the thread's. Either way its TTL counts from now."""
         value: dict[str, Any] = {"thread_id": thread_id, "metadata": metadata}
-        await self.get(thread_id, action="update", value=value, values=False)  # allowed? (the answer reads them)
+        # Whether the caller may update it: the row without its values (the answer, read after the write, has them).
+        await self.get(thread_id, action="update", value=value, values=False)
         found = await self.storage.update_thread(thread_id, thread_ttl_columns(ttl),
                                                  merge_metadata=value["metadata"] or {})
         assert found is not None
