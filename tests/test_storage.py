@@ -24,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
+import orjson
 import psycopg
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
@@ -31,7 +32,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from threadline.errors import Conflict, NotFound, QuotaExceeded
 from threadline.shapes import FinalRunStatus
 from threadline.storage import open_storage
-from threadline.storage.base import Claim, NewThreadEvent, Quota, Row, RunMetadata, Storage, ValuesPatch
+from threadline.storage.base import Claim, NewThreadEvent, Quota, Row, RunMetadata, Storage
 from threadline.storage.records import AssistantRecord, NewRun, RunRecord, ThreadRecord
 from threadline.storage.sql import now_iso, thread_ttl_columns
 
@@ -418,8 +419,8 @@ async def test_a_thread_read_without_values_is_the_row_without_them(storage: Sto
     whole = await storage.get_thread(thread["thread_id"])
     assert whole is not None and whole["values"] == values
     head = await storage.get_thread(thread["thread_id"], values=False)
-    # Every other column, as read whole (but PostgreSQL's `values_checkpoint_id`, which goes with the values).
-    assert head == {k: v for k, v in whole.items() if k not in ("values", "values_checkpoint_id")}
+    # Every other column, as read whole.
+    assert head == {k: v for k, v in whole.items() if k != "values"}
     assert await storage.get_thread(thread["thread_id"], filters={"owner": "a"}, values=False) == head
     assert await storage.get_thread(thread["thread_id"], filters={"owner": "b"}, values=False) is None
 
@@ -435,7 +436,7 @@ async def test_a_search_without_values_reads_the_rows_without_them(storage: Stor
     [whole] = await storage.search_threads(**query)
     assert whole["thread_id"] == thread["thread_id"] and whole["values"] == values
     [head] = await storage.search_threads(**query, with_values=False)
-    assert head == {k: v for k, v in whole.items() if k not in ("values", "values_checkpoint_id")}
+    assert head == {k: v for k, v in whole.items() if k != "values"}
     assert head == await storage.get_thread(thread["thread_id"], values=False)
 
 
@@ -472,42 +473,41 @@ async def test_storing_a_threads_state_keeps_a_busy_thread_busy(storage: Storage
     assert not await storage.store_thread_state(str(uuid.uuid4()), fields)
 
 
-async def test_a_state_write_given_a_patch_leaves_the_row_with_the_whole_values(storage: Storage) -> None:
-    """A state update may give the keys it changed against its parent checkpoint (`ValuesPatch`): a backend
-    may send only those, but only onto the values of that checkpoint. Whatever the path, the row ends up with
-    the state's whole values: also after a write of `values` that named no checkpoint (a run's end, PATCH
-    /threads), when the row's values are not the parent's any more."""
+async def test_a_threads_values_come_back_as_they_were_written(storage: Storage) -> None:
+    """A thread's values are stored as JSON text on both databases (PostgreSQL's `json`, migration 0019): its
+    keys in the state's order (jsonb sorted them by length), and every value as written, whether the row is
+    read parsed or as its text (`values="text"`, what an answer writes out as it is). A search by values still
+    compares them as JSON."""
     thread = await create_thread(storage)
     tid = thread["thread_id"]
-
-    async def store(values: dict[str, Any], checkpoint_id: str, patch: ValuesPatch | None = None) -> Any:
-        fields = {"values": values, "interrupts": {}, "status": "idle", "checkpoint_id": checkpoint_id}
-        assert await storage.store_thread_state(tid, fields, patch)
-        return (await storage.get_thread(tid))["values"]
-
-    big = "x" * 10_000
-    assert await store({"docs": [big], "notes": "a", "gone": 1}, "c1") == {"docs": [big], "notes": "a", "gone": 1}
-    after = {"docs": [big], "notes": {"b": [1, None]}, "new": None}
-    assert await store(after, "c2", ValuesPatch("c1", {"notes": {"b": [1, None]}, "new": None}, ["gone"])) == after
-    assert await store({**after, "notes": "c"}, "c3", ValuesPatch("c2", {"notes": "c"}, [])) == {**after, "notes": "c"}
-    # An update that changed none of the keys: the values stay, and the row names the new checkpoint.
-    assert await store({**after, "notes": "c"}, "c3b", ValuesPatch("c3", {}, [])) == {**after, "notes": "c"}
-    assert await store({**after, "notes": "c"}, "c3", ValuesPatch("c3b", {}, [])) == {**after, "notes": "c"}
-    # A patch against a checkpoint the row does not hold: the whole values.
-    assert await store({"docs": [], "notes": "d"}, "c4", ValuesPatch("c1", {"notes": "d"}, [])) == {
-        "docs": [], "notes": "d"}
-    # The values written without a checkpoint: a patch against the one before is not applied onto them.
-    await storage.update_thread(tid, {"values": {"patched": "by hand"}})
-    assert await store({"docs": [], "notes": "e"}, "c5", ValuesPatch("c4", {"notes": "e"}, [])) == {
-        "docs": [], "notes": "e"}
-    # Nor after a write naming no checkpoint at all (a state with none).
-    await storage.store_thread_state(tid, {"values": {"other": 1}, "interrupts": {}, "status": "idle",
-                                           "checkpoint_id": None})
-    assert await store({"docs": [], "notes": "f"}, "c6", ValuesPatch("c5", {"notes": "f"}, [])) == {
-        "docs": [], "notes": "f"}
-    assert not await storage.store_thread_state(str(uuid.uuid4()), {"values": {}, "interrupts": {}, "status": "idle",
-                                                                      "checkpoint_id": "c7"},
-                                                ValuesPatch("c6", {}, []))
+    values = {"zeta": 1, "messages": [{"content": "é \u2028 \\ \" 😀", "n": 2**64 - 1}], "a": {"y": None, "b": 1.5},
+              "big": -(2**63), "empty": {}}
+    assert await storage.store_thread_state(tid, {"values": values, "interrupts": {}, "status": "idle"})
+    stored = await storage.get_thread(tid)
+    assert stored is not None and list(stored["values"]) == list(values) and stored["values"] == values
+    as_text = await storage.get_thread(tid, values="text")
+    assert as_text is not None and isinstance(as_text["values"], orjson.Fragment)
+    assert orjson.dumps(as_text["values"]) == orjson.dumps(values)
+    assert {k: v for k, v in as_text.items() if k != "values"} == {k: v for k, v in stored.items() if k != "values"}
+    search: dict[str, Any] = dict(ids=[tid], metadata=None, status=None, limit=10, offset=0, sort_by="created_at",
+                  sort_order="desc")
+    found = await storage.search_threads(**search, values={"a": {"b": 1.5, "y": None}}, with_values="text")
+    assert [orjson.dumps(t["values"]) for t in found] == [orjson.dumps(values)]
+    assert await storage.search_threads(**search, values={"zeta": 2}) == []
+    assert await storage.count_threads(metadata=None, values={"big": -(2**63)}, status=None) == 1
+    assert not await storage.store_thread_state(str(uuid.uuid4()), {"values": {}, "interrupts": {}, "status": "idle"})
+    # Past 64 bits orjson writes nothing and the standard encoder writes the text; NaN is null there too, so the
+    # text is JSON that any client reads.
+    odd = (await create_thread(storage))["thread_id"]
+    assert await storage.store_thread_state(odd, {"values": {"huge": 2**70, "nan": float("nan"), "n": [1.5]},
+                                                  "interrupts": {}, "status": "idle"})
+    odd_text = (await storage.get_thread(odd, values="text"))["values"]
+    assert orjson.loads(orjson.dumps(odd_text)) == {"huge": float(2**70), "nan": None, "n": [1.5]}
+    assert (await storage.get_thread(odd))["values"] == {"huge": float(2**70), "nan": None, "n": [1.5]}
+    # A thread without values: null, in both forms.
+    empty = await create_thread(storage)
+    assert (await storage.get_thread(empty["thread_id"], values="text"))["values"] == (
+        await storage.get_thread(empty["thread_id"]))["values"]
 
 
 async def count_row_writes(other: OtherConnection) -> None:
@@ -569,7 +569,7 @@ async def test_a_state_write_fires_no_trigger_that_would_change_nothing(storage:
     something to change (migration 0018); SQLite's stamping is counted by the test above."""
     if database_url.startswith("sqlite:"):
         pytest.skip("SQLite's triggers write the row again, and the row writes are counted above")
-    names = ["threadline_thread_state_updated", "threadline_thread_values_checkpoint", "threadline_thread_expiry"]
+    names = ["threadline_thread_state_updated", "threadline_thread_expiry"]
     async with OtherConnection(database_url) as other:
         bodies = await other.execute("SELECT proname, prosrc FROM pg_proc WHERE proname = ANY(?)", (names,))
         assert sorted(name for name, _ in bodies) == sorted(names)
@@ -592,26 +592,25 @@ async def test_a_state_write_fires_no_trigger_that_would_change_nothing(storage:
             tid = (await create_thread(storage))["thread_id"]
             await calls(tid)
             fields = {"values": {"docs": ["x" * 5000], "notes": "a"}, "interrupts": {}, "status": "idle"}
-            assert await storage.store_thread_state(tid, {**fields, "checkpoint_id": "c1"})
-            assert await storage.store_thread_state(tid, {**fields, "checkpoint_id": "c2"},
-                                                    ValuesPatch("c1", {"notes": "a"}, []))
+            assert await storage.store_thread_state(tid, fields)
+            assert await storage.store_thread_state(tid, {**fields, "values": {"notes": "b"}})
             stored = await storage.get_thread(tid)
             assert stored is not None and ts(stored["state_updated_at"]) == ts(stored["updated_at"])
             assert await storage.update_thread(tid, {"metadata": {"k": 1}})
             assert await calls(tid) == []
             stored = await storage.get_thread(tid)
-            assert stored is not None and stored["values_checkpoint_id"] == "c2" and stored["expires_at"] is None
-            # A write of the values that stamps nothing and names no checkpoint is still stamped (the metadata's
-            # update moved `updated_at` alone), and the row forgets the checkpoint it named.
+            assert stored is not None and stored["values"] == {"notes": "b"} and stored["expires_at"] is None
+            # A write of the values that stamps nothing is still stamped (the metadata's update moved
+            # `updated_at` alone).
             await other.execute("UPDATE threads SET \"values\" = '{\"n\": 2}' WHERE thread_id = ?", (tid,))
-            assert await calls(tid) == ["threads_state_updated", "threads_values_checkpoint"]
+            assert await calls(tid) == ["threads_state_updated"]
             written = await storage.get_thread(tid)
-            assert written is not None and written["values_checkpoint_id"] is None
+            assert written is not None
             assert ts(written["state_updated_at"]) == ts(written["updated_at"]) > ts(stored["state_updated_at"])
             # A thread with a TTL: its expiry moves with each write.
             timed = await create_thread(storage, ttl_minutes=5)
             await calls(timed["thread_id"])
-            assert await storage.store_thread_state(timed["thread_id"], {**fields, "checkpoint_id": "c1"})
+            assert await storage.store_thread_state(timed["thread_id"], fields)
             assert await calls(timed["thread_id"]) == ["threads_expiry"]
             moved = await storage.get_thread(timed["thread_id"])
             assert moved is not None and ts(moved["expires_at"]) == ts(moved["updated_at"]) + timedelta(minutes=5)

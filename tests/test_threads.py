@@ -248,30 +248,28 @@ async def test_a_state_update_reads_its_checkpoint_once(sdk: LangGraphClient, ru
     assert (await sdk.threads.get(tid))["values"]["count"] == 7
 
 
-async def test_a_state_update_converts_the_whole_values_only_where_the_row_takes_them(
+async def test_a_state_update_converts_the_whole_values_once_and_the_row_is_the_state(
         sdk: LangGraphClient, runtime: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where the backend writes the keys an update changed onto the row's values (PostgreSQL), the state's
-    whole values are not converted for the row (a 1 MB state: about 3 ms of CPU a request); where it writes
-    them whole (SQLite), they are, once. When the row holds other values than the update's parent checkpoint
-    (written by hand), the values are converted then and written whole: the row is the state either way."""
+    """A state update writes the thread's values whole on both backends (JSON text; PostgreSQL's `json`,
+    migration 0019), converted once. Also when the row held other values (written by hand): the row is the
+    state either way."""
     from threadline import serde
-    from threadline.core import threads
+    from threadline.core import state as state_module
 
     tid = (await sdk.threads.create())["thread_id"]
     big = ["x" * 1_000] * 50
     await sdk.runs.wait(tid, "counter", input={"increment": 2, "tag": "a"})
     await sdk.threads.update_state(tid, {"log": big}, as_node="count")
     converted: list[Any] = []
-    convert = serde.to_jsonable  # as `core/threads.py` imports it
+    convert = serde.to_jsonable  # as `core/state.py` imports it
 
     def counted(obj: Any) -> Any:
         converted.append(obj)
         return convert(obj)
 
-    monkeypatch.setattr(threads, "to_jsonable", counted)
+    monkeypatch.setattr(state_module, "to_jsonable", counted)
     await sdk.threads.update_state(tid, {"count": 5}, as_node="count")
-    whole = [v for v in converted if isinstance(v, dict) and "log" in v]
-    assert len(whole) == (0 if runtime.storage.patches_values else 1), len(whole)
+    assert len([v for v in converted if isinstance(v, dict) and "log" in v]) == 1
     state = await sdk.threads.get_state(tid)
     assert (await sdk.threads.get(tid))["values"] == state["values"] and state["values"]["count"] == 7
 

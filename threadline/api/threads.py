@@ -44,7 +44,7 @@ async def search_threads(request: Request, body: ThreadSearch) -> JSON:
     rows = await runtime(request).threads.search(
         ids=body.ids, metadata=body.metadata, values=body.values, status=body.status, limit=body.limit + 1,
         offset=body.offset, sort_by=body.sort_by or "updated_at", sort_order=body.sort_order or "desc",
-        with_values=not body.select or "values" in body.select,
+        with_values="text" if not body.select or "values" in body.select else False,
     )
     page, headers = paginated(rows, body.limit, body.offset)
     return JSON([select(thread_out(r), body.select) for r in page], headers=headers)
@@ -71,7 +71,7 @@ async def prune_threads(request: Request, body: ThreadPrune) -> JSON:
 @router.get("/{thread_id}")
 async def get_thread(request: Request, thread_id: UUID, include: str | None = None) -> JSON:
     """`include=ttl` adds the thread's TTL: `{strategy, ttl_minutes, expires_at}`, or null without one."""
-    row = await runtime(request).threads.get(str(thread_id))
+    row = await runtime(request).threads.get(str(thread_id), values="text")
     out = thread_out(row)
     if "ttl" in (include or "").split(","):
         out["ttl"] = ({"strategy": row["ttl_strategy"], "ttl_minutes": row["ttl_minutes"],

@@ -12,13 +12,6 @@ checkpoint with that tuple, so that LangGraph's own `aget_state` builds the snap
 What is remembered is what LangGraph handed the saver, not the stored bytes read back: the values are the
 same objects the serializer wrote. The metadata is LangGraph's, without what a saver adds when it stores it
 (the config's keys); only the state's values, tasks and interrupts are read from it.
-
-It also knows what the update changed: the channels whose versions differ between the checkpoint it put and
-its parent, as the update read the parent (a channel keeps its version while its value stays the same; the
-versions LangGraph hands `aput` as new are not compared, since a copy (`as_node="__copy__"`) hands none while
-its values are another checkpoint's). `values_patch` turns them into the top-level keys of the state's
-values that changed, for the thread row's write (`Storage.store_thread_state`), which then sends the row
-those keys instead of the whole state.
 """
 
 from __future__ import annotations
@@ -29,8 +22,6 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
-from threadline.serde import to_jsonable
-from threadline.storage.base import ValuesPatch
 from threadline.storage.saver_wrapper import SaverWrapper
 
 
@@ -40,7 +31,6 @@ class Remembering(SaverWrapper):
     def __init__(self, inner: BaseCheckpointSaver[Any]) -> None:
         super().__init__(inner)
         self.latest: CheckpointTuple | None = None
-        self.versions: dict[str, dict[str, Any]] = {}  # the channel versions of the root checkpoints read, by id
 
     async def aput(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
         written = await self.inner.aput(config, checkpoint, metadata, new_versions)
@@ -53,26 +43,6 @@ class Remembering(SaverWrapper):
             if parent else None)
         self.latest = CheckpointTuple(written, checkpoint, metadata, parent_config, [])
         return written
-
-    def values_patch(self, checkpoint_id: str | None, values: Any, channels: Any) -> ValuesPatch | None:
-        """The top-level keys of `values` (a snapshot's, as LangGraph gives them, of checkpoint `checkpoint_id`)
-        that the update changed against its parent checkpoint, as `snapshot_json` shows them (only those are
-        converted), for a graph whose values are its `channels` by name (LangGraph's `stream_channels_asis`, a
-        list); None when there is no such comparison (no parent, values that are not a dict, a parent this
-        request did not read, a snapshot that is not of the remembered checkpoint)."""
-        latest = self.latest
-        if (latest is None or latest.parent_config is None or not isinstance(values, dict)
-                or not isinstance(channels, list)
-                or checkpoint_id != latest.config["configurable"].get("checkpoint_id")):
-            return None
-        parent_id = latest.parent_config["configurable"]["checkpoint_id"]
-        before = self.versions.get(parent_id)
-        if before is None:
-            return None
-        after = latest.checkpoint.get("channel_versions") or {}
-        touched = [c for c in channels if after.get(c) != before.get(c)]
-        return ValuesPatch(parent_id, {k: to_jsonable(values[k]) for k in touched if k in values},
-                           [k for k in touched if k not in values])
 
     async def aput_writes(self, config: Any, writes: Sequence[tuple[str, Any]], task_id: str,
                           task_path: str = "") -> None:
@@ -88,11 +58,7 @@ class Remembering(SaverWrapper):
         if (latest is not None and not configurable.get("checkpoint_id") and not configurable.get("checkpoint_ns")
                 and str(configurable["thread_id"]) == str(latest.config["configurable"]["thread_id"])):
             return latest
-        found = await self.inner.aget_tuple(config)
-        if found is not None and not found.config["configurable"].get("checkpoint_ns"):
-            self.versions[found.config["configurable"]["checkpoint_id"]] = dict(
-                found.checkpoint.get("channel_versions") or {})
-        return found
+        return await self.inner.aget_tuple(config)
 
     async def alist(self, config: Any, **kwargs: Any) -> AsyncIterator[CheckpointTuple]:
         async for found in self.inner.alist(config, **kwargs):

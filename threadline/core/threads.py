@@ -20,9 +20,8 @@ from threadline.core.remembered import Remembering
 from threadline.core.state import bind, checkpoint_ref, empty_state, snapshot_json, thread_config, thread_fields
 from threadline.errors import BadRequest, Conflict, NotFound
 from threadline.ids import is_uuid
-from threadline.serde import to_jsonable
 from threadline.shapes import IfExists
-from threadline.storage.base import Storage, ValuesPatch
+from threadline.storage.base import Storage, ValuesRead
 from threadline.storage.records import AssistantRecord, ThreadRecord
 from threadline.storage.sql import now_iso, thread_ttl_columns
 
@@ -90,10 +89,11 @@ class Threads:
         return thread
 
     async def get(self, thread_id: str, *, action: str = "read", value: dict[str, Any] | None = None,
-                  values: bool = True) -> ThreadRecord:
+                  values: ValuesRead = True) -> ThreadRecord:
         """The thread, if the caller may `action` it (`@auth.on.threads.<action>`, given `value`, by default
         the thread's id); otherwise, as when there is no such thread, `NotFound`. Without `values`, the row
-        has no `values` (see `Storage.get_thread`): for a caller that does not answer with them."""
+        has no `values` (see `Storage.get_thread`): for a caller that does not answer with them; with
+        `values="text"`, they are the stored JSON text, for a caller that writes them out as they are."""
         filters = await self.access.filters("threads", action, value or {"thread_id": thread_id})
         found = await self.storage.get_thread(thread_id, filters=filters, values=values)
         if found is None:
@@ -127,9 +127,8 @@ class Threads:
         limit = (self.ttl or CheckpointerTTL()).sweep_limit
         return await self.storage.delete_expired_threads(limit=limit, now=now)
 
-    async def search(self, *, with_values: bool = True, **query: Any) -> list[ThreadRecord]:
-        """Matching threads; `with_values`: whether the answer shows their values (a large state's are the
-        bulk of a row: on PostgreSQL, writing 1 MB of jsonb out as text costs it 4-7 ms)."""
+    async def search(self, *, with_values: ValuesRead = True, **query: Any) -> list[ThreadRecord]:
+        """Matching threads; `with_values` as `get`'s `values` (a large state's values are the bulk of a row)."""
         filters = await self.access.filters("threads", "search", dict(query))
         return await self.storage.search_threads(**query, filters=filters, with_values=with_values)
 
@@ -216,7 +215,7 @@ class Threads:
                 raise BadRequest(f"Thread {thread_id} has no graph yet: run it once, or create it with "
                                  "metadata.graph_id, before updating its state")
             assert isinstance(graph.checkpointer, BaseCheckpointSaver)  # `bind` gave it the storage's
-            graph.checkpointer = remembering = Remembering(graph.checkpointer)
+            graph.checkpointer = Remembering(graph.checkpointer)
             try:
                 # As LangGraph's server: the update's checkpoint metadata names the graph (LangGraph copies
                 # the config's metadata into it), as a run's does.
@@ -225,16 +224,10 @@ class Threads:
                 config = await graph.aupdate_state(update_config, values, as_node=as_node)
             except Exception as exc:  # LangGraph raises InvalidUpdateError/ValueError for bad updates
                 raise BadRequest(f"{type(exc).__name__}: {exc}") from exc
-            # The thread's fields from the checkpoint the update just wrote, without reading it back; the row
-            # is sent only the keys it changed where the backend can apply them (`core/remembered.py`), and
-            # then the whole values are converted only if the patch does not apply.
-            snap = await graph.aget_state(thread_config(thread_id))
-            state = snapshot_json(snap, values=False)
-            patch = remembering.values_patch(state["checkpoint_id"], snap.values, graph.stream_channels_asis)
-            unconverted = snap.values if patch is not None and self.storage.patches_values else None
-            if unconverted is None:
-                state["values"] = to_jsonable(snap.values)
-        await self._store(thread, state, patch, unconverted)
+            # The thread's fields from the checkpoint the update just wrote, without reading it back
+            # (`core/remembered.py`).
+            state = snapshot_json(await graph.aget_state(thread_config(thread_id)))
+        await self._store(thread, state)
         # As LangGraph's server: the new checkpoint, also as `configurable` and by its id.
         ref = checkpoint_ref(config)
         return {"checkpoint": ref, "configurable": ref, "checkpoint_id": (ref or {}).get("checkpoint_id")}
@@ -279,18 +272,9 @@ class Threads:
         sweeper, a concurrent DELETE)."""
         await self._store(thread, await self._state(thread))
 
-    async def _store(self, thread: ThreadRecord, state: dict[str, Any], patch: ValuesPatch | None = None,
-                     unconverted: Any = None) -> None:
-        """The thread's row from `state`. With `unconverted` (the state's values as LangGraph gave them; `state`
-        has none), the row is sent `patch` alone, and those values are converted only if it does not apply."""
-        fields = {**thread_fields(state), "checkpoint_id": state["checkpoint_id"]}
-        if unconverted is not None:
-            del fields["values"]
-        stored = await self.storage.store_thread_state(thread["thread_id"], fields, patch)
-        if stored is None:  # the patch did not apply: the values whole
-            stored = await self.storage.store_thread_state(
-                thread["thread_id"], {**fields, "values": to_jsonable(unconverted)}, None)
-        if not stored:
+    async def _store(self, thread: ThreadRecord, state: dict[str, Any]) -> None:
+        """The thread's row from `state`."""
+        if not await self.storage.store_thread_state(thread["thread_id"], thread_fields(state)):
             raise NotFound(f"Thread with ID {thread['thread_id']} not found")
 
     async def _reread(self, thread_id: str) -> ThreadRecord:

@@ -39,13 +39,10 @@ def checkpoint_metadata(config: Any, metadata: Any) -> dict[str, Any]:
     return {**get_checkpoint_metadata(config, metadata), "thread_id": str(config["configurable"]["thread_id"])}
 
 
-class ValuesPatch(NamedTuple):
-    """What a state update changed of the thread's values (a dict of top-level keys): the keys whose channels
-    it wrote, with their new values, and those it emptied, against its parent checkpoint's values."""
-
-    parent_checkpoint_id: str
-    changed: dict[str, Any]
-    removed: list[str]
+#: How a thread read takes the thread's values: parsed (True), not at all (False), or as the JSON text stored
+#: (`"text"`: an `orjson.Fragment`, for an answer that writes them out as they are: a 1 MB state is neither
+#: parsed nor encoded again, 2-3 ms of CPU a read). A backend that must open them (sealed values) parses them.
+ValuesRead = bool | Literal["text"]
 
 
 class NewThreadEvent(NamedTuple):
@@ -156,28 +153,22 @@ class Storage(abc.ABC):
 
     @abc.abstractmethod
     async def get_thread(self, thread_id: str, *, filters: dict[str, Any] | None = None,
-                         values: bool = True) -> ThreadRecord | None:
+                         values: ValuesRead = True) -> ThreadRecord | None:
         """The thread, or None. `filters` (an `@auth.on` handler's, on metadata; see `sql.filter_terms`) is
         part of the query: a thread it excludes is None, as a missing one. Without `values` the row has no
-        `values` key: the cached state values, which can be large, are not read."""
+        `values` key: the cached state values, which can be large, are not read. With `values="text"` they
+        are the JSON text stored, not parsed (see `ValuesRead`)."""
 
     @abc.abstractmethod
     async def update_thread(self, thread_id: str, changes: Row, *,
                             merge_metadata: dict[str, Any] | None = None) -> ThreadRecord | None:
         """Set columns in `changes` and shallow-merge `merge_metadata` into metadata."""
 
-    #: Whether `store_thread_state` writes a `patch` without the whole values (PostgreSQL): then `fields` may
-    #: leave `values` out, and the caller computes them only when the patch did not apply.
-    patches_values: bool = False
-
     @abc.abstractmethod
-    async def store_thread_state(self, thread_id: str, fields: Row, patch: ValuesPatch | None = None) -> bool | None:
+    async def store_thread_state(self, thread_id: str, fields: Row) -> bool:
         """Write the thread's cache of its latest state (`values`, `interrupts`, and `status`, which a thread
-        held busy by a run keeps; `checkpoint_id`, the checkpoint they are the state of) and stamp
-        `updated_at`; False when there is no such thread. Returns no row: the values can be large, and the
-        caller has them. With `patch`, a backend may write only what it changed, when the row holds the
-        values of the patch's parent checkpoint (PostgreSQL, `patches_values`); the result is the same row.
-        None (nothing written) when the patch did not apply and `fields` has no `values` to write instead."""
+        held busy by a run keeps) and stamp `updated_at`; False when there is no such thread. Returns no row:
+        the values can be large, and the caller has them."""
 
     @abc.abstractmethod
     async def delete_thread(self, thread_id: str) -> bool:
@@ -197,11 +188,11 @@ class Storage(abc.ABC):
     async def search_threads(
         self, *, ids: list[str] | None, metadata: dict[str, Any] | None, values: dict[str, Any] | None,
         status: str | None, limit: int, offset: int, sort_by: str, sort_order: SortOrder,
-        filters: dict[str, Any] | None = None, with_values: bool = True,
+        filters: dict[str, Any] | None = None, with_values: ValuesRead = True,
     ) -> list[ThreadRecord]:
-        """Matching threads, a page; `filters` as in `get_thread`, inside the query (so pages are full). Without
-        `with_values`, the rows are read without their values (and PostgreSQL's `values_checkpoint_id`), as
-        `get_thread(values=False)` reads one: a search whose answer leaves them out never reads them."""
+        """Matching threads, a page; `filters` as in `get_thread`, inside the query (so pages are full).
+        `with_values` as `get_thread`'s `values`: without it, a search whose answer leaves them out never
+        reads them."""
 
     @abc.abstractmethod
     async def count_threads(

@@ -19,7 +19,7 @@ from typing import Any, Literal, TypeVar, cast
 import orjson
 
 from threadline.shapes import FinalRunStatus
-from threadline.storage.base import NewThreadEvent, Row, RunMetadata, Storage, ValuesPatch
+from threadline.storage.base import NewThreadEvent, Row, RunMetadata, Storage, ValuesRead
 from threadline.storage.encryption import CONTEXT_KEY, Codec, stored_context, use_context
 from threadline.storage.encryption_savers import EncryptedSaver, EncryptedStore
 from threadline.storage.records import (
@@ -128,13 +128,12 @@ class EncryptedStorage:
         return await self._opened("thread", created)
 
     async def get_thread(self, thread_id: str, *, filters: dict[str, Any] | None = None,
-                         values: bool = True) -> ThreadRecord | None:
-        return await self._open("thread", await self.inner.get_thread(thread_id, filters=filters, values=values))
+                         values: ValuesRead = True) -> ThreadRecord | None:
+        # Sealed values are opened, so parsed: "text" reads them as True does.
+        return await self._open("thread", await self.inner.get_thread(thread_id, filters=filters,
+                                                                      values=bool(values)))
 
-    #: Sealed values are one opaque value: written whole, never patched (the caller always sends them).
-    patches_values = False
-
-    async def store_thread_state(self, thread_id: str, fields: Row, patch: ValuesPatch | None = None) -> bool | None:
+    async def store_thread_state(self, thread_id: str, fields: Row) -> bool:
         return await self.inner.store_thread_state(thread_id, await self._seal("thread", fields))
 
     async def update_thread(self, thread_id: str, changes: Row, *,
@@ -143,8 +142,9 @@ class EncryptedStorage:
         updated = await self.inner.update_thread(thread_id, await self._seal("thread", changes), merge_metadata=merge)
         return await self._open("thread", updated)
 
-    async def search_threads(self, **kwargs: Any) -> list[ThreadRecord]:
-        return await self._open_all("thread", await self.inner.search_threads(**kwargs))
+    async def search_threads(self, *, with_values: ValuesRead = True, **kwargs: Any) -> list[ThreadRecord]:
+        return await self._open_all("thread", await self.inner.search_threads(**kwargs,
+                                                                             with_values=bool(with_values)))
 
     # --- runs -----------------------------------------------------------------------------------
     async def enqueue_run(self, run: NewRun, *, run_metadata: RunMetadata | None = None,

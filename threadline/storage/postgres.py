@@ -36,7 +36,7 @@ from threadline.settings import redact_url
 from threadline.storage.base import Row
 from threadline.storage.records import RunRecord
 from threadline.storage.scripts import Final, Q, QuotaRefused, RunRefused, Script, T, ThreadRefused, Undo
-from threadline.storage.sql import MIGRATIONS_TABLE, now_iso, pending_migrations
+from threadline.storage.sql import MIGRATIONS_TABLE, loads, now_iso, pending_migrations
 from threadline.storage.sqlstorage import SQLStorage
 from threadline.storage.statements import POSTGRES
 
@@ -490,8 +490,23 @@ def _loads(data: str | bytes) -> Any:
     return _JSON_DECODER.decode(data if isinstance(data, str) else data.decode("utf-8", "surrogatepass"))
 
 
+class _TextJsonLoader(psycopg.types.json.JsonLoader):
+    """The `json` type, which only `TEXT_JSON_COLUMNS` have (a thread's values, migration 0019): the text
+    `dumps` wrote, kept as it was, read as SQLite reads its JSON columns (`sql.loads`)."""
+
+    _loads = staticmethod(loads)
+
+
+class _TextJsonBinaryLoader(psycopg.types.json.JsonBinaryLoader):
+    """As `_TextJsonLoader`, in the binary format (which for `json` is the same text)."""
+
+    _loads = staticmethod(loads)
+
+
 async def _configure(conn: Any) -> None:
     psycopg.types.json.set_json_loads(_loads, conn)
+    conn.adapters.register_loader("json", _TextJsonLoader)
+    conn.adapters.register_loader("json", _TextJsonBinaryLoader)
 
 
 def _row(r: Any) -> Row:

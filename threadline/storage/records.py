@@ -82,10 +82,9 @@ class ThreadRecord(TypedDict):
     status: ThreadStatus
     metadata: JSONObject
     config: JSONObject
-    values: NotRequired[Any]  # not read by `get_thread(..., values=False)`: the cache can be large
-    # PostgreSQL, read with `values`: the checkpoint whose state they are, when the write named it (the state
-    # write's patch applies onto it; migration 0013).
-    values_checkpoint_id: NotRequired[str | None]
+    # Not read by `get_thread(..., values=False)`: the cache can be large. With `values="text"`, the JSON text
+    # as stored (an `orjson.Fragment`, which an answer writes out as it is), else the parsed value.
+    values: NotRequired[Any]
     interrupts: JSONObject
     error: Any
     created_at: str

@@ -14,7 +14,7 @@ from collections.abc import Generator
 from typing import Any, NamedTuple, TypeVar, cast
 
 from threadline.errors import Conflict, NotFound
-from threadline.storage.base import THREAD_EVENTS_KEPT, Claim, NewThreadEvent, Quota, RunMetadata, ValuesPatch
+from threadline.storage.base import THREAD_EVENTS_KEPT, Claim, NewThreadEvent, Quota, RunMetadata
 from threadline.storage.records import AssistantRecord, NewRun, RunRecord, ThreadRecord
 from threadline.storage.rules import (
     VERSION_COLUMNS,
@@ -116,27 +116,10 @@ def update_thread(d: Dialect, thread_id: str, changes: Row,
     return found[0] if found else None
 
 
-def patches_values(d: Dialect) -> bool:
-    """Whether `store_thread_state` sends a patch's keys alone (`Storage.patches_values`): PostgreSQL's jsonb
-    applies them; SQLite writes the values whole (replacing keys of its JSON text costs more than writing it)."""
-    return not d.sqlite
-
-
-def store_thread_state(d: Dialect, thread_id: str, fields: Row, patch: ValuesPatch | None) -> Script[bool | None]:
-    """The thread's cache of its latest state. PostgreSQL first tries `patch` (the keys an update changed),
-    which applies only onto its parent checkpoint's values, and writes the values whole when it did not (None
-    when `fields` has none: the caller computes them then, and only then)."""
-    row = {"thread_id": thread_id, "interrupts": fields["interrupts"], "status": fields["status"],
-           "checkpoint_id": fields.get("checkpoint_id")}
-    if patch is not None and patches_values(d):
-        patched = yield q(d, "store_thread_state", **row, values=None, patch=patch.changed, removed=patch.removed,
-                          parent_checkpoint_id=patch.parent_checkpoint_id)
-        if patched:
-            return True
-        if "values" not in fields:
-            return None
-    rows = yield q(d, "store_thread_state", **row, values=fields["values"], patch=None, removed=[],
-                   parent_checkpoint_id=None)
+def store_thread_state(d: Dialect, thread_id: str, fields: Row) -> Script[bool]:
+    """The thread's cache of its latest state, written whole."""
+    rows = yield q(d, "store_thread_state", thread_id=thread_id, values=fields["values"],
+                   interrupts=fields["interrupts"], status=fields["status"])
     return bool(rows)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Any
@@ -10,6 +11,9 @@ from typing import Any
 import orjson
 
 JSON_COLUMNS = {"config", "context", "metadata", "values", "interrupts", "error", "kwargs", "output"}
+#: The JSON columns PostgreSQL keeps as `json`, the text as written, rather than `jsonb` (migration 0019): a
+#: thread's values, which can be large and are read far more often than searched.
+TEXT_JSON_COLUMNS = {"values"}
 
 
 def now_iso() -> str:
@@ -27,11 +31,34 @@ def thread_ttl_columns(minutes: float | None) -> dict[str, Any]:
 
 def dumps(value: Any) -> str:
     """A JSON column's text. orjson, as LangGraph's server: NaN and Infinity become null (PostgreSQL's jsonb
-    has no such values). The standard encoder only for what orjson refuses (an int beyond 64 bits)."""
+    has no such values). The standard encoder only for what orjson refuses (an int beyond 64 bits), with NaN
+    and Infinity made null first as well: the text is valid JSON either way, since an answer may write it out
+    as it is (`get_thread(..., values="text")`)."""
     try:
         return orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
     except orjson.JSONEncodeError:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+        return json.dumps(_finite(value), separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def _finite(value: Any) -> Any:
+    """`value` with every float that is not finite (NaN, Infinity) replaced by None, in dicts, lists and tuples."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def loads(text: str | bytes) -> Any:
+    """A JSON column's value from the text `dumps` wrote (SQLite's columns, PostgreSQL's `TEXT_JSON_COLUMNS`):
+    orjson (a few times faster), else the standard parser: `dumps` lets NaN and Infinity through, which orjson
+    refuses, and so are a lone surrogate's escapes."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
 
 
 def filter_terms(filters: dict[str, Any] | None) -> list[tuple[str, str, Any]]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import json
 import logging
 import sqlite3
 import time
@@ -21,7 +20,6 @@ from pathlib import Path
 from typing import IO, Any, Literal, cast
 
 import aiosqlite
-import orjson
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.store.base import Op, Result, SearchOp
 from langgraph.store.sqlite.aio import AsyncSqliteStore
@@ -30,7 +28,7 @@ from threadline.errors import ConfigError, StorageUnavailable
 from threadline.storage.base import Row
 from threadline.storage.records import RunRecord
 from threadline.storage.scripts import Final, Q, Script, T, Undo
-from threadline.storage.sql import JSON_COLUMNS, apply_migrations, dumps, iso_after, now_iso
+from threadline.storage.sql import JSON_COLUMNS, apply_migrations, dumps, iso_after, loads, now_iso
 from threadline.storage.sqlite_saver import WriterSqliteSaver, delete_run_checkpoints, keep_latest_checkpoints
 from threadline.storage.sqlite_writer import Writer, in_transaction, translated
 from threadline.storage.sqlstorage import SQLStorage
@@ -252,7 +250,7 @@ def _row(r: Any) -> Row:
     out = dict(r)
     for col in JSON_COLUMNS:
         if col in out and isinstance(out[col], str):
-            out[col] = _json(out[col])
+            out[col] = loads(out[col])
     return out
 
 
@@ -272,15 +270,6 @@ def _lock_exclusively(db: Path) -> IO[bytes]:
             "(give this one its own --database-url, or use PostgreSQL to run several)"
         ) from None
     return handle
-
-
-def _json(text: str) -> Any:
-    """orjson (a few times faster), else the standard parser: `dumps` lets NaN and Infinity through,
-    which orjson refuses."""
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return json.loads(text)
 
 
 class _SqliteStore(AsyncSqliteStore):

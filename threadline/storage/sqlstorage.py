@@ -13,9 +13,11 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal, cast
 
+import orjson
+
 from threadline.shapes import FinalRunStatus
 from threadline.storage import crons, scripts
-from threadline.storage.base import Claim, NewThreadEvent, Quota, Row, RunMetadata, SortOrder, Storage, ValuesPatch
+from threadline.storage.base import Claim, NewThreadEvent, Quota, Row, RunMetadata, SortOrder, Storage, ValuesRead
 from threadline.storage.records import (
     AssistantRecord,
     CronRecord,
@@ -27,10 +29,29 @@ from threadline.storage.records import (
 )
 from threadline.storage.rules import seconds_left
 from threadline.storage.scripts import Script, T
-from threadline.storage.statements import RUN_HEAD, THREAD_HEAD, Dialect, like_pattern, order_by, where
+from threadline.storage.statements import (
+    RUN_HEAD,
+    THREAD_HEAD,
+    THREAD_VALUES_TEXT,
+    Dialect,
+    like_pattern,
+    order_by,
+    where,
+)
 
 _ASSISTANT_SORT = {"assistant_id", "graph_id", "name", "created_at", "updated_at"}
 _THREAD_SORT = {"thread_id", "status", "created_at", "updated_at", "state_updated_at"}
+
+
+def _thread_columns(values: ValuesRead) -> str:
+    return THREAD_VALUES_TEXT if values == "text" else "*" if values else THREAD_HEAD
+
+
+def _values_as_text(row: Row) -> Row:
+    """A row read with `THREAD_VALUES_TEXT`: its values the stored text, as an `orjson.Fragment`."""
+    text = row.pop("values_text")
+    row["values"] = None if text is None else orjson.Fragment(text)
+    return row
 #: Deadlines remembered from claims (see `SQLStorage._stamped`), at most this many at once.
 _STAMPED_KEPT = 10_000
 
@@ -147,23 +168,20 @@ class SQLStorage(Storage):
         return await self._transact(scripts.create_thread, row, if_exists)
 
     async def get_thread(self, thread_id: str, *, filters: dict[str, Any] | None = None,
-                         values: bool = True) -> ThreadRecord | None:
+                         values: ValuesRead = True) -> ThreadRecord | None:
         if filters:
-            return cast("ThreadRecord | None", await self._get_filtered("threads", "thread_id", thread_id, filters,
-                                                                        "*" if values else THREAD_HEAD))
-        return cast("ThreadRecord | None",
-                    await self._one("get_thread" if values else "get_thread_head", thread_id=thread_id))
+            row = await self._get_filtered("threads", "thread_id", thread_id, filters, _thread_columns(values))
+        else:
+            row = await self._one("get_thread_text" if values == "text" else "get_thread" if values
+                                  else "get_thread_head", thread_id=thread_id)
+        return cast("ThreadRecord | None", row if row is None or values != "text" else _values_as_text(row))
 
     async def update_thread(self, thread_id: str, changes: Row, *,
                             merge_metadata: dict[str, Any] | None = None) -> ThreadRecord | None:
         return await self._transact(scripts.update_thread, thread_id, changes, merge_metadata)
 
-    @property
-    def patches_values(self) -> bool:  # type: ignore[override]
-        return scripts.patches_values(self.dialect)
-
-    async def store_thread_state(self, thread_id: str, fields: Row, patch: ValuesPatch | None = None) -> bool | None:
-        return await self._transact(scripts.store_thread_state, thread_id, fields, patch)
+    async def store_thread_state(self, thread_id: str, fields: Row) -> bool:
+        return await self._transact(scripts.store_thread_state, thread_id, fields)
 
     async def delete_thread(self, thread_id: str) -> bool:
         # With its runs, events and checkpoints, in one transaction.
@@ -184,11 +202,12 @@ class SQLStorage(Storage):
     async def search_threads(self, *, ids: list[str] | None, metadata: dict[str, Any] | None,
                              values: dict[str, Any] | None, status: str | None, limit: int, offset: int,
                              sort_by: str, sort_order: SortOrder, filters: dict[str, Any] | None = None,
-                             with_values: bool = True) -> list[ThreadRecord]:
+                             with_values: ValuesRead = True) -> list[ThreadRecord]:
         cond, params = self._thread_filter(ids, metadata, values, status, filters)
         order = order_by(sort_by, sort_order, _THREAD_SORT, "created_at", "thread_id")
-        statement = self.dialect.search("threads", cond, order, "*" if with_values else THREAD_HEAD)
-        return cast("list[ThreadRecord]", await self._read(statement, {**params, "limit": limit, "offset": offset}))
+        statement = self.dialect.search("threads", cond, order, _thread_columns(with_values))
+        rows = await self._read(statement, {**params, "limit": limit, "offset": offset})
+        return cast("list[ThreadRecord]", [_values_as_text(r) for r in rows] if with_values == "text" else rows)
 
     async def count_threads(self, *, metadata: dict[str, Any] | None, values: dict[str, Any] | None,
                             status: str | None, filters: dict[str, Any] | None = None) -> int:

@@ -10,6 +10,7 @@ and the few true differences between the dialects are slots, which `Dialect.sql`
 | `{deadline}` | `:deadline_at` (now + `:deadline_seconds`) | `now() + make_interval(secs => :deadline_seconds)` |
 | `{for_update}`, `{skip_locked}` | nothing (the one writer holds the lock) | `FOR UPDATE`, `FOR UPDATE SKIP LOCKED` |
 | `{json:p}` | `:p` (JSON text) | `CAST(:p AS jsonb)` |
+| `{jsontext:p}` | `:p` (JSON text) | `CAST(:p AS json)`: a `TEXT_JSON_COLUMNS` column's |
 | `{ts:p}` | `:p` | `CAST(:p AS timestamptz)` |
 | `{in:p}` (p a list) | `IN (SELECT value FROM json_each(:p))` | `= ANY(:p)` |
 | `{pairs:p}` (p: JSON, text to int) | `json_each(:p)`: `key`, `value` | `jsonb_each_text(...)`, `value` as int |
@@ -27,7 +28,7 @@ import re
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from threadline.storage.sql import JSON_COLUMNS, dumps, filter_terms
+from threadline.storage.sql import JSON_COLUMNS, TEXT_JSON_COLUMNS, dumps, filter_terms
 
 DialectName = Literal["sqlite", "postgres"]
 ACTIVE = "status IN ('pending', 'running')"
@@ -61,6 +62,9 @@ _PAST_DEADLINE = "(deadline_at IS NOT NULL AND deadline_at <= {now}) AS past_dea
 #: (1 MB of documents): what the reads that answer without them take (`get_thread(..., values=False)`).
 THREAD_HEAD = ("thread_id, status, metadata, config, interrupts, error, ttl_strategy, ttl_minutes, expires_at, "
                "created_at, updated_at, state_updated_at")
+#: A thread's row with its values as the JSON text stored, not parsed (`get_thread(..., values="text")`):
+#: the reads whose answer writes them out as they are.
+THREAD_VALUES_TEXT = f'{THREAD_HEAD}, CAST("values" AS text) AS values_text'
 #: The columns a cron row is written with (`insert_cron`), in order.
 CRON_COLUMNS = ("cron_id", "assistant_id", "thread_id", "user_id", "auth_user", "schedule", "timezone", "end_time",
                 "enabled", "on_run_completed", "payload", "metadata", "next_run_date", "created_at", "updated_at",
@@ -72,6 +76,8 @@ _TIMES_TOO = frozenset({"end_time", "next_run_date", "claim_until"})
 
 
 def _value(col: str) -> str:
+    if col in TEXT_JSON_COLUMNS:
+        return f"{{jsontext:{col}}}"
     if col in JSON_COLUMNS or col in _JSON_TOO:
         return f"{{json:{col}}}"
     if col.endswith("_at") or col in _TIMES_TOO:
@@ -100,6 +106,18 @@ STATEMENTS: dict[str, str] = {
     # --- threads
     "get_thread": "SELECT * FROM threads WHERE thread_id = :thread_id",
     "get_thread_head": f"SELECT {THREAD_HEAD} FROM threads WHERE thread_id = :thread_id",
+    "get_thread_text": f"SELECT {THREAD_VALUES_TEXT} FROM threads WHERE thread_id = :thread_id",
+    # The thread's cache of its latest state, written after a change to its checkpoints; a thread a run holds
+    # busy stays busy (the run's end reconciles it). Nothing read back: the caller has what it wrote. It stamps
+    # `state_updated_at` itself: the stamping trigger would write the whole row again. Always the whole values,
+    # as JSON text on both databases (PostgreSQL's `json`, migration 0019): replacing the keys an update changed
+    # inside the stored text would parse it (on SQLite, `json_set` on 1 MB: 1.0 ms against 0.7 ms to write it
+    # whole; on PostgreSQL, `json_each` and `json_object_agg` cost more than the whole write), and a key it adds
+    # would go last where the state has it elsewhere.
+    "store_thread_state": (
+        "UPDATE threads SET \"values\" = {jsontext:values}, interrupts = {json:interrupts}, "
+        "status = CASE WHEN status = 'busy' THEN status ELSE :status END, updated_at = {now}, "
+        "state_updated_at = {now} WHERE thread_id = :thread_id RETURNING thread_id"),
     "lock_thread": "SELECT metadata FROM threads WHERE thread_id = :thread_id {for_update}",
     "insert_thread_if_missing": (
         "INSERT INTO threads (thread_id, status, metadata, config, interrupts, ttl_strategy, ttl_minutes, "
@@ -251,15 +269,6 @@ DIALECT_STATEMENTS: dict[DialectName, dict[str, str]] = {
             "DELETE FROM checkpoints WHERE thread_id {in:thread_ids}; "
             "DELETE FROM writes WHERE thread_id {in:thread_ids}; "
             "DELETE FROM checkpoint_blobs WHERE thread_id {in:thread_ids}"),
-        # The thread's cache of its latest state, written after a change to its checkpoints; a thread a run
-        # holds busy stays busy (the run's end reconciles it). Nothing read back: the caller has what it wrote.
-        # It stamps `state_updated_at` itself: the stamping trigger would write the whole row again. Always the
-        # whole values: SQLite would parse the stored JSON text to replace one key (`json_set` on 1 MB: 1.0 ms
-        # against 0.7 ms to write it whole), and a key it adds would go last where the state has it elsewhere.
-        "store_thread_state": (
-            "UPDATE threads SET \"values\" = {json:values}, interrupts = {json:interrupts}, "
-            "status = CASE WHEN status = 'busy' THEN status ELSE :status END, updated_at = {now}, "
-            "state_updated_at = {now} WHERE thread_id = :thread_id RETURNING thread_id"),
         # A rollback (`sqlite_saver.delete_run_checkpoints`, which then drops the values they alone held apart).
         "delete_run_checkpoints": (
             "DELETE FROM writes WHERE thread_id = :thread_id AND checkpoint_id IN (SELECT checkpoint_id FROM "
@@ -304,22 +313,6 @@ DIALECT_STATEMENTS: dict[DialectName, dict[str, str]] = {
             "AND state = 'active' "
             "AND wait_event = 'ClientRead' AND xact_start IS NOT NULL "
             "AND state_change < now() - make_interval(secs => :seconds)"),
-        # As SQLite's, and the row names the checkpoint its values are the state of (migration 0013). With
-        # `:parent_checkpoint_id`, only the top-level keys the update changed are sent (`:patch`, `:removed`),
-        # applied only onto the values of that parent checkpoint: no row when the row holds other values
-        # (the script then writes them whole). jsonb keeps its keys in its own order, so the result is the
-        # same value as the whole write's. An update that changed no key leaves the stored value as it is
-        # (`"values" = "values"` keeps its TOAST pointer: no 1 MB compressed again; 0.3 against 1.9-5.3 ms of
-        # PostgreSQL's time for `values || '{}'` in a microbenchmark).
-        "store_thread_state": (
-            "UPDATE threads SET \"values\" = CASE WHEN CAST(:parent_checkpoint_id AS text) IS NULL "
-            "THEN {json:values} WHEN {json:patch} = CAST('{}' AS jsonb) AND cardinality(CAST(:removed AS text[])) = 0 "
-            "THEN \"values\" ELSE (\"values\" || {json:patch}) - CAST(:removed AS text[]) END, "
-            "values_checkpoint_id = :checkpoint_id, interrupts = {json:interrupts}, "
-            "status = CASE WHEN status = 'busy' THEN status ELSE :status END, updated_at = {now}, "
-            "state_updated_at = {now} WHERE thread_id = :thread_id AND (CAST(:parent_checkpoint_id AS text) IS NULL "
-            "OR (values_checkpoint_id = :parent_checkpoint_id AND jsonb_typeof(\"values\") = 'object')) "
-            "RETURNING thread_id"),
         "delete_thread_checkpoints": (
             "DELETE FROM checkpoints WHERE thread_id {in:thread_ids}; "
             "DELETE FROM checkpoint_blobs WHERE thread_id {in:thread_ids}; "
@@ -377,6 +370,8 @@ class Dialect:
             return "" if lite else "FOR UPDATE SKIP LOCKED"
         if slot == "json":
             return f":{arg}" if lite else f"CAST(:{arg} AS jsonb)"
+        if slot == "jsontext":
+            return f":{arg}" if lite else f"CAST(:{arg} AS json)"
         if slot == "ts":
             return f":{arg}" if lite else f"CAST(:{arg} AS timestamptz)"
         if slot == "in":
@@ -477,15 +472,16 @@ class Dialect:
         """`column`'s top-level `key` equals `value` as JSON (objects whatever the order of their keys): a
         template and its parameters."""
         if not self.sqlite:
-            return f"({_q(column)} -> :{name}_k) = {{json:{name}}}", {f"{name}_k": key, name: dumps(value)}
+            return f"{_pg_field(column, name)} = {{json:{name}}}", {f"{name}_k": key, name: dumps(value)}
         params: dict[str, Any] = {}
         return " AND ".join(_lite_json_equals(_q(column), _path_key("$", key), value, name, params)), params
 
     def json_contains(self, column: str, key: str, items: list[Any], name: str) -> tuple[str, dict[str, Any]]:
         """`column`'s top-level `key` is a list holding each of `items` (scalars): a template and its parameters."""
         if not self.sqlite:
-            return (f"(jsonb_typeof({_q(column)} -> :{name}_k) = 'array' AND ({_q(column)} -> :{name}_k) @> "
-                    f"{{json:{name}}})"), {f"{name}_k": key, name: dumps(items)}
+            field = _pg_field(column, name)
+            return (f"(jsonb_typeof({field}) = 'array' AND {field} @> {{json:{name}}})"), {f"{name}_k": key,
+                                                                                       name: dumps(items)}
         params: dict[str, Any] = {f"{name}_k": _path_key("$", key)}
         parts = []
         for i, item in enumerate(items):
@@ -493,6 +489,13 @@ class Dialect:
             parts.append(f"EXISTS (SELECT 1 FROM json_each({_q(column)}, :{name}_k) AS e WHERE e.type NOT IN "
                          f"('object', 'array') AND json_quote(e.value) = json(:{name}_{i}))")
         return f"(json_type({_q(column)}, :{name}_k) = 'array' AND {' AND '.join(parts)})", params
+
+
+def _pg_field(column: str, name: str) -> str:
+    """PostgreSQL: `column`'s top-level key `:{name}_k` as jsonb. Of a `json` column, `->` reads the text up to
+    that key and only the field is made jsonb."""
+    field = f"{_q(column)} -> :{name}_k"
+    return f"CAST({field} AS jsonb)" if column in TEXT_JSON_COLUMNS else f"({field})"
 
 
 class Encoded(str):
