@@ -12,8 +12,9 @@ import orjson
 
 JSON_COLUMNS = {"config", "context", "metadata", "values", "interrupts", "error", "kwargs", "output"}
 #: The JSON columns PostgreSQL keeps as `json`, the text as written, rather than `jsonb` (migration 0019): a
-#: thread's values, which can be large and are read far more often than searched.
-TEXT_JSON_COLUMNS = {"values"}
+#: thread's values and a run's output (the same values again for a thread run), which can be large and are
+#: written whole and read far more often than searched.
+TEXT_JSON_COLUMNS = {"values", "output"}
 
 
 def now_iso() -> str:

@@ -51,7 +51,7 @@ RUN_COLUMNS_BUT_OUTPUT = ("seq", "run_id", "thread_id", "assistant_id", "status"
 RUN_HEAD = ", ".join(RUN_COLUMNS_BUT_OUTPUT)
 # The finish guard: with a worker named, only the holder of that attempt ends the run.
 _FINISH_RUN = (
-    "UPDATE runs SET status = :status, error = {json:error}, output = {json:output}, lease_expires_at = NULL, "
+    "UPDATE runs SET status = :status, error = {json:error}, output = {jsontext:output}, lease_expires_at = NULL, "
     "updated_at = {now} WHERE run_id = :run_id AND (CAST(:worker_id AS TEXT) IS NULL OR "
     "(worker_id = :worker_id AND attempt = :attempt AND status = 'running')) RETURNING "
     + RUN_HEAD)
@@ -293,7 +293,7 @@ DIALECT_STATEMENTS: dict[DialectName, dict[str, str]] = {
         # reconciliation and the COMMIT in one round trip: the refusal aborts the pipeline, rolling all back.
         # Its row comes back without the output, as `finish_run`'s (migration 0017).
         "finish_run_or_refuse": (
-            "SELECT * FROM threadline_finish_run(:run_id, :status, {json:error}, {json:output}, "
+            "SELECT * FROM threadline_finish_run(:run_id, :status, {json:error}, {jsontext:output}, "
             "CAST(:worker_id AS text), CAST(:attempt AS integer))"),
         # The run takes a free slot of each cap that applies (migration 0010: slot rows taken with SKIP LOCKED,
         # so concurrent enqueues never wait for each other) or is refused in this statement (TL429, with the
