@@ -442,15 +442,21 @@ async def test_a_search_without_values_reads_the_rows_without_them(storage: Stor
 
 async def test_a_run_read_without_its_output_is_the_row_without_it(storage: Storage) -> None:
     """The API's run object has no output, and a thread run's is the whole state again: the run reads that
-    answer with that object (a thread's run list, `GET /runs/{id}`) leave it in storage."""
+    answer with that object (a thread's run list, `GET /runs/{id}`) leave it in storage. A wait's answer
+    takes it as the stored text (`output="text"`): the keys in the order written (PostgreSQL's `json`)."""
     run = await enqueue(storage)
     await storage.claim_run("w1", 30)
-    assert await storage.finish_run(run["run_id"], "success", output={"documents": ["x" * 1000] * 5},
-                                    worker_id="w1", attempt=1)
+    output = {"zeta": ["x" * 1000] * 5, "a": {"n": 2**63 - 1}}
+    assert await storage.finish_run(run["run_id"], "success", output=output, worker_id="w1", attempt=1)
     whole = await storage.get_run(run["run_id"])
-    assert whole is not None and whole["output"] == {"documents": ["x" * 1000] * 5}
+    assert whole is not None and whole["output"] == output and list(whole["output"]) == ["zeta", "a"]
     head = await storage.get_run(run["run_id"], output=False)
     assert head == {k: v for k, v in whole.items() if k != "output"}
+    text = await storage.get_run(run["run_id"], output="text")
+    assert text is not None and isinstance(text["output"], orjson.Fragment)
+    assert orjson.dumps(text["output"]) == orjson.dumps(output) and {**text, "output": None} == {**head, "output": None}
+    pending = await enqueue(storage)
+    assert (await storage.get_run(pending["run_id"], output="text"))["output"] is None
     query: dict[str, Any] = {"thread_id": run["thread_id"], "assistant_id": None, "status": None, "metadata": None,
                              "limit": 10, "offset": 0}
     assert await storage.search_runs(**query) == [whole]

@@ -21,6 +21,7 @@ from threadline.broker.leases import Release
 from threadline.core.runtime import Runtime
 from threadline.errors import ClientGone, InvalidInput, NotFound
 from threadline.shapes import CancelAction, RunStatus, run_out
+from threadline.storage.base import JsonRead
 from threadline.storage.records import RunRecord
 
 router = Router(tags=["Runs"])
@@ -73,12 +74,14 @@ async def _released_on_error(slot: Release | None, creating: Awaitable[RunRecord
         raise
 
 
-async def wait_done(request: Request, rt: Runtime, run: RunRecord, *, cancel_on_disconnect: bool) -> RunRecord:
-    """The finished run. A client that leaves first cancels the run when `cancel_on_disconnect`.
+async def wait_done(request: Request, rt: Runtime, run: RunRecord, *, cancel_on_disconnect: bool,
+                    output: JsonRead = True) -> RunRecord:
+    """The finished run (its output read as `output` says, if it is read from storage: `Runs.wait`). A client
+    that leaves first cancels the run when `cancel_on_disconnect`.
 
     The endpoint is not cancelled when its client leaves (only streams are), so the disconnect is watched.
     """
-    waiting = asyncio.create_task(rt.runs.wait(run["run_id"]))
+    waiting = asyncio.create_task(rt.runs.wait(run["run_id"], output=output))
     leaving = asyncio.create_task(_disconnected(request))
     try:
         await asyncio.wait([waiting, leaving], return_when=asyncio.FIRST_COMPLETED)
@@ -99,9 +102,11 @@ async def wait_done(request: Request, rt: Runtime, run: RunRecord, *, cancel_on_
 def _waited(request: Request, rt: Runtime, run: RunRecord, *, cancel_on_disconnect: bool,
             answer: Callable[[RunRecord], Awaitable[Any]], headers: dict[str, str] | None = None) -> Response:
     """The answer made of the finished run by `answer`, with a newline every `heartbeat_seconds` while the
-    run goes on (see `threadline.api.waits`)."""
+    run goes on (see `threadline.api.waits`). Every answer writes the run's output out as it is: read from
+    storage, it is the stored text (`JsonRead`)."""
     async def work() -> Any:
-        return await answer(await wait_done(request, rt, run, cancel_on_disconnect=cancel_on_disconnect))
+        return await answer(await wait_done(request, rt, run, cancel_on_disconnect=cancel_on_disconnect,
+                                            output="text"))
 
     return KeptAliveJSON(work(), interval=rt.settings.heartbeat_seconds, headers=headers)
 

@@ -20,7 +20,7 @@ from threadline.core.webhook_policy import WebhookGuard
 from threadline.core.worker import WorkerPool
 from threadline.errors import BadRequest, Conflict, InvalidInput, NotFound
 from threadline.shapes import FINAL_RUN_STATUSES, CancelAction, CancelStatus, MultitaskStrategy, RunStatus
-from threadline.storage.base import Claim, Quota, RunMetadata, Storage
+from threadline.storage.base import Claim, JsonRead, Quota, RunMetadata, Storage
 from threadline.storage.records import AssistantRecord, NewRun, RunKwargs, RunRecord
 from threadline.tracing import TRACE_KEY, carrier
 
@@ -265,11 +265,13 @@ class Runs:
             raise Conflict(f"Run {run_id} is {run['status']}: cancel it before deleting it")
         await self.storage.delete_run(run_id)
 
-    async def wait(self, run_id: str, thread_id: str | None = None) -> RunRecord | None:
+    async def wait(self, run_id: str, thread_id: str | None = None, *,
+                   output: JsonRead = True) -> RunRecord | None:
         """Return the run once it is terminal (None if it was deleted meanwhile, as by a rollback).
 
         Woken by the run ending, not by polling: the 30 s re-check only guards against a lost wake-up. A run
-        this process started itself (`create(start_here=True)`) is awaited on its slot.
+        this process started itself (`create(start_here=True)`) is awaited on its slot. `output` as
+        `Storage.get_run`'s, for a run read from storage (`"text"`: for an answer that writes it out as it is).
         """
         here = self.workers.started_here(run_id) if self.workers is not None else None
         if here is not None:
@@ -284,7 +286,7 @@ class Runs:
         first = True
         while True:
             listen = self.broker.listen_run_done(run_id)
-            run = await self.storage.get_run(run_id)
+            run = await self.storage.get_run(run_id, output=output)
             if first and (run is None or (thread_id is not None and run["thread_id"] != thread_id)):
                 raise NotFound("Run not found")
             first = False

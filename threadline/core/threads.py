@@ -21,7 +21,7 @@ from threadline.core.state import bind, checkpoint_ref, empty_state, snapshot_js
 from threadline.errors import BadRequest, Conflict, NotFound
 from threadline.ids import is_uuid
 from threadline.shapes import IfExists
-from threadline.storage.base import Storage, ValuesRead
+from threadline.storage.base import JsonRead, Storage
 from threadline.storage.records import AssistantRecord, ThreadRecord
 from threadline.storage.sql import now_iso, thread_ttl_columns
 
@@ -89,7 +89,7 @@ class Threads:
         return thread
 
     async def get(self, thread_id: str, *, action: str = "read", value: dict[str, Any] | None = None,
-                  values: ValuesRead = True) -> ThreadRecord:
+                  values: JsonRead = True) -> ThreadRecord:
         """The thread, if the caller may `action` it (`@auth.on.threads.<action>`, given `value`, by default
         the thread's id); otherwise, as when there is no such thread, `NotFound`. Without `values`, the row
         has no `values` (see `Storage.get_thread`): for a caller that does not answer with them; with
@@ -127,7 +127,7 @@ class Threads:
         limit = (self.ttl or CheckpointerTTL()).sweep_limit
         return await self.storage.delete_expired_threads(limit=limit, now=now)
 
-    async def search(self, *, with_values: ValuesRead = True, **query: Any) -> list[ThreadRecord]:
+    async def search(self, *, with_values: JsonRead = True, **query: Any) -> list[ThreadRecord]:
         """Matching threads; `with_values` as `get`'s `values` (a large state's values are the bulk of a row)."""
         filters = await self.access.filters("threads", "search", dict(query))
         return await self.storage.search_threads(**query, filters=filters, with_values=with_values)

@@ -39,10 +39,11 @@ def checkpoint_metadata(config: Any, metadata: Any) -> dict[str, Any]:
     return {**get_checkpoint_metadata(config, metadata), "thread_id": str(config["configurable"]["thread_id"])}
 
 
-#: How a thread read takes the thread's values: parsed (True), not at all (False), or as the JSON text stored
-#: (`"text"`: an `orjson.Fragment`, for an answer that writes them out as they are: a 1 MB state is neither
-#: parsed nor encoded again, 2-3 ms of CPU a read). A backend that must open them (sealed values) parses them.
-ValuesRead = bool | Literal["text"]
+#: How a read takes a large JSON column (a thread's values, a run's output): parsed (True), not at all (False),
+#: or as the JSON text stored (`"text"`: an `orjson.Fragment`, for an answer that writes it out as it is: a
+#: 1 MB state is neither parsed nor encoded again, 2-3 ms of CPU a read). A backend that must open it (sealed
+#: values) parses it.
+JsonRead = bool | Literal["text"]
 
 
 class NewThreadEvent(NamedTuple):
@@ -153,11 +154,11 @@ class Storage(abc.ABC):
 
     @abc.abstractmethod
     async def get_thread(self, thread_id: str, *, filters: dict[str, Any] | None = None,
-                         values: ValuesRead = True) -> ThreadRecord | None:
+                         values: JsonRead = True) -> ThreadRecord | None:
         """The thread, or None. `filters` (an `@auth.on` handler's, on metadata; see `sql.filter_terms`) is
         part of the query: a thread it excludes is None, as a missing one. Without `values` the row has no
         `values` key: the cached state values, which can be large, are not read. With `values="text"` they
-        are the JSON text stored, not parsed (see `ValuesRead`)."""
+        are the JSON text stored, not parsed (see `JsonRead`)."""
 
     @abc.abstractmethod
     async def update_thread(self, thread_id: str, changes: Row, *,
@@ -188,7 +189,7 @@ class Storage(abc.ABC):
     async def search_threads(
         self, *, ids: list[str] | None, metadata: dict[str, Any] | None, values: dict[str, Any] | None,
         status: str | None, limit: int, offset: int, sort_by: str, sort_order: SortOrder,
-        filters: dict[str, Any] | None = None, with_values: ValuesRead = True,
+        filters: dict[str, Any] | None = None, with_values: JsonRead = True,
     ) -> list[ThreadRecord]:
         """Matching threads, a page; `filters` as in `get_thread`, inside the query (so pages are full).
         `with_values` as `get_thread`'s `values`: without it, a search whose answer leaves them out never
@@ -276,9 +277,9 @@ class Storage(abc.ABC):
         """End runs that are still pending (no worker has them); return the ids that were."""
 
     @abc.abstractmethod
-    async def get_run(self, run_id: str, *, output: bool = True) -> RunRecord | None:
+    async def get_run(self, run_id: str, *, output: JsonRead = True) -> RunRecord | None:
         """The run; without `output`, read without it (`statements.RUN_COLUMNS_BUT_OUTPUT`): the API's run
-        object has none, and a thread run's is the whole state again."""
+        object has none, and a thread run's is the whole state again. `"text"`: see `JsonRead`."""
 
     @abc.abstractmethod
     async def search_runs(

@@ -19,7 +19,7 @@ from typing import Any, Literal, TypeVar, cast
 import orjson
 
 from threadline.shapes import FinalRunStatus
-from threadline.storage.base import NewThreadEvent, Row, RunMetadata, Storage, ValuesRead
+from threadline.storage.base import JsonRead, NewThreadEvent, Row, RunMetadata, Storage
 from threadline.storage.encryption import CONTEXT_KEY, Codec, stored_context, use_context
 from threadline.storage.encryption_savers import EncryptedSaver, EncryptedStore
 from threadline.storage.records import (
@@ -128,7 +128,7 @@ class EncryptedStorage:
         return await self._opened("thread", created)
 
     async def get_thread(self, thread_id: str, *, filters: dict[str, Any] | None = None,
-                         values: ValuesRead = True) -> ThreadRecord | None:
+                         values: JsonRead = True) -> ThreadRecord | None:
         # Sealed values are opened, so parsed: "text" reads them as True does.
         return await self._open("thread", await self.inner.get_thread(thread_id, filters=filters,
                                                                       values=bool(values)))
@@ -142,7 +142,7 @@ class EncryptedStorage:
         updated = await self.inner.update_thread(thread_id, await self._seal("thread", changes), merge_metadata=merge)
         return await self._open("thread", updated)
 
-    async def search_threads(self, *, with_values: ValuesRead = True, **kwargs: Any) -> list[ThreadRecord]:
+    async def search_threads(self, *, with_values: JsonRead = True, **kwargs: Any) -> list[ThreadRecord]:
         return await self._open_all("thread", await self.inner.search_threads(**kwargs,
                                                                              with_values=bool(with_values)))
 
@@ -183,8 +183,9 @@ class EncryptedStorage:
             thread_changes=None if thread_changes is None else await self._seal("thread", thread_changes), **kwargs)
         return await self._open("run", finished)
 
-    async def get_run(self, run_id: str, *, output: bool = True) -> RunRecord | None:
-        return await self._open("run", await self.inner.get_run(run_id, output=output))
+    async def get_run(self, run_id: str, *, output: JsonRead = True) -> RunRecord | None:
+        # A sealed output is opened, so parsed: "text" reads it as True does.
+        return await self._open("run", await self.inner.get_run(run_id, output=bool(output)))
 
     async def search_runs(self, **kwargs: Any) -> list[RunRecord]:
         return await self._open_all("run", await self.inner.search_runs(**kwargs))

@@ -17,7 +17,7 @@ import orjson
 
 from threadline.shapes import FinalRunStatus
 from threadline.storage import crons, scripts
-from threadline.storage.base import Claim, NewThreadEvent, Quota, Row, RunMetadata, SortOrder, Storage, ValuesRead
+from threadline.storage.base import Claim, JsonRead, NewThreadEvent, Quota, Row, RunMetadata, SortOrder, Storage
 from threadline.storage.records import (
     AssistantRecord,
     CronRecord,
@@ -43,14 +43,15 @@ _ASSISTANT_SORT = {"assistant_id", "graph_id", "name", "created_at", "updated_at
 _THREAD_SORT = {"thread_id", "status", "created_at", "updated_at", "state_updated_at"}
 
 
-def _thread_columns(values: ValuesRead) -> str:
+def _thread_columns(values: JsonRead) -> str:
     return THREAD_VALUES_TEXT if values == "text" else "*" if values else THREAD_HEAD
 
 
-def _values_as_text(row: Row) -> Row:
-    """A row read with `THREAD_VALUES_TEXT`: its values the stored text, as an `orjson.Fragment`."""
-    text = row.pop("values_text")
-    row["values"] = None if text is None else orjson.Fragment(text)
+def _as_text(row: Row, column: str = "values") -> Row:
+    """A row read with `<column>_text` (`THREAD_VALUES_TEXT`, `get_run_text`): `column` the stored JSON text,
+    as an `orjson.Fragment` (`JsonRead`)."""
+    text = row.pop(f"{column}_text")
+    row[column] = None if text is None else orjson.Fragment(text)
     return row
 #: Deadlines remembered from claims (see `SQLStorage._stamped`), at most this many at once.
 _STAMPED_KEPT = 10_000
@@ -168,13 +169,13 @@ class SQLStorage(Storage):
         return await self._transact(scripts.create_thread, row, if_exists)
 
     async def get_thread(self, thread_id: str, *, filters: dict[str, Any] | None = None,
-                         values: ValuesRead = True) -> ThreadRecord | None:
+                         values: JsonRead = True) -> ThreadRecord | None:
         if filters:
             row = await self._get_filtered("threads", "thread_id", thread_id, filters, _thread_columns(values))
         else:
             row = await self._one("get_thread_text" if values == "text" else "get_thread" if values
                                   else "get_thread_head", thread_id=thread_id)
-        return cast("ThreadRecord | None", row if row is None or values != "text" else _values_as_text(row))
+        return cast("ThreadRecord | None", row if row is None or values != "text" else _as_text(row))
 
     async def update_thread(self, thread_id: str, changes: Row, *,
                             merge_metadata: dict[str, Any] | None = None) -> ThreadRecord | None:
@@ -202,12 +203,12 @@ class SQLStorage(Storage):
     async def search_threads(self, *, ids: list[str] | None, metadata: dict[str, Any] | None,
                              values: dict[str, Any] | None, status: str | None, limit: int, offset: int,
                              sort_by: str, sort_order: SortOrder, filters: dict[str, Any] | None = None,
-                             with_values: ValuesRead = True) -> list[ThreadRecord]:
+                             with_values: JsonRead = True) -> list[ThreadRecord]:
         cond, params = self._thread_filter(ids, metadata, values, status, filters)
         order = order_by(sort_by, sort_order, _THREAD_SORT, "created_at", "thread_id")
         statement = self.dialect.search("threads", cond, order, _thread_columns(with_values))
         rows = await self._read(statement, {**params, "limit": limit, "offset": offset})
-        return cast("list[ThreadRecord]", [_values_as_text(r) for r in rows] if with_values == "text" else rows)
+        return cast("list[ThreadRecord]", [_as_text(r) for r in rows] if with_values == "text" else rows)
 
     async def count_threads(self, *, metadata: dict[str, Any] | None, values: dict[str, Any] | None,
                             status: str | None, filters: dict[str, Any] | None = None) -> int:
@@ -253,7 +254,10 @@ class SQLStorage(Storage):
             return []
         return await self._transact(scripts.cancel_pending_runs, run_ids, status, heavy=True)
 
-    async def get_run(self, run_id: str, *, output: bool = True) -> RunRecord | None:
+    async def get_run(self, run_id: str, *, output: JsonRead = True) -> RunRecord | None:
+        if output == "text":
+            row = await self._one("get_run_text", run_id=run_id)
+            return cast("RunRecord | None", row if row is None else _as_text(row, "output"))
         return cast("RunRecord | None", await self._one("get_run" if output else "get_run_head", run_id=run_id))
 
     async def search_runs(self, *, thread_id: str | None, assistant_id: str | None, status: str | None,

@@ -145,6 +145,7 @@ STATEMENTS: dict[str, str] = {
     # A run as the API shows it: without its output (a thread run's is the whole state again; only a join
     # answers with it).
     "get_run_head": f"SELECT {RUN_HEAD} FROM runs WHERE run_id = :run_id",
+    "get_run_text": f"SELECT {RUN_HEAD}, CAST(output AS text) AS output_text FROM runs WHERE run_id = :run_id",
     "active_runs": f"SELECT * FROM runs WHERE thread_id = :thread_id AND {ACTIVE} ORDER BY seq",
     "next_run": "SELECT * FROM runs WHERE thread_id = :thread_id AND seq > :after_seq ORDER BY seq LIMIT 1",
     "last_run_seq": "SELECT MAX(seq) AS seq FROM runs WHERE thread_id = :thread_id",
