@@ -28,6 +28,6 @@ async def compress_with_lz4(conn: psycopg.AsyncConnection[Any], columns: Iterabl
                 if found is None or found[0] == "l":
                     continue
                 await cur.execute("SET LOCAL lock_timeout = '5s'")
-                await cur.execute(f"ALTER TABLE {table} ALTER COLUMN {column} SET COMPRESSION lz4")
+                await cur.execute(f'ALTER TABLE {table} ALTER COLUMN "{column}" SET COMPRESSION lz4')
         except psycopg.Error as exc:
             log.info("%s.%s keeps its compression: %s", table, column, exc)

@@ -425,11 +425,13 @@ async def _fetch_ok(conn: _Conn, sql: str, *params: Any) -> bool:
     return bool(found and found["ok"])
 
 
-#: LangGraph's columns that hold a checkpoint's channel values and a task's writes (msgpack in bytea; a long
-#: conversation's messages: 1 MB, written again by every step that adds one), compressed with lz4 as our
-#: migrations 0014 and 0016 do for a thread's values and a run's output (`threadline.pgcompression`). These
-#: tables are LangGraph's, made by its setup after our migrations, so this runs after it.
-_LZ4_COLUMNS = (("checkpoint_blobs", "blob"), ("checkpoint_writes", "blob"))
+#: The large columns compressed with lz4 (`threadline.pgcompression`), after every migration and LangGraph's
+#: setup: a thread's values and a run's output (migrations 0014 and 0016 set them; 0019 changed their type,
+#: which drops the setting) and LangGraph's columns that hold a checkpoint's channel values and a task's
+#: writes (msgpack in bytea; a long conversation's messages: 1 MB, written again by every step that adds one),
+#: whose tables its setup makes after our migrations.
+_LZ4_COLUMNS = (("threads", "values"), ("runs", "output"), ("checkpoint_blobs", "blob"),
+                ("checkpoint_writes", "blob"))
 
 
 async def _apply_migrations(conn: _Conn) -> list[str]:

@@ -1,5 +1,5 @@
--- A thread's cached `values` (and a run's `output`, below) kept as `json`, the text as written, instead of `jsonb`. Thread reads answer with
--- them, and PostgreSQL wrote 1 MB of jsonb out as text in 4.5-6 ms of its CPU (the `json` text: 1.4 ms), for
+-- A thread's cached `values` (and a run's `output`, below) kept as `json`, the text as written, instead of
+-- `jsonb`. Thread reads answer with them, and PostgreSQL wrote 1 MB of jsonb out as text in 4.5-6 ms of its CPU (the `json` text: 1.4 ms), for
 -- every GET /threads/{id} and every thread of a search. A run's end writes them whole, and `json` takes its
 -- text in less than `jsonb` builds its tree (a 1 MB write 6.2-6.7 against 8.3-11.7 ms). The keys come back in
 -- the state's order, as on SQLite (jsonb ordered them by length). What is given up: a state update wrote only
@@ -12,29 +12,18 @@
 -- jsonb built for nothing but to be written out as text when /wait or a join reads it). The run's end takes
 -- it as `json` now (`threadline_finish_run`, else as in 0017).
 --
--- Rewrites `threads` and `runs` once (both columns are compressed with lz4 again where the server has it).
+-- Rewrites `threads` and `runs` once. A change of type drops a column's compression: lz4 is set again after
+-- the migrations (`storage/postgres.py: _LZ4_COLUMNS`, as for LangGraph's blobs).
 DROP TRIGGER IF EXISTS threads_state_updated ON threads;
 DROP TRIGGER IF EXISTS threads_values_checkpoint ON threads;
 DROP FUNCTION IF EXISTS threadline_thread_values_checkpoint();
 ALTER TABLE threads DROP COLUMN IF EXISTS values_checkpoint_id;
 ALTER TABLE threads ALTER COLUMN "values" TYPE json USING "values"::json;
-DO $$
-BEGIN
-    EXECUTE 'ALTER TABLE threads ALTER COLUMN "values" SET COMPRESSION lz4';
-EXCEPTION WHEN OTHERS THEN
-    RAISE NOTICE 'threads.values keeps its compression: %', SQLERRM;
-END $$;
 CREATE TRIGGER threads_state_updated BEFORE INSERT OR UPDATE OF "values", interrupts ON threads
     FOR EACH ROW WHEN (NEW.state_updated_at IS DISTINCT FROM NEW.updated_at)
     EXECUTE FUNCTION threadline_thread_state_updated();
 
 ALTER TABLE runs ALTER COLUMN output TYPE json USING output::json;
-DO $$
-BEGIN
-    EXECUTE 'ALTER TABLE runs ALTER COLUMN output SET COMPRESSION lz4';
-EXCEPTION WHEN OTHERS THEN
-    RAISE NOTICE 'runs.output keeps its compression: %', SQLERRM;
-END $$;
 DROP FUNCTION IF EXISTS threadline_finish_run(text, text, jsonb, jsonb, text, integer);
 CREATE FUNCTION threadline_finish_run(
     p_run_id text, p_status text, p_error jsonb, p_output json, p_worker text, p_attempt integer)
