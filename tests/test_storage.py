@@ -29,12 +29,13 @@ import psycopg
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
+from tests.services import DB_PREFIX, PG_ADMIN_URL, owned_name
 from threadline.errors import Conflict, NotFound, QuotaExceeded
 from threadline.shapes import FinalRunStatus
 from threadline.storage import open_storage
 from threadline.storage.base import Claim, NewThreadEvent, Quota, Row, RunMetadata, Storage
 from threadline.storage.records import AssistantRecord, NewRun, RunRecord, ThreadRecord
-from threadline.storage.sql import now_iso, thread_ttl_columns
+from threadline.storage.sql import MIGRATIONS_TABLE, now_iso, pending_migrations, thread_ttl_columns
 
 
 @pytest.fixture
@@ -656,6 +657,73 @@ async def test_what_every_run_writes_whole_is_compressed_with_lz4(storage: Stora
                                    (thread["thread_id"],)) == [("lz4",)]
     stored = await storage.get_run(run["run_id"])
     assert stored is not None and stored["output"] == state
+
+
+async def test_a_postgres_database_from_before_json_values_is_upgraded(database_url: str) -> None:
+    """PostgreSQL only: a database that migrations 0001-0018 made, holding a thread's values and a run's output as
+    jsonb (and the patch's `values_checkpoint_id`), is upgraded when opened (0019: both `json`). What it held
+    reads back the same (the keys in the order jsonb kept them), parsed and as text; a search by values finds
+    the thread; a run's end (the function 0019 made again with a `json` output) and a state write work; both
+    columns are lz4 again where the server has it."""
+    if database_url.startswith("sqlite:"):
+        pytest.skip("SQLite's JSON columns were always text")
+    name = owned_name(DB_PREFIX, "_")
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = database_url.rsplit("/", 1)[0] + f"/{name}"
+    tid, done, pending = str(uuid.uuid4()), str(uuid.uuid4()), str(uuid.uuid4())
+    values = {"zeta": 1, "a": [1, "é", None], "big": 2**62}
+    try:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            await conn.execute(MIGRATIONS_TABLE)
+            for migration, script in pending_migrations("postgres", set()):
+                if migration >= "0019":
+                    break
+                await conn.execute(script, prepare=False)
+                await conn.execute("INSERT INTO threadline_migrations VALUES (%s, %s)", (migration, now_iso()))
+            await conn.execute('INSERT INTO threads (thread_id, "values", values_checkpoint_id, created_at, '
+                               "updated_at) VALUES (%s, %s::jsonb, 'c1', now(), now())",
+                               (tid, orjson.dumps(values).decode()))
+            for run_id, status, output in ((done, "success", values), (pending, "pending", None)):
+                await conn.execute("INSERT INTO runs (run_id, thread_id, assistant_id, status, available_at, output, "
+                                   "created_at, updated_at) "
+                                   "VALUES (%s, %s, 'agent', %s, now(), %s::jsonb, now(), now())",
+                                   (run_id, tid, status, None if output is None else orjson.dumps(output).decode()))
+        storage = await open_storage(url)
+        try:
+            assert "0019_values_and_output_json.sql" in storage.applied_migrations
+            thread = await storage.get_thread(tid)
+            assert thread is not None and thread["values"] == values and "values_checkpoint_id" not in thread
+            assert list(thread["values"]) == ["a", "big", "zeta"]  # jsonb's order, as it was stored
+            as_text = await storage.get_thread(tid, values="text")
+            assert as_text is not None and orjson.loads(orjson.dumps(as_text["values"])) == values
+            found = await storage.search_threads(ids=None, metadata=None, values={"zeta": 1}, status=None, limit=10,
+                                                 offset=0, sort_by="created_at", sort_order="desc")
+            assert [t["thread_id"] for t in found] == [tid]
+            assert (await storage.get_run(done))["output"] == values
+            assert (await storage.claim_run("w1", 30))["run_id"] == pending
+            assert await storage.finish_run(pending, "success", output={"n": 2}, worker_id="w1", attempt=1,
+                                            thread_changes={"values": {"n": 2}, "interrupts": {}, "status": "idle",
+                                                            "error": None})
+            assert (await storage.get_run(pending))["output"] == {"n": 2}
+            assert (await storage.get_thread(tid))["values"] == {"n": 2}
+            assert await storage.store_thread_state(tid, {"values": values, "interrupts": {}, "status": "idle"})
+            assert list((await storage.get_thread(tid))["values"]) == list(values)  # written now: the state's order
+        finally:
+            await storage.close()
+        async with OtherConnection(url) as other:
+            kinds = await other.execute("SELECT attrelid::regclass::text, atttypid::regtype::text FROM pg_attribute "
+                                        "WHERE (attrelid, attname) IN (('threads'::regclass, 'values'), "
+                                        "('runs'::regclass, 'output')) ORDER BY 1")
+            assert kinds == [("runs", "json"), ("threads", "json")]
+        await _skip_unless_lz4(url, "")
+        async with OtherConnection(url) as other:
+            compression = await other.execute("SELECT attcompression FROM pg_attribute WHERE (attrelid, attname) IN "
+                                              "(('threads'::regclass, 'values'), ('runs'::regclass, 'output'))")
+            assert compression == [("l",), ("l",)]
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 async def test_an_sqlite_database_from_before_the_in_place_stamp_is_upgraded(tmp_path: Path) -> None:
