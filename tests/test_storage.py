@@ -663,8 +663,9 @@ async def test_a_postgres_database_from_before_json_values_is_upgraded(database_
     """PostgreSQL only: a database that migrations 0001-0018 made, holding a thread's values and a run's output as
     jsonb (and the patch's `values_checkpoint_id`), is upgraded when opened (0019: both `json`). What it held
     reads back the same (the keys in the order jsonb kept them), parsed and as text; a search by values finds
-    the thread; a run's end (the function 0019 made again with a `json` output) and a state write work; both
-    columns are lz4 again where the server has it."""
+    the thread; a run's end (the function 0019 made again with a `json` output, and by its older signature, which
+    workers of the older version call during an upgrade) and a state write work; both columns are lz4 again
+    where the server has it."""
     if database_url.startswith("sqlite:"):
         pytest.skip("SQLite's JSON columns were always text")
     name = owned_name(DB_PREFIX, "_")
@@ -706,6 +707,11 @@ async def test_a_postgres_database_from_before_json_values_is_upgraded(database_
                                             thread_changes={"values": {"n": 2}, "interrupts": {}, "status": "idle",
                                                             "error": None})
             assert (await storage.get_run(pending))["output"] == {"n": 2}
+            async with OtherConnection(url) as other:  # a worker of the older version ends its run, as it did
+                await other.execute("UPDATE runs SET status = 'running' WHERE run_id = ?", (done,))
+                await other.execute("SELECT * FROM threadline_finish_run(?, 'success', NULL, CAST(? AS jsonb), "
+                                    "NULL, NULL)", (done, '{"n": 3}'))
+            assert (await storage.get_run(done))["output"] == {"n": 3}
             assert (await storage.get_thread(tid))["values"] == {"n": 2}
             assert await storage.store_thread_state(tid, {"values": values, "interrupts": {}, "status": "idle"})
             assert list((await storage.get_thread(tid))["values"]) == list(values)  # written now: the state's order

@@ -10,7 +10,7 @@
 --
 -- A run's `output` too: for a thread run it is the same values again, written at every run's end (1 MB of
 -- jsonb built for nothing but to be written out as text when /wait or a join reads it). The run's end takes
--- it as `json` now (`threadline_finish_run`, else as in 0017).
+-- it as `json` now (`threadline_finish_run`, else as in 0017; the jsonb signature stays, converting).
 --
 -- Rewrites `threads` and `runs` once. A change of type drops a column's compression: lz4 is set again after
 -- the migrations (`storage/postgres.py: _LZ4_COLUMNS`, as for LangGraph's blobs).
@@ -24,7 +24,6 @@ CREATE TRIGGER threads_state_updated BEFORE INSERT OR UPDATE OF "values", interr
     EXECUTE FUNCTION threadline_thread_state_updated();
 
 ALTER TABLE runs ALTER COLUMN output TYPE json USING output::json;
-DROP FUNCTION IF EXISTS threadline_finish_run(text, text, jsonb, jsonb, text, integer);
 CREATE FUNCTION threadline_finish_run(
     p_run_id text, p_status text, p_error jsonb, p_output json, p_worker text, p_attempt integer)
     RETURNS SETOF runs
@@ -43,4 +42,11 @@ BEGIN
     done.output := NULL;
     RETURN NEXT done;
 END
+$$;
+-- The signature before, which workers of the older version still call during an upgrade: their runs end.
+CREATE OR REPLACE FUNCTION threadline_finish_run(
+    p_run_id text, p_status text, p_error jsonb, p_output jsonb, p_worker text, p_attempt integer)
+    RETURNS SETOF runs
+LANGUAGE sql AS $$
+    SELECT * FROM threadline_finish_run(p_run_id, p_status, p_error, p_output::json, p_worker, p_attempt)
 $$;
