@@ -493,8 +493,8 @@ def _loads(data: str | bytes) -> Any:
 
 
 class _TextJsonLoader(psycopg.types.json.JsonLoader):
-    """The `json` type, which only `TEXT_JSON_COLUMNS` have (a thread's values, migration 0019): the text
-    `dumps` wrote, kept as it was, read as SQLite reads its JSON columns (`sql.loads`)."""
+    """The `json` type, which only `TEXT_JSON_COLUMNS` have (a thread's values and a run's output, migration
+    0019): the text `dumps` wrote, kept as it was, read as SQLite reads its JSON columns (`sql.loads`)."""
 
     _loads = staticmethod(loads)
 

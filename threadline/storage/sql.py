@@ -54,8 +54,8 @@ def _finite(value: Any) -> Any:
 
 def loads(text: str | bytes) -> Any:
     """A JSON column's value from the text `dumps` wrote (SQLite's columns, PostgreSQL's `TEXT_JSON_COLUMNS`):
-    orjson (a few times faster), else the standard parser: `dumps` lets NaN and Infinity through, which orjson
-    refuses, and so are a lone surrogate's escapes."""
+    orjson (a few times faster), else the standard parser, for what orjson refuses: a lone surrogate's escape,
+    and the NaN or Infinity that `dumps`'s fallback wrote before it made them null (rows of older versions)."""
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError:

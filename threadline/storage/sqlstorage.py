@@ -53,6 +53,8 @@ def _as_text(row: Row, column: str = "values") -> Row:
     text = row.pop(f"{column}_text")
     row[column] = None if text is None else orjson.Fragment(text)
     return row
+
+
 #: Deadlines remembered from claims (see `SQLStorage._stamped`), at most this many at once.
 _STAMPED_KEPT = 10_000
 
